@@ -1,0 +1,57 @@
+// Reading and writing NumPy's .npz archives: a ZIP file whose members `NAME.npy` each hold one
+// array, as numpy.savez (stored) and numpy.savez_compressed (deflated) write them. The reader
+// follows the central directory, understands ZIP64 (which NumPy uses for large members) and checks
+// every member's CRC-32; the writer produces archives that numpy.load and Python's zipfile read,
+// switching to ZIP64 by itself when a member, an offset or the member count needs it.
+//
+// Whole archives are held in memory: reading needs the file's size plus the arrays' size; writing
+// a deflated member needs its compressed size on top of the arrays. Thread-compatible.
+#ifndef TESSERA_CLIENT_NPY_NPZ_H_
+#define TESSERA_CLIENT_NPY_NPZ_H_
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "client/npy/npy.h"
+
+namespace tessera {
+
+// The (name, array) entries of an archive, in archive order. A name is the member name without
+// its ".npy" suffix, which is also numpy.load's key for it.
+using NpzEntries = std::vector<std::pair<std::string, NpyArray>>;
+
+// Parses a whole .npz archive. Every member must be a stored or deflated `NAME.npy` (a member with
+// another name, another compression method, encryption, a bad CRC-32, a duplicate name or a bad
+// .npy payload is INVALID_ARGUMENT, as is any damage to the ZIP structure); `source` names the
+// archive in messages.
+absl::StatusOr<NpzEntries> ParseNpz(absl::string_view bytes,
+                                    absl::string_view source = "npz buffer");
+
+// The archive bytes for `arrays`: member `NAME.npy` for each entry, in order, deflated if
+// `compress` (zlib's default level, as numpy.savez_compressed), else stored (as numpy.savez).
+// INVALID_ARGUMENT for an empty or duplicate name, a name over 65531 bytes, or an invalid array.
+absl::StatusOr<std::string> SerializeNpz(const NpzEntries& arrays, bool compress = false);
+
+// Reads the whole file with one read and parses it as ParseNpz does, with the path in messages.
+// NOT_FOUND if it does not exist.
+absl::StatusOr<NpzEntries> ReadNpzFile(const std::string& path);
+
+// Writes `arrays` as SerializeNpz does, streaming stored members straight from the arrays. Errors
+// as SerializeNpz and WriteNpyFile; a failed write leaves no file behind.
+absl::Status WriteNpzFile(const std::string& path, const NpzEntries& arrays, bool compress = false);
+
+namespace internal {
+
+// SerializeNpz, but with every ZIP64 structure written even where the sizes do not need it, so
+// that tests can cover the ZIP64 paths of this reader and of NumPy's without 4 GiB files.
+absl::StatusOr<std::string> SerializeNpzForTesting(const NpzEntries& arrays, bool compress,
+                                                   bool force_zip64);
+
+}  // namespace internal
+}  // namespace tessera
+
+#endif  // TESSERA_CLIENT_NPY_NPZ_H_

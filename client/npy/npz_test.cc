@@ -1,0 +1,566 @@
+// Tests of the .npz reader and writer: stored, deflated and ZIP64 round trips, archives written by
+// numpy.savez / numpy.savez_compressed read here and archives written here read by NumPy (through
+// testdata_gen.py), every kind of damage the reader must report, and a mutation loop that must
+// never crash.
+#include "client/npy/npz.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#ifndef TESSERA_PYTHON
+#define TESSERA_PYTHON "/usr/bin/python3"
+#endif
+
+namespace tessera {
+namespace {
+
+using ::testing::HasSubstr;
+
+// ---------------------------------------------------------------------------------------------
+// Helpers (npy_test.cc has the same ones).
+
+// The arrays of testdata_gen.py, in its order.
+struct Spec {
+  const char* name;
+  NpyDtype dtype;
+  std::vector<int64_t> shape;
+};
+const std::vector<Spec>& Specs() {
+  static const auto* specs = new std::vector<Spec>{
+      {"f4", NpyDtype::kFloat32, {4, 6}}, {"f2", NpyDtype::kFloat16, {5, 3}},
+      {"i4", NpyDtype::kInt32, {7}},      {"i8", NpyDtype::kInt64, {2, 3, 4}},
+      {"f8", NpyDtype::kFloat64, {6}},    {"empty", NpyDtype::kFloat32, {0, 128}},
+      {"scalar", NpyDtype::kFloat64, {}},
+  };
+  return *specs;
+}
+
+// Element i (in C order) is a known function of i; testdata_gen.py computes the same bits.
+NpyArray ExpectedArray(NpyDtype dtype, std::vector<int64_t> shape) {
+  NpyArray array;
+  array.dtype = dtype;
+  array.shape = std::move(shape);
+  const int64_t count = array.num_elements();
+  array.data.resize(static_cast<size_t>(count) * array.itemsize());
+  for (int64_t i = 0; i < count; ++i) {
+    uint8_t* out = array.data.data() + i * array.itemsize();
+    const double real = static_cast<double>(i) * 0.1 - 3.0;
+    switch (dtype) {
+      case NpyDtype::kFloat32: {
+        const float value = static_cast<float>(real);
+        std::memcpy(out, &value, sizeof(value));
+        break;
+      }
+      case NpyDtype::kFloat16: {
+        const Float16 value = FloatToHalf(static_cast<float>(real));
+        std::memcpy(out, &value, sizeof(value));
+        break;
+      }
+      case NpyDtype::kFloat64:
+        std::memcpy(out, &real, sizeof(real));
+        break;
+      case NpyDtype::kInt32: {
+        const int32_t value = static_cast<int32_t>(i * 7919 - 100000);
+        std::memcpy(out, &value, sizeof(value));
+        break;
+      }
+      case NpyDtype::kInt64: {
+        const int64_t value = i * 3000000019LL - 7;
+        std::memcpy(out, &value, sizeof(value));
+        break;
+      }
+    }
+  }
+  return array;
+}
+
+void ExpectSameArray(const NpyArray& actual, const NpyArray& expected, const std::string& label) {
+  EXPECT_EQ(actual.dtype, expected.dtype) << label;
+  EXPECT_EQ(actual.shape, expected.shape) << label;
+  EXPECT_TRUE(actual.data == expected.data) << label << ": data differs";
+}
+
+// A fresh directory under testing::TempDir(), removed at the end of the test.
+class ScopedTempDir {
+ public:
+  ScopedTempDir() {
+    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+    std::string name =
+        absl::StrCat("tessera_npy_", info->test_suite_name(), "_", info->name(), "_", getpid());
+    std::replace(name.begin(), name.end(), '/', '_');
+    path_ = std::filesystem::path(testing::TempDir()) / name;
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~ScopedTempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  std::string path() const { return path_.string(); }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+bool HaveNumpy() {
+  return std::filesystem::exists(TESSERA_PYTHON) &&
+         std::system(
+             absl::StrCat("'", TESSERA_PYTHON, "' -c 'import numpy' >/dev/null 2>&1").c_str()) == 0;
+}
+
+// Runs `testdata_gen.py COMMAND DIR`; returns its exit status (-1 if it did not exit) and puts
+// its output in `output`.
+int RunTestdataGen(const std::string& command, const std::string& dir, std::string* output) {
+  const std::string line = absl::StrCat("'", TESSERA_PYTHON, "' '", TESSERA_NPY_TESTDATA_GEN, "' ",
+                                        command, " '", dir, "' 2>&1");
+  std::FILE* pipe = popen(line.c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char buffer[4096];
+  size_t got;
+  while ((got = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output->append(buffer, got);
+  const int status = pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+#define SKIP_WITHOUT_NUMPY()                                            \
+  if (!HaveNumpy()) {                                                   \
+    GTEST_SKIP() << TESSERA_PYTHON                                      \
+                 << " with numpy is not available; skipping the NumPy " \
+                    "interoperability test";                            \
+  }
+
+// ---------------------------------------------------------------------------------------------
+
+NpzEntries SpecEntries() {
+  NpzEntries entries;
+  for (const Spec& spec : Specs())
+    entries.emplace_back(spec.name, ExpectedArray(spec.dtype, spec.shape));
+  return entries;
+}
+
+void ExpectSameEntries(const NpzEntries& actual, const NpzEntries& expected,
+                       const std::string& label) {
+  ASSERT_EQ(actual.size(), expected.size()) << label;
+  for (size_t i = 0; i < actual.size(); ++i) {
+    EXPECT_EQ(actual[i].first, expected[i].first) << label;
+    ExpectSameArray(actual[i].second, expected[i].second,
+                    absl::StrCat(label, "[", expected[i].first, "]"));
+  }
+}
+
+void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), bytes.size());
+}
+
+uint16_t Get16(const std::string& zip, size_t offset) {
+  uint16_t value;
+  std::memcpy(&value, zip.data() + offset, sizeof(value));
+  return value;
+}
+uint32_t Get32(const std::string& zip, size_t offset) {
+  uint32_t value;
+  std::memcpy(&value, zip.data() + offset, sizeof(value));
+  return value;
+}
+void Set16(std::string* zip, size_t offset, uint16_t value) {
+  std::memcpy(&(*zip)[offset], &value, sizeof(value));
+}
+void Set32(std::string* zip, size_t offset, uint32_t value) {
+  std::memcpy(&(*zip)[offset], &value, sizeof(value));
+}
+
+// Offsets of the structures in an archive this writer produced without ZIP64 (no comment).
+size_t EndRecord(const std::string& zip) { return zip.size() - 22; }
+size_t CentralEntry(const std::string& zip, int index) {
+  size_t pos = Get32(zip, EndRecord(zip) + 16);
+  for (int i = 0; i < index; ++i) {
+    pos += 46 + Get16(zip, pos + 28) + Get16(zip, pos + 30) + Get16(zip, pos + 32);
+  }
+  return pos;
+}
+size_t LocalHeader(const std::string& zip, int index) {
+  return Get32(zip, CentralEntry(zip, index) + 42);
+}
+
+// Two small members: "a.npy" (float32 2 × 3) and "b.npy" (int32, 4).
+NpzEntries TwoArrays() {
+  return {{"a", ExpectedArray(NpyDtype::kFloat32, {2, 3})},
+          {"b", ExpectedArray(NpyDtype::kInt32, {4})}};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writing and reading back.
+
+class NpzRoundTrip : public testing::TestWithParam<bool> {};
+
+TEST_P(NpzRoundTrip, AllSpecArrays) {
+  const bool compress = GetParam();
+  const NpzEntries entries = SpecEntries();
+  for (bool force_zip64 : {false, true}) {
+    const absl::StatusOr<std::string> zip =
+        internal::SerializeNpzForTesting(entries, compress, force_zip64);
+    ASSERT_TRUE(zip.ok()) << zip.status();
+    const absl::StatusOr<NpzEntries> parsed = ParseNpz(*zip);
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    ExpectSameEntries(*parsed, entries, absl::StrCat("zip64=", force_zip64));
+  }
+  // Every member uses the requested method.
+  const std::string zip = *SerializeNpz(entries, compress);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    EXPECT_EQ(Get16(zip, CentralEntry(zip, static_cast<int>(i)) + 10), compress ? 8 : 0);
+  }
+}
+
+TEST_P(NpzRoundTrip, Files) {
+  ScopedTempDir dir;
+  const std::string path = dir.File("arrays.npz");
+  const NpzEntries entries = SpecEntries();
+  ASSERT_TRUE(WriteNpzFile(path, entries, GetParam()).ok());
+  const absl::StatusOr<NpzEntries> read = ReadNpzFile(path);
+  ASSERT_TRUE(read.ok()) << read.status();
+  ExpectSameEntries(*read, entries, path);
+}
+
+TEST_P(NpzRoundTrip, LargeMember) {
+  // 4 MiB, several times zlib's internal buffers.
+  std::vector<float> values(1024 * 1024);
+  std::mt19937 rng(7);
+  for (float& v : values) v = static_cast<float>(rng() % 1000) / 8.0f;
+  const NpzEntries entries = {{"big", NpyArray::FromFloat32(1024, 1024, values.data())}};
+  const absl::StatusOr<NpzEntries> parsed = ParseNpz(*SerializeNpz(entries, GetParam()));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ExpectSameEntries(*parsed, entries, "big");
+}
+
+INSTANTIATE_TEST_SUITE_P(StoredAndDeflated, NpzRoundTrip, testing::Bool(),
+                         [](const testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "Deflated" : "Stored");
+                         });
+
+TEST(SerializeNpz, EmptyArchive) {
+  const std::string zip = *SerializeNpz({});
+  EXPECT_EQ(zip.size(), 22u);
+  const absl::StatusOr<NpzEntries> parsed = ParseNpz(zip);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->empty());
+}
+
+TEST(SerializeNpz, DeflateCompresses) {
+  const std::vector<float> zeros(64 * 128, 0.0f);
+  const NpzEntries entries = {{"zeros", NpyArray::FromFloat32(64, 128, zeros.data())}};
+  const std::string stored = *SerializeNpz(entries, false);
+  const std::string deflated = *SerializeNpz(entries, true);
+  EXPECT_GT(stored.size(), zeros.size() * sizeof(float));
+  EXPECT_LT(deflated.size(), 1000u);
+}
+
+TEST(SerializeNpz, RejectsBadEntries) {
+  const NpyArray array = NpyArray::FromFloat32({1.0f});
+  NpyArray invalid = array;
+  invalid.shape = {3};
+  const std::vector<std::pair<NpzEntries, std::string>> cases = {
+      {{{"a", array}, {"a", array}}, "duplicate .npz entry name 'a'"},
+      {{{"", array}}, "invalid .npz entry name ''"},
+      {{{std::string("a\0b", 3), array}}, "without NUL"},
+      {{{std::string(70000, 'x'), array}}, "expected 1 to 65531 bytes"},
+      {{{"bad", invalid}}, ".npz entry 'bad': shape (3,) of float32 needs"},
+  };
+  ScopedTempDir dir;
+  for (const auto& [entries, message] : cases) {
+    const absl::StatusOr<std::string> zip = SerializeNpz(entries);
+    EXPECT_EQ(zip.status().code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_THAT(zip.status().message(), HasSubstr(message));
+    const std::string path = dir.File("bad.npz");
+    EXPECT_EQ(WriteNpzFile(path, entries).code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_FALSE(std::filesystem::exists(path)) << message;
+  }
+}
+
+TEST(NpzFile, Errors) {
+  ScopedTempDir dir;
+  const absl::StatusOr<NpzEntries> missing = ReadNpzFile(dir.File("missing.npz"));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(missing.status().message(), HasSubstr("missing.npz"));
+
+  std::string zip = *SerializeNpz(TwoArrays());
+  zip[LocalHeader(zip, 1) + 30 + 5 + 70] ^= 0x40;  // In b's data.
+  WriteBytes(dir.File("corrupt.npz"), zip);
+  const absl::StatusOr<NpzEntries> corrupt = ReadNpzFile(dir.File("corrupt.npz"));
+  EXPECT_EQ(corrupt.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(corrupt.status().message(),
+              HasSubstr("corrupt.npz' member 'b.npy': CRC-32 mismatch"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Damage.
+
+struct Damage {
+  std::string label;
+  bool compress;
+  std::function<void(std::string*)> apply;
+  std::string message;  // A substring the error must contain.
+};
+
+TEST(ParseNpz, ReportsDamage) {
+  const auto rename_b = [](std::string* zip, bool local, bool central, absl::string_view name) {
+    if (local) std::memcpy(&(*zip)[LocalHeader(*zip, 1) + 30], name.data(), 5);
+    if (central) std::memcpy(&(*zip)[CentralEntry(*zip, 1) + 46], name.data(), 5);
+  };
+  const std::vector<Damage> cases = {
+      {"central CRC", false, [](std::string* z) { (*z)[CentralEntry(*z, 0) + 17] ^= 1; },
+       "member 'a.npy': CRC-32 mismatch"},
+      {"stored data", false,
+       [](std::string* z) { (*z)[LocalHeader(*z, 1) - 1] ^= 0x10; },  // a's last data byte.
+       "member 'a.npy': CRC-32 mismatch"},
+      {"deflated data", true,
+       [](std::string* z) { (*z)[LocalHeader(*z, 0) + 30 + 5 + 20] ^= 0x55; }, "member 'a.npy': "},
+      {"bzip2", false,
+       [](std::string* z) {
+         Set16(z, LocalHeader(*z, 1) + 8, 12);
+         Set16(z, CentralEntry(*z, 1) + 10, 12);
+       },
+       "member 'b.npy': uses compression method 12 (bzip2); expected 0 (stored"},
+      {"encrypted", false, [](std::string* z) { Set16(z, CentralEntry(*z, 0) + 8, 1); },
+       "member 'a.npy': is encrypted"},
+      {"duplicate", false, [&](std::string* z) { rename_b(z, true, true, "a.npy"); },
+       "member 'a.npy' appears more than once"},
+      {"not npy", false, [&](std::string* z) { rename_b(z, true, true, "b.npx"); },
+       "member 'b.npx': is not a .npy file"},
+      {"local name", false, [&](std::string* z) { rename_b(z, true, false, "c.npy"); },
+       "member 'b.npy': the local header at offset"},
+      {"local offset", false,
+       [](std::string* z) { Set32(z, CentralEntry(*z, 1) + 42, 0x7fffffff); },
+       "member 'b.npy': the local header at offset 2147483647 lies outside"},
+      {"local signature", false, [](std::string* z) { Set32(z, CentralEntry(*z, 1) + 42, 1); },
+       "has signature 0x"},
+      {"stored sizes", false,
+       [](std::string* z) {
+         Set32(z, CentralEntry(*z, 0) + 24, Get32(*z, CentralEntry(*z, 0) + 24) + 1);
+       },
+       "is stored but its compressed size"},
+      {"past the end", false,
+       [](std::string* z) { Set32(z, CentralEntry(*z, 1) + 20, 0x7ffffff0); },
+       "run past the archive's end"},
+      {"bomb", true, [](std::string* z) { Set32(z, CentralEntry(*z, 0) + 24, 0xfffffff0); },
+       "more than deflate can produce"},
+      {"inflates larger", true,
+       [](std::string* z) {
+         Set32(z, CentralEntry(*z, 0) + 24, Get32(*z, CentralEntry(*z, 0) + 24) - 1);
+       },
+       "inflates to more than"},
+      {"inflates smaller", true,
+       [](std::string* z) {
+         Set32(z, CentralEntry(*z, 0) + 24, Get32(*z, CentralEntry(*z, 0) + 24) + 1);
+       },
+       "but the directory says"},
+      {"truncated deflate", true,
+       [](std::string* z) {
+         Set32(z, CentralEntry(*z, 0) + 20, Get32(*z, CentralEntry(*z, 0) + 20) / 2);
+       },
+       "member 'a.npy': "},
+      {"zip64 marker", false,
+       [](std::string* z) { Set32(z, CentralEntry(*z, 0) + 24, 0xffffffff); },
+       "marked 0xffffffff but there is no ZIP64 extra field"},
+      {"entry signature", false, [](std::string* z) { (*z)[CentralEntry(*z, 1)] = 'X'; },
+       "central directory entry 1 at offset"},
+      {"entry count", false,
+       [](std::string* z) {
+         Set16(z, EndRecord(*z) + 8, 1000);
+         Set16(z, EndRecord(*z) + 10, 1000);
+       },
+       "cannot hold 1000 entries"},
+      {"split", false, [](std::string* z) { Set16(z, EndRecord(*z) + 8, 1); },
+       "multi-disk (split) ZIP archives are not supported"},
+      {"directory offset", false, [](std::string* z) { Set32(z, EndRecord(*z) + 16, 0x10000000); },
+       "the central directory ("},
+      {"comment length", false, [](std::string* z) { Set16(z, EndRecord(*z) + 20, 5); },
+       "no end-of-central-directory record"},
+      {"trailing npy damage", false,
+       [](std::string* z) {
+         // b's header says shape (5,) instead of (4,), with the CRC fixed up: a .npy error.
+         const size_t local = LocalHeader(*z, 1);
+         const size_t header = local + 30 + 5;
+         const size_t shape = z->find("(4,)", header);
+         (*z)[shape + 1] = '5';
+         const size_t size = Get32(*z, local + 18);
+         const uint32_t crc = static_cast<uint32_t>(
+             crc32_z(0, reinterpret_cast<const Bytef*>(z->data() + header), size));
+         Set32(z, local + 14, crc);
+         Set32(z, CentralEntry(*z, 1) + 16, crc);
+       },
+       "member 'b.npy': truncated: shape (5,) of int32 needs 20 bytes of data, but the file has "
+       "16"},
+  };
+  for (const Damage& damage : cases) {
+    std::string zip = *SerializeNpz(TwoArrays(), damage.compress);
+    ASSERT_TRUE(ParseNpz(zip).ok());
+    damage.apply(&zip);
+    const absl::StatusOr<NpzEntries> parsed = ParseNpz(zip, "test.npz");
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << damage.label;
+    EXPECT_THAT(parsed.status().message(), HasSubstr("test.npz")) << damage.label;
+    EXPECT_THAT(parsed.status().message(), HasSubstr(damage.message)) << damage.label;
+  }
+}
+
+TEST(ParseNpz, ReportsZip64Damage) {
+  const std::string valid = *internal::SerializeNpzForTesting(TwoArrays(), false, true);
+  ASSERT_TRUE(ParseNpz(valid).ok());
+  const size_t locator = valid.size() - 22 - 20;
+  const size_t record = locator - 56;
+  ASSERT_EQ(Get32(valid, locator), 0x07064b50u);
+  ASSERT_EQ(Get32(valid, record), 0x06064b50u);
+
+  std::string zip = valid;
+  Set32(&zip, locator + 8, 0x7fffffff);
+  EXPECT_THAT(ParseNpz(zip).status().message(), HasSubstr("does not fit before its locator"));
+
+  zip = valid;
+  zip[record] = 'X';
+  EXPECT_THAT(ParseNpz(zip).status().message(), HasSubstr("expected 0x06064b50"));
+
+  zip = valid;
+  Set32(&zip, record + 32, 3);  // Entry count 3, this disk still says 2.
+  EXPECT_THAT(ParseNpz(zip).status().message(), HasSubstr("multi-disk"));
+
+  // The first central entry's ZIP64 extra field: id 1, length 24 (sizes and offset).
+  const size_t entry = Get32(valid, record + 48);
+  const size_t extra = entry + 46 + Get16(valid, entry + 28);
+  ASSERT_EQ(Get16(valid, extra), 1);
+  ASSERT_EQ(Get16(valid, extra + 2), 24);
+  zip = valid;
+  Set16(&zip, extra + 2, 16);  // Holds the sizes but not the offset.
+  EXPECT_THAT(ParseNpz(zip).status().message(),
+              HasSubstr("member 'a.npy': the ZIP64 extra field is too short"));
+  zip = valid;
+  Set16(&zip, extra + 2, 200);
+  EXPECT_THAT(ParseNpz(zip).status().message(), HasSubstr("overruns the extra data"));
+  zip = valid;
+  Set16(&zip, extra, 7);  // Not a ZIP64 field any more.
+  EXPECT_THAT(ParseNpz(zip).status().message(), HasSubstr("no ZIP64 extra field"));
+}
+
+TEST(ParseNpz, NotAZipFile) {
+  for (const std::string& bytes :
+       {std::string(), std::string("PK"), std::string(100, '\0'), std::string(70000, 'x'),
+        *SerializeNpy(NpyArray::FromFloat32({1.0f}))}) {
+    const absl::StatusOr<NpzEntries> parsed = ParseNpz(bytes);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(parsed.status().message(), HasSubstr("not a ZIP archive"));
+  }
+}
+
+TEST(ParseNpz, EveryTruncationIsAnError) {
+  for (bool compress : {false, true}) {
+    for (bool zip64 : {false, true}) {
+      const std::string zip = *internal::SerializeNpzForTesting(TwoArrays(), compress, zip64);
+      for (size_t size = 0; size < zip.size(); ++size) {
+        EXPECT_EQ(ParseNpz(absl::string_view(zip).substr(0, size)).status().code(),
+                  absl::StatusCode::kInvalidArgument)
+            << "prefix of " << size << " bytes, compress=" << compress << " zip64=" << zip64;
+      }
+    }
+  }
+}
+
+TEST(ParseNpz, RandomMutationsNeverCrash) {
+  std::mt19937 rng(2024);
+  for (bool compress : {false, true}) {
+    for (bool zip64 : {false, true}) {
+      const std::string valid = *internal::SerializeNpzForTesting(TwoArrays(), compress, zip64);
+      int rejected = 0;
+      for (int iteration = 0; iteration < 2000; ++iteration) {
+        std::string zip = valid;
+        const int mutations = 1 + static_cast<int>(rng() % 6);
+        for (int m = 0; m < mutations; ++m) {
+          size_t pos;
+          switch (rng() % 3) {
+            case 0:  // The directory and end records, where the offsets are.
+              pos = zip.size() - 1 - rng() % std::min<size_t>(zip.size(), 250);
+              break;
+            case 1:  // The first local header and .npy header.
+              pos = rng() % std::min<size_t>(zip.size(), 120);
+              break;
+            default:
+              pos = rng() % zip.size();
+          }
+          const uint8_t interesting[] = {0x00, 0xff, 0x7f, 0x80, 0x01, 0xfe};
+          zip[pos] = static_cast<char>(rng() % 2 == 0 ? rng() : interesting[rng() % 6]);
+        }
+        if (rng() % 10 == 0) zip.resize(rng() % zip.size());
+        const absl::StatusOr<NpzEntries> parsed = ParseNpz(zip);
+        if (parsed.ok()) {
+          for (const auto& [name, array] : *parsed) EXPECT_TRUE(array.Validate().ok()) << name;
+        } else {
+          ++rejected;
+          EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << parsed.status();
+        }
+      }
+      // Most mutations are caught; the rest hit fields that readers ignore (times, attributes).
+      EXPECT_GT(rejected, 1500) << "compress=" << compress << " zip64=" << zip64;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// NumPy interoperability.
+
+TEST(NpzNumpyInterop, ReadsWhatNumpyWrites) {
+  SKIP_WITHOUT_NUMPY();
+  ScopedTempDir dir;
+  std::string output;
+  ASSERT_EQ(RunTestdataGen("write", dir.path(), &output), 0) << output;
+  const NpzEntries expected = SpecEntries();
+  for (const char* file :
+       {"savez.npz", "savez_compressed.npz", "zip64.npz", "zip64_compressed.npz"}) {
+    const absl::StatusOr<NpzEntries> read = ReadNpzFile(dir.File(file));
+    ASSERT_TRUE(read.ok()) << read.status();
+    ExpectSameEntries(*read, expected, file);
+  }
+}
+
+TEST(NpzNumpyInterop, NumpyReadsWhatWeWrite) {
+  SKIP_WITHOUT_NUMPY();
+  ScopedTempDir dir;
+  const NpzEntries entries = SpecEntries();
+  ASSERT_TRUE(WriteNpzFile(dir.File("stored.npz"), entries, false).ok());
+  ASSERT_TRUE(WriteNpzFile(dir.File("deflated.npz"), entries, true).ok());
+  WriteBytes(dir.File("zip64_stored.npz"), *internal::SerializeNpzForTesting(entries, false, true));
+  WriteBytes(dir.File("zip64_deflated.npz"),
+             *internal::SerializeNpzForTesting(entries, true, true));
+  std::string output;
+  EXPECT_EQ(RunTestdataGen("check", dir.path(), &output), 0) << output;
+  EXPECT_THAT(output, HasSubstr("checked 4 files, 0 errors"));
+}
+
+TEST(NpzNumpyInterop, CheckerCatchesBadCrc) {
+  // The NumPy check must be able to fail: Python's zipfile rejects a member whose data no longer
+  // matches its CRC-32.
+  SKIP_WITHOUT_NUMPY();
+  ScopedTempDir dir;
+  std::string zip = *SerializeNpz(SpecEntries());
+  zip[LocalHeader(zip, 1) - 1] ^= 0x10;  // The last byte of f4's data.
+  WriteBytes(dir.File("stored.npz"), zip);
+  std::string output;
+  EXPECT_NE(RunTestdataGen("check", dir.path(), &output), 0) << output;
+  EXPECT_THAT(output, HasSubstr("Bad CRC-32"));
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,7 @@
+# Use ccache when it is installed: CI rebuilds the same sources on every run.
+find_program(TESSERA_CCACHE ccache)
+if(TESSERA_CCACHE AND NOT CMAKE_CXX_COMPILER_LAUNCHER)
+  set(CMAKE_C_COMPILER_LAUNCHER ${TESSERA_CCACHE})
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${TESSERA_CCACHE})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${TESSERA_CCACHE})
+endif()

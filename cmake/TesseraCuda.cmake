@@ -1,0 +1,18 @@
+# CUDA is optional: the CPU build never needs it. TESSERA_ENABLE_CUDA defaults to ON when a CUDA
+# compiler is found; the GPU backend then compiles for Hopper (90) and Ampere (80).
+include(CheckLanguage)
+check_language(CUDA)
+if(CMAKE_CUDA_COMPILER)
+  set(_tessera_cuda_default ON)
+else()
+  set(_tessera_cuda_default OFF)
+endif()
+option(TESSERA_ENABLE_CUDA "Build the CUDA MaxSim backend" ${_tessera_cuda_default})
+if(TESSERA_ENABLE_CUDA)
+  if(NOT CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES 80 90)
+  endif()
+  enable_language(CUDA)
+  find_package(CUDAToolkit REQUIRED)
+endif()
+message(STATUS "Tessera CUDA backend: ${TESSERA_ENABLE_CUDA}")

@@ -1,0 +1,43 @@
+# The required stack, all from Debian bookworm packages (see scripts/setup).
+#
+# Version facts (DESIGN §10):
+# - FAISS 1.7.3 is a static library that needs OpenMP found first.
+# - gRPC 1.51's grpc_cpp_plugin comes from protobuf-compiler-grpc.
+# - Protobuf 3.21 is found through CMake's FindProtobuf.
+# - Abseil 20220623 has no absl/log and no status macros (see tessera/status_macros.h).
+# - OpenBLAS is found through pkg-config.
+find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+find_package(ZLIB REQUIRED)
+
+find_package(absl REQUIRED CONFIG)
+
+pkg_check_modules(OpenBLAS REQUIRED IMPORTED_TARGET openblas)
+add_library(tessera_openblas INTERFACE)
+target_link_libraries(tessera_openblas INTERFACE PkgConfig::OpenBLAS)
+add_library(tessera::openblas ALIAS tessera_openblas)
+
+find_package(OpenMP REQUIRED)
+find_package(faiss REQUIRED CONFIG)
+
+find_package(RocksDB REQUIRED CONFIG)
+
+find_package(Protobuf REQUIRED)
+find_package(gRPC REQUIRED CONFIG)
+find_program(TESSERA_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+
+message(STATUS "Tessera dependencies: absl ${absl_VERSION}, OpenBLAS ${OpenBLAS_VERSION}, "
+               "faiss ${faiss_VERSION}, RocksDB ${RocksDB_VERSION}, Protobuf ${Protobuf_VERSION}, "
+               "gRPC ${gRPC_VERSION}")
+
+if(TESSERA_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+  # Tests that compare with SciPy/NumPy use Debian's interpreter and its python3-scipy.
+  find_program(TESSERA_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+  if(NOT TESSERA_PYTHON)
+    find_program(TESSERA_PYTHON python3 REQUIRED)
+  endif()
+endif()
+if(TESSERA_BUILD_BENCHMARKS)
+  find_package(benchmark REQUIRED)
+endif()

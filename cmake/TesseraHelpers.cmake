@@ -1,0 +1,47 @@
+# Target helpers in the style of abseil's absl_cc_library: every library is tessera_NAME with the
+# alias tessera::NAME; only index/include is a public include directory. Sources include internal
+# headers by their path from the repository root ("index/pooling/ward_linkage.h").
+
+set(TESSERA_WARNINGS -Wall -Wextra -Wno-unused-parameter -Wno-sign-compare)
+
+# tessera_cc_library(NAME n SRCS ... [DEPS ...] [PRIVATE_DEPS ...] [COPTS ...])
+function(tessera_cc_library)
+  cmake_parse_arguments(TCL "" "NAME" "SRCS;DEPS;PRIVATE_DEPS;COPTS" ${ARGN})
+  set(_target tessera_${TCL_NAME})
+  add_library(${_target} STATIC ${TCL_SRCS})
+  add_library(tessera::${TCL_NAME} ALIAS ${_target})
+  target_include_directories(${_target} PUBLIC ${PROJECT_SOURCE_DIR}/index/include
+                                        PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${_target} PUBLIC ${TCL_DEPS} PRIVATE ${TCL_PRIVATE_DEPS})
+  target_compile_options(${_target} PRIVATE ${TESSERA_WARNINGS} ${TCL_COPTS})
+endfunction()
+
+# tessera_cc_binary(NAME n SRCS ... [DEPS ...]): an executable in build/bin.
+function(tessera_cc_binary)
+  cmake_parse_arguments(TCB "" "NAME" "SRCS;DEPS;COPTS" ${ARGN})
+  add_executable(${TCB_NAME} ${TCB_SRCS})
+  target_include_directories(${TCB_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${TCB_NAME} PRIVATE ${TCB_DEPS})
+  target_compile_options(${TCB_NAME} PRIVATE ${TESSERA_WARNINGS} ${TCB_COPTS})
+endfunction()
+
+# tessera_cc_test(NAME n SRCS ... [DEPS ...] [LABELS ...]): a gtest binary in build/tests whose
+# cases are registered with ctest one by one.
+function(tessera_cc_test)
+  if(NOT TESSERA_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(TCT "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${TCT_NAME} ${TCT_SRCS})
+  set_target_properties(${TCT_NAME} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/tests)
+  target_include_directories(${TCT_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
+  target_link_libraries(${TCT_NAME} PRIVATE ${TCT_DEPS} GTest::gmock GTest::gtest_main)
+  target_compile_options(${TCT_NAME} PRIVATE ${TESSERA_WARNINGS})
+  gtest_discover_tests(${TCT_NAME} DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "unit;${TCT_LABELS}")
+endfunction()
+
+# tessera_cc_benchmark(NAME n SRCS ... [DEPS ...]): a Google Benchmark binary in build/bin.
+function(tessera_cc_benchmark)
+  cmake_parse_arguments(TCBM "" "NAME" "SRCS;DEPS" ${ARGN})
+  tessera_cc_binary(NAME ${TCBM_NAME} SRCS ${TCBM_SRCS} DEPS ${TCBM_DEPS} benchmark::benchmark)
+endfunction()

@@ -1,0 +1,37 @@
+#include "index/pooling/distance_kernels.h"
+
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tessera::internal {
+namespace {
+
+// Every (n, m) shape class: blocks of 4 with and without remainders, columns with and without a
+// tail of fewer than 8.
+TEST(GramMatrix, MatchesLongDoubleReferenceForAllShapes) {
+  std::mt19937 rng(9);
+  std::normal_distribution<double> normal;
+  for (int32_t n : {1, 2, 3, 4, 5, 9, 17}) {
+    for (int64_t m : {1, 7, 8, 13, 128, 130}) {
+      std::vector<double> rows(n * m);
+      for (double& v : rows) v = normal(rng);
+      std::vector<double> gram(n * n), gram_portable(n * n);
+      GramMatrix(rows.data(), n, m, gram.data());
+      GramMatrixPortable(rows.data(), n, m, gram_portable.data());
+      for (int32_t i = 0; i < n; ++i) {
+        for (int32_t j = 0; j < n; ++j) {
+          long double dot = 0;
+          for (int64_t k = 0; k < m; ++k) dot += static_cast<long double>(rows[i * m + k]) * rows[j * m + k];
+          const double tol = 1e-12 * (1.0 + m);
+          EXPECT_NEAR(gram[i * n + j], static_cast<double>(dot), tol) << n << " " << m;
+          EXPECT_NEAR(gram_portable[i * n + j], static_cast<double>(dot), tol);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tessera::internal

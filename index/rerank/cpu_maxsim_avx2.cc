@@ -1,0 +1,153 @@
+// AVX2 + FMA + F16C MaxSim kernel (compiled with -mavx2 -mfma -mf16c; only called when the CPU has
+// them). Same scheme as the AVX-512 kernel (cpu_maxsim_avx512.cc) at half the width and with 16
+// registers: a micro-kernel of 16 query lanes (2 ymm) × 6 document tokens = 12 accumulators, per
+// dimension 2 loads, 6 broadcasts and 12 FMAs. The query is zero-padded to 8 lanes by the caller;
+// fp16 tails are copied through a small stack buffer so nothing past a document's end is read.
+//
+// No std:: or absl:: inline code here (see cpu_maxsim_kernels.h).
+#include <immintrin.h>
+
+#include <cstdint>
+#include <utility>  // std::integer_sequence: types only, no code
+
+#include "index/rerank/cpu_maxsim_kernels.h"
+
+namespace tessera {
+namespace internal {
+namespace {
+
+constexpr int kLanes = 8;
+constexpr int kNj = 6;  // document tokens per micro-kernel
+constexpr int kMaxQv = 2;
+
+static_assert(kLanes == kAvx2Lanes, "lane count mismatch");
+static_assert(kNj <= kMaxSimPanelTokens, "panel does not fit the scratch");
+
+int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+void ConvertHalf(const uint16_t* src, int64_t count, float* dst) {
+  int64_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h));
+  }
+  if (i < count) {
+    alignas(16) uint16_t tail[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    alignas(32) float converted[8];
+    const int64_t rest = count - i;
+    for (int64_t t = 0; t < rest; ++t) tail[t] = src[i + t];
+    _mm256_store_ps(converted, _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<__m128i*>(tail))));
+    for (int64_t t = 0; t < rest; ++t) dst[i + t] = converted[t];
+  }
+}
+
+template <int QV, int NJ, bool kBest>
+void MicroKernel(const float* __restrict query_t, int64_t lanes, int64_t dim,
+                 const float* __restrict rows, float* __restrict run_max,
+                 int32_t* __restrict run_idx, int32_t first_token) {
+  __m256 acc[NJ][QV];
+  for (int j = 0; j < NJ; ++j) {
+    for (int v = 0; v < QV; ++v) acc[j][v] = _mm256_setzero_ps();
+  }
+  const float* q = query_t;
+  for (int64_t k = 0; k < dim; ++k, q += lanes) {
+    __m256 qv[QV];
+    for (int v = 0; v < QV; ++v) qv[v] = _mm256_load_ps(q + v * kLanes);
+    for (int j = 0; j < NJ; ++j) {
+      const __m256 d = _mm256_broadcast_ss(rows + j * dim + k);
+      for (int v = 0; v < QV; ++v) acc[j][v] = _mm256_fmadd_ps(qv[v], d, acc[j][v]);
+    }
+  }
+  for (int v = 0; v < QV; ++v) {
+    __m256 best = _mm256_load_ps(run_max + v * kLanes);
+    if (kBest) {
+      __m256 idx = _mm256_castsi256_ps(
+          _mm256_load_si256(reinterpret_cast<const __m256i*>(run_idx + v * kLanes)));
+      for (int j = 0; j < NJ; ++j) {
+        const __m256 gt = _mm256_cmp_ps(acc[j][v], best, _CMP_GT_OQ);
+        best = _mm256_blendv_ps(best, acc[j][v], gt);
+        idx = _mm256_blendv_ps(idx, _mm256_castsi256_ps(_mm256_set1_epi32(first_token + j)), gt);
+      }
+      _mm256_store_si256(reinterpret_cast<__m256i*>(run_idx + v * kLanes),
+                         _mm256_castps_si256(idx));
+    } else {
+      for (int j = 0; j < NJ; ++j) best = _mm256_max_ps(best, acc[j][v]);
+    }
+    _mm256_store_ps(run_max + v * kLanes, best);
+  }
+}
+
+using MicroKernelFn = void (*)(const float*, int64_t, int64_t, const float*, float*, int32_t*,
+                               int32_t);
+
+template <bool kBest>
+struct KernelTable {
+  MicroKernelFn fns[kMaxQv][kNj];  // fns[qv - 1][nj - 1]
+};
+
+template <int QV, bool kBest, int... J>
+constexpr void FillRow(MicroKernelFn* row, std::integer_sequence<int, J...>) {
+  ((row[J] = &MicroKernel<QV, J + 1, kBest>), ...);
+}
+
+template <bool kBest>
+constexpr KernelTable<kBest> MakeTable() {
+  KernelTable<kBest> table{};
+  FillRow<1, kBest>(table.fns[0], std::make_integer_sequence<int, kNj>());
+  FillRow<2, kBest>(table.fns[1], std::make_integer_sequence<int, kNj>());
+  return table;
+}
+
+constexpr KernelTable<false> kScoreOnly = MakeTable<false>();
+constexpr KernelTable<true> kWithBest = MakeTable<true>();
+
+}  // namespace
+
+void MaxSimAvx2(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* scratch) {
+  const int64_t lanes = args.lanes;
+  const int64_t dim = args.dim;
+  unsigned char* bytes = static_cast<unsigned char*>(scratch);
+  float* run_max = reinterpret_cast<float*>(bytes);
+  bytes += RoundUp(lanes * 4, kMaxSimAlignment);
+  int32_t* run_idx = reinterpret_cast<int32_t*>(bytes);
+  bytes += 2 * RoundUp(lanes * 4, kMaxSimAlignment);
+  float* panel = reinterpret_cast<float*>(bytes);
+
+  const bool want_best = args.best_tokens != nullptr;
+  const MicroKernelFn(*fns)[kNj] = want_best ? kWithBest.fns : kScoreOnly.fns;
+  const __m256 neg_inf = _mm256_set1_ps(-__builtin_inff());
+
+  for (int64_t d = begin; d < end; ++d) {
+    const DocumentRef& doc = args.docs[d];
+    const int64_t n = doc.num_tokens;
+    for (int64_t i = 0; i < lanes; i += kLanes) {
+      _mm256_store_ps(run_max + i, neg_inf);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(run_idx + i), _mm256_setzero_si256());
+    }
+    for (int64_t j0 = 0; j0 < n; j0 += kNj) {
+      const int nj = static_cast<int>(n - j0 < kNj ? n - j0 : kNj);
+      const float* rows;
+      if (args.dtype == VectorDtype::kFloat16) {
+        ConvertHalf(static_cast<const uint16_t*>(doc.data) + j0 * dim, nj * dim, panel);
+        rows = panel;
+      } else {
+        rows = static_cast<const float*>(doc.data) + j0 * dim;
+      }
+      for (int64_t i0 = 0; i0 < lanes; i0 += kMaxQv * kLanes) {
+        const int qv = (lanes - i0) >= kMaxQv * kLanes ? kMaxQv : 1;
+        fns[qv - 1][nj - 1](args.query_t + i0, lanes, dim, rows, run_max + i0, run_idx + i0,
+                            static_cast<int32_t>(j0));
+      }
+    }
+    float score = 0.0f;
+    for (int64_t i = 0; i < args.nq; ++i) score += run_max[i];
+    args.scores[d] = score;
+    if (want_best) {
+      int32_t* out = args.best_tokens + d * args.nq;
+      for (int64_t i = 0; i < args.nq; ++i) out[i] = run_idx[i];
+    }
+  }
+}
+
+}  // namespace internal
+}  // namespace tessera

@@ -1,0 +1,166 @@
+// AVX-512 MaxSim kernel (compiled with -mavx512f/bw/vl/dq -mfma -mf16c; only called when the CPU
+// has them). Vector lanes run over query tokens, so the max over document tokens is an
+// element-wise max and no horizontal reduction is needed until the final sum.
+//
+// Per document, a panel of up to kNj document tokens is taken as is (fp32) or converted once into
+// an L1-resident fp32 panel (fp16), and reused by every query tile. The micro-kernel multiplies a
+// tile of 32 query tokens (2 zmm of the transposed query) by kNj = 12 document tokens: 24
+// accumulators; per dimension k, 2 aligned loads, 12 broadcasts and 24 FMAs. The tile's
+// similarities then update a per-query-token running max (and argmax) kept in scratch. Tails: the
+// query is zero-padded to 16 lanes by the caller (padding lanes are ignored), short panels use a
+// micro-kernel instantiated for that token count, and fp16 tails are read with masked loads, so
+// nothing past a document's end is ever read.
+//
+// No std:: or absl:: inline code here (see cpu_maxsim_kernels.h).
+// GCC 12's _mm512_undefined_ps() (used by _mm512_max_ps, _mm512_cvtph_ps) initialises a variable
+// from itself, which -Wuninitialized reports at every use.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+
+#include <cstdint>
+#include <utility>  // std::integer_sequence: types only, no code
+
+#include "index/rerank/cpu_maxsim_kernels.h"
+
+namespace tessera {
+namespace internal {
+namespace {
+
+constexpr int kLanes = 16;
+constexpr int kNj = 12;  // document tokens per micro-kernel
+constexpr int kMaxQv = 2;
+
+static_assert(kLanes == kAvx512Lanes, "lane count mismatch");
+static_assert(kNj <= kMaxSimPanelTokens, "panel does not fit the scratch");
+
+int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// fp16 → fp32 of `count` values; the tail uses a masked load so nothing past src + count is read.
+void ConvertHalf(const uint16_t* src, int64_t count, float* dst) {
+  int64_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+  }
+  if (i < count) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << (count - i)) - 1u);
+    const __m256i h = _mm256_maskz_loadu_epi16(mask, src + i);
+    _mm512_mask_storeu_ps(dst + i, mask, _mm512_cvtph_ps(h));
+  }
+}
+
+// Similarities of QV×16 query lanes (query_t already offset to the tile) against NJ document
+// tokens rows[j * dim + k], folded into run_max/run_idx (first index wins exact ties because
+// tokens are visited in increasing order and only a strictly greater value replaces the max).
+template <int QV, int NJ, bool kBest>
+void MicroKernel(const float* __restrict query_t, int64_t lanes, int64_t dim,
+                 const float* __restrict rows, float* __restrict run_max,
+                 int32_t* __restrict run_idx, int32_t first_token) {
+  __m512 acc[NJ][QV];
+  for (int j = 0; j < NJ; ++j) {
+    for (int v = 0; v < QV; ++v) acc[j][v] = _mm512_setzero_ps();
+  }
+  const float* q = query_t;
+  for (int64_t k = 0; k < dim; ++k, q += lanes) {
+    __m512 qv[QV];
+    for (int v = 0; v < QV; ++v) qv[v] = _mm512_load_ps(q + v * kLanes);
+    for (int j = 0; j < NJ; ++j) {
+      const __m512 d = _mm512_set1_ps(rows[j * dim + k]);
+      for (int v = 0; v < QV; ++v) acc[j][v] = _mm512_fmadd_ps(qv[v], d, acc[j][v]);
+    }
+  }
+  for (int v = 0; v < QV; ++v) {
+    __m512 best = _mm512_load_ps(run_max + v * kLanes);
+    if (kBest) {
+      __m512i idx = _mm512_load_si512(run_idx + v * kLanes);
+      for (int j = 0; j < NJ; ++j) {
+        const __mmask16 gt = _mm512_cmp_ps_mask(acc[j][v], best, _CMP_GT_OQ);
+        best = _mm512_mask_mov_ps(best, gt, acc[j][v]);
+        idx = _mm512_mask_mov_epi32(idx, gt, _mm512_set1_epi32(first_token + j));
+      }
+      _mm512_store_si512(run_idx + v * kLanes, idx);
+    } else {
+      for (int j = 0; j < NJ; ++j) best = _mm512_max_ps(best, acc[j][v]);
+    }
+    _mm512_store_ps(run_max + v * kLanes, best);
+  }
+}
+
+using MicroKernelFn = void (*)(const float*, int64_t, int64_t, const float*, float*, int32_t*,
+                               int32_t);
+
+template <bool kBest>
+struct KernelTable {
+  // fns[qv - 1][nj - 1]
+  MicroKernelFn fns[kMaxQv][kNj];
+};
+
+template <int QV, bool kBest, int... J>
+constexpr void FillRow(MicroKernelFn* row, std::integer_sequence<int, J...>) {
+  ((row[J] = &MicroKernel<QV, J + 1, kBest>), ...);
+}
+
+template <bool kBest>
+constexpr KernelTable<kBest> MakeTable() {
+  KernelTable<kBest> table{};
+  FillRow<1, kBest>(table.fns[0], std::make_integer_sequence<int, kNj>());
+  FillRow<2, kBest>(table.fns[1], std::make_integer_sequence<int, kNj>());
+  return table;
+}
+
+constexpr KernelTable<false> kScoreOnly = MakeTable<false>();
+constexpr KernelTable<true> kWithBest = MakeTable<true>();
+
+}  // namespace
+
+void MaxSimAvx512(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* scratch) {
+  const int64_t lanes = args.lanes;
+  const int64_t dim = args.dim;
+  unsigned char* bytes = static_cast<unsigned char*>(scratch);
+  float* run_max = reinterpret_cast<float*>(bytes);
+  bytes += RoundUp(lanes * 4, kMaxSimAlignment);
+  int32_t* run_idx = reinterpret_cast<int32_t*>(bytes);
+  bytes += 2 * RoundUp(lanes * 4, kMaxSimAlignment);
+  float* panel = reinterpret_cast<float*>(bytes);
+
+  const bool want_best = args.best_tokens != nullptr;
+  const MicroKernelFn(*fns)[kNj] = want_best ? kWithBest.fns : kScoreOnly.fns;
+  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
+
+  for (int64_t d = begin; d < end; ++d) {
+    const DocumentRef& doc = args.docs[d];
+    const int64_t n = doc.num_tokens;
+    for (int64_t i = 0; i < lanes; i += kLanes) {
+      _mm512_store_ps(run_max + i, neg_inf);
+      _mm512_store_si512(run_idx + i, _mm512_setzero_si512());
+    }
+    for (int64_t j0 = 0; j0 < n; j0 += kNj) {
+      const int nj = static_cast<int>(n - j0 < kNj ? n - j0 : kNj);
+      const float* rows;
+      if (args.dtype == VectorDtype::kFloat16) {
+        ConvertHalf(static_cast<const uint16_t*>(doc.data) + j0 * dim, nj * dim, panel);
+        rows = panel;
+      } else {
+        rows = static_cast<const float*>(doc.data) + j0 * dim;
+      }
+      for (int64_t i0 = 0; i0 < lanes; i0 += kMaxQv * kLanes) {
+        const int qv = (lanes - i0) >= kMaxQv * kLanes ? kMaxQv : 1;
+        fns[qv - 1][nj - 1](args.query_t + i0, lanes, dim, rows, run_max + i0, run_idx + i0,
+                            static_cast<int32_t>(j0));
+      }
+    }
+    float score = 0.0f;
+    for (int64_t i = 0; i < args.nq; ++i) score += run_max[i];
+    args.scores[d] = score;
+    if (want_best) {
+      int32_t* out = args.best_tokens + d * args.nq;
+      for (int64_t i = 0; i < args.nq; ++i) out[i] = run_idx[i];
+    }
+  }
+}
+
+}  // namespace internal
+}  // namespace tessera

@@ -1,0 +1,56 @@
+// Internal entry points of the CPU MaxSim kernels, one per instruction set. Each lives in its own
+// translation unit compiled with that ISA's flags (see CMakeLists.txt) and is only called after a
+// run-time CPU check. Those files must not odr-use inline functions or templates from shared
+// headers (std::, absl::): a COMDAT copy compiled with AVX-512 could be picked by the linker for
+// the whole program. That is why this header is plain data and declarations only.
+#ifndef TESSERA_INDEX_RERANK_CPU_MAXSIM_KERNELS_H_
+#define TESSERA_INDEX_RERANK_CPU_MAXSIM_KERNELS_H_
+
+#include <cstdint>
+
+#include "tessera/maxsim.h"
+
+namespace tessera {
+namespace internal {
+
+// Alignment of the transposed query and of every scratch region, in bytes.
+constexpr int64_t kMaxSimAlignment = 64;
+// Query lanes each kernel expects the transposed query to be padded to (its vector width).
+constexpr int64_t kAvx512Lanes = 16;
+constexpr int64_t kAvx2Lanes = 8;
+constexpr int64_t kPortableLanes = 1;
+
+// One Score() call, prepared for a kernel.
+struct MaxSimKernelArgs {
+  // The query transposed and zero-padded: query_t[k * lanes + i] = query[i][k] for i < nq, 0 for
+  // nq ≤ i < lanes. `dim × lanes`, kMaxSimAlignment-aligned; lanes is a multiple of the kernel's
+  // lane count.
+  const float* query_t = nullptr;
+  int64_t lanes = 0;
+  int64_t nq = 0;
+  int64_t dim = 0;
+  VectorDtype dtype = VectorDtype::kFloat32;
+  // docs[d].data: num_tokens × dim values of `dtype`, num_tokens ≥ 1 (validated).
+  const DocumentRef* docs = nullptr;
+  // Outputs: scores[d], and best_tokens[d * nq + i] when best_tokens is non-null.
+  float* scores = nullptr;
+  int32_t* best_tokens = nullptr;
+};
+
+// Bytes of scratch one kernel call needs (the same bound for every kernel).
+int64_t MaxSimScratchBytes(int64_t lanes, int64_t dim);
+
+// Score documents [begin, end) of `args`. `scratch`: MaxSimScratchBytes(args.lanes, args.dim)
+// bytes, kMaxSimAlignment-aligned, private to this call. Safe to call concurrently on disjoint
+// document ranges with distinct scratch.
+void MaxSimAvx512(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* scratch);
+void MaxSimAvx2(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* scratch);
+void MaxSimPortable(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* scratch);
+
+// Number of document tokens the SIMD kernels convert/process per panel (scratch is sized for it).
+constexpr int64_t kMaxSimPanelTokens = 16;
+
+}  // namespace internal
+}  // namespace tessera
+
+#endif  // TESSERA_INDEX_RERANK_CPU_MAXSIM_KERNELS_H_
