@@ -73,8 +73,8 @@ void RunPooling(benchmark::State& state, const std::vector<Doc>& docs, PoolingMe
     }
     benchmark::DoNotOptimize(pooled->vectors.data());
   }
-  state.counters["docs_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()),
-                                                    benchmark::Counter::kIsRate);
+  state.counters["docs_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 void BM_PoolTokens(benchmark::State& state, PoolingMethod method) {

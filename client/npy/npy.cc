@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "tessera/status_macros.h"
@@ -338,8 +340,9 @@ absl::StatusOr<NpyHeader> ParseHeader(absl::string_view bytes, absl::string_view
                                                      " bytes, shorter than the NPY preamble"));
     }
     header_len = 0;
-    for (int i = 3; i >= 0; --i)
+    for (int i = 3; i >= 0; --i) {
       header_len = (header_len << 8) | static_cast<uint8_t>(bytes[8 + i]);
+    }
   } else {
     return absl::InvalidArgumentError(absl::StrCat(source, ": unsupported NPY format version ",
                                                    major, ".", minor,
@@ -351,16 +354,17 @@ absl::StatusOr<NpyHeader> ParseHeader(absl::string_view bytes, absl::string_view
                      bytes.size() - prefix, " bytes follow the preamble"));
   }
   const absl::string_view text = bytes.substr(prefix, header_len);
+  const absl::string_view shown = absl::StripTrailingAsciiWhitespace(text);  // For messages.
 
   PyValue dict;
   PyLiteralParser parser(text);
   if (!parser.Parse(&dict)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": cannot parse the header ", Quote(text), ": ", parser.error()));
+        absl::StrCat(source, ": cannot parse the header ", Quote(shown), ": ", parser.error()));
   }
   if (dict.kind != PyValue::Kind::kDict) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": the header ", Quote(text), " is not a dict"));
+        absl::StrCat(source, ": the header ", Quote(shown), " is not a dict"));
   }
   NpyHeader header;
   header.data_offset = prefix + header_len;
@@ -399,7 +403,7 @@ absl::StatusOr<NpyHeader> ParseHeader(absl::string_view bytes, absl::string_view
   }
   if (!has_descr || !has_fortran || !has_shape) {
     return absl::InvalidArgumentError(
-        absl::StrCat(source, ": the header ", Quote(text), " lacks '",
+        absl::StrCat(source, ": the header ", Quote(shown), " lacks '",
                      !has_descr ? "descr" : (!has_fortran ? "fortran_order" : "shape"), "'"));
   }
 
@@ -436,10 +440,28 @@ uint16_t Swap16(uint16_t v) { return __builtin_bswap16(v); }
 uint32_t Swap32(uint32_t v) { return __builtin_bswap32(v); }
 uint64_t Swap64(uint64_t v) { return __builtin_bswap64(v); }
 
+// FortranToC for a matrix: a transpose, in tiles so that both sides stay in cache.
+template <size_t kSize>
+void FortranToC2D(const uint8_t* in, int64_t rows, int64_t cols, uint8_t* out) {
+  constexpr int64_t kTile = 32;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    const int64_t r1 = std::min(r0 + kTile, rows);
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t c1 = std::min(c0 + kTile, cols);
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = c0; c < c1; ++c) {
+          std::memcpy(out + (r * cols + c) * kSize, in + (c * rows + r) * kSize, kSize);
+        }
+      }
+    }
+  }
+}
+
 // Reorders the elements of a Fortran-order array of `shape` into C order. For each run along the
 // last (C-fastest) axis the source is strided; the outer index advances like an odometer.
 template <size_t kSize>
 void FortranToC(const uint8_t* in, absl::Span<const int64_t> shape, uint8_t* out) {
+  if (shape.size() == 2) return FortranToC2D<kSize>(in, shape[0], shape[1], out);
   const size_t ndim = shape.size();
   std::vector<int64_t> stride(ndim);  // Fortran strides, in elements.
   int64_t total = 1;
@@ -578,11 +600,12 @@ absl::Status NpyArray::Validate() const {
 absl::StatusOr<std::vector<float>> NpyArray::ToFloat32() const {
   TESSERA_RETURN_IF_ERROR(Validate());
   const size_t count = static_cast<size_t>(num_elements());
-  std::vector<float> out(count);
+  std::vector<float> out(dtype == NpyDtype::kFloat32 ? 0 : count);
   switch (dtype) {
-    case NpyDtype::kFloat32:
-      if (count > 0) std::memcpy(out.data(), data.data(), data.size());
-      return out;
+    case NpyDtype::kFloat32: {
+      const float* in = reinterpret_cast<const float*>(data.data());
+      return std::vector<float>(in, in + count);
+    }
     case NpyDtype::kFloat16:
       HalfToFloat(reinterpret_cast<const Float16*>(data.data()), count, out.data());
       return out;

@@ -428,6 +428,19 @@ TEST(ParseNpy, FortranOrderIsTransposedToCOrder) {
   ASSERT_TRUE(array.ok()) << array.status();
   EXPECT_EQ(Values<int64_t>(*array), c_order);
 
+  // A matrix larger than the transpose's 32 × 32 tiles, and not a multiple of them.
+  const int64_t rows = 70, cols = 45;
+  std::vector<float> f_matrix(rows * cols), c_matrix(rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      f_matrix[c * rows + r] = c_matrix[r * cols + c] = static_cast<float>(r * 1000 + c);
+    }
+  }
+  array = ParseNpy(
+      MakeNpy("{'descr': '<f4', 'fortran_order': True, 'shape': (70, 45), }", Bytes(f_matrix)));
+  ASSERT_TRUE(array.ok()) << array.status();
+  EXPECT_EQ(Values<float>(*array), c_matrix);
+
   // Big-endian and Fortran order at once.
   array = ParseNpy(MakeNpy("{'descr': '>f4', 'fortran_order': True, 'shape': (2, 3), }",
                            Bytes(fortran, /*big_endian=*/true)));

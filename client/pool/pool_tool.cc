@@ -162,8 +162,8 @@ absl::Status RunPoolTool(const PoolToolConfig& config) {
                           absl::StrCat("document '", key, "': ", results[d].status().message()));
     }
     const PooledMatrix& pooled = *results[d];
-    outputs.emplace_back(key,
-                         NpyArray::FromFloat32(pooled.num_vectors(), pooled.dim, pooled.vectors.data()));
+    outputs.emplace_back(
+        key, NpyArray::FromFloat32(pooled.num_vectors(), pooled.dim, pooled.vectors.data()));
     outputs.emplace_back(absl::StrCat(key, ".labels"), NpyArray::FromInt32(pooled.labels));
   }
   return WriteNpzFile(config.output_path, outputs);

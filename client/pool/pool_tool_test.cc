@@ -21,9 +21,9 @@ std::vector<std::string> Args(std::vector<std::string> flags) {
 }
 
 TEST(PoolToolArgs, ParsesHierarchicalAndSpatialFlags) {
-  auto config = ParsePoolToolArgs(Args({"--input", "a.npz", "--output", "b.npz", "--pool-factor",
-                                        "3", "--method", "reference", "--protect", "1",
-                                        "--renormalize"}));
+  auto config =
+      ParsePoolToolArgs(Args({"--input", "a.npz", "--output", "b.npz", "--pool-factor", "3",
+                              "--method", "reference", "--protect", "1", "--renormalize"}));
   ASSERT_TRUE(config.ok()) << config.status();
   ASSERT_TRUE(config->spec.hierarchical.has_value());
   EXPECT_EQ(config->spec.hierarchical->pool_factor, 3);
@@ -47,10 +47,9 @@ TEST(PoolToolArgs, ParsesHierarchicalAndSpatialFlags) {
 TEST(PoolToolArgs, RejectsBadFlagsNamingThem) {
   EXPECT_THAT(ParsePoolToolArgs(Args({"--output", "b.npz"})).status().message(),
               HasSubstr("--input is required"));
-  EXPECT_THAT(ParsePoolToolArgs(Args({"--input", "a", "--output", "b", "--grid", "32"}))
-                  .status()
-                  .message(),
-              HasSubstr("--grid '32'"));
+  EXPECT_THAT(
+      ParsePoolToolArgs(Args({"--input", "a", "--output", "b", "--grid", "32"})).status().message(),
+      HasSubstr("--grid '32'"));
   EXPECT_THAT(ParsePoolToolArgs(Args({"--input", "a", "--output", "b", "--spatial", "rows"}))
                   .status()
                   .message(),
@@ -59,8 +58,9 @@ TEST(PoolToolArgs, RejectsBadFlagsNamingThem) {
                   .status()
                   .message(),
               HasSubstr("--pool-factor '0'"));
-  EXPECT_THAT(ParsePoolToolArgs(Args({"--input", "a", "--output", "b", "--bogus"})).status().message(),
-              HasSubstr("unknown argument '--bogus'"));
+  EXPECT_THAT(
+      ParsePoolToolArgs(Args({"--input", "a", "--output", "b", "--bogus"})).status().message(),
+      HasSubstr("unknown argument '--bogus'"));
 }
 
 class PoolToolRunTest : public ::testing::Test {

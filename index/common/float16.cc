@@ -27,7 +27,7 @@ bool HasF16c() {
 }
 
 __attribute__((target("avx,f16c"))) void FloatToHalfF16c(const float* src, size_t count,
-                                                          Float16* dst) {
+                                                         Float16* dst) {
   size_t i = 0;
   for (; i + 8 <= count; i += 8) {
     const __m128i half = _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT);
@@ -37,7 +37,7 @@ __attribute__((target("avx,f16c"))) void FloatToHalfF16c(const float* src, size_
 }
 
 __attribute__((target("avx,f16c"))) void HalfToFloatF16c(const Float16* src, size_t count,
-                                                          float* dst) {
+                                                         float* dst) {
   size_t i = 0;
   for (; i + 8 <= count; i += 8) {
     const __m128i half = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));

@@ -24,6 +24,7 @@ namespace internal {
 // counter; idle workers help the oldest job that still has unclaimed chunks, and the caller claims
 // chunks of its own job until none are left, then waits only for chunks already running on
 // workers. A caller therefore never waits for a chunk nobody is running, so nesting cannot deadlock.
+// Happens-before: everything fn wrote is visible to the caller when ParallelFor returns.
 class ThreadPool {
  public:
   // num_threads: total parallelism including the calling thread; 0 = hardware concurrency.
@@ -63,13 +64,14 @@ class ThreadPool {
   // Claims and runs chunks of `job` until none are left.
   static void RunChunks(Job* job);
   void WorkerLoop();
-  bool HasWorkOrStopping() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return stopping_ || !queue_.empty();
-  }
   void RemoveFromQueue(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int num_threads_;
   absl::Mutex mu_;
+  // Signalled when a job is queued or the pool stops.
+  absl::CondVar work_cv_;
+  // Signalled when some job's helpers drops to 0.
+  absl::CondVar done_cv_;
   // Jobs that may still have unclaimed chunks, oldest first.
   std::deque<Job*> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -23,7 +23,8 @@ TEST(GramMatrix, MatchesLongDoubleReferenceForAllShapes) {
       for (int32_t i = 0; i < n; ++i) {
         for (int32_t j = 0; j < n; ++j) {
           long double dot = 0;
-          for (int64_t k = 0; k < m; ++k) dot += static_cast<long double>(rows[i * m + k]) * rows[j * m + k];
+          for (int64_t k = 0; k < m; ++k)
+            dot += static_cast<long double>(rows[i * m + k]) * rows[j * m + k];
           const double tol = 1e-12 * (1.0 + m);
           EXPECT_NEAR(gram[i * n + j], static_cast<double>(dot), tol) << n << " " << m;
           EXPECT_NEAR(gram_portable[i * n + j], static_cast<double>(dot), tol);

@@ -22,18 +22,18 @@ absl::Status ValidateLayout(const PatchGridLayout& layout, int64_t num_tokens) {
         " and suffix ", layout.suffix_tokens, ", expected rows, cols ≥ 1 and prefix, suffix ≥ 0"));
   }
   if (layout.num_tokens() != num_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "layout: ", layout.prefix_tokens, " prefix + ", layout.rows, "x", layout.cols,
-        " grid + ", layout.suffix_tokens, " suffix = ", layout.num_tokens(),
-        " tokens, but the document has ", num_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("layout: ", layout.prefix_tokens, " prefix + ", layout.rows, "x", layout.cols,
+                     " grid + ", layout.suffix_tokens, " suffix = ", layout.num_tokens(),
+                     " tokens, but the document has ", num_tokens));
   }
   return absl::OkStatus();
 }
 
 absl::Status ValidateSpatialOptions(const SpatialPoolingOptions& options) {
   if (options.mode == SpatialMode::kTiles && (options.tile_rows < 1 || options.tile_cols < 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("tile ", options.tile_rows, "x",
-                                                   options.tile_cols, ", expected both ≥ 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tile ", options.tile_rows, "x", options.tile_cols, ", expected both ≥ 1"));
   }
   if (options.mode == SpatialMode::kRowWindows &&
       (options.window_rows < 1 || options.window_stride < 1)) {
@@ -106,7 +106,8 @@ absl::StatusOr<PooledMatrix> PoolPatchGrid(FloatMatrixView tokens, const PatchGr
     for (int64_t i = 0; i < layout.prefix_tokens; ++i) groups.push_back({static_cast<int32_t>(i)});
   }
   const size_t first_grid_group = groups.size();
-  for (std::vector<int32_t>& group : GridGroups(layout, options)) groups.push_back(std::move(group));
+  for (std::vector<int32_t>& group : GridGroups(layout, options))
+    groups.push_back(std::move(group));
   const size_t end_grid_group = groups.size();
   if (options.keep_special_tokens) {
     for (int64_t i = layout.num_tokens() - layout.suffix_tokens; i < layout.num_tokens(); ++i) {
@@ -145,7 +146,8 @@ absl::StatusOr<PooledMatrix> PoolDocument(FloatMatrixView tokens,
     std::vector<int32_t> tokens_covered;
     for (int32_t m = pooled.member_offsets[v]; m < pooled.member_offsets[v + 1]; ++m) {
       const int32_t s = pooled.members[m];
-      tokens_covered.insert(tokens_covered.end(), spatial.members.begin() + spatial.member_offsets[s],
+      tokens_covered.insert(tokens_covered.end(),
+                            spatial.members.begin() + spatial.member_offsets[s],
                             spatial.members.begin() + spatial.member_offsets[s + 1]);
     }
     std::sort(tokens_covered.begin(), tokens_covered.end());

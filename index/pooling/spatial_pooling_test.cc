@@ -96,8 +96,8 @@ TEST(SpatialPooling, RenormalizesGridMeansOnly) {
   SpatialPoolingOptions options;
   options.keep_special_tokens = true;
   options.renormalize = true;
-  auto pooled = PoolPatchGrid(FloatMatrixView{tokens.data(), 5, 2}, PatchGridLayout{2, 2, 1, 0},
-                              options);
+  auto pooled =
+      PoolPatchGrid(FloatMatrixView{tokens.data(), 5, 2}, PatchGridLayout{2, 2, 1, 0}, options);
   ASSERT_TRUE(pooled.ok());
   EXPECT_FLOAT_EQ(pooled->vectors[0], 3.0f);
   EXPECT_FLOAT_EQ(pooled->vectors[2], std::sqrt(0.5f));
@@ -140,8 +140,8 @@ TEST(PoolDocument, SpatialThenHierarchicalRefersToOriginalTokens) {
   PoolingSpec spec;
   spec.spatial = SpatialPoolingOptions{};
   spec.hierarchical = TokenPoolingOptions{};
-  auto pooled = PoolDocument(FloatMatrixView{tokens.data(), 8, 2}, PatchGridLayout{4, 2, 0, 0},
-                             spec);
+  auto pooled =
+      PoolDocument(FloatMatrixView{tokens.data(), 8, 2}, PatchGridLayout{4, 2, 0, 0}, spec);
   ASSERT_TRUE(pooled.ok()) << pooled.status();
   ASSERT_EQ(pooled->num_vectors(), 2);
   EXPECT_THAT(Members(*pooled, 0), ElementsAre(0, 1, 2, 3));

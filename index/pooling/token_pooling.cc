@@ -29,8 +29,8 @@ absl::Status ValidateTokenMatrix(FloatMatrixView tokens) {
   const int64_t count = tokens.rows * tokens.cols;
   for (int64_t i = 0; i < count; ++i) {
     if (!std::isfinite(tokens.data[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("tokens: value ", tokens.data[i],
-                                                     " at token ", i / tokens.cols, ", dimension ",
+      return absl::InvalidArgumentError(absl::StrCat("tokens: value ", tokens.data[i], " at token ",
+                                                     i / tokens.cols, ", dimension ",
                                                      i % tokens.cols, " is not finite"));
     }
   }
@@ -119,17 +119,23 @@ void ComputeWardInputDistances(const float* tokens, int32_t n, int64_t dim, Pool
   std::vector<double>& norms = scratch.norms;
   norms.resize(n);
   for (int32_t i = 0; i < n; ++i) norms[i] = distances[static_cast<int64_t>(i) * n + i];
+  const double max_norm = *std::max_element(norms.begin(), norms.end());
+  // Below this distance the Gram-matrix formula is within rounding of 0: check for identical rows.
+  const double tie_bound = std::sqrt(2e-12 * max_norm);
   for (int32_t i = 0; i < n; ++i) {
+    double* row = &distances[static_cast<int64_t>(i) * n];
+    const double norm_i = norms[i];
+#pragma omp simd
+    for (int32_t j = 0; j < n; ++j) {
+      const double squared = norm_i + norms[j] - 2.0 * row[j];
+      row[j] = squared > 0.0 ? std::sqrt(squared) : 0.0;
+    }
+    // Identical rows (duplicate tokens) must tie at exactly 0, as SciPy's differences do.
     const double* f_i = &features[static_cast<int64_t>(i) * n];
     for (int32_t j = 0; j < n; ++j) {
-      double& d = distances[static_cast<int64_t>(i) * n + j];
-      const double squared = norms[i] + norms[j] - 2.0 * d;
-      // Identical rows (duplicate tokens) must tie at exactly 0, as SciPy's differences do.
-      if (squared <= 1e-12 * (norms[i] + norms[j]) &&
+      if (row[j] <= tie_bound && row[j] != 0.0 &&
           std::equal(f_i, f_i + n, &features[static_cast<int64_t>(j) * n])) {
-        d = 0.0;
-      } else {
-        d = squared > 0.0 ? std::sqrt(squared) : 0.0;
+        row[j] = 0.0;
       }
     }
   }

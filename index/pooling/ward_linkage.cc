@@ -60,8 +60,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void WardUpdateRow(
     const double size_i = size[i];
     const double t = 1.0 / (size_x + size_y + size_i);
     const double radicand = (size_i + size_x) * t * row_x[i] * row_x[i] +
-                            (size_i + size_y) * t * row_y[i] * row_y[i] -
-                            size_i * t * d_xy * d_xy;
+                            (size_i + size_y) * t * row_y[i] * row_y[i] - size_i * t * d_xy * d_xy;
     const double updated = radicand > 0.0 ? std::sqrt(radicand) : 0.0;
     row_y[i] = size_i == 0.0 ? kInf : updated;
   }
@@ -101,7 +100,8 @@ std::vector<WardMerge> WardLinkage(std::vector<double>& distances, int32_t n) {
         break;
       }
       current_min = row_min;
-      y = *std::find_if(live.begin(), live.end(), [row, row_min](int32_t i) { return row[i] == row_min; });
+      y = *std::find_if(live.begin(), live.end(),
+                        [row, row_min](int32_t i) { return row[i] == row_min; });
       chain.push_back(y);
     }
     chain.resize(chain.size() - 2);
