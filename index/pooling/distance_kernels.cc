@@ -1,23 +1,20 @@
-// The AVX-512 kernel computes 4 × 4 blocks of (i, j) row pairs at once: per 8 columns it loads 8
-// row chunks and issues 16 FMAs into 16 independent accumulators, enough to hide FMA latency. Only
-// blocks with j ≥ i are computed; the result is mirrored.
+// The AVX-512 kernel works on a transposed copy of the rows, so that 16 consecutive columns j of
+// the output are two vectors: per k it broadcasts rows[i][k] for 8 rows i and issues 16 FMAs into
+// 16 independent accumulators that become output rows directly (no horizontal sums). Only blocks
+// that reach the upper triangle are computed; the rest is mirrored.
 #include "index/pooling/distance_kernels.h"
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace tessera::internal {
 namespace {
 
-constexpr int kBlock = 4;
-
-__attribute__((target("avx512f"), always_inline)) inline void BlockStep(
-    const __m512d (&va)[kBlock], const __m512d (&vb)[kBlock], __m512d (&acc)[kBlock][kBlock]) {
-#pragma GCC unroll 4
-  for (int r = 0; r < kBlock; ++r) {
-#pragma GCC unroll 4
-    for (int c = 0; c < kBlock; ++c) acc[r][c] = _mm512_fmadd_pd(va[r], vb[c], acc[r][c]);
-  }
-}
+constexpr int kRowsPerBlock = 8;
+constexpr int kColsPerBlock = 16;
+constexpr int kTile = 16;
 
 }  // namespace
 
@@ -39,47 +36,67 @@ void GramMatrixPortable(const double* rows, int32_t n, int64_t m, double* out) {
 
 __attribute__((target("avx512f"))) void GramMatrixAvx512(const double* rows, int32_t n, int64_t m,
                                                          double* out) {
-  const int64_t full = m & ~int64_t{7};
-  const __mmask8 tail_mask = static_cast<__mmask8>((1u << (m - full)) - 1u);
-  for (int32_t i0 = 0; i0 < n; i0 += kBlock) {
-    for (int32_t j0 = i0; j0 < n; j0 += kBlock) {
-      // Rows past the end are clamped to the last row; their results are discarded.
-      const double* a[kBlock];
-      const double* b[kBlock];
-      for (int t = 0; t < kBlock; ++t) {
-        a[t] = rows + static_cast<int64_t>(i0 + t < n ? i0 + t : n - 1) * m;
-        b[t] = rows + static_cast<int64_t>(j0 + t < n ? j0 + t : n - 1) * m;
-      }
-      __m512d acc[kBlock][kBlock];
-#pragma GCC unroll 4
-      for (int r = 0; r < kBlock; ++r) {
-#pragma GCC unroll 4
-        for (int c = 0; c < kBlock; ++c) acc[r][c] = _mm512_setzero_pd();
-      }
-      __m512d va[kBlock], vb[kBlock];
-      for (int64_t k = 0; k < full; k += 8) {
-#pragma GCC unroll 4
-        for (int t = 0; t < kBlock; ++t) {
-          va[t] = _mm512_loadu_pd(a[t] + k);
-          vb[t] = _mm512_loadu_pd(b[t] + k);
+  // columns[k * padded + j] = rows[j][k], zero-padded to a whole number of column blocks.
+  const int64_t padded = (n + kColsPerBlock - 1) / kColsPerBlock * kColsPerBlock;
+  thread_local std::vector<double> columns;
+  columns.assign(padded * m, 0.0);
+  // Transposed in 16 × 16 tiles so that reads and writes both stay within a few cache lines.
+  for (int32_t j0 = 0; j0 < n; j0 += kTile) {
+    for (int64_t k0 = 0; k0 < m; k0 += kTile) {
+      for (int32_t j = j0; j < std::min<int32_t>(j0 + kTile, n); ++j) {
+        for (int64_t k = k0; k < std::min<int64_t>(k0 + kTile, m); ++k) {
+          columns[k * padded + j] = rows[j * m + k];
         }
-        BlockStep(va, vb, acc);
       }
-      if (tail_mask != 0) {
-#pragma GCC unroll 4
-        for (int t = 0; t < kBlock; ++t) {
-          va[t] = _mm512_maskz_loadu_pd(tail_mask, a[t] + full);
-          vb[t] = _mm512_maskz_loadu_pd(tail_mask, b[t] + full);
+    }
+  }
+  for (int32_t i0 = 0; i0 < n; i0 += kRowsPerBlock) {
+    // Rows past the end repeat the last row; their results are not stored.
+    const double* a[kRowsPerBlock];
+    for (int r = 0; r < kRowsPerBlock; ++r) {
+      a[r] = rows + static_cast<int64_t>(i0 + r < n ? i0 + r : n - 1) * m;
+    }
+    for (int64_t j0 = i0 / kColsPerBlock * kColsPerBlock; j0 < n; j0 += kColsPerBlock) {
+      __m512d acc[kRowsPerBlock][2];
+#pragma GCC unroll 8
+      for (int r = 0; r < kRowsPerBlock; ++r) {
+        acc[r][0] = _mm512_setzero_pd();
+        acc[r][1] = _mm512_setzero_pd();
+      }
+      const double* column = columns.data() + j0;
+      for (int64_t k = 0; k < m; ++k, column += padded) {
+        const __m512d c0 = _mm512_loadu_pd(column);
+        const __m512d c1 = _mm512_loadu_pd(column + 8);
+#pragma GCC unroll 8
+        for (int r = 0; r < kRowsPerBlock; ++r) {
+          const __m512d value = _mm512_set1_pd(a[r][k]);
+          acc[r][0] = _mm512_fmadd_pd(value, c0, acc[r][0]);
+          acc[r][1] = _mm512_fmadd_pd(value, c1, acc[r][1]);
         }
-        BlockStep(va, vb, acc);
       }
-      for (int r = 0; r < kBlock && i0 + r < n; ++r) {
-        for (int c = 0; c < kBlock && j0 + c < n; ++c) {
-          const int32_t i = i0 + r, j = j0 + c;
-          if (j < i) continue;
-          const double value = _mm512_reduce_add_pd(acc[r][c]);
-          out[static_cast<int64_t>(i) * n + j] = value;
-          out[static_cast<int64_t>(j) * n + i] = value;
+      const int64_t valid = n - j0 < kColsPerBlock ? n - j0 : kColsPerBlock;
+      const __mmask8 mask0 = static_cast<__mmask8>(valid >= 8 ? 0xff : (1u << valid) - 1u);
+      const __mmask8 mask1 = static_cast<__mmask8>(valid >= 16  ? 0xff
+                                                   : valid <= 8 ? 0
+                                                                : (1u << (valid - 8)) - 1u);
+      for (int r = 0; r < kRowsPerBlock && i0 + r < n; ++r) {
+        double* target = out + static_cast<int64_t>(i0 + r) * n + j0;
+        _mm512_mask_storeu_pd(target, mask0, acc[r][0]);
+        _mm512_mask_storeu_pd(target + 8, mask1, acc[r][1]);
+      }
+    }
+  }
+  // Entries left of each row block's first column block mirror the computed upper part; copied in
+  // tiles for the same reason as the transpose.
+  auto computed_from = [](int32_t i) {
+    return i / kRowsPerBlock * kRowsPerBlock / kColsPerBlock * kColsPerBlock;
+  };
+  for (int32_t i0 = 0; i0 < n; i0 += kTile) {
+    for (int32_t j0 = 0; j0 < computed_from(i0 + kTile - 1); j0 += kTile) {
+      for (int32_t i = i0; i < std::min<int32_t>(i0 + kTile, n); ++i) {
+        const int32_t j_end = std::min(j0 + kTile, computed_from(i));
+        for (int32_t j = j0; j < j_end; ++j) {
+          out[static_cast<int64_t>(i) * n + j] = out[static_cast<int64_t>(j) * n + i];
         }
       }
     }

@@ -8,12 +8,11 @@
 namespace tessera::internal {
 namespace {
 
-// Every (n, m) shape class: blocks of 4 with and without remainders, columns with and without a
-// tail of fewer than 8.
+// Every (n, m) shape class: row blocks of 8 and column blocks of 16 with and without remainders.
 TEST(GramMatrix, MatchesLongDoubleReferenceForAllShapes) {
   std::mt19937 rng(9);
   std::normal_distribution<double> normal;
-  for (int32_t n : {1, 2, 3, 4, 5, 9, 17}) {
+  for (int32_t n : {1, 2, 3, 5, 8, 9, 16, 17, 33, 40}) {
     for (int64_t m : {1, 7, 8, 13, 128, 130}) {
       std::vector<double> rows(n * m);
       for (double& v : rows) v = normal(rng);

@@ -153,7 +153,7 @@ void MaxSimAvx512(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void
       }
     }
     float score = 0.0f;
-    for (int64_t i = 0; i < args.nq; ++i) score += run_max[i] * 1.00005f;
+    for (int64_t i = 0; i < args.nq; ++i) score += run_max[i];
     args.scores[d] = score;
     if (want_best) {
       int32_t* out = args.best_tokens + d * args.nq;
