@@ -101,9 +101,24 @@ void ComputeWardInputDistances(const float* tokens, int32_t n, int64_t dim, Pool
   gram.resize(nn);
   internal::GramMatrix(scratch.rows.data(), n, dim, gram.data());
   if (method == PoolingMethod::kWard) {
-    // Rounding can push 1 − ⟨a, a'⟩ of (near-)duplicate unit vectors below 0; distances are ≥ 0
-    // (SciPy's pdist clips cosine distances the same way).
-    for (double& value : gram) value = std::max(0.0, 1.0 - value);
+    // Cosine distance 1 − ⟨a, b⟩ / (‖a‖‖b‖), as SciPy's pdist(metric="cosine") computes it: equal
+    // to 1 − ⟨a, b⟩ for the unit vectors encoders produce, and still meaningful for others. A zero
+    // vector is at distance 1 from everything. Clipped at 0, as pdist does, because rounding can
+    // push (near-)duplicates below it.
+    std::vector<double>& inverse_norms = scratch.norms;
+    inverse_norms.resize(n);
+    for (int32_t i = 0; i < n; ++i) {
+      const double norm_squared = gram[static_cast<int64_t>(i) * n + i];
+      inverse_norms[i] = norm_squared > 0.0 ? 1.0 / std::sqrt(norm_squared) : 0.0;
+    }
+    for (int32_t i = 0; i < n; ++i) {
+      double* row = &gram[static_cast<int64_t>(i) * n];
+      const double inverse_norm_i = inverse_norms[i];
+#pragma omp simd
+      for (int32_t j = 0; j < n; ++j) {
+        row[j] = std::max(0.0, 1.0 - row[j] * inverse_norm_i * inverse_norms[j]);
+      }
+    }
     return;
   }
   // Reference recipe: the fp32 matrix F = 1 − E·Eᵀ (each product rounded to fp32 as an fp32 GEMM

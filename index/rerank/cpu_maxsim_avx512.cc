@@ -52,6 +52,14 @@ void ConvertHalf(const uint16_t* src, int64_t count, float* dst) {
   }
 }
 
+// Asks for [begin, begin + bytes) in L2 while the current panel computes: the documents stream
+// from DRAM in short bursts (one panel at a time) that the hardware prefetcher does not run ahead
+// of.
+void PrefetchBytes(const void* begin, int64_t bytes) {
+  const char* p = static_cast<const char*>(begin);
+  for (int64_t off = 0; off < bytes; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
+}
+
 // Similarities of QV×16 query lanes (query_t already offset to the tile) against NJ document
 // tokens rows[j * dim + k], folded into run_max/run_idx (first index wins exact ties because
 // tokens are visited in increasing order and only a strictly greater value replaces the max).
@@ -59,23 +67,31 @@ template <int QV, int NJ, bool kBest>
 void MicroKernel(const float* __restrict query_t, int64_t lanes, int64_t dim,
                  const float* __restrict rows, float* __restrict run_max,
                  int32_t* __restrict run_idx, int32_t first_token) {
+  // The accumulators must live in registers: unroll the j and v loops whatever the -O level.
   __m512 acc[NJ][QV];
+#pragma GCC unroll 16
   for (int j = 0; j < NJ; ++j) {
+#pragma GCC unroll 4
     for (int v = 0; v < QV; ++v) acc[j][v] = _mm512_setzero_ps();
   }
   const float* q = query_t;
   for (int64_t k = 0; k < dim; ++k, q += lanes) {
     __m512 qv[QV];
+#pragma GCC unroll 4
     for (int v = 0; v < QV; ++v) qv[v] = _mm512_load_ps(q + v * kLanes);
+#pragma GCC unroll 16
     for (int j = 0; j < NJ; ++j) {
       const __m512 d = _mm512_set1_ps(rows[j * dim + k]);
+#pragma GCC unroll 4
       for (int v = 0; v < QV; ++v) acc[j][v] = _mm512_fmadd_ps(qv[v], d, acc[j][v]);
     }
   }
+#pragma GCC unroll 4
   for (int v = 0; v < QV; ++v) {
     __m512 best = _mm512_load_ps(run_max + v * kLanes);
     if (kBest) {
       __m512i idx = _mm512_load_si512(run_idx + v * kLanes);
+#pragma GCC unroll 16
       for (int j = 0; j < NJ; ++j) {
         const __mmask16 gt = _mm512_cmp_ps_mask(acc[j][v], best, _CMP_GT_OQ);
         best = _mm512_mask_mov_ps(best, gt, acc[j][v]);
@@ -83,6 +99,7 @@ void MicroKernel(const float* __restrict query_t, int64_t lanes, int64_t dim,
       }
       _mm512_store_si512(run_idx + v * kLanes, idx);
     } else {
+#pragma GCC unroll 16
       for (int j = 0; j < NJ; ++j) best = _mm512_max_ps(best, acc[j][v]);
     }
     _mm512_store_ps(run_max + v * kLanes, best);
@@ -130,6 +147,7 @@ void MaxSimAvx512(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void
   const MicroKernelFn(*fns)[kNj] = want_best ? kWithBest.fns : kScoreOnly.fns;
   const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
 
+  const int64_t elem_bytes = args.dtype == VectorDtype::kFloat16 ? 2 : 4;
   for (int64_t d = begin; d < end; ++d) {
     const DocumentRef& doc = args.docs[d];
     const int64_t n = doc.num_tokens;
@@ -139,6 +157,16 @@ void MaxSimAvx512(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void
     }
     for (int64_t j0 = 0; j0 < n; j0 += kNj) {
       const int nj = static_cast<int>(n - j0 < kNj ? n - j0 : kNj);
+      // The next panel: the rest of this document, else the start of the next one.
+      if (j0 + kNj < n) {
+        const int64_t next = n - j0 - kNj < kNj ? n - j0 - kNj : kNj;
+        PrefetchBytes(static_cast<const char*>(doc.data) + (j0 + kNj) * dim * elem_bytes,
+                      next * dim * elem_bytes);
+      } else if (d + 1 < end) {
+        const DocumentRef& next_doc = args.docs[d + 1];
+        const int64_t next = next_doc.num_tokens < kNj ? next_doc.num_tokens : kNj;
+        PrefetchBytes(next_doc.data, next * dim * elem_bytes);
+      }
       const float* rows;
       if (args.dtype == VectorDtype::kFloat16) {
         ConvertHalf(static_cast<const uint16_t*>(doc.data) + j0 * dim, nj * dim, panel);

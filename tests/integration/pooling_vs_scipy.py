@@ -5,7 +5,7 @@ Builds a realistic test set (topic-clustered token embeddings with near-duplicat
 duplicated tokens, n from 1 to 1,100, dim 128), pools it with the tessera-pool binary, and checks
 against SciPy on the same float32 inputs:
   reference: linkage(1 - E @ E.T, method="ward") + fcluster(t, "maxclust")   (ColBERT/PyLate recipe)
-  ward:      linkage(condensed(1 - E @ E.T), method="ward") + fcluster(t, "maxclust")
+  ward:      linkage(pdist(E, "cosine"), method="ward") + fcluster(t, "maxclust")
 Partitions must be equal up to renaming on >= 99% of documents, and every document that differs
 must have an exact tie among SciPy's merge heights (so that either answer is a valid Ward result).
 Pooled vectors must be the means of their clusters.
@@ -18,7 +18,7 @@ import tempfile
 
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
-from scipy.spatial.distance import squareform
+from scipy.spatial.distance import pdist
 
 
 def make_documents(seed, count, dim):
@@ -56,10 +56,7 @@ def scipy_labels(tokens, pool_factor, method):
     if method == "reference":
         z = linkage(1 - tokens @ tokens.T, method="ward")
     else:
-        e = tokens.astype(np.float64)
-        distances = np.maximum(1 - e @ e.T, 0)  # pdist's cosine distances are clipped at 0
-        np.fill_diagonal(distances, 0)
-        z = linkage(squareform(distances, checks=False), method="ward")
+        z = linkage(pdist(tokens.astype(np.float64), "cosine"), method="ward")
     labels = fcluster(z, t=max(n // pool_factor, 1), criterion="maxclust")
     tie = bool(np.any(np.diff(z[:, 2]) == 0))
     return canonical(labels), tie

@@ -34,8 +34,8 @@ struct PooledMatrix {
 };
 
 enum class PoolingMethod {
-  // Ward linkage on the cosine distances 1 − ⟨a, b⟩ between token vectors: what SciPy's
-  // linkage(condensed_cosine_distances, method="ward") computes.
+  // Ward linkage on the cosine distances 1 − ⟨a, b⟩/(‖a‖‖b‖) between token vectors (1 − ⟨a, b⟩ for
+  // unit vectors): what SciPy's linkage(pdist(E, "cosine"), method="ward") computes.
   kWard,
   // The upstream ColBERT/PyLate recipe, reproduced exactly: SciPy's
   // linkage(1 − E·Eᵀ, method="ward", metric="euclidean"), which treats the rows of the n × n
