@@ -13,8 +13,11 @@
 //       counters gflops, docs_per_s, and, when the references above ran in the same process,
 //       of_peak (gflops / (threads × BM_FmaPeak/avx512 gflops)) and
 //       vs_sgemm (gflops / BM_MaxSimSgemmBaseline gflops at the same thread count).
-// "threads" is the scorer's (or OpenBLAS's) thread count; Google Benchmark itself runs one thread,
-// and all rates use wall time. An ISA the CPU lacks is reported as an error for that benchmark.
+// Every benchmark measures wall time (UseRealTime), so Google Benchmark appends "/real_time" to
+// each name above, e.g. "BM_MaxSimCpu/fp16/avx512/threads:1/real_time"; rates are per wall second.
+// "threads" is the scorer's (or OpenBLAS's) thread count; Google Benchmark itself runs one thread.
+// An ISA the CPU lacks is reported as an error for that benchmark (error_occurred in the JSON).
+
 // GCC 12's _mm512_undefined_* (used by _mm512_reduce_add_ps) initialises a variable from itself,
 // which -Wuninitialized reports at every use.
 #pragma GCC diagnostic push
@@ -55,8 +58,8 @@ double g_fma_peak_gflops = 0;
 double g_sgemm_gflops[3] = {0, 0, 0};  // by thread count
 
 struct Workload {
-  std::vector<float> query;       // kQueryTokens × kDim
-  std::vector<float> docs_fp32;   // kDocs × kDocTokens × kDim, documents back to back
+  std::vector<float> query;      // kQueryTokens × kDim
+  std::vector<float> docs_fp32;  // kDocs × kDocTokens × kDim, documents back to back
   std::vector<Float16> docs_fp16;
   std::vector<DocumentRef> refs_fp32;
   std::vector<DocumentRef> refs_fp16;
@@ -144,13 +147,13 @@ void BM_FmaPeak(benchmark::State& state, bool avx512) {
     return;
   }
   // FLOPs per inner iteration: chains × lanes × 2.
-  const double flops = avx512 ? kPeakInnerIterations * kPeakChains * 16.0 * 2
-                              : kPeakInnerIterations * 12 * 8.0 * 2;
+  const double flops =
+      avx512 ? kPeakInnerIterations * kPeakChains * 16.0 * 2 : kPeakInnerIterations * 12 * 8.0 * 2;
   float seed = 1e-3f;
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    const float r =
-        avx512 ? FmaLoopAvx512(kPeakInnerIterations, seed) : FmaLoopAvx2(kPeakInnerIterations, seed);
+    const float r = avx512 ? FmaLoopAvx512(kPeakInnerIterations, seed)
+                           : FmaLoopAvx2(kPeakInnerIterations, seed);
     benchmark::DoNotOptimize(r);
     seed = r * 1e-9f + 1e-3f;  // the next call depends on this one
   }
@@ -183,8 +186,8 @@ void BM_MaxSimSgemmBaseline(benchmark::State& state, int threads) {
     benchmark::DoNotOptimize(scores.data());
     benchmark::ClobberMemory();
   }
-  g_sgemm_gflops[threads] = kFlopsPerCall * static_cast<double>(state.iterations()) /
-                            Seconds(start) / 1e9;
+  g_sgemm_gflops[threads] =
+      kFlopsPerCall * static_cast<double>(state.iterations()) / Seconds(start) / 1e9;
   state.counters["gflops"] =
       benchmark::Counter(kFlopsPerCall / 1e9, benchmark::Counter::kIsIterationInvariantRate);
 }
@@ -241,7 +244,8 @@ void RegisterAll() {
   const struct {
     const char* name;
     CpuIsa isa;
-  } isas[] = {{"avx512", CpuIsa::kAvx512}, {"avx2", CpuIsa::kAvx2}, {"portable", CpuIsa::kPortable}};
+  } isas[] = {
+      {"avx512", CpuIsa::kAvx512}, {"avx2", CpuIsa::kAvx2}, {"portable", CpuIsa::kPortable}};
   for (const auto& dtype : dtypes) {
     for (const auto& isa : isas) {
       for (int threads : {1, 2}) {

@@ -1,5 +1,5 @@
-// ThreadPool: FIFO of ParallelFor jobs, chunks claimed with an atomic counter; see thread_pool.h for
-// why a caller can always finish its own job.
+// ThreadPool: FIFO of ParallelFor jobs, chunks claimed with an atomic counter; see thread_pool.h
+// for why a caller can always finish its own job.
 #include "index/common/thread_pool.h"
 
 #include <algorithm>

@@ -23,8 +23,8 @@ namespace internal {
 // running ParallelFor body (nested). Each call is one job in a FIFO queue with an atomic chunk
 // counter; idle workers help the oldest job that still has unclaimed chunks, and the caller claims
 // chunks of its own job until none are left, then waits only for chunks already running on
-// workers. A caller therefore never waits for a chunk nobody is running, so nesting cannot deadlock.
-// Happens-before: everything fn wrote is visible to the caller when ParallelFor returns.
+// workers. A caller therefore never waits for a chunk nobody is running, so nesting cannot
+// deadlock. Happens-before: everything fn wrote is visible to the caller when ParallelFor returns.
 class ThreadPool {
  public:
   // num_threads: total parallelism including the calling thread; 0 = hardware concurrency.

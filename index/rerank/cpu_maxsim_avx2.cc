@@ -1,8 +1,9 @@
 // AVX2 + FMA + F16C MaxSim kernel (compiled with -mavx2 -mfma -mf16c; only called when the CPU has
 // them). Same scheme as the AVX-512 kernel (cpu_maxsim_avx512.cc) at half the width and with 16
 // registers: a micro-kernel of 16 query lanes (2 ymm) × 6 document tokens = 12 accumulators, per
-// dimension 2 loads, 6 broadcasts and 12 FMAs. The query is zero-padded to 8 lanes by the caller;
-// fp16 tails are copied through a small stack buffer so nothing past a document's end is read.
+// dimension 2 loads, 6 broadcasts and 12 FMAs, and the same L2 prefetch of document data. The
+// query is zero-padded to 8 lanes by the caller; fp16 tails are copied through a small stack
+// buffer so nothing past a document's end is read.
 //
 // No std:: or absl:: inline code here (see cpu_maxsim_kernels.h).
 #include <immintrin.h>
@@ -19,6 +20,8 @@ namespace {
 constexpr int kLanes = 8;
 constexpr int kNj = 6;  // document tokens per micro-kernel
 constexpr int kMaxQv = 2;
+// How far ahead (in panels) document data is prefetched.
+constexpr int kPrefetchPanels = 2;
 
 static_assert(kLanes == kAvx2Lanes, "lane count mismatch");
 static_assert(kNj <= kMaxSimPanelTokens, "panel does not fit the scratch");
@@ -41,28 +44,69 @@ void ConvertHalf(const uint16_t* src, int64_t count, float* dst) {
   }
 }
 
+// Asks for document data in L2 ahead of use: documents stream from DRAM in short bursts (one
+// panel at a time) that the hardware prefetcher does not run ahead of. Walks documents
+// [begin, end) panel by panel; each Next() requests one panel, so calling it once per panel
+// computed (after kPrefetchPanels initial calls) keeps it that many panels ahead.
+class PanelPrefetcher {
+ public:
+  PanelPrefetcher(const MaxSimKernelArgs& args, int64_t begin, int64_t end)
+      : docs_(args.docs),
+        end_(end),
+        row_bytes_(args.dim * (args.dtype == VectorDtype::kFloat16 ? 2 : 4)),
+        doc_(begin) {}
+
+  void Next() {
+    if (doc_ >= end_) return;
+    const DocumentRef& doc = docs_[doc_];
+    const int64_t count = doc.num_tokens - token_ < kNj ? doc.num_tokens - token_ : kNj;
+    const char* p = static_cast<const char*>(doc.data) + token_ * row_bytes_;
+    for (int64_t off = 0; off < count * row_bytes_; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
+    token_ += kNj;
+    if (token_ >= doc.num_tokens) {
+      ++doc_;
+      token_ = 0;
+    }
+  }
+
+ private:
+  const DocumentRef* const docs_;
+  const int64_t end_;
+  const int64_t row_bytes_;
+  int64_t doc_;
+  int64_t token_ = 0;
+};
+
 template <int QV, int NJ, bool kBest>
 void MicroKernel(const float* __restrict query_t, int64_t lanes, int64_t dim,
                  const float* __restrict rows, float* __restrict run_max,
                  int32_t* __restrict run_idx, int32_t first_token) {
+  // The accumulators must live in registers: unroll the j and v loops whatever the -O level.
   __m256 acc[NJ][QV];
+#pragma GCC unroll 16
   for (int j = 0; j < NJ; ++j) {
+#pragma GCC unroll 4
     for (int v = 0; v < QV; ++v) acc[j][v] = _mm256_setzero_ps();
   }
   const float* q = query_t;
   for (int64_t k = 0; k < dim; ++k, q += lanes) {
     __m256 qv[QV];
+#pragma GCC unroll 4
     for (int v = 0; v < QV; ++v) qv[v] = _mm256_load_ps(q + v * kLanes);
+#pragma GCC unroll 16
     for (int j = 0; j < NJ; ++j) {
       const __m256 d = _mm256_broadcast_ss(rows + j * dim + k);
+#pragma GCC unroll 4
       for (int v = 0; v < QV; ++v) acc[j][v] = _mm256_fmadd_ps(qv[v], d, acc[j][v]);
     }
   }
+#pragma GCC unroll 4
   for (int v = 0; v < QV; ++v) {
     __m256 best = _mm256_load_ps(run_max + v * kLanes);
     if (kBest) {
       __m256 idx = _mm256_castsi256_ps(
           _mm256_load_si256(reinterpret_cast<const __m256i*>(run_idx + v * kLanes)));
+#pragma GCC unroll 16
       for (int j = 0; j < NJ; ++j) {
         const __m256 gt = _mm256_cmp_ps(acc[j][v], best, _CMP_GT_OQ);
         best = _mm256_blendv_ps(best, acc[j][v], gt);
@@ -71,6 +115,7 @@ void MicroKernel(const float* __restrict query_t, int64_t lanes, int64_t dim,
       _mm256_store_si256(reinterpret_cast<__m256i*>(run_idx + v * kLanes),
                          _mm256_castps_si256(idx));
     } else {
+#pragma GCC unroll 16
       for (int j = 0; j < NJ; ++j) best = _mm256_max_ps(best, acc[j][v]);
     }
     _mm256_store_ps(run_max + v * kLanes, best);
@@ -116,6 +161,8 @@ void MaxSimAvx2(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* 
   const bool want_best = args.best_tokens != nullptr;
   const MicroKernelFn(*fns)[kNj] = want_best ? kWithBest.fns : kScoreOnly.fns;
   const __m256 neg_inf = _mm256_set1_ps(-__builtin_inff());
+  PanelPrefetcher prefetcher(args, begin, end);
+  for (int p = 0; p < kPrefetchPanels; ++p) prefetcher.Next();
 
   for (int64_t d = begin; d < end; ++d) {
     const DocumentRef& doc = args.docs[d];
@@ -126,6 +173,7 @@ void MaxSimAvx2(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* 
     }
     for (int64_t j0 = 0; j0 < n; j0 += kNj) {
       const int nj = static_cast<int>(n - j0 < kNj ? n - j0 : kNj);
+      prefetcher.Next();
       const float* rows;
       if (args.dtype == VectorDtype::kFloat16) {
         ConvertHalf(static_cast<const uint16_t*>(doc.data) + j0 * dim, nj * dim, panel);

@@ -100,8 +100,7 @@ CpuMaxSimScorer::CpuMaxSimScorer(CpuIsa isa, int num_threads)
       pool_(std::make_unique<ThreadPool>(num_threads)) {}
 
 absl::Status CpuMaxSimScorer::ScoreImpl(FloatMatrixView query, const DocumentBatch& docs,
-                                        const MaxSimOptions& options,
-                                        MaxSimResult* result) const {
+                                        const MaxSimOptions& options, MaxSimResult* result) const {
   const int64_t nq = query.rows;
   const int64_t dim = query.cols;
   const int64_t lanes = RoundUp(nq, lane_multiple_);
@@ -141,9 +140,8 @@ absl::Status CpuMaxSimScorer::ScoreImpl(FloatMatrixView query, const DocumentBat
   int64_t total_tokens = 0;
   for (const DocumentRef& doc : docs.docs) total_tokens += doc.num_tokens;
   const int64_t work_per_doc = std::max<int64_t>(1, nq * dim * total_tokens / num_docs);
-  const int64_t grain =
-      std::max({int64_t{1}, num_docs / (threads * kChunksPerThread),
-                (kMinChunkMultiplyAdds + work_per_doc - 1) / work_per_doc});
+  const int64_t grain = std::max({int64_t{1}, num_docs / (threads * kChunksPerThread),
+                                  (kMinChunkMultiplyAdds + work_per_doc - 1) / work_per_doc});
   pool_->ParallelFor(num_docs, grain, run);
   return absl::OkStatus();
 }
@@ -161,8 +159,8 @@ CpuIsa DetectCpuIsa() {
 
 absl::StatusOr<std::unique_ptr<MaxSimScorer>> NewCpuMaxSimScorer(const CpuMaxSimOptions& options) {
   if (options.num_threads < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_threads ", options.num_threads, ", expected ≥ 0 (0 = all hardware threads)"));
+    return absl::InvalidArgumentError(absl::StrCat("num_threads ", options.num_threads,
+                                                   ", expected ≥ 0 (0 = all hardware threads)"));
   }
   CpuIsa isa = options.isa;
   if (isa == CpuIsa::kAuto) isa = DetectCpuIsa();

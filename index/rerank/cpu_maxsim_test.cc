@@ -28,7 +28,7 @@ constexpr CpuIsa kAllIsas[] = {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable
 struct OwnedDocs {
   VectorDtype dtype = VectorDtype::kFloat32;
   int64_t dim = 0;
-  std::vector<std::vector<float>> values;   // per document, num_tokens × dim
+  std::vector<std::vector<float>> values;    // per document, num_tokens × dim
   std::vector<std::vector<Float16>> halves;  // fp16 storage, when dtype is kFloat16
   std::vector<DocumentRef> refs;
 
@@ -64,10 +64,10 @@ struct OwnedDocs {
 
 // Double-precision brute force, independent of the kernels' code.
 struct Reference {
-  std::vector<double> scores;           // per document
-  std::vector<double> score_scale;      // max(1, Σ_i max_j |sim|) per document
+  std::vector<double> scores;             // per document
+  std::vector<double> score_scale;        // max(1, Σ_i max_j |sim|) per document
   std::vector<std::vector<double>> sims;  // per document, nq × num_tokens
-  std::vector<double> sim_scale;        // per document × query token: max(1, max_j Σ_k |q d|)
+  std::vector<double> sim_scale;          // per document × query token: max(1, max_j Σ_k |q d|)
 };
 
 Reference ComputeReference(const std::vector<float>& query, int64_t nq, const OwnedDocs& docs) {
@@ -150,8 +150,8 @@ int CheckAgainstReference(const MaxSimResult& got, const Reference& ref, const O
       // Only a near-tie (within fp32 rounding of the dot products) may pick another token.
       const double sim_tol = 1e-5 * ref.sim_scale[d * nq + i];
       if (!(row[chosen] >= row[argmax] - sim_tol)) {
-        ADD_FAILURE() << what << " doc " << d << " query token " << i << ": best token "
-                      << chosen << " (similarity " << row[chosen] << "), reference " << argmax
+        ADD_FAILURE() << what << " doc " << d << " query token " << i << ": best token " << chosen
+                      << " (similarity " << row[chosen] << "), reference " << argmax
                       << " (similarity " << row[argmax] << "), tolerance " << sim_tol;
         ++failures;
       }
@@ -321,8 +321,7 @@ TEST(CpuMaxSimScorer, ConcurrentCallersGetIdenticalResults) {
   for (int c = 0; c < kCallers; ++c) {
     callers.emplace_back([&, c] {
       for (int r = 0; r < kRounds; ++r) {
-        absl::StatusOr<MaxSimResult> got =
-            scorer->Score({query.data(), nq, dim}, batch, options);
+        absl::StatusOr<MaxSimResult> got = scorer->Score({query.data(), nq, dim}, batch, options);
         if (!got.ok() || got->scores != expected->scores ||
             got->best_tokens != expected->best_tokens) {
           ++mismatches[c];

@@ -15,9 +15,8 @@ namespace {
 
 absl::Status ValidateQuery(FloatMatrixView query) {
   if (query.data == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("query: data is null, expected ", query.rows, " × ", query.cols,
-                     " fp32 values"));
+    return absl::InvalidArgumentError(absl::StrCat("query: data is null, expected ", query.rows,
+                                                   " × ", query.cols, " fp32 values"));
   }
   if (query.rows < 1) {
     return absl::InvalidArgumentError(absl::StrCat("query: rows ", query.rows, ", expected ≥ 1"));
@@ -42,8 +41,8 @@ absl::Status ValidateDocuments(const DocumentBatch& docs, int64_t query_dim) {
         "documents: dtype ", static_cast<int>(docs.dtype), ", expected kFloat32 or kFloat16"));
   }
   if (docs.dim != query_dim) {
-    return absl::InvalidArgumentError(absl::StrCat("documents: dim ", docs.dim, ", expected ",
-                                                   query_dim, " (the query's cols)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("documents: dim ", docs.dim, ", expected ", query_dim, " (the query's cols)"));
   }
   for (size_t d = 0; d < docs.docs.size(); ++d) {
     const DocumentRef& doc = docs.docs[d];
