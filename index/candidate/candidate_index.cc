@@ -1,0 +1,1042 @@
+// CandidateIndex: one FAISS index (an IndexIDMap2 around the factory's index, inner-product metric)
+// plus what FAISS does not give us in 1.7.3: tombstones for indexes without removal, the "auto"
+// Flat → HNSW32 switch, deferred training, filters that cannot shrink a result below k, and
+// checksummed, atomically written snapshots.
+//
+// Locking: `mu_` is a reader-writer lock over the index state; searches, Documents(), Stats() and
+// the serialisation half of Save() hold it shared. Writers (Add, Remove) are serialised by
+// `write_mu_` and take `mu_` exclusively only to change the state; a rebuild (the auto switch,
+// training, compaction) reads the current index under the shared lock, so searches go on while the
+// new index is built, and takes the exclusive lock only to swap it in.
+//
+// Filters: IndexIDMap2::search in FAISS 1.7.3 rejects SearchParameters ("search params not
+// supported for this index"), so the IDSelector is handed to the inner index, which numbers its
+// vectors by storage position; the selector maps a position to its id through id_map, excludes
+// tombstoned positions and asks accept(id >> kCandidateSlotBits).
+
+#include "index/candidate/candidate_index.h"
+
+#include <faiss/Index.h>
+#include <faiss/IndexFlat.h>
+#include <faiss/IndexFlatCodes.h>
+#include <faiss/IndexHNSW.h>
+#include <faiss/IndexIDMap.h>
+#include <faiss/IndexIVF.h>
+#include <faiss/clone_index.h>
+#include <faiss/impl/FaissException.h>
+#include <faiss/impl/IDSelector.h>
+#include <faiss/impl/io.h>
+#include <faiss/index_factory.h>
+#include <faiss/index_io.h>
+#include <faiss/utils/distances.h>
+#include <fcntl.h>
+#include <omp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <new>
+#include <numeric>
+#include <random>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "tessera/status_macros.h"
+
+namespace tessera::internal {
+namespace {
+
+using FaissId = faiss::Index::idx_t;
+
+// ids are int64: (doc << 16) | slot must stay non-negative.
+constexpr uint64_t kMaxDocument = (uint64_t{1} << (63 - kCandidateSlotBits)) - 1;
+
+constexpr int kHnswM = 32;
+constexpr int kHnswEfConstruction = 40;
+// Tombstoned vectors above this fraction of the index trigger a rebuild without them.
+constexpr double kCompactionFraction = 0.2;
+constexpr int64_t kMaxTrainingVectors = 100'000;
+constexpr uint64_t kTrainingSampleSeed = 0x5445535345524131;  // fixed: same input, same index
+// Exact searches gather candidate vectors into blocks of about this size (stays in cache).
+constexpr size_t kExactBlockBytes = size_t{4} << 20;
+
+// Snapshot layout (little-endian): a 40-byte header, then the payload it describes.
+//   0 "TSRC" | 4 u32 format version | 8 i64 dim | 16 u64 covered | 24 u64 payload length |
+//   32 u32 CRC-32 of the payload | 36 u32 CRC-32 of bytes 0..35
+// Payload: u32 flags (bit 0: trained) | u32 n + factory | u32 n + description |
+//   u64 documents + (u64 doc, u64 vector count) each, ascending | u64 n + FAISS write_index bytes.
+// Tombstones are not stored: they are derived from the ids on load (see DeriveTombstones).
+constexpr char kMagic[4] = {'T', 'S', 'R', 'C'};
+constexpr uint32_t kFormatVersion = 1;
+constexpr size_t kHeaderSize = 40;
+constexpr uint32_t kFlagTrained = 1;
+
+FaissId MakeId(uint64_t doc, int64_t slot) {
+  return static_cast<FaissId>((doc << kCandidateSlotBits) | static_cast<uint64_t>(slot));
+}
+uint64_t DocOf(FaissId id) { return static_cast<uint64_t>(id) >> kCandidateSlotBits; }
+int64_t SlotOf(FaissId id) { return id & (kMaxCandidateVectorsPerDocument - 1); }
+
+// Runs FAISS code; no exception escapes.
+template <typename Fn>
+absl::Status FaissCall(absl::string_view what, Fn&& fn) {
+  try {
+    fn();
+    return absl::OkStatus();
+  } catch (const faiss::FaissException& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  } catch (const std::bad_alloc& e) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": out of memory"));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat(what, ": ", e.what()));
+  }
+}
+
+absl::Status ErrnoStatus(int error, absl::string_view what) {
+  std::string message = absl::StrCat(what, ": ", std::strerror(error));
+  switch (error) {
+    case ENOENT:
+      return absl::NotFoundError(message);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(message);
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+// FAISS parallelises a search over OpenMP threads (IndexHNSW::search opens a parallel region even
+// for one query). The server runs many searches at once, so each search stays on its calling
+// thread: omp_set_num_threads changes only the calling thread's ICV, so other threads (Add and
+// rebuilds, which do profit from OpenMP) keep theirs. It also means `accept` is only ever called
+// on the thread that called Search, and that no libgomp worker runs our selector (TSan cannot see
+// libgomp's synchronisation). Measured on a 2-core machine (32 queries × k=100, 1M × 128 Flat):
+// 117 ms with one thread, 879 ms with two (FAISS's per-block OpenMP regions fight OpenBLAS's own
+// threads).
+class ScopedSingleOmpThread {
+ public:
+  ScopedSingleOmpThread() : previous_(omp_get_max_threads()) { omp_set_num_threads(1); }
+  ~ScopedSingleOmpThread() { omp_set_num_threads(previous_); }
+  ScopedSingleOmpThread(const ScopedSingleOmpThread&) = delete;
+  ScopedSingleOmpThread& operator=(const ScopedSingleOmpThread&) = delete;
+
+ private:
+  int previous_;
+};
+
+// How the inner index is searched and how documents are removed from it.
+enum class Kind {
+  kFlat,       // IndexFlat: exact, raw floats, real removal (remove_ids).
+  kFlatCodes,  // other IndexFlatCodes (PQ, SQ): exhaustive, real removal.
+  kHnsw,       // IndexHNSW: tombstones; IDSelector in the search; exact fallback.
+  kIvf,        // IndexIVF: as HNSW (IDMap2's remove_ids renumbers ids, which IVF does not).
+  kOther,      // tombstones; filtered searches run exactly over reconstructed vectors.
+};
+
+Kind KindOf(const faiss::Index* inner) {
+  if (dynamic_cast<const faiss::IndexFlat*>(inner) != nullptr) return Kind::kFlat;
+  if (dynamic_cast<const faiss::IndexFlatCodes*>(inner) != nullptr) return Kind::kFlatCodes;
+  if (dynamic_cast<const faiss::IndexHNSW*>(inner) != nullptr) return Kind::kHnsw;
+  if (dynamic_cast<const faiss::IndexIVF*>(inner) != nullptr) return Kind::kIvf;
+  return Kind::kOther;
+}
+
+bool RemovesInPlace(Kind kind) { return kind == Kind::kFlat || kind == Kind::kFlatCodes; }
+
+// The raw float storage of `inner` when it has one (Flat, HNSW over Flat), for fast gathers.
+const float* RawVectors(const faiss::Index* inner) {
+  if (const auto* flat = dynamic_cast<const faiss::IndexFlat*>(inner)) return flat->get_xb();
+  if (const auto* hnsw = dynamic_cast<const faiss::IndexHNSW*>(inner)) {
+    if (const auto* flat = dynamic_cast<const faiss::IndexFlat*>(hnsw->storage)) {
+      return flat->get_xb();
+    }
+  }
+  return nullptr;
+}
+
+// Search-time settings FAISS keeps in the index (efSearch, nprobe) and IVF's direct map, which
+// reconstruct() (the exact fallback, rebuilds) needs.
+void ConfigureInner(faiss::Index* inner, const CandidateIndexOptions& options) {
+  if (auto* hnsw = dynamic_cast<faiss::IndexHNSW*>(inner)) {
+    hnsw->hnsw.efSearch = options.hnsw_ef_search;
+  }
+  if (auto* ivf = dynamic_cast<faiss::IndexIVF*>(inner)) {
+    // Factory strings cannot set nprobe and FAISS's default (1) gives poor recall.
+    ivf->nprobe = std::min(ivf->nlist, std::clamp<size_t>(ivf->nlist / 16, 8, 256));
+    if (ivf->is_trained && ivf->direct_map.type == faiss::DirectMap::NoMap) {
+      ivf->make_direct_map(true);
+    }
+  }
+}
+
+absl::StatusOr<std::unique_ptr<faiss::Index>> NewFactoryIndex(
+    const CandidateIndexOptions& options) {
+  std::unique_ptr<faiss::Index> inner;
+  try {
+    inner.reset(faiss::index_factory(static_cast<int>(options.dim), options.factory.c_str(),
+                                     faiss::METRIC_INNER_PRODUCT));
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FAISS rejects factory '", options.factory, "': ", e.what()));
+  }
+  if (inner == nullptr || inner->d != options.dim ||
+      inner->metric_type != faiss::METRIC_INNER_PRODUCT) {
+    return absl::InvalidArgumentError(absl::StrCat("factory '", options.factory,
+                                                   "' does not give an inner-product index of dim ",
+                                                   options.dim));
+  }
+  return inner;
+}
+
+std::unique_ptr<faiss::Index> NewHnswFlat(const CandidateIndexOptions& options) {
+  auto hnsw = std::make_unique<faiss::IndexHNSWFlat>(static_cast<int>(options.dim), kHnswM,
+                                                     faiss::METRIC_INNER_PRODUCT);
+  hnsw->hnsw.efConstruction = kHnswEfConstruction;
+  hnsw->hnsw.efSearch = options.hnsw_ef_search;
+  return hnsw;
+}
+
+absl::Status ValidateOptions(const CandidateIndexOptions& options) {
+  if (options.dim < 1 || options.dim > (1 << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("candidate index dim ", options.dim, ", expected 1..", 1 << 20));
+  }
+  if (options.factory.empty()) {
+    return absl::InvalidArgumentError("candidate index factory string is empty");
+  }
+  if (options.factory.find("IDMap") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("factory '", options.factory, "' must not contain IDMap: it is added"));
+  }
+  if (options.auto_exact_limit < 0 || options.min_training_vectors < 1 ||
+      options.hnsw_ef_search < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "candidate index options: auto_exact_limit ", options.auto_exact_limit,
+        " (expected >= 0), min_training_vectors ", options.min_training_vectors,
+        " (expected >= 1), hnsw_ef_search ", options.hnsw_ef_search, " (expected >= 1)"));
+  }
+  return absl::OkStatus();
+}
+
+// A hit during a search: `id` is the FAISS id. Better-first order: similarity, then ascending id.
+struct ScoredId {
+  float similarity;
+  FaissId id;
+};
+bool Better(const ScoredId& a, const ScoredId& b) {
+  return a.similarity > b.similarity || (a.similarity == b.similarity && a.id < b.id);
+}
+
+// Keeps the best `k` of `hits`, sorted.
+void KeepBest(std::vector<ScoredId>& hits, size_t k) {
+  if (hits.size() > k) {
+    std::nth_element(hits.begin(), hits.begin() + k, hits.end(), Better);
+    hits.resize(k);
+  }
+  std::sort(hits.begin(), hits.end(), Better);
+}
+
+// Membership by storage position of the inner index (see the file comment).
+class DocumentSelector final : public faiss::IDSelector {
+ public:
+  DocumentSelector(const std::vector<FaissId>& id_map, const std::vector<uint8_t>& dead,
+                   bool has_dead, const std::function<bool(uint64_t)>* accept)
+      : id_map_(id_map), dead_(dead), has_dead_(has_dead), accept_(accept) {}
+
+  bool is_member(idx_t position) const override {
+    if (has_dead_ && dead_[position] != 0) return false;
+    return accept_ == nullptr || (*accept_)(DocOf(id_map_[position]));
+  }
+
+ private:
+  const std::vector<FaissId>& id_map_;
+  const std::vector<uint8_t>& dead_;
+  const bool has_dead_;
+  const std::function<bool(uint64_t)>* const accept_;
+};
+
+// Bounds-checked reads from a snapshot payload.
+class PayloadReader {
+ public:
+  PayloadReader(const uint8_t* data, size_t size) : data_(data), left_(size) {}
+  bool Read(void* out, size_t n) {
+    if (n > left_) return false;
+    std::memcpy(out, data_, n);
+    data_ += n;
+    left_ -= n;
+    return true;
+  }
+  bool ReadString(std::string* out) {
+    uint32_t n;
+    if (!Read(&n, sizeof(n)) || n > left_) return false;
+    out->assign(reinterpret_cast<const char*>(data_), n);
+    data_ += n;
+    left_ -= n;
+    return true;
+  }
+  const uint8_t* data() const { return data_; }
+  size_t left() const { return left_; }
+  void Skip(size_t n) {
+    data_ += n;
+    left_ -= n;
+  }
+
+ private:
+  const uint8_t* data_;
+  size_t left_;
+};
+
+template <typename T>
+void Append(std::string& out, const T& value) {
+  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
+}
+void AppendString(std::string& out, const std::string& value) {
+  Append(out, static_cast<uint32_t>(value.size()));
+  out.append(value);
+}
+
+uint32_t Crc32(uint32_t crc, const void* data, size_t size) {
+  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), size));
+}
+
+absl::Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::write(fd, p, size);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(errno, absl::StrCat("writing '", path, "'"));
+    }
+    p += n;
+    size -= static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+// Writes `parts` to `path` atomically: path.tmp, fsync, rename, fsync of the directory.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 const std::vector<std::pair<const void*, size_t>>& parts) {
+  const std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("creating '", tmp, "'"));
+  absl::Status status;
+  for (const auto& [data, size] : parts) {
+    status = WriteAll(fd, data, size, tmp);
+    if (!status.ok()) break;
+  }
+  if (status.ok() && ::fsync(fd) != 0) {
+    status = ErrnoStatus(errno, absl::StrCat("fsync of '", tmp, "'"));
+  }
+  if (::close(fd) != 0 && status.ok()) {
+    status = ErrnoStatus(errno, absl::StrCat("closing '", tmp, "'"));
+  }
+  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
+    status = ErrnoStatus(errno, absl::StrCat("renaming '", tmp, "' to '", path, "'"));
+  }
+  if (!status.ok()) {
+    ::unlink(tmp.c_str());
+    return status;
+  }
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return ErrnoStatus(errno, absl::StrCat("opening directory '", dir, "'"));
+  if (::fsync(dir_fd) != 0) status = ErrnoStatus(errno, absl::StrCat("fsync of '", dir, "'"));
+  ::close(dir_fd);
+  return status;
+}
+
+absl::StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("opening '", path, "'"));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    absl::Status status = ErrnoStatus(errno, absl::StrCat("stat of '", path, "'"));
+    ::close(fd);
+    return status;
+  }
+  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      absl::Status status = ErrnoStatus(errno, absl::StrCat("reading '", path, "'"));
+      ::close(fd);
+      return status;
+    }
+    if (n == 0) break;  // shrank while reading: the size checks below report it
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  bytes.resize(done);
+  return bytes;
+}
+
+}  // namespace
+
+class CandidateIndex::Impl {
+ public:
+  // `index` holds the vectors of `docs`; `dead` marks its tombstoned positions.
+  Impl(const CandidateIndexOptions& options, std::unique_ptr<faiss::IndexIDMap2> index,
+       std::string description, bool trained, std::map<uint64_t, int64_t> docs,
+       std::vector<uint8_t> dead)
+      : options_(options), auto_(options.factory == "auto") {
+    absl::WriterMutexLock lock(&mu_);
+    index_ = std::move(index);
+    kind_ = KindOf(index_->index);
+    description_ = std::move(description);
+    trained_ = trained;
+    docs_ = std::move(docs);
+    for (const auto& [doc, count] : docs_) live_vectors_ += count;
+    dead_ = std::move(dead);
+    dead_count_ = std::count(dead_.begin(), dead_.end(), uint8_t{1});
+  }
+
+  absl::Status Add(uint64_t doc, FloatMatrixView vectors) ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
+  absl::Status Remove(uint64_t doc) ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
+  absl::StatusOr<std::vector<std::vector<CandidateHit>>> Search(
+      FloatMatrixView queries, int k, const std::function<bool(uint64_t)>* accept) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<uint64_t> Documents() const ABSL_LOCKS_EXCLUDED(mu_);
+  CandidateIndexStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Save(const std::string& path, uint64_t covered) const
+      ABSL_LOCKS_EXCLUDED(save_mu_, mu_);
+
+ private:
+  absl::Status AddLocked(uint64_t doc, FloatMatrixView vectors) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RemoveLocked(uint64_t doc) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Switches to HNSW, trains, or compacts when the state asks for it.
+  absl::Status MaybeRebuild() ABSL_EXCLUSIVE_LOCKS_REQUIRED(write_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // The live vectors (index order) and their ids.
+  absl::Status CollectLive(std::vector<float>* vectors, std::vector<FaissId>* ids) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Live storage positions of accepted documents, ascending.
+  std::vector<FaissId> AcceptedPositions(const std::function<bool(uint64_t)>* accept) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Exact top-k of query rows `rows` over the vectors at `positions` into (*hits)[row].
+  absl::Status ExactSearch(FloatMatrixView queries, const std::vector<int64_t>& rows,
+                           const std::vector<FaissId>& positions, int k,
+                           std::vector<std::vector<ScoredId>>* hits) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  absl::Status SearchLocked(FloatMatrixView queries, int k,
+                            const std::function<bool(uint64_t)>* accept,
+                            std::vector<std::vector<ScoredId>>* hits) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const CandidateIndexOptions options_;
+  const bool auto_;
+
+  // Lock order: save_mu_ or write_mu_, then mu_.
+  mutable absl::Mutex save_mu_;  // one Save at a time (they share path.tmp)
+  absl::Mutex write_mu_;         // one writer at a time; the state changes only under it
+  mutable absl::Mutex mu_;
+  std::unique_ptr<faiss::IndexIDMap2> index_ ABSL_GUARDED_BY(mu_);
+  Kind kind_ ABSL_GUARDED_BY(mu_) = Kind::kFlat;
+  std::string description_ ABSL_GUARDED_BY(mu_);
+  // False while a trainable factory's vectors are buffered in an exact Flat index.
+  bool trained_ ABSL_GUARDED_BY(mu_) = true;
+  std::map<uint64_t, int64_t> docs_ ABSL_GUARDED_BY(mu_);  // doc → vector count (live docs)
+  int64_t live_vectors_ ABSL_GUARDED_BY(mu_) = 0;
+  // Per storage position of index_: 1 = tombstoned (a removed or replaced document's vector in an
+  // index without real removal). Positions, not doc ids, so that a re-added document (same ids)
+  // is live while its old vectors stay dead. Size index_->ntotal.
+  std::vector<uint8_t> dead_ ABSL_GUARDED_BY(mu_);
+  int64_t dead_count_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+absl::Status CandidateIndex::Impl::Add(uint64_t doc, FloatMatrixView vectors) {
+  if (vectors.cols != options_.dim) {
+    return absl::InvalidArgumentError(absl::StrCat("document ", doc, ": candidate vectors of dim ",
+                                                   vectors.cols, ", the index expects ",
+                                                   options_.dim));
+  }
+  if (vectors.rows < 1 || vectors.rows > kMaxCandidateVectorsPerDocument ||
+      vectors.data == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("document ", doc, ": ", vectors.rows,
+                                                   " candidate vectors, expected 1..",
+                                                   kMaxCandidateVectorsPerDocument));
+  }
+  if (doc > kMaxDocument) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("document id ", doc, " exceeds the largest candidate id ", kMaxDocument));
+  }
+  const int64_t values = vectors.rows * vectors.cols;
+  for (int64_t i = 0; i < values; ++i) {
+    if (!std::isfinite(vectors.data[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("document ", doc, ": candidate vector ",
+                                                     i / vectors.cols, " has a non-finite value"));
+    }
+  }
+  absl::MutexLock write_lock(&write_mu_);
+  {
+    absl::WriterMutexLock lock(&mu_);
+    TESSERA_RETURN_IF_ERROR(RemoveLocked(doc));
+    TESSERA_RETURN_IF_ERROR(AddLocked(doc, vectors));
+  }
+  return MaybeRebuild();
+}
+
+absl::Status CandidateIndex::Impl::Remove(uint64_t doc) {
+  absl::MutexLock write_lock(&write_mu_);
+  {
+    absl::WriterMutexLock lock(&mu_);
+    TESSERA_RETURN_IF_ERROR(RemoveLocked(doc));
+  }
+  return MaybeRebuild();
+}
+
+absl::Status CandidateIndex::Impl::AddLocked(uint64_t doc, FloatMatrixView vectors) {
+  std::vector<FaissId> ids(vectors.rows);
+  for (int64_t slot = 0; slot < vectors.rows; ++slot) ids[slot] = MakeId(doc, slot);
+  faiss::IndexIDMap2* index = index_.get();  // lambdas escape the lock analysis
+  absl::Status status = FaissCall(absl::StrCat("adding document ", doc), [&] {
+    index->add_with_ids(vectors.rows, vectors.data, ids.data());
+  });
+  dead_.resize(index_->ntotal, 0);
+  TESSERA_RETURN_IF_ERROR(status);
+  docs_[doc] = vectors.rows;
+  live_vectors_ += vectors.rows;
+  return absl::OkStatus();
+}
+
+absl::Status CandidateIndex::Impl::RemoveLocked(uint64_t doc) {
+  auto it = docs_.find(doc);
+  if (it == docs_.end()) return absl::OkStatus();
+  const int64_t count = it->second;
+  if (RemovesInPlace(kind_)) {
+    size_t removed = 0;
+    faiss::IDSelectorRange range(MakeId(doc, 0), MakeId(doc, 0) + count);
+    faiss::IndexIDMap2* index = index_.get();
+    absl::Status status = FaissCall(absl::StrCat("removing document ", doc),
+                                    [&] { removed = index->remove_ids(range); });
+    dead_.resize(index_->ntotal, 0);
+    TESSERA_RETURN_IF_ERROR(status);
+    if (static_cast<int64_t>(removed) != count) {
+      return absl::InternalError(absl::StrCat("removing document ", doc, ": FAISS removed ",
+                                              removed, " vectors, expected ", count));
+    }
+  } else {
+    for (int64_t slot = 0; slot < count; ++slot) {
+      auto pos = index_->rev_map.find(MakeId(doc, slot));
+      if (pos == index_->rev_map.end() || dead_[pos->second] != 0) {
+        return absl::InternalError(
+            absl::StrCat("removing document ", doc, ": slot ", slot, " is not in the index"));
+      }
+      dead_[pos->second] = 1;
+      ++dead_count_;
+    }
+  }
+  live_vectors_ -= count;
+  docs_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status CandidateIndex::Impl::CollectLive(std::vector<float>* vectors,
+                                               std::vector<FaissId>* ids) const {
+  const int64_t ntotal = index_->ntotal;
+  const size_t d = static_cast<size_t>(options_.dim);
+  vectors->resize(static_cast<size_t>(ntotal) * d);
+  ids->clear();
+  ids->reserve(static_cast<size_t>(live_vectors_));
+  const faiss::Index* inner = index_->index;
+  if (ntotal > 0) {
+    TESSERA_RETURN_IF_ERROR(FaissCall("reconstructing the indexed vectors",
+                                      [&] { inner->reconstruct_n(0, ntotal, vectors->data()); }));
+  }
+  size_t kept = 0;
+  for (int64_t pos = 0; pos < ntotal; ++pos) {
+    if (dead_[pos] != 0) continue;
+    if (static_cast<size_t>(pos) != kept) {
+      std::memmove(vectors->data() + kept * d, vectors->data() + pos * d, d * sizeof(float));
+    }
+    ids->push_back(index_->id_map[pos]);
+    ++kept;
+  }
+  vectors->resize(kept * d);
+  return absl::OkStatus();
+}
+
+absl::Status CandidateIndex::Impl::MaybeRebuild() {
+  std::unique_ptr<faiss::IndexIDMap2> rebuilt;
+  std::string description;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    enum class Action { kToHnsw, kTrain, kCompact };
+    Action action;
+    if (auto_ && kind_ != Kind::kHnsw && live_vectors_ >= options_.auto_exact_limit &&
+        live_vectors_ > 0) {
+      action = Action::kToHnsw;
+      description = absl::StrCat("IDMap2,HNSW", kHnswM);
+    } else if (!trained_ && live_vectors_ >= options_.min_training_vectors) {
+      action = Action::kTrain;
+      description = description_;
+    } else if (dead_count_ > 0 && dead_count_ > kCompactionFraction * index_->ntotal) {
+      action = Action::kCompact;
+      description = description_;
+    } else {
+      return absl::OkStatus();
+    }
+
+    std::vector<float> vectors;
+    std::vector<FaissId> ids;
+    TESSERA_RETURN_IF_ERROR(CollectLive(&vectors, &ids));
+    const int64_t n = static_cast<int64_t>(ids.size());
+    std::unique_ptr<faiss::Index> inner;
+    if (action == Action::kToHnsw || (action == Action::kCompact && auto_)) {
+      inner = NewHnswFlat(options_);
+    } else {
+      TESSERA_ASSIGN_OR_RETURN(inner, NewFactoryIndex(options_));
+    }
+    const faiss::Index* current = index_->index;
+    if (action == Action::kCompact && !inner->is_trained) {
+      // Keep the trained quantizers rather than retraining on fewer (possibly too few) vectors.
+      TESSERA_RETURN_IF_ERROR(FaissCall("cloning the trained index", [&] {
+        inner.reset(faiss::clone_index(current));
+        inner->reset();
+      }));
+    }
+    if (!inner->is_trained) {
+      // Train on all vectors, or on a fixed-seed random sample of kMaxTrainingVectors.
+      const size_t d = static_cast<size_t>(options_.dim);
+      std::vector<float> sample;
+      const float* train = vectors.data();
+      int64_t n_train = n;
+      if (n > kMaxTrainingVectors) {
+        std::vector<int64_t> order(n);
+        std::iota(order.begin(), order.end(), 0);
+        std::mt19937_64 rng(kTrainingSampleSeed);
+        for (int64_t i = 0; i < kMaxTrainingVectors; ++i) {
+          std::uniform_int_distribution<int64_t> pick(i, n - 1);
+          std::swap(order[i], order[pick(rng)]);
+        }
+        sample.resize(kMaxTrainingVectors * d);
+        for (int64_t i = 0; i < kMaxTrainingVectors; ++i) {
+          std::memcpy(sample.data() + i * d, vectors.data() + order[i] * d, d * sizeof(float));
+        }
+        train = sample.data();
+        n_train = kMaxTrainingVectors;
+      }
+      absl::Status status =
+          FaissCall(absl::StrCat("training ", options_.factory, " on ", n_train, " vectors"),
+                    [&] { inner->train(n_train, train); });
+      if (!status.ok()) return absl::FailedPreconditionError(status.message());
+    }
+    TESSERA_RETURN_IF_ERROR(FaissCall("rebuilding the candidate index", [&] {
+      ConfigureInner(inner.get(), options_);
+      rebuilt = std::make_unique<faiss::IndexIDMap2>(inner.get());
+      inner.release();
+      rebuilt->own_fields = true;
+      if (n > 0) rebuilt->add_with_ids(n, vectors.data(), ids.data());
+    }));
+  }
+  absl::WriterMutexLock lock(&mu_);
+  index_ = std::move(rebuilt);
+  kind_ = KindOf(index_->index);
+  description_ = std::move(description);
+  trained_ = true;
+  dead_.assign(index_->ntotal, 0);
+  dead_count_ = 0;
+  return absl::OkStatus();
+}
+
+std::vector<FaissId> CandidateIndex::Impl::AcceptedPositions(
+    const std::function<bool(uint64_t)>* accept) const {
+  std::vector<FaissId> positions;
+  const int64_t ntotal = index_->ntotal;
+  // A document's vectors are stored together, so ask `accept` once per run of one document.
+  uint64_t last_doc = ~uint64_t{0};
+  bool last_accepted = false;
+  for (int64_t pos = 0; pos < ntotal; ++pos) {
+    if (dead_[pos] != 0) continue;
+    const uint64_t doc = DocOf(index_->id_map[pos]);
+    if (doc != last_doc) {
+      last_doc = doc;
+      last_accepted = accept == nullptr || (*accept)(doc);
+    }
+    if (last_accepted) positions.push_back(pos);
+  }
+  return positions;
+}
+
+absl::Status CandidateIndex::Impl::ExactSearch(FloatMatrixView queries,
+                                               const std::vector<int64_t>& rows,
+                                               const std::vector<FaissId>& positions, int k,
+                                               std::vector<std::vector<ScoredId>>* hits) const {
+  const size_t d = static_cast<size_t>(options_.dim);
+  const size_t nq = rows.size();
+  std::vector<float> query_block(nq * d);
+  for (size_t i = 0; i < nq; ++i) {
+    std::memcpy(query_block.data() + i * d, queries.data + rows[i] * d, d * sizeof(float));
+  }
+  std::vector<std::vector<ScoredId>> best(nq);
+  const faiss::Index* inner = index_->index;
+  const float* raw = RawVectors(inner);
+  const size_t block_rows = std::max<size_t>(256, kExactBlockBytes / (d * sizeof(float)));
+  std::vector<float> block(std::min(block_rows, positions.size()) * d);
+  std::vector<float> distances;
+  std::vector<FaissId> labels;
+  for (size_t start = 0; start < positions.size(); start += block_rows) {
+    const size_t n = std::min(block_rows, positions.size() - start);
+    const size_t kb = std::min<size_t>(static_cast<size_t>(k), n);
+    distances.resize(nq * kb);
+    labels.resize(nq * kb);
+    TESSERA_RETURN_IF_ERROR(FaissCall("exact candidate search", [&] {
+      for (size_t i = 0; i < n; ++i) {
+        const FaissId pos = positions[start + i];
+        if (raw != nullptr) {
+          std::memcpy(block.data() + i * d, raw + pos * d, d * sizeof(float));
+        } else {
+          inner->reconstruct(pos, block.data() + i * d);
+        }
+      }
+      faiss::knn_inner_product(query_block.data(), block.data(), d, nq, n, kb, distances.data(),
+                               labels.data());
+    }));
+    for (size_t q = 0; q < nq; ++q) {
+      for (size_t j = 0; j < kb; ++j) {
+        const FaissId label = labels[q * kb + j];
+        if (label < 0) continue;
+        best[q].push_back({distances[q * kb + j], index_->id_map[positions[start + label]]});
+      }
+      if (best[q].size() >= 2 * static_cast<size_t>(k)) KeepBest(best[q], k);
+    }
+  }
+  for (size_t q = 0; q < nq; ++q) {
+    KeepBest(best[q], k);
+    (*hits)[rows[q]] = std::move(best[q]);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CandidateIndex::Impl::SearchLocked(FloatMatrixView queries, int k,
+                                                const std::function<bool(uint64_t)>* accept,
+                                                std::vector<std::vector<ScoredId>>* hits) const {
+  const int64_t nq = queries.rows;
+  const bool has_dead = dead_count_ > 0;
+  const bool filtered = accept != nullptr || has_dead;
+  if (filtered && kind_ != Kind::kHnsw && kind_ != Kind::kIvf) {
+    // Exhaustive kinds: FAISS 1.7.3 runs a filtered flat search as one full pass per query, and
+    // IndexPQ rejects selectors; gathering the accepted vectors and searching them in blocks (BLAS
+    // for many rows) is exact and much faster for several query rows.
+    const std::vector<FaissId> positions = AcceptedPositions(accept);
+    std::vector<int64_t> rows(nq);
+    std::iota(rows.begin(), rows.end(), 0);
+    return ExactSearch(queries, rows, positions, k, hits);
+  }
+
+  const int64_t kk = std::min<int64_t>(k, index_->ntotal);
+  std::vector<float> distances(nq * kk);
+  std::vector<FaissId> labels(nq * kk);
+  DocumentSelector selector(index_->id_map, dead_, has_dead, accept);
+  faiss::SearchParametersHNSW hnsw_params;
+  faiss::SearchParametersIVF ivf_params;
+  const faiss::SearchParameters* params = nullptr;
+  if (kind_ == Kind::kHnsw) {
+    hnsw_params.efSearch = options_.hnsw_ef_search;
+    hnsw_params.sel = filtered ? &selector : nullptr;
+    params = &hnsw_params;
+  } else if (kind_ == Kind::kIvf) {
+    const auto* ivf = static_cast<const faiss::IndexIVF*>(index_->index);
+    ivf_params.nprobe = ivf->nprobe;
+    ivf_params.max_codes = ivf->max_codes;
+    ivf_params.sel = filtered ? &selector : nullptr;
+    params = &ivf_params;
+  }
+  const faiss::Index* inner = index_->index;
+  TESSERA_RETURN_IF_ERROR(FaissCall("candidate search", [&] {
+    inner->search(nq, queries.data, kk, distances.data(), labels.data(), params);
+  }));
+  std::vector<int64_t> short_rows;
+  for (int64_t q = 0; q < nq; ++q) {
+    auto& row = (*hits)[q];
+    for (int64_t j = 0; j < kk; ++j) {
+      const FaissId label = labels[q * kk + j];
+      if (label >= 0) row.push_back({distances[q * kk + j], index_->id_map[label]});
+    }
+    std::sort(row.begin(), row.end(), Better);
+    if (static_cast<int64_t>(row.size()) < kk) short_rows.push_back(q);
+  }
+  if (short_rows.empty()) return absl::OkStatus();
+
+  // An approximate index may find fewer than k accepted vectors (a selective filter, tombstones):
+  // search those rows exactly when more accepted vectors exist.
+  const std::vector<FaissId> positions = AcceptedPositions(accept);
+  const size_t reachable = std::min<size_t>(static_cast<size_t>(k), positions.size());
+  std::vector<int64_t> rows;
+  for (int64_t q : short_rows) {
+    if ((*hits)[q].size() < reachable) rows.push_back(q);
+  }
+  if (rows.empty()) return absl::OkStatus();
+  return ExactSearch(queries, rows, positions, k, hits);
+}
+
+absl::StatusOr<std::vector<std::vector<CandidateHit>>> CandidateIndex::Impl::Search(
+    FloatMatrixView queries, int k, const std::function<bool(uint64_t)>* accept) const {
+  if (k < 1) return absl::InvalidArgumentError(absl::StrCat("k ", k, ", expected >= 1"));
+  if (queries.rows < 0 || (queries.rows > 0 && queries.data == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat("query matrix with ", queries.rows, " rows"));
+  }
+  if (queries.rows > 0 && queries.cols != options_.dim) {
+    return absl::InvalidArgumentError(absl::StrCat("queries of dim ", queries.cols,
+                                                   ", the candidate index expects ", options_.dim));
+  }
+  if (accept != nullptr && !*accept) accept = nullptr;  // an empty std::function: no filter
+  std::vector<std::vector<ScoredId>> hits(queries.rows);
+  {
+    ScopedSingleOmpThread single_thread;
+    absl::ReaderMutexLock lock(&mu_);
+    if (queries.rows > 0 && live_vectors_ > 0) {
+      TESSERA_RETURN_IF_ERROR(SearchLocked(queries, k, accept, &hits));
+    }
+  }
+  std::vector<std::vector<CandidateHit>> result(queries.rows);
+  for (int64_t q = 0; q < queries.rows; ++q) {
+    result[q].reserve(hits[q].size());
+    for (const ScoredId& hit : hits[q]) result[q].push_back({DocOf(hit.id), hit.similarity});
+  }
+  return result;
+}
+
+std::vector<uint64_t> CandidateIndex::Impl::Documents() const {
+  absl::ReaderMutexLock lock(&mu_);
+  std::vector<uint64_t> docs;
+  docs.reserve(docs_.size());
+  for (const auto& [doc, count] : docs_) docs.push_back(doc);
+  return docs;
+}
+
+CandidateIndexStats CandidateIndex::Impl::Stats() const {
+  absl::ReaderMutexLock lock(&mu_);
+  CandidateIndexStats stats;
+  stats.vectors = live_vectors_;
+  stats.documents = static_cast<int64_t>(docs_.size());
+  stats.description = description_;
+  stats.trained = trained_;
+  return stats;
+}
+
+absl::Status CandidateIndex::Impl::Save(const std::string& path, uint64_t covered) const {
+  absl::MutexLock save_lock(&save_mu_);
+  std::string meta;
+  faiss::VectorIOWriter writer;
+  {
+    absl::ReaderMutexLock lock(&mu_);
+    Append(meta, trained_ ? kFlagTrained : uint32_t{0});
+    AppendString(meta, options_.factory);
+    AppendString(meta, description_);
+    Append(meta, static_cast<uint64_t>(docs_.size()));
+    for (const auto& [doc, count] : docs_) {
+      Append(meta, doc);
+      Append(meta, static_cast<uint64_t>(count));
+    }
+    const faiss::Index* index = index_.get();
+    TESSERA_RETURN_IF_ERROR(
+        FaissCall("serialising the candidate index", [&] { faiss::write_index(index, &writer); }));
+  }
+  Append(meta, static_cast<uint64_t>(writer.data.size()));
+  const uint64_t payload_size = meta.size() + writer.data.size();
+  uint32_t crc = Crc32(0, meta.data(), meta.size());
+  crc = Crc32(crc, writer.data.data(), writer.data.size());
+
+  std::string header;
+  header.append(kMagic, sizeof(kMagic));
+  Append(header, kFormatVersion);
+  Append(header, options_.dim);
+  Append(header, covered);
+  Append(header, payload_size);
+  Append(header, crc);
+  Append(header, Crc32(0, header.data(), header.size()));
+  return WriteFileAtomically(path, {{header.data(), header.size()},
+                                    {meta.data(), meta.size()},
+                                    {writer.data.data(), writer.data.size()}});
+}
+
+CandidateIndex::CandidateIndex(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CandidateIndex::~CandidateIndex() = default;
+
+absl::StatusOr<std::unique_ptr<CandidateIndex>> CandidateIndex::Create(
+    const CandidateIndexOptions& options) {
+  TESSERA_RETURN_IF_ERROR(ValidateOptions(options));
+  std::unique_ptr<faiss::Index> inner;
+  std::string description;
+  bool trained = true;
+  if (options.factory == "auto") {
+    description = "IDMap2,Flat";
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(inner, NewFactoryIndex(options));
+    description = absl::StrCat("IDMap2,", options.factory);
+    // A trainable index is built once min_training_vectors vectors have arrived; until then they
+    // are buffered (and searched) in an exact Flat index.
+    trained = inner->is_trained;
+    if (!trained) inner.reset();
+  }
+  std::unique_ptr<faiss::IndexIDMap2> index;
+  TESSERA_RETURN_IF_ERROR(FaissCall("creating the candidate index", [&] {
+    if (inner == nullptr) {
+      inner = std::make_unique<faiss::IndexFlatIP>(static_cast<int>(options.dim));
+    }
+    ConfigureInner(inner.get(), options);
+    index = std::make_unique<faiss::IndexIDMap2>(inner.get());
+    inner.release();
+    index->own_fields = true;
+  }));
+  return std::unique_ptr<CandidateIndex>(new CandidateIndex(
+      std::make_unique<Impl>(options, std::move(index), std::move(description), trained,
+                             std::map<uint64_t, int64_t>{}, std::vector<uint8_t>{})));
+}
+
+absl::Status CandidateIndex::Add(uint64_t doc, FloatMatrixView vectors) {
+  return impl_->Add(doc, vectors);
+}
+
+absl::Status CandidateIndex::Remove(uint64_t doc) { return impl_->Remove(doc); }
+
+absl::StatusOr<std::vector<std::vector<CandidateHit>>> CandidateIndex::Search(
+    FloatMatrixView queries, int k, const std::function<bool(uint64_t doc)>* accept) const {
+  return impl_->Search(queries, k, accept);
+}
+
+std::vector<uint64_t> CandidateIndex::Documents() const { return impl_->Documents(); }
+
+CandidateIndexStats CandidateIndex::Stats() const { return impl_->Stats(); }
+
+absl::Status CandidateIndex::Save(const std::string& path, uint64_t covered) const {
+  return impl_->Save(path, covered);
+}
+
+absl::StatusOr<std::pair<std::unique_ptr<CandidateIndex>, uint64_t>> CandidateIndex::Load(
+    const std::string& path, const CandidateIndexOptions& options) {
+  TESSERA_RETURN_IF_ERROR(ValidateOptions(options));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadWholeFile(path));
+  auto corrupt = [&path](absl::string_view why) {
+    return absl::DataLossError(absl::StrCat("candidate snapshot '", path, "': ", why));
+  };
+  if (bytes.size() < kHeaderSize) {
+    return corrupt(
+        absl::StrCat("truncated: ", bytes.size(), " bytes, the header alone is ", kHeaderSize));
+  }
+  if (std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) return corrupt("bad magic");
+  uint32_t version, payload_crc, header_crc;
+  int64_t dim;
+  uint64_t covered, payload_size;
+  std::memcpy(&version, bytes.data() + 4, 4);
+  std::memcpy(&dim, bytes.data() + 8, 8);
+  std::memcpy(&covered, bytes.data() + 16, 8);
+  std::memcpy(&payload_size, bytes.data() + 24, 8);
+  std::memcpy(&payload_crc, bytes.data() + 32, 4);
+  std::memcpy(&header_crc, bytes.data() + 36, 4);
+  if (Crc32(0, bytes.data(), 36) != header_crc) return corrupt("header checksum mismatch");
+  if (version != kFormatVersion) {
+    return corrupt(absl::StrCat("format version ", version, ", expected ", kFormatVersion));
+  }
+  if (dim != options.dim) {
+    return corrupt(absl::StrCat("dim ", dim, ", the options ask for ", options.dim));
+  }
+  if (payload_size != bytes.size() - kHeaderSize) {
+    return corrupt(absl::StrCat("payload of ", bytes.size() - kHeaderSize,
+                                " bytes, the header says ", payload_size, " (truncated?)"));
+  }
+  if (Crc32(0, bytes.data() + kHeaderSize, payload_size) != payload_crc) {
+    return corrupt("payload checksum mismatch");
+  }
+
+  PayloadReader reader(bytes.data() + kHeaderSize, payload_size);
+  uint32_t flags;
+  std::string factory, description;
+  uint64_t num_docs;
+  if (!reader.Read(&flags, sizeof(flags)) || !reader.ReadString(&factory) ||
+      !reader.ReadString(&description) || !reader.Read(&num_docs, sizeof(num_docs)) ||
+      num_docs > reader.left() / 16) {
+    return corrupt("malformed metadata");
+  }
+  if (factory != options.factory) {
+    return corrupt(absl::StrCat("built with factory '", factory, "', the options ask for '",
+                                options.factory, "'"));
+  }
+  std::map<uint64_t, int64_t> docs;
+  for (uint64_t i = 0; i < num_docs; ++i) {
+    uint64_t doc = 0, count = 0;
+    if (!reader.Read(&doc, sizeof(doc)) || !reader.Read(&count, sizeof(count)) ||
+        doc > kMaxDocument || count < 1 ||
+        count > static_cast<uint64_t>(kMaxCandidateVectorsPerDocument) ||
+        (!docs.empty() && doc <= docs.rbegin()->first)) {
+      return corrupt("malformed document table");
+    }
+    docs.emplace_hint(docs.end(), doc, static_cast<int64_t>(count));
+  }
+  uint64_t faiss_size;
+  if (!reader.Read(&faiss_size, sizeof(faiss_size)) || faiss_size != reader.left()) {
+    return corrupt("malformed FAISS section length");
+  }
+
+  std::unique_ptr<faiss::IndexIDMap2> index;
+  {
+    faiss::VectorIOReader faiss_reader;
+    faiss_reader.data.assign(reader.data(), reader.data() + faiss_size);
+    std::unique_ptr<faiss::Index> read;
+    absl::Status status =
+        FaissCall("reading the FAISS index", [&] { read.reset(faiss::read_index(&faiss_reader)); });
+    if (!status.ok()) return corrupt(status.message());
+    auto* idmap = dynamic_cast<faiss::IndexIDMap2*>(read.get());
+    if (idmap == nullptr || idmap->index == nullptr || idmap->d != options.dim ||
+        idmap->metric_type != faiss::METRIC_INNER_PRODUCT || idmap->index->d != options.dim ||
+        idmap->index->ntotal != idmap->ntotal ||
+        static_cast<int64_t>(idmap->id_map.size()) != idmap->ntotal) {
+      return corrupt("the FAISS section is not an inner-product IDMap2 index of this dim");
+    }
+    read.release();
+    index.reset(idmap);
+  }
+  const bool trained = (flags & kFlagTrained) != 0;
+  if (!index->index->is_trained || (!trained && KindOf(index->index) != Kind::kFlat)) {
+    return corrupt("inconsistent training state");
+  }
+
+  // Tombstones: a position is live iff its document is live, its slot is below the document's
+  // count and it is the newest position holding its id (rev_map); every live id is present once.
+  std::vector<uint8_t> dead(index->ntotal, 1);
+  int64_t live = 0, expected = 0;
+  absl::Status status = FaissCall("checking the snapshot's ids", [&] {
+    index->construct_rev_map();
+    for (int64_t pos = 0; pos < index->ntotal; ++pos) {
+      const FaissId id = index->id_map[pos];
+      auto doc = docs.find(DocOf(id));
+      if (id < 0 || doc == docs.end() || SlotOf(id) >= doc->second) continue;
+      if (index->rev_map.at(id) != pos) continue;
+      dead[pos] = 0;
+      ++live;
+    }
+  });
+  if (!status.ok()) return corrupt(status.message());
+  for (const auto& [doc, count] : docs) expected += count;
+  if (live != expected) {
+    return corrupt(
+        absl::StrCat(live, " live vectors in the FAISS index, the document table has ", expected));
+  }
+  if (RemovesInPlace(KindOf(index->index)) && live != index->ntotal) {
+    return corrupt("tombstones in an index that removes in place");
+  }
+  status =
+      FaissCall("configuring the loaded index", [&] { ConfigureInner(index->index, options); });
+  if (!status.ok()) return status;
+  auto impl = std::make_unique<Impl>(options, std::move(index), std::move(description), trained,
+                                     std::move(docs), std::move(dead));
+  return std::make_pair(std::unique_ptr<CandidateIndex>(new CandidateIndex(std::move(impl))),
+                        covered);
+}
+
+}  // namespace tessera::internal

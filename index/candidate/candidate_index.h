@@ -1,0 +1,91 @@
+// Candidate generation for one shard: a FAISS index over the documents' candidate vectors. This is
+// the only code that includes <faiss/...>.
+//
+// FAISS ids encode (document iid, slot): id = (iid << kCandidateSlotBits) | slot, so that hits map
+// back to documents without a lookup table. Similarity is the inner product (vectors are expected
+// to be L2-normalised).
+//
+// Thread-safe: a reader-writer lock lets searches run concurrently with each other; Add, Remove,
+// Save and rebuilds take it exclusively (FAISS indexes are not safe to search while being modified).
+#ifndef TESSERA_INDEX_CANDIDATE_CANDIDATE_INDEX_H_
+#define TESSERA_INDEX_CANDIDATE_CANDIDATE_INDEX_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tessera/matrix.h"
+
+namespace tessera::internal {
+
+inline constexpr int kCandidateSlotBits = 16;
+inline constexpr int64_t kMaxCandidateVectorsPerDocument = int64_t{1} << kCandidateSlotBits;
+
+struct CandidateIndexOptions {
+  int64_t dim = 0;
+  // A FAISS index_factory string (without the IDMap prefix, which is added), or "auto": exact
+  // "Flat" while the index holds fewer than auto_exact_limit vectors, "HNSW32" beyond (the index is
+  // rebuilt when it crosses the limit). Trainable factories ("IVF1024,PQ16", ...) are trained on
+  // the first min_training_vectors vectors added (searched exactly until then).
+  std::string factory = "auto";
+  int64_t auto_exact_limit = 200'000;
+  int64_t min_training_vectors = 50'000;
+  // HNSW search breadth (efSearch) used when the index is HNSW.
+  int hnsw_ef_search = 128;
+};
+
+struct CandidateHit {
+  uint64_t doc = 0;
+  float similarity = 0.0f;
+};
+
+struct CandidateIndexStats {
+  int64_t vectors = 0;
+  int64_t documents = 0;
+  std::string description;  // the factory string in use, e.g. "IDMap2,Flat"
+  bool trained = true;
+};
+
+class CandidateIndex {
+ public:
+  // INVALID_ARGUMENT for dim < 1 or a factory string FAISS rejects (with FAISS's message).
+  static absl::StatusOr<std::unique_ptr<CandidateIndex>> Create(const CandidateIndexOptions& options);
+  ~CandidateIndex();
+
+  // Adds a document's candidate vectors (rows × dim fp32), replacing any it had.
+  // INVALID_ARGUMENT for a wrong dim, zero rows or more than kMaxCandidateVectorsPerDocument.
+  absl::Status Add(uint64_t doc, FloatMatrixView vectors);
+  // Removes a document; a no-op for an unknown one.
+  absl::Status Remove(uint64_t doc);
+
+  // For each query row (nq × dim), up to k hits with the highest inner product, best first, among
+  // the vectors of documents for which `accept` returns true (null: all); the filter runs inside
+  // the FAISS search, so a filter that matches many documents still yields k hits per row.
+  absl::StatusOr<std::vector<std::vector<CandidateHit>>> Search(
+      FloatMatrixView queries, int k, const std::function<bool(uint64_t doc)>* accept) const;
+
+  // The documents indexed, ascending.
+  std::vector<uint64_t> Documents() const;
+  CandidateIndexStats Stats() const;
+
+  // Writes a snapshot to `path` (atomically: a temporary file, fsync, rename) with `covered` (an
+  // opaque number the owner uses: the store sequence and iid the snapshot reflects) and a checksum.
+  absl::Status Save(const std::string& path, uint64_t covered) const;
+  // Loads a snapshot written by Save. NOT_FOUND when missing; DATA_LOSS when corrupt or truncated
+  // (checksum, FAISS read error, dim mismatch with `options`).
+  static absl::StatusOr<std::pair<std::unique_ptr<CandidateIndex>, uint64_t>> Load(
+      const std::string& path, const CandidateIndexOptions& options);
+
+ private:
+  class Impl;
+  explicit CandidateIndex(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::internal
+
+#endif  // TESSERA_INDEX_CANDIDATE_CANDIDATE_INDEX_H_

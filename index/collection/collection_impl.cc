@@ -1,0 +1,585 @@
+#include "index/collection/collection_impl.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "index/collection/schema_codec.h"
+#include "tessera/float16.h"
+#include "tessera/status_macros.h"
+
+namespace tessera::internal {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double MillisecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Well-formed UTF-8 (no overlongs, no surrogates, ≤ U+10FFFF).
+bool IsValidUtf8(const std::string& text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = s[i];
+    int extra = 0;
+    uint32_t code = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xe0) == 0xc0) {
+      extra = 1, code = c & 0x1f;
+    } else if ((c & 0xf0) == 0xe0) {
+      extra = 2, code = c & 0x0f;
+    } else if ((c & 0xf8) == 0xf0) {
+      extra = 3, code = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + extra >= n) return false;
+    for (int k = 1; k <= extra; ++k) {
+      if ((s[i + k] & 0xc0) != 0x80) return false;
+      code = (code << 6) | (s[i + k] & 0x3f);
+    }
+    static constexpr uint32_t kMinimum[] = {0, 0x80, 0x800, 0x10000};
+    if (code < kMinimum[extra] || code > 0x10ffff || (code >= 0xd800 && code <= 0xdfff)) {
+      return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+StoredMatrix PackMatrix(const std::vector<float>& values, int64_t rows, int64_t cols,
+                        VectorDtype dtype) {
+  StoredMatrix matrix{dtype, rows, cols, {}};
+  if (dtype == VectorDtype::kFloat32) {
+    matrix.bytes.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  } else {
+    matrix.bytes.resize(values.size() * sizeof(Float16));
+    FloatToHalf(values.data(), values.size(), reinterpret_cast<Float16*>(matrix.bytes.data()));
+  }
+  return matrix;
+}
+
+std::vector<float> UnpackMatrix(const StoredMatrix& matrix) {
+  std::vector<float> values(matrix.rows * matrix.cols);
+  if (matrix.dtype == VectorDtype::kFloat32) {
+    std::copy_n(reinterpret_cast<const float*>(matrix.bytes.data()), values.size(), values.data());
+  } else {
+    HalfToFloat(reinterpret_cast<const Float16*>(matrix.bytes.data()), values.size(),
+                values.data());
+  }
+  return values;
+}
+
+// The candidate vectors of a document from its rerank vectors (fp32, as pooled), L2-normalised.
+absl::StatusOr<std::vector<float>> CandidateVectors(const PooledMatrix& rerank,
+                                                    const CandidateSpec& spec, int64_t* rows) {
+  const int64_t dim = rerank.dim;
+  if (spec.kind == CandidateSpec::Kind::kGlobalMean) {
+    std::vector<double> sum(dim, 0.0);
+    for (int64_t v = 0; v < rerank.num_vectors(); ++v) {
+      for (int64_t k = 0; k < dim; ++k) sum[k] += rerank.vectors[v * dim + k];
+    }
+    double norm = 0.0;
+    for (double x : sum) norm += x * x;
+    const double scale = norm > 0.0 ? 1.0 / std::sqrt(norm) : 0.0;
+    std::vector<float> out(dim);
+    for (int64_t k = 0; k < dim; ++k) out[k] = static_cast<float>(sum[k] * scale);
+    *rows = 1;
+    return out;
+  }
+  TokenPoolingOptions options;
+  options.pool_factor = spec.pool_factor;
+  options.renormalize = true;
+  TESSERA_ASSIGN_OR_RETURN(
+      PooledMatrix pooled,
+      PoolTokens(FloatMatrixView{rerank.vectors.data(), rerank.num_vectors(), dim}, options));
+  *rows = pooled.num_vectors();
+  return std::move(pooled.vectors);
+}
+
+}  // namespace
+
+int ShardOf(const std::string& id, int num_shards) {
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : id) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return static_cast<int>(hash % static_cast<uint64_t>(num_shards));
+}
+
+struct CollectionImpl::Scored {
+  float score = 0.0f;
+  int shard = 0;
+  uint64_t iid = 0;
+  std::string id;
+  uint64_t version = 0;
+  std::vector<int32_t> best_tokens;  // when explaining
+  std::vector<float> vectors;        // when explaining: the rerank vectors, fp32
+};
+
+CollectionImpl::CollectionImpl(std::string dir, CollectionSchema schema, CollectionContext context)
+    : dir_(std::move(dir)), schema_(std::move(schema)), context_(std::move(context)) {}
+
+absl::StatusOr<std::shared_ptr<CollectionImpl>> CollectionImpl::Open(const std::string& dir,
+                                                                     const CollectionSchema& schema,
+                                                                     CollectionContext context) {
+  std::shared_ptr<CollectionImpl> collection(new CollectionImpl(dir, schema, std::move(context)));
+  const std::string encoded = EncodeSchema(schema);
+  for (int s = 0; s < schema.num_shards; ++s) {
+    char name[32];
+    std::snprintf(name, sizeof(name), "/shard-%03d", s);
+    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard,
+                             Shard::Open(dir + name, schema, collection->context_.store_options));
+    auto stored = shard->store().GetMeta("schema");
+    if (stored.ok() && *stored != encoded) {
+      return absl::DataLossError(absl::StrCat("collection '", schema.name, "' shard ", s,
+                                              ": its stored schema differs from ", dir, "/schema"));
+    }
+    if (!stored.ok()) TESSERA_RETURN_IF_ERROR(shard->store().PutMeta("schema", encoded));
+    collection->shards_.push_back(std::move(shard));
+  }
+  return collection;
+}
+
+CollectionImpl::~CollectionImpl() {
+  if (!dropped_.load(std::memory_order_acquire)) return;
+  shards_.clear();  // close the databases before removing their files
+  std::error_code ignored;
+  std::filesystem::remove_all(dropped_dir_, ignored);
+}
+
+void CollectionImpl::MarkDropped(std::string moved_dir) {
+  dropped_dir_ = std::move(moved_dir);
+  dropped_.store(true, std::memory_order_release);
+}
+
+absl::Status CollectionImpl::ValidateDocument(const Document& document) const {
+  const CollectionLimits& limits = context_.limits;
+  if (document.id.empty()) return absl::InvalidArgumentError("document id is empty");
+  if (static_cast<int64_t>(document.id.size()) > limits.max_id_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("document id of ", document.id.size(),
+                                                   " bytes, expected at most ",
+                                                   limits.max_id_bytes));
+  }
+  if (!IsValidUtf8(document.id)) {
+    return absl::InvalidArgumentError("document id is not valid UTF-8");
+  }
+  const std::string what = absl::StrCat("document '", document.id, "': ");
+  if (document.dim != schema_.dim) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "dim ", document.dim, ", collection '",
+                                                   schema_.name, "' expects ", schema_.dim));
+  }
+  if (document.num_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "num_tokens ", document.num_tokens, ", expected at least 1"));
+  }
+  if (document.num_tokens > limits.max_tokens_per_document) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "num_tokens ", document.num_tokens,
+                                                   " exceeds the limit of ",
+                                                   limits.max_tokens_per_document));
+  }
+  if (static_cast<int64_t>(document.tokens.size()) != document.num_tokens * document.dim) {
+    return absl::InvalidArgumentError(absl::StrCat(what, document.tokens.size(),
+                                                   " token values, expected num_tokens × dim = ",
+                                                   document.num_tokens * document.dim));
+  }
+  if (schema_.pooling.spatial.has_value() && !document.layout.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, "no patch grid layout, but collection '", schema_.name, "' pools spatially"));
+  }
+  for (const auto& [field, value] : document.attributes) {
+    const auto declared = schema_.attributes.find(field);
+    if (declared == schema_.attributes.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "attribute '", field,
+                                                     "' is not a field of collection '",
+                                                     schema_.name, "'"));
+    }
+    const AttributeType type = TypeOf(value);
+    const bool compatible = type == declared->second ||
+                            (type == AttributeType::kInt64 && declared->second == AttributeType::kDouble);
+    if (!compatible) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "attribute '", field, "' is ",
+                                                     AttributeTypeName(type), ", expected ",
+                                                     AttributeTypeName(declared->second)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DocumentWrite> CollectionImpl::PrepareWrite(const Document& document) const {
+  const FloatMatrixView tokens{document.tokens.data(), document.num_tokens, document.dim};
+  absl::StatusOr<PooledMatrix> pooled = PoolDocument(tokens, document.layout, schema_.pooling);
+  if (!pooled.ok()) {
+    return absl::Status(pooled.status().code(), absl::StrCat("document '", document.id, "': ",
+                                                             pooled.status().message()));
+  }
+  if (pooled->num_vectors() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("document '", document.id, "': pooling left no vectors"));
+  }
+  int64_t candidate_rows = 0;
+  TESSERA_ASSIGN_OR_RETURN(std::vector<float> candidates,
+                           CandidateVectors(*pooled, schema_.candidates, &candidate_rows));
+  DocumentWrite write;
+  write.record.external_id = document.id;
+  write.record.num_tokens = document.num_tokens;
+  write.record.layout = document.layout;
+  write.record.attributes = document.attributes;
+  for (auto& [field, value] : write.record.attributes) {
+    if (schema_.attributes.at(field) == AttributeType::kDouble &&
+        std::holds_alternative<int64_t>(value)) {
+      value = static_cast<double>(std::get<int64_t>(value));
+    }
+  }
+  write.record.member_offsets = std::move(pooled->member_offsets);
+  write.record.members = std::move(pooled->members);
+  write.rerank = PackMatrix(pooled->vectors, pooled->num_vectors(), pooled->dim, schema_.dtype);
+  write.candidates = PackMatrix(candidates, candidate_rows, schema_.dim, VectorDtype::kFloat32);
+  return write;
+}
+
+std::vector<UpsertOutcome> CollectionImpl::Upsert(std::vector<Document> documents) {
+  const int64_t n = static_cast<int64_t>(documents.size());
+  std::vector<UpsertOutcome> outcomes(n);
+  std::vector<std::optional<DocumentWrite>> writes(n);
+  // Validate and pool on the shared pool (pooling is the expensive part of ingest).
+  context_.pool->ParallelFor(n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      absl::Status status = ValidateDocument(documents[i]);
+      if (status.ok()) {
+        absl::StatusOr<DocumentWrite> write = PrepareWrite(documents[i]);
+        if (write.ok()) {
+          outcomes[i].num_vectors = write->rerank.rows;
+          writes[i] = std::move(*write);
+        } else {
+          status = write.status();
+        }
+      }
+      outcomes[i].status = status;
+    }
+  });
+  // One durable write per shard.
+  std::vector<std::vector<int64_t>> by_shard(shards_.size());
+  for (int64_t i = 0; i < n; ++i) {
+    if (writes[i].has_value()) by_shard[ShardOf(documents[i].id, schema_.num_shards)].push_back(i);
+  }
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (by_shard[s].empty()) continue;
+    std::vector<DocumentWrite> shard_writes;
+    shard_writes.reserve(by_shard[s].size());
+    for (int64_t i : by_shard[s]) shard_writes.push_back(std::move(*writes[i]));
+    absl::StatusOr<WriteResult> result = shards_[s]->Apply(std::move(shard_writes), {});
+    for (size_t j = 0; j < by_shard[s].size(); ++j) {
+      UpsertOutcome& outcome = outcomes[by_shard[s][j]];
+      if (result.ok()) {
+        outcome.version = result->versions[j];
+      } else {
+        outcome.status = result.status();
+        outcome.num_vectors = 0;
+      }
+    }
+  }
+  return outcomes;
+}
+
+absl::StatusOr<std::vector<bool>> CollectionImpl::Delete(const std::vector<std::string>& ids) {
+  std::vector<bool> existed(ids.size(), false);
+  std::vector<std::vector<size_t>> by_shard(shards_.size());
+  for (size_t i = 0; i < ids.size(); ++i) by_shard[ShardOf(ids[i], schema_.num_shards)].push_back(i);
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (by_shard[s].empty()) continue;
+    std::vector<std::string> shard_ids;
+    for (size_t i : by_shard[s]) shard_ids.push_back(ids[i]);
+    TESSERA_ASSIGN_OR_RETURN(WriteResult result, shards_[s]->Apply({}, shard_ids));
+    for (size_t j = 0; j < by_shard[s].size(); ++j) {
+      existed[by_shard[s][j]] = result.deleted_iids[j] != 0;
+    }
+  }
+  return existed;
+}
+
+absl::StatusOr<StoredDocument> CollectionImpl::Get(const std::string& id) const {
+  const Shard& shard = *shards_[ShardOf(id, schema_.num_shards)];
+  absl::StatusOr<uint64_t> iid = shard.store().LookupId(id);
+  if (absl::IsNotFound(iid.status())) {
+    return absl::NotFoundError(
+        absl::StrCat("document '", id, "' not found in collection '", schema_.name, "'"));
+  }
+  TESSERA_RETURN_IF_ERROR(iid.status());
+  TESSERA_ASSIGN_OR_RETURN(DocumentRecord record, shard.store().GetRecord(*iid));
+  TESSERA_ASSIGN_OR_RETURN(StoredMatrix rerank, shard.store().GetRerank(*iid));
+  StoredDocument document;
+  document.id = std::move(record.external_id);
+  document.version = record.version;
+  document.num_tokens = record.num_tokens;
+  document.layout = record.layout;
+  document.attributes = std::move(record.attributes);
+  document.dtype = rerank.dtype;
+  document.dim = rerank.cols;
+  document.vectors = UnpackMatrix(rerank);
+  document.member_offsets = std::move(record.member_offsets);
+  document.members = std::move(record.members);
+  return document;
+}
+
+absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
+                                           const SearchOptions& options) const {
+  const CollectionLimits& limits = context_.limits;
+  if (query.rows < 1 || query.data == nullptr) {
+    return absl::InvalidArgumentError("query: no tokens, expected at least 1");
+  }
+  if (query.rows > limits.max_query_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat("query: ", query.rows,
+                                                   " tokens exceeds the limit of ",
+                                                   limits.max_query_tokens));
+  }
+  if (query.cols != schema_.dim) {
+    return absl::InvalidArgumentError(absl::StrCat("query: dim ", query.cols, ", collection '",
+                                                   schema_.name, "' expects ", schema_.dim));
+  }
+  for (int64_t i = 0; i < query.rows * query.cols; ++i) {
+    if (!std::isfinite(query.data[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("query: value ", query.data[i], " at token ",
+                                                     i / query.cols, " is not finite"));
+    }
+  }
+  if (options.k < 1 || options.k > limits.max_k) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("k ", options.k, ", expected 1 … ", limits.max_k));
+  }
+  if (options.num_candidates != 0 &&
+      (options.num_candidates < options.k || options.num_candidates > limits.max_num_candidates)) {
+    return absl::InvalidArgumentError(absl::StrCat("num_candidates ", options.num_candidates,
+                                                   ", expected k (", options.k, ") … ",
+                                                   limits.max_num_candidates, ", or 0"));
+  }
+  if (options.per_token_candidates < 0 || options.per_token_candidates > 100000) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "per_token_candidates ", options.per_token_candidates, ", expected 0 … 100000"));
+  }
+  return ValidateFilter(options.filter, schema_.attributes);
+}
+
+absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_best_tokens,
+                                            const std::vector<std::pair<int, uint64_t>>& documents,
+                                            std::vector<Scored>* scored,
+                                            SearchTimings* timings) const {
+  // Fetch the rerank vectors (documents replaced or deleted since stage 1 are skipped).
+  Clock::time_point start = Clock::now();
+  std::vector<StoredMatrix> matrices;
+  std::vector<std::pair<int, uint64_t>> fetched;
+  matrices.reserve(documents.size());
+  std::vector<std::vector<uint64_t>> by_shard(shards_.size());
+  for (const auto& [shard, iid] : documents) by_shard[shard].push_back(iid);
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (by_shard[s].empty()) continue;
+    absl::StatusOr<std::vector<StoredMatrix>> batch =
+        shards_[s]->store().MultiGetRerank(by_shard[s]);
+    if (batch.ok()) {
+      for (size_t j = 0; j < batch->size(); ++j) {
+        matrices.push_back(std::move((*batch)[j]));
+        fetched.emplace_back(static_cast<int>(s), by_shard[s][j]);
+      }
+      continue;
+    }
+    if (!absl::IsNotFound(batch.status())) return batch.status();
+    for (uint64_t iid : by_shard[s]) {
+      absl::StatusOr<StoredMatrix> one = shards_[s]->store().GetRerank(iid);
+      if (absl::IsNotFound(one.status())) continue;
+      TESSERA_RETURN_IF_ERROR(one.status());
+      matrices.push_back(std::move(*one));
+      fetched.emplace_back(static_cast<int>(s), iid);
+    }
+  }
+  timings->fetch_ms += MillisecondsSince(start);
+
+  start = Clock::now();
+  std::vector<DocumentRef> refs(matrices.size());
+  for (size_t d = 0; d < matrices.size(); ++d) {
+    refs[d] = DocumentRef{matrices[d].bytes.data(), matrices[d].rows};
+  }
+  DocumentBatch batch{schema_.dtype, schema_.dim, refs};
+  MaxSimOptions options;
+  options.want_best_tokens = want_best_tokens;
+  TESSERA_ASSIGN_OR_RETURN(MaxSimResult result, context_.scorer->Score(query, batch, options));
+  for (size_t d = 0; d < matrices.size(); ++d) {
+    Scored entry;
+    entry.score = result.scores[d];
+    entry.shard = fetched[d].first;
+    entry.iid = fetched[d].second;
+    if (!shards_[entry.shard]->Describe(entry.iid, &entry.id, &entry.version)) continue;
+    if (want_best_tokens) {
+      entry.best_tokens.assign(result.best_tokens.begin() + d * query.rows,
+                               result.best_tokens.begin() + (d + 1) * query.rows);
+      entry.vectors = UnpackMatrix(matrices[d]);
+    }
+    scored->push_back(std::move(entry));
+  }
+  timings->rerank_ms += MillisecondsSince(start);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
+                                                    const SearchOptions& options) const {
+  const Clock::time_point search_start = Clock::now();
+  TESSERA_RETURN_IF_ERROR(ValidateQuery(query, options));
+  const int num_candidates =
+      options.num_candidates > 0 ? options.num_candidates : std::max(10 * options.k, 100);
+  const int per_token =
+      options.per_token_candidates > 0 ? options.per_token_candidates : std::max(num_candidates, 64);
+  int64_t total_documents = 0;
+  for (const auto& shard : shards_) total_documents += shard->num_documents();
+
+  SearchResult result;
+  std::vector<std::pair<int, uint64_t>> selected;
+  result.exhaustive = options.exhaustive || num_candidates >= total_documents;
+  if (!result.exhaustive) {
+    // Stage 1: per query token, the k′ most similar candidate vectors; a document's approximate
+    // score sums, over query tokens, its best candidate similarity, or — when none of its vectors
+    // made the token's top k′ — that token's k′-th similarity (an upper bound on what it missed).
+    const Clock::time_point start = Clock::now();
+    struct Approximate {
+      float score;
+      int shard;
+      uint64_t iid;
+    };
+    std::vector<Approximate> approximate;
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      TESSERA_ASSIGN_OR_RETURN(std::vector<std::vector<CandidateHit>> hits,
+                               shards_[s]->SearchCandidates(query, per_token, options.filter));
+      absl::flat_hash_map<uint64_t, std::vector<float>> best;  // doc → per-token best
+      std::vector<float> floor(query.rows, 0.0f);
+      for (int64_t i = 0; i < query.rows; ++i) {
+        if (hits[i].empty()) continue;
+        floor[i] = hits[i].back().similarity;
+        for (const CandidateHit& hit : hits[i]) {
+          std::vector<float>& per_token_best = best[hit.doc];
+          if (per_token_best.empty()) {
+            per_token_best.assign(query.rows, -std::numeric_limits<float>::infinity());
+          }
+          per_token_best[i] = std::max(per_token_best[i], hit.similarity);
+        }
+      }
+      for (const auto& [iid, per_token_best] : best) {
+        float score = 0.0f;
+        for (int64_t i = 0; i < query.rows; ++i) {
+          score += std::isinf(per_token_best[i]) ? floor[i] : per_token_best[i];
+        }
+        approximate.push_back(Approximate{score, static_cast<int>(s), iid});
+      }
+    }
+    const size_t keep = std::min<size_t>(num_candidates, approximate.size());
+    std::partial_sort(approximate.begin(), approximate.begin() + keep, approximate.end(),
+                      [](const Approximate& a, const Approximate& b) {
+                        return a.score != b.score ? a.score > b.score : a.iid < b.iid;
+                      });
+    for (size_t d = 0; d < keep; ++d) selected.emplace_back(approximate[d].shard, approximate[d].iid);
+    result.timings.candidates_ms = MillisecondsSince(start);
+    // Too few nominees (a selective filter, a tiny collection): score every matching document, so
+    // that k matching documents always yield k results.
+    if (static_cast<int64_t>(selected.size()) < std::min<int64_t>(options.k, total_documents)) {
+      result.exhaustive = true;
+      selected.clear();
+    }
+  }
+  if (result.exhaustive) {
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      shards_[s]->ForEachLive(options.filter, [&](uint64_t iid, const LiveDocument&) {
+        selected.emplace_back(static_cast<int>(s), iid);
+      });
+    }
+  }
+
+  // Stage 2: exact MaxSim in chunks (bounded memory for exhaustive scans), keeping the best k.
+  auto better = [](const Scored& a, const Scored& b) {
+    return a.score != b.score ? a.score > b.score : a.id < b.id;
+  };
+  std::vector<Scored> top;
+  constexpr size_t kChunk = 4096;
+  for (size_t begin = 0; begin < selected.size(); begin += kChunk) {
+    const std::vector<std::pair<int, uint64_t>> chunk(
+        selected.begin() + begin, selected.begin() + std::min(selected.size(), begin + kChunk));
+    TESSERA_RETURN_IF_ERROR(
+        ScoreDocuments(query, options.explain, chunk, &top, &result.timings));
+    result.documents_scored += static_cast<int64_t>(chunk.size());
+    if (top.size() > static_cast<size_t>(options.k)) {
+      std::partial_sort(top.begin(), top.begin() + options.k, top.end(), better);
+      top.resize(options.k);
+    }
+  }
+  std::sort(top.begin(), top.end(), better);
+  if (top.size() > static_cast<size_t>(options.k)) top.resize(options.k);
+
+  for (Scored& entry : top) {
+    SearchHit hit;
+    hit.id = std::move(entry.id);
+    hit.score = entry.score;
+    hit.version = entry.version;
+    if (options.explain) {
+      absl::StatusOr<DocumentRecord> record = shards_[entry.shard]->store().GetRecord(entry.iid);
+      TESSERA_RETURN_IF_ERROR(record.status());
+      for (int64_t i = 0; i < query.rows; ++i) {
+        TokenMatch match;
+        match.query_token = static_cast<int32_t>(i);
+        match.document_vector = entry.best_tokens[i];
+        double similarity = 0.0;
+        for (int64_t k = 0; k < query.cols; ++k) {
+          similarity += static_cast<double>(query.data[i * query.cols + k]) *
+                        entry.vectors[match.document_vector * query.cols + k];
+        }
+        match.similarity = static_cast<float>(similarity);
+        const int32_t v = match.document_vector;
+        if (v + 1 < static_cast<int32_t>(record->member_offsets.size())) {
+          match.covered_tokens.assign(record->members.begin() + record->member_offsets[v],
+                                      record->members.begin() + record->member_offsets[v + 1]);
+        }
+        hit.explanation.push_back(std::move(match));
+      }
+    }
+    result.hits.push_back(std::move(hit));
+  }
+  result.timings.total_ms = MillisecondsSince(search_start);
+  return result;
+}
+
+CollectionStats CollectionImpl::Stats() const {
+  CollectionStats stats;
+  for (const auto& shard : shards_) {
+    const ShardStats s = shard->Stats();
+    stats.documents += s.documents;
+    stats.original_tokens += s.original_tokens;
+    stats.rerank_vectors += s.rerank_vectors;
+    stats.candidate_vectors += s.candidate_vectors;
+    stats.disk_bytes += s.disk_bytes;
+    stats.candidate_indexes.push_back(s.candidate_index);
+  }
+  if (stats.documents > 0) {
+    stats.vectors_per_document = static_cast<double>(stats.rerank_vectors) / stats.documents;
+  }
+  if (stats.original_tokens > 0) {
+    stats.disk_bytes_per_original_token =
+        static_cast<double>(stats.disk_bytes) / stats.original_tokens;
+  }
+  if (stats.rerank_vectors > 0) {
+    stats.disk_bytes_per_rerank_vector =
+        static_cast<double>(stats.disk_bytes) / stats.rerank_vectors;
+  }
+  return stats;
+}
+
+absl::Status CollectionImpl::Snapshot() {
+  for (const auto& shard : shards_) TESSERA_RETURN_IF_ERROR(shard->Snapshot());
+  return absl::OkStatus();
+}
+
+}  // namespace tessera::internal

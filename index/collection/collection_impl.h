@@ -1,0 +1,76 @@
+// The Collection implementation: ingest (validate → pool → write → index), get, delete and the
+// two-stage search cascade over the collection's shards.
+#ifndef TESSERA_INDEX_COLLECTION_COLLECTION_IMPL_H_
+#define TESSERA_INDEX_COLLECTION_COLLECTION_IMPL_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "index/collection/shard.h"
+#include "index/common/thread_pool.h"
+#include "tessera/collection.h"
+#include "tessera/maxsim.h"
+
+namespace tessera::internal {
+
+// What every collection of an engine shares.
+struct CollectionContext {
+  std::shared_ptr<ThreadPool> pool;
+  std::shared_ptr<const MaxSimScorer> scorer;
+  CollectionLimits limits;
+  ShardStoreOptions store_options;
+};
+
+// The shard a document id belongs to: FNV-1a 64 of its bytes, modulo the shard count. Stable
+// across processes and versions (it decides where data lives on disk).
+int ShardOf(const std::string& id, int num_shards);
+
+class CollectionImpl : public Collection {
+ public:
+  // Opens (or creates) the shards under `dir`. The schema must be valid.
+  static absl::StatusOr<std::shared_ptr<CollectionImpl>> Open(const std::string& dir,
+                                                              const CollectionSchema& schema,
+                                                              CollectionContext context);
+  // Removes the collection's files if it was dropped.
+  ~CollectionImpl() override;
+
+  const CollectionSchema& schema() const override { return schema_; }
+  const std::string& directory() const { return dir_; }
+  std::vector<UpsertOutcome> Upsert(std::vector<Document> documents) override;
+  absl::StatusOr<std::vector<bool>> Delete(const std::vector<std::string>& ids) override;
+  absl::StatusOr<StoredDocument> Get(const std::string& id) const override;
+  absl::StatusOr<SearchResult> Search(FloatMatrixView query,
+                                      const SearchOptions& options) const override;
+  CollectionStats Stats() const override;
+  absl::Status Snapshot() override;
+
+  // Marks the collection dropped: its directory (already moved aside by the engine) is deleted
+  // when the last reference goes away.
+  void MarkDropped(std::string moved_dir);
+
+ private:
+  struct Scored;
+  CollectionImpl(std::string dir, CollectionSchema schema, CollectionContext context);
+
+  absl::Status ValidateDocument(const Document& document) const;
+  // Pools a valid document into its store write.
+  absl::StatusOr<DocumentWrite> PrepareWrite(const Document& document) const;
+  absl::Status ValidateQuery(FloatMatrixView query, const SearchOptions& options) const;
+  // Exact MaxSim of the query against the given (shard, iid) documents, appended to `scored`.
+  absl::Status ScoreDocuments(FloatMatrixView query, bool want_best_tokens,
+                              const std::vector<std::pair<int, uint64_t>>& documents,
+                              std::vector<Scored>* scored, SearchTimings* timings) const;
+
+  const std::string dir_;
+  const CollectionSchema schema_;
+  const CollectionContext context_;
+  std::vector<std::unique_ptr<Shard>> shards_;
+  std::atomic<bool> dropped_{false};
+  std::string dropped_dir_;
+};
+
+}  // namespace tessera::internal
+
+#endif  // TESSERA_INDEX_COLLECTION_COLLECTION_IMPL_H_

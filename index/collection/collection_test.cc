@@ -1,0 +1,608 @@
+// Collection and engine behaviour against independent references: brute-force MaxSim over what
+// Get() returns, exhaustive search for recall, reopen for durability.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tessera/engine.h"
+
+namespace tessera {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::path(::testing::TempDir()) /
+            absl::StrCat("collection_test_", ::getpid(), "_", counter_++);
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string path() const { return path_.string(); }
+
+ private:
+  static inline std::atomic<int> counter_{0};
+  fs::path path_;
+};
+
+std::vector<float> Normalized(std::vector<float> v, int64_t dim) {
+  for (size_t r = 0; r < v.size() / dim; ++r) {
+    double s = 0;
+    for (int64_t k = 0; k < dim; ++k) s += v[r * dim + k] * v[r * dim + k];
+    const double inv = s > 0 ? 1.0 / std::sqrt(s) : 0.0;
+    for (int64_t k = 0; k < dim; ++k) v[r * dim + k] = static_cast<float>(v[r * dim + k] * inv);
+  }
+  return v;
+}
+
+// A structured corpus: topics (directions), documents mixing a few topics with noise, and
+// paraphrase-like near duplicates of earlier documents.
+class Corpus {
+ public:
+  // Noise levels are relative to unit vectors (the norm of the noise added to a unit vector):
+  // token_noise spreads a document's tokens around its topics, query_noise a query's tokens
+  // around the document tokens they are drawn from.
+  Corpus(int64_t dim, uint32_t seed, int num_topics = 256, float token_noise = 0.6f,
+         float query_noise = 0.4f)
+      : dim_(dim),
+        num_topics_(num_topics),
+        token_noise_(token_noise),
+        query_noise_(query_noise),
+        scale_(1.0f / std::sqrt(static_cast<float>(dim))),
+        rng_(seed) {
+    std::normal_distribution<float> normal;
+    topics_.resize(num_topics * dim_);
+    for (float& v : topics_) v = normal(rng_);
+    topics_ = Normalized(topics_, dim_);
+  }
+
+  Document Make(const std::string& id, int64_t num_tokens) {
+    std::normal_distribution<float> normal;
+    std::uniform_int_distribution<int> topic(0, num_topics_ - 1);
+    Document document;
+    document.id = id;
+    document.num_tokens = num_tokens;
+    document.dim = dim_;
+    const int t1 = topic(rng_), t2 = topic(rng_), t3 = topic(rng_);
+    document.tokens.resize(num_tokens * dim_);
+    for (int64_t i = 0; i < num_tokens; ++i) {
+      const int t = (i % 3 == 0) ? t1 : (i % 3 == 1 ? t2 : t3);
+      for (int64_t k = 0; k < dim_; ++k) {
+        document.tokens[i * dim_ + k] = topics_[t * dim_ + k] + token_noise_ * scale_ * normal(rng_);
+      }
+    }
+    document.tokens = Normalized(document.tokens, dim_);
+    return document;
+  }
+
+  // A near duplicate: the same tokens, perturbed by noise of the given scale.
+  Document Paraphrase(const Document& source, const std::string& id, float noise = 0.05f) {
+    std::normal_distribution<float> normal;
+    Document document = source;
+    document.id = id;
+    for (float& v : document.tokens) v += noise * scale_ * normal(rng_);
+    document.tokens = Normalized(document.tokens, dim_);
+    return document;
+  }
+
+  // A query: a noisy subset of a document's tokens.
+  std::vector<float> QueryFrom(const Document& document, int64_t num_tokens) {
+    std::normal_distribution<float> normal;
+    std::uniform_int_distribution<int64_t> pick(0, document.num_tokens - 1);
+    std::vector<float> query(num_tokens * dim_);
+    for (int64_t i = 0; i < num_tokens; ++i) {
+      const int64_t row = pick(rng_);
+      for (int64_t k = 0; k < dim_; ++k) {
+        query[i * dim_ + k] = document.tokens[row * dim_ + k] + query_noise_ * scale_ * normal(rng_);
+      }
+    }
+    return Normalized(query, dim_);
+  }
+
+  std::mt19937& rng() { return rng_; }
+
+ private:
+  int64_t dim_;
+  int num_topics_;
+  float token_noise_;
+  float query_noise_;
+  float scale_;  // per-coordinate standard deviation of noise of norm 1
+  std::mt19937 rng_;
+  std::vector<float> topics_;
+};
+
+// Brute-force MaxSim in double over what Get() returns, best first, ties by ascending id.
+std::vector<std::pair<std::string, double>> BruteForce(const Collection& collection,
+                                                       const std::vector<std::string>& ids,
+                                                       const std::vector<float>& query,
+                                                       int64_t dim) {
+  std::vector<std::pair<std::string, double>> scored;
+  const int64_t nq = static_cast<int64_t>(query.size()) / dim;
+  for (const std::string& id : ids) {
+    auto document = collection.Get(id);
+    if (!document.ok()) continue;
+    double total = 0;
+    for (int64_t i = 0; i < nq; ++i) {
+      double best = -INFINITY;
+      for (int64_t v = 0; v < document->num_vectors(); ++v) {
+        double dot = 0;
+        for (int64_t k = 0; k < dim; ++k) {
+          dot += static_cast<double>(query[i * dim + k]) * document->vectors[v * dim + k];
+        }
+        best = std::max(best, dot);
+      }
+      total += best;
+    }
+    scored.emplace_back(id, total);
+  }
+  std::sort(scored.begin(), scored.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
+  });
+  return scored;
+}
+
+CollectionSchema Schema(const std::string& name, int64_t dim) {
+  CollectionSchema schema;
+  schema.name = name;
+  schema.dim = dim;
+  schema.attributes = {{"group", AttributeType::kInt64}, {"lang", AttributeType::kString}};
+  return schema;
+}
+
+void ExpectAllOk(const std::vector<UpsertOutcome>& outcomes) {
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    ASSERT_TRUE(outcomes[i].status.ok()) << i << ": " << outcomes[i].status;
+  }
+}
+
+// Property: exhaustive search (and N ≥ collection size) equals brute force over stored vectors,
+// across random dimensions, dtypes, shard counts, pool factors and document lengths.
+TEST(CollectionSearch, ExhaustiveEqualsBruteForce) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 6; ++trial) {
+    TempDir dir;
+    auto engine = Engine::Open(dir.path());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    const int64_t dim = std::vector<int64_t>{8, 16, 48, 64, 96, 128}[trial];
+    CollectionSchema schema = Schema(absl::StrCat("c", trial), dim);
+    schema.dtype = trial % 2 ? VectorDtype::kFloat32 : VectorDtype::kFloat16;
+    schema.num_shards = 1 + trial % 3;
+    schema.pooling.hierarchical->pool_factor = 1 + trial % 3;
+    auto collection = (*engine)->CreateCollection(schema);
+    ASSERT_TRUE(collection.ok()) << collection.status();
+    Corpus corpus(dim, 100 + trial);
+    std::vector<Document> documents;
+    std::vector<std::string> ids;
+    std::uniform_int_distribution<int64_t> length(1, 40);
+    for (int d = 0; d < 120; ++d) {
+      documents.push_back(corpus.Make(absl::StrCat("doc-", d), length(rng)));
+      ids.push_back(documents.back().id);
+    }
+    ExpectAllOk((*collection)->Upsert(documents));
+    for (int q = 0; q < 4; ++q) {
+      const std::vector<float> query = corpus.QueryFrom(documents[q * 7], 1 + q * 5);
+      const auto expected = BruteForce(**collection, ids, query, dim);
+      for (bool exhaustive : {true, false}) {
+        SearchOptions options;
+        options.k = 15;
+        options.exhaustive = exhaustive;
+        options.num_candidates = exhaustive ? 0 : 1000;  // N ≥ collection size
+        auto result = (*collection)->Search(
+            FloatMatrixView{query.data(), static_cast<int64_t>(query.size()) / dim, dim}, options);
+        ASSERT_TRUE(result.ok()) << result.status();
+        EXPECT_TRUE(result->exhaustive);
+        ASSERT_EQ(result->hits.size(), 15u);
+        for (size_t h = 0; h < result->hits.size(); ++h) {
+          EXPECT_EQ(result->hits[h].id, expected[h].first) << "trial " << trial << " hit " << h;
+          EXPECT_NEAR(result->hits[h].score, expected[h].second,
+                      1e-5 * std::max(1.0, std::abs(expected[h].second)));
+        }
+      }
+    }
+  }
+}
+
+// Recall of the default cascade against exhaustive search on a structured corpus: 150 families
+// of paraphrases (a source document and 11 rewrites of increasing distance, so a query's true top
+// 10 is well defined) among 1,800 unrelated documents, all drawn from shared topic directions.
+TEST(CollectionSearch, DefaultCascadeRecallAgainstExhaustive) {
+  TempDir dir;
+  auto engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok());
+  const int64_t dim = 64;
+  auto collection = (*engine)->CreateCollection(Schema("recall", dim));
+  ASSERT_TRUE(collection.ok());
+  Corpus corpus(dim, 7);
+  std::vector<Document> documents, sources;
+  std::uniform_int_distribution<int64_t> length(16, 64);
+  for (int f = 0; f < 150; ++f) {
+    sources.push_back(corpus.Make(absl::StrCat("f", f, "-0"), length(corpus.rng())));
+    documents.push_back(sources.back());
+    for (int m = 1; m < 12; ++m) {
+      documents.push_back(
+          corpus.Paraphrase(sources.back(), absl::StrCat("f", f, "-", m), 0.08f * m));
+    }
+  }
+  for (int d = 0; d < 1800; ++d) {
+    documents.push_back(corpus.Make(absl::StrCat("d", d), length(corpus.rng())));
+  }
+  std::shuffle(documents.begin(), documents.end(), corpus.rng());
+  for (size_t begin = 0; begin < documents.size(); begin += 500) {
+    const size_t end = std::min(documents.size(), begin + 500);
+    ExpectAllOk((*collection)->Upsert(
+        std::vector<Document>(documents.begin() + begin, documents.begin() + end)));
+  }
+  double recall = 0;
+  int64_t scored = 0;
+  const int queries = 40;
+  for (int q = 0; q < queries; ++q) {
+    const std::vector<float> query = corpus.QueryFrom(sources[q * 3], 24);
+    const FloatMatrixView view{query.data(), 24, dim};
+    SearchOptions options;
+    auto fast = (*collection)->Search(view, options);
+    options.exhaustive = true;
+    auto exact = (*collection)->Search(view, options);
+    ASSERT_TRUE(fast.ok() && exact.ok());
+    EXPECT_FALSE(fast->exhaustive);
+    std::set<std::string> truth;
+    for (const SearchHit& hit : exact->hits) truth.insert(hit.id);
+    for (const SearchHit& hit : fast->hits) recall += truth.count(hit.id) / 10.0;
+    scored += fast->documents_scored;
+  }
+  recall /= queries;
+  std::cout << "recall@10 " << recall << ", documents scored exactly per query "
+            << scored / queries << " of " << documents.size() << "\n";
+  EXPECT_GE(recall, 0.98);
+  EXPECT_LE(scored / queries, static_cast<int64_t>(documents.size()) / 10);
+}
+
+TEST(CollectionSearch, SelectiveFilterStillReturnsK) {
+  TempDir dir;
+  auto engine = Engine::Open(dir.path());
+  const int64_t dim = 32;
+  auto collection = (*engine)->CreateCollection(Schema("filtered", dim));
+  ASSERT_TRUE(collection.ok());
+  Corpus corpus(dim, 3);
+  std::vector<Document> documents;
+  for (int d = 0; d < 2000; ++d) {
+    documents.push_back(corpus.Make(absl::StrCat("d", d), 20));
+    documents.back().attributes["group"] = int64_t{d % 100};  // group 7: 1% of documents
+    documents.back().attributes["lang"] = d % 2 ? "en" : "de";
+  }
+  ExpectAllOk((*collection)->Upsert(documents));
+  const std::vector<float> query = corpus.QueryFrom(documents[3], 8);
+  SearchOptions options;
+  options.k = 10;
+  options.filter.all_of.push_back(FilterCondition{"group", FilterCondition::Op::kEq, {int64_t{7}}});
+  auto result = (*collection)->Search(FloatMatrixView{query.data(), 8, dim}, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->hits.size(), 10u);
+  for (const SearchHit& hit : result->hits) {
+    const int d = std::stoi(hit.id.substr(1));
+    EXPECT_EQ(d % 100, 7) << hit.id;
+  }
+  // Unknown field and type mismatch are rejected.
+  options.filter.all_of[0].field = "colour";
+  EXPECT_THAT((*collection)->Search(FloatMatrixView{query.data(), 8, dim}, options).status().message(),
+              HasSubstr("unknown field 'colour'"));
+}
+
+TEST(CollectionWrites, UpsertReplacesAndDeleteRemoves) {
+  TempDir dir;
+  auto engine = Engine::Open(dir.path());
+  const int64_t dim = 16;
+  auto collection = (*engine)->CreateCollection(Schema("writes", dim));
+  ASSERT_TRUE(collection.ok());
+  Corpus corpus(dim, 5);
+  std::vector<Document> documents;
+  for (int d = 0; d < 50; ++d) documents.push_back(corpus.Make(absl::StrCat("d", d), 12));
+  ExpectAllOk((*collection)->Upsert(documents));
+  // The query matches d9 best; replace d9 with unrelated content, then delete d8.
+  const std::vector<float> query = corpus.QueryFrom(documents[9], 6);
+  const FloatMatrixView view{query.data(), 6, dim};
+  auto before = (*collection)->Search(view, SearchOptions{});
+  ASSERT_TRUE(before.ok());
+  EXPECT_EQ(before->hits[0].id, "d9");
+  EXPECT_EQ(before->hits[0].version, 1u);
+  Document replacement = corpus.Make("d9", 12);
+  auto outcomes = (*collection)->Upsert({replacement});
+  ExpectAllOk(outcomes);
+  EXPECT_EQ(outcomes[0].version, 2u);
+  auto stored = (*collection)->Get("d9");
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->version, 2u);
+  auto after = (*collection)->Search(view, SearchOptions{});
+  ASSERT_TRUE(after.ok());
+  for (const SearchHit& hit : after->hits) {
+    if (hit.id == "d9") EXPECT_EQ(hit.version, 2u);
+  }
+  EXPECT_LT(after->hits[0].id == "d9" ? after->hits[0].score : 0.0f, before->hits[0].score);
+  auto deleted = (*collection)->Delete({"d8", "nope"});
+  ASSERT_TRUE(deleted.ok());
+  EXPECT_EQ(*deleted, (std::vector<bool>{true, false}));
+  EXPECT_EQ((*collection)->Get("d8").status().code(), absl::StatusCode::kNotFound);
+  SearchOptions all;
+  all.k = 100;
+  all.exhaustive = true;
+  auto everything = (*collection)->Search(view, all);
+  ASSERT_TRUE(everything.ok());
+  EXPECT_EQ(everything->hits.size(), 49u);
+  for (const SearchHit& hit : everything->hits) EXPECT_NE(hit.id, "d8");
+  EXPECT_EQ((*collection)->Stats().documents, 49);
+}
+
+TEST(CollectionWrites, BadInputIsRejectedAndChangesNothing) {
+  TempDir dir;
+  auto engine = Engine::Open(dir.path());
+  const int64_t dim = 16;
+  auto collection = (*engine)->CreateCollection(Schema("bad", dim));
+  ASSERT_TRUE(collection.ok());
+  Corpus corpus(dim, 9);
+  ExpectAllOk((*collection)->Upsert({corpus.Make("keep", 10)}));
+  const StoredDocument original = *(*collection)->Get("keep");
+
+  std::vector<Document> bad;
+  bad.push_back(corpus.Make("keep", 10));
+  bad.back().dim = 8;  // wrong dimension (same id: must not replace)
+  bad.push_back(corpus.Make("keep", 10));
+  bad.back().tokens[5] = NAN;
+  bad.push_back(corpus.Make("keep", 10));
+  bad.back().tokens[5] = INFINITY;
+  bad.push_back(corpus.Make("empty", 1));
+  bad.back().num_tokens = 0;
+  bad.back().tokens.clear();
+  bad.push_back(corpus.Make("", 3));
+  bad.push_back(corpus.Make(std::string(2000, 'x'), 3));
+  bad.push_back(corpus.Make(std::string("\xff\xfe"), 3));
+  bad.push_back(corpus.Make("attr", 3));
+  bad.back().attributes["colour"] = "red";
+  bad.push_back(corpus.Make("attr-type", 3));
+  bad.back().attributes["group"] = "seven";
+  bad.push_back(corpus.Make("huge", 3));
+  bad.back().num_tokens = kMaxHierarchicalPoolingTokens + 1;
+  const auto outcomes = (*collection)->Upsert(bad);
+  const std::vector<std::string> expected = {"dim 8, collection 'bad' expects 16",
+                                             "is not finite",
+                                             "is not finite",
+                                             "num_tokens 0",
+                                             "document id is empty",
+                                             "document id of 2000 bytes",
+                                             "not valid UTF-8",
+                                             "attribute 'colour' is not a field",
+                                             "attribute 'group' is string, expected int64",
+                                             "exceeds the limit"};
+  ASSERT_EQ(outcomes.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(outcomes[i].status.code(), absl::StatusCode::kInvalidArgument) << i;
+    EXPECT_THAT(outcomes[i].status.message(), HasSubstr(expected[i])) << i;
+  }
+  const StoredDocument now = *(*collection)->Get("keep");
+  EXPECT_EQ(now.version, original.version);
+  EXPECT_EQ(now.vectors, original.vectors);
+  EXPECT_EQ((*collection)->Stats().documents, 1);
+
+  // Search-side validation.
+  const std::vector<float> query(4 * dim, 0.25f);
+  SearchOptions options;
+  options.k = 0;
+  EXPECT_THAT((*collection)->Search(FloatMatrixView{query.data(), 4, dim}, options).status().message(),
+              HasSubstr("k 0"));
+  options.k = 10;
+  options.num_candidates = 5;
+  EXPECT_THAT((*collection)->Search(FloatMatrixView{query.data(), 4, dim}, options).status().message(),
+              HasSubstr("num_candidates 5"));
+  EXPECT_THAT((*collection)->Search(FloatMatrixView{query.data(), 8, 8}, SearchOptions{}).status().message(),
+              HasSubstr("query: dim 8"));
+  EXPECT_THAT((*collection)->Search(FloatMatrixView{query.data(), 0, dim}, SearchOptions{}).status().message(),
+              HasSubstr("query: no tokens"));
+
+  // Engine-level errors.
+  EXPECT_EQ((*engine)->CreateCollection(Schema("bad", dim)).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ((*engine)->GetCollection("missing").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*engine)->DropCollection("missing").code(), absl::StatusCode::kNotFound);
+  CollectionSchema invalid = Schema("broken", dim);
+  invalid.candidates.factory = "NotAnIndex42";
+  EXPECT_EQ((*engine)->CreateCollection(invalid).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  invalid = Schema("no/slash", dim);
+  EXPECT_EQ((*engine)->CreateCollection(invalid).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*engine)->ListCollections(), (std::vector<std::string>{"bad"}));
+}
+
+// Reopening replays nothing it should not and loses nothing; a missing or corrupt candidate
+// snapshot is rebuilt from RocksDB with identical results.
+TEST(CollectionDurability, ReopenAndSnapshotLossGiveIdenticalResults) {
+  TempDir dir;
+  const int64_t dim = 32;
+  Corpus corpus(dim, 21);
+  std::vector<Document> documents;
+  for (int d = 0; d < 400; ++d) documents.push_back(corpus.Make(absl::StrCat("d", d), 24));
+  const std::vector<float> query = corpus.QueryFrom(documents[17], 10);
+  const FloatMatrixView view{query.data(), 10, dim};
+  SearchOptions options;
+  options.k = 20;
+  options.num_candidates = 100;
+
+  std::vector<SearchHit> reference;
+  {
+    auto engine = Engine::Open(dir.path());
+    CollectionSchema schema = Schema("durable", dim);
+    schema.num_shards = 2;
+    auto collection = (*engine)->CreateCollection(schema);
+    ASSERT_TRUE(collection.ok());
+    ExpectAllOk((*collection)->Upsert(
+        std::vector<Document>(documents.begin(), documents.begin() + 300)));
+    ASSERT_TRUE((*collection)->Snapshot().ok());
+    // Writes after the snapshot: replayed on open.
+    ExpectAllOk((*collection)->Upsert(
+        std::vector<Document>(documents.begin() + 300, documents.end())));
+    ASSERT_TRUE((*collection)->Delete({"d1", "d2"}).ok());
+    auto result = (*collection)->Search(view, options);
+    ASSERT_TRUE(result.ok());
+    reference = result->hits;
+  }
+  auto check = [&](const std::string& what) {
+    auto engine = Engine::Open(dir.path());
+    ASSERT_TRUE(engine.ok()) << what << ": " << engine.status();
+    auto collection = (*engine)->GetCollection("durable");
+    ASSERT_TRUE(collection.ok()) << what;
+    EXPECT_EQ((*collection)->Stats().documents, 398) << what;
+    auto result = (*collection)->Search(view, options);
+    ASSERT_TRUE(result.ok()) << what;
+    ASSERT_EQ(result->hits.size(), reference.size()) << what;
+    for (size_t h = 0; h < reference.size(); ++h) {
+      EXPECT_EQ(result->hits[h].id, reference[h].id) << what << " " << h;
+      EXPECT_EQ(result->hits[h].score, reference[h].score) << what << " " << h;
+    }
+  };
+  check("reopen");
+  fs::path snapshot;
+  for (const auto& entry : fs::directory_iterator(fs::path(dir.path()) / "collections")) {
+    snapshot = entry.path() / "shard-000/candidates.snapshot";
+  }
+  ASSERT_TRUE(fs::exists(snapshot));
+  fs::remove(snapshot);
+  check("snapshot deleted");
+  {
+    std::fstream file(snapshot, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(file.good());
+    file.seekp(100);
+    file.put('\x5a');
+  }
+  check("snapshot corrupted");
+  fs::resize_file(snapshot, fs::file_size(snapshot) / 2);
+  check("snapshot truncated");
+}
+
+TEST(CollectionExplain, PointsAtTheCoveredTokens) {
+  TempDir dir;
+  auto engine = Engine::Open(dir.path());
+  const int64_t dim = 16;
+  auto collection = (*engine)->CreateCollection(Schema("explain", dim));
+  ASSERT_TRUE(collection.ok());
+  Corpus corpus(dim, 4);
+  Document document = corpus.Make("page", 30);
+  ExpectAllOk((*collection)->Upsert({document}));
+  const std::vector<float> query = corpus.QueryFrom(document, 5);
+  SearchOptions options;
+  options.explain = true;
+  auto result = (*collection)->Search(FloatMatrixView{query.data(), 5, dim}, options);
+  ASSERT_TRUE(result.ok());
+  ASSERT_EQ(result->hits.size(), 1u);
+  const SearchHit& hit = result->hits[0];
+  ASSERT_EQ(hit.explanation.size(), 5u);
+  const StoredDocument stored = *(*collection)->Get("page");
+  double total = 0;
+  for (const TokenMatch& match : hit.explanation) {
+    total += match.similarity;
+    const int32_t v = match.document_vector;
+    EXPECT_EQ(match.covered_tokens,
+              std::vector<int32_t>(stored.members.begin() + stored.member_offsets[v],
+                                   stored.members.begin() + stored.member_offsets[v + 1]));
+    // The best vector really is the best: no stored vector beats it.
+    for (int64_t w = 0; w < stored.num_vectors(); ++w) {
+      double dot = 0;
+      for (int64_t k = 0; k < dim; ++k) {
+        dot += query[match.query_token * dim + k] * stored.vectors[w * dim + k];
+      }
+      EXPECT_LE(dot, match.similarity + 1e-5);
+    }
+  }
+  EXPECT_NEAR(total, hit.score, 1e-4);
+}
+
+TEST(CollectionConcurrency, SearchesDuringWritesSeeAcknowledgedDocuments) {
+  TempDir dir;
+  EngineOptions engine_options;
+  engine_options.threads = 2;
+  auto engine = Engine::Open(dir.path(), engine_options);
+  const int64_t dim = 16;
+  CollectionSchema schema = Schema("busy", dim);
+  schema.num_shards = 2;
+  auto collection = (*engine)->CreateCollection(schema);
+  ASSERT_TRUE(collection.ok());
+  std::vector<Document> documents;
+  {
+    Corpus corpus(dim, 8);
+    for (int d = 0; d < 300; ++d) documents.push_back(corpus.Make(absl::StrCat("d", d), 10));
+  }
+  std::atomic<int> acknowledged{0};
+  std::atomic<bool> failed{false};
+  std::thread writer([&] {
+    for (int d = 0; d < 300; d += 3) {
+      auto outcomes = (*collection)->Upsert(
+          std::vector<Document>(documents.begin() + d, documents.begin() + d + 3));
+      for (const auto& outcome : outcomes) failed = failed || !outcome.status.ok();
+      if (d % 30 == 0 && d > 0) {
+        auto deleted = (*collection)->Delete({absl::StrCat("d", d - 30)});
+        failed = failed || !deleted.ok();
+      }
+      acknowledged = d + 3;
+    }
+  });
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 3; ++r) {
+    readers.emplace_back([&, r] {
+      while (acknowledged < 300) {
+        const int seen = acknowledged;
+        if (seen == 0) continue;
+        // The last acknowledged document is found by an exhaustive search for its own tokens.
+        const Document& target = documents[seen - 1];
+        SearchOptions options;
+        options.k = 3;
+        options.exhaustive = r == 0;
+        auto result = (*collection)->Search(
+            FloatMatrixView{target.tokens.data(), target.num_tokens, dim}, options);
+        if (!result.ok() || result->hits.empty() || result->hits[0].id != target.id) {
+          failed = true;
+        }
+      }
+    });
+  }
+  writer.join();
+  for (std::thread& reader : readers) reader.join();
+  EXPECT_FALSE(failed);
+  EXPECT_EQ((*collection)->Stats().documents, 300 - 9);
+}
+
+TEST(Engine, DropWhileSearchingAndRecreate) {
+  TempDir dir;
+  auto engine = Engine::Open(dir.path());
+  const int64_t dim = 16;
+  auto collection = (*engine)->CreateCollection(Schema("dropme", dim));
+  ASSERT_TRUE(collection.ok());
+  Corpus corpus(dim, 12);
+  std::vector<Document> documents;
+  for (int d = 0; d < 100; ++d) documents.push_back(corpus.Make(absl::StrCat("d", d), 10));
+  ExpectAllOk((*collection)->Upsert(documents));
+  std::shared_ptr<Collection> held = std::move(*collection);
+  ASSERT_TRUE((*engine)->DropCollection("dropme").ok());
+  // The holder can still search; the name is free again.
+  const std::vector<float> query = corpus.QueryFrom(documents[0], 4);
+  auto result = held->Search(FloatMatrixView{query.data(), 4, dim}, SearchOptions{});
+  ASSERT_TRUE(result.ok());
+  EXPECT_FALSE(result->hits.empty());
+  auto again = (*engine)->CreateCollection(Schema("dropme", dim));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->Stats().documents, 0);
+  held.reset();
+  EXPECT_TRUE(fs::is_empty(fs::path(dir.path()) / "trash"));
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,221 @@
+#include "index/collection/shard.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "tessera/status_macros.h"
+
+namespace tessera::internal {
+namespace {
+
+constexpr char kSnapshotFile[] = "candidates.snapshot";
+
+FloatMatrixView View(const StoredMatrix& matrix) {
+  return FloatMatrixView{reinterpret_cast<const float*>(matrix.bytes.data()), matrix.rows,
+                         matrix.cols};
+}
+
+CandidateIndexOptions CandidateOptions(const CollectionSchema& schema) {
+  CandidateIndexOptions options;
+  options.dim = schema.dim;
+  options.factory = schema.candidates.factory;
+  return options;
+}
+
+}  // namespace
+
+Shard::Shard(std::string dir, std::unique_ptr<ShardStore> store)
+    : dir_(std::move(dir)), store_(std::move(store)) {}
+
+absl::StatusOr<std::unique_ptr<Shard>> Shard::Open(const std::string& dir,
+                                                   const CollectionSchema& schema,
+                                                   const ShardStoreOptions& store_options) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store,
+                           ShardStore::Open(dir + "/db", store_options));
+  std::unique_ptr<Shard> shard(new Shard(dir, std::move(store)));
+  TESSERA_RETURN_IF_ERROR(shard->LoadDocuments());
+  absl::MutexLock lock(&shard->apply_mu_);
+  TESSERA_RETURN_IF_ERROR(shard->LoadOrRebuildCandidates(CandidateOptions(schema)));
+  return shard;
+}
+
+void Shard::AddLive(uint64_t iid, LiveDocument document) {
+  original_tokens_ += document.num_tokens;
+  rerank_vectors_ += document.num_rerank_vectors;
+  live_[iid] = std::move(document);
+}
+
+void Shard::RemoveLive(uint64_t iid) {
+  const auto it = live_.find(iid);
+  if (it == live_.end()) return;
+  original_tokens_ -= it->second.num_tokens;
+  rerank_vectors_ -= it->second.num_rerank_vectors;
+  live_.erase(it);
+}
+
+absl::Status Shard::LoadDocuments() {
+  absl::MutexLock lock(&table_mu_);
+  return store_->ForEachDocument([this](const DocumentRecord& record) {
+    table_mu_.AssertHeld();
+    AddLive(record.iid,
+            LiveDocument{record.external_id, record.version, record.attributes, record.num_tokens,
+                         static_cast<int64_t>(record.member_offsets.size()) - 1});
+    return absl::OkStatus();
+  });
+}
+
+absl::Status Shard::RebuildCandidates(const CandidateIndexOptions& options) {
+  TESSERA_ASSIGN_OR_RETURN(candidates_, CandidateIndex::Create(options));
+  max_indexed_iid_ = 0;
+  return store_->ForEachCandidates(0, [this](uint64_t iid, const StoredMatrix& vectors) {
+    apply_mu_.AssertHeld();
+    max_indexed_iid_ = std::max(max_indexed_iid_, iid);
+    return candidates_->Add(iid, View(vectors));
+  });
+}
+
+absl::Status Shard::LoadOrRebuildCandidates(const CandidateIndexOptions& options) {
+  auto loaded = CandidateIndex::Load(dir_ + "/" + kSnapshotFile, options);
+  if (!loaded.ok()) return RebuildCandidates(options);
+  candidates_ = std::move(loaded->first);
+  const uint64_t covered = loaded->second;
+  // Reconcile with the store: drop documents deleted since, and check that every live document
+  // the snapshot claims to cover is in it; anything else means a stale or foreign snapshot.
+  std::vector<uint64_t> indexed = candidates_->Documents();
+  bool consistent = true;
+  {
+    absl::ReaderMutexLock lock(&table_mu_);
+    for (uint64_t iid : indexed) {
+      if (iid > covered) consistent = false;
+      if (!live_.contains(iid)) TESSERA_RETURN_IF_ERROR(candidates_->Remove(iid));
+    }
+    for (const auto& [iid, document] : live_) {
+      if (iid <= covered && !std::binary_search(indexed.begin(), indexed.end(), iid)) {
+        consistent = false;
+      }
+    }
+  }
+  if (!consistent) return RebuildCandidates(options);
+  max_indexed_iid_ = covered;
+  return store_->ForEachCandidates(covered + 1, [this](uint64_t iid, const StoredMatrix& vectors) {
+    apply_mu_.AssertHeld();
+    max_indexed_iid_ = std::max(max_indexed_iid_, iid);
+    return candidates_->Add(iid, View(vectors));
+  });
+}
+
+absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
+                                         const std::vector<std::string>& deletes) {
+  // What indexing needs, kept before the store takes ownership of the writes.
+  std::vector<LiveDocument> documents;
+  std::vector<StoredMatrix> candidates;
+  documents.reserve(upserts.size());
+  candidates.reserve(upserts.size());
+  for (const DocumentWrite& write : upserts) {
+    const DocumentRecord& record = write.record;
+    documents.push_back(LiveDocument{record.external_id, 0, record.attributes, record.num_tokens,
+                                     static_cast<int64_t>(record.member_offsets.size()) - 1});
+    candidates.push_back(write.candidates);
+  }
+  TESSERA_ASSIGN_OR_RETURN(WriteResult result, store_->Write(std::move(upserts), deletes));
+
+  // Index in the store's commit order: concurrent Apply calls committed in one group wait here
+  // for their turn.
+  struct Turn {
+    const uint64_t* next;
+    uint64_t mine;
+    bool Ready() const { return *next == mine; }
+  } turn{&next_commit_, result.commit_index};
+  absl::MutexLock lock(&apply_mu_, absl::Condition(&turn, &Turn::Ready));
+  const absl::Status status = ApplyDerived(std::move(documents), candidates, result);
+  ++next_commit_;
+  TESSERA_RETURN_IF_ERROR(status);
+  return result;
+}
+
+absl::Status Shard::ApplyDerived(std::vector<LiveDocument> documents,
+                                 const std::vector<StoredMatrix>& candidates,
+                                 const WriteResult& result) {
+  for (size_t i = 0; i < documents.size(); ++i) {
+    const uint64_t replaced = result.replaced_iids[i];
+    if (replaced != 0) TESSERA_RETURN_IF_ERROR(candidates_->Remove(replaced));
+    TESSERA_RETURN_IF_ERROR(candidates_->Add(result.upserted_iids[i], View(candidates[i])));
+    max_indexed_iid_ = std::max(max_indexed_iid_, result.upserted_iids[i]);
+  }
+  for (uint64_t deleted : result.deleted_iids) {
+    if (deleted != 0) TESSERA_RETURN_IF_ERROR(candidates_->Remove(deleted));
+  }
+  absl::MutexLock lock(&table_mu_);
+  for (size_t i = 0; i < documents.size(); ++i) {
+    if (result.replaced_iids[i] != 0) RemoveLive(result.replaced_iids[i]);
+    documents[i].version = result.versions[i];
+    AddLive(result.upserted_iids[i], std::move(documents[i]));
+  }
+  for (uint64_t deleted : result.deleted_iids) {
+    if (deleted != 0) RemoveLive(deleted);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::vector<CandidateHit>>> Shard::SearchCandidates(
+    FloatMatrixView query, int k, const Filter& filter) const {
+  if (filter.empty()) return candidates_->Search(query, k, nullptr);
+  absl::ReaderMutexLock lock(&table_mu_);
+  const std::function<bool(uint64_t)> accept = [this, &filter](uint64_t iid) {
+    table_mu_.AssertReaderHeld();
+    const auto it = live_.find(iid);
+    return it != live_.end() && FilterMatches(filter, it->second.attributes);
+  };
+  return candidates_->Search(query, k, &accept);
+}
+
+void Shard::ForEachLive(const Filter& filter,
+                        const std::function<void(uint64_t, const LiveDocument&)>& fn) const {
+  absl::ReaderMutexLock lock(&table_mu_);
+  for (const auto& [iid, document] : live_) {
+    if (filter.empty() || FilterMatches(filter, document.attributes)) fn(iid, document);
+  }
+}
+
+bool Shard::Describe(uint64_t iid, std::string* external_id, uint64_t* version) const {
+  absl::ReaderMutexLock lock(&table_mu_);
+  const auto it = live_.find(iid);
+  if (it == live_.end()) return false;
+  *external_id = it->second.external_id;
+  *version = it->second.version;
+  return true;
+}
+
+int64_t Shard::num_documents() const {
+  absl::ReaderMutexLock lock(&table_mu_);
+  return static_cast<int64_t>(live_.size());
+}
+
+ShardStats Shard::Stats() const {
+  ShardStats stats;
+  {
+    absl::ReaderMutexLock lock(&table_mu_);
+    stats.documents = static_cast<int64_t>(live_.size());
+    stats.original_tokens = original_tokens_;
+    stats.rerank_vectors = rerank_vectors_;
+  }
+  const CandidateIndexStats candidates = candidates_->Stats();
+  stats.candidate_vectors = candidates.vectors;
+  stats.candidate_index = candidates.description;
+  stats.disk_bytes = store_->Stats().disk_bytes;
+  return stats;
+}
+
+absl::Status Shard::Snapshot() const {
+  absl::MutexLock lock(&apply_mu_);
+  return candidates_->Save(dir_ + "/" + kSnapshotFile, max_indexed_iid_);
+}
+
+}  // namespace tessera::internal

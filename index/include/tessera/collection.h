@@ -1,0 +1,172 @@
+// Collections: named sets of documents with one schema, stored in S RocksDB-backed shards in this
+// process (document → shard by a stable hash of its id), searched with the two-stage cascade of
+// DESIGN §2: FAISS candidates over coarse candidate vectors, then exact MaxSim over the pooled
+// rerank vectors.
+#ifndef TESSERA_COLLECTION_H_
+#define TESSERA_COLLECTION_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tessera/document.h"
+#include "tessera/matrix.h"
+#include "tessera/pooling.h"
+
+namespace tessera {
+
+// How candidate vectors (the only vectors in FAISS) are derived from a document.
+struct CandidateSpec {
+  enum class Kind {
+    // Ward pooling of the rerank vectors by `pool_factor` (coarser than the rerank vectors).
+    kPooled,
+    // One vector per document: the L2-normalised mean of its rerank vectors.
+    kGlobalMean,
+  };
+  Kind kind = Kind::kPooled;
+  int pool_factor = 4;
+  // FAISS index_factory string for the candidate index, or "auto" (exact Flat while small, HNSW32
+  // beyond 200k candidate vectors per shard).
+  std::string factory = "auto";
+};
+
+struct CollectionSchema {
+  std::string name;  // [A-Za-z0-9_.-]{1,128}
+  int64_t dim = 0;   // 1 … 4096
+  VectorDtype dtype = VectorDtype::kFloat16;  // rerank vector storage
+  // Rerank vectors. Default: hierarchical Ward pooling with factor 2.
+  PoolingSpec pooling = DefaultPooling();
+  CandidateSpec candidates;
+  // Attribute fields documents may carry and filters may use.
+  std::map<std::string, AttributeType> attributes;
+  int num_shards = 1;  // 1 … 256
+
+  static PoolingSpec DefaultPooling() {
+    PoolingSpec spec;
+    spec.hierarchical = TokenPoolingOptions{};
+    return spec;
+  }
+};
+
+// INVALID_ARGUMENT naming the first field out of range.
+absl::Status ValidateSchema(const CollectionSchema& schema);
+
+// Limits on what one request may carry; enforced with INVALID_ARGUMENT.
+struct CollectionLimits {
+  int64_t max_tokens_per_document = kMaxHierarchicalPoolingTokens;
+  int64_t max_id_bytes = 1024;
+  int max_k = 1000;
+  int max_num_candidates = 10000;
+  int max_query_tokens = 1024;
+};
+
+struct SearchOptions {
+  int k = 10;
+  // N: documents scored exactly after stage 1. 0 = the default, max(10·k, 100).
+  int num_candidates = 0;
+  // k′: candidate vectors fetched per query token in stage 1. 0 = the default, max(N, 64).
+  int per_token_candidates = 0;
+  Filter filter;
+  // Skip stage 1 and score every (matching) document exactly.
+  bool exhaustive = false;
+  // Per hit and query token: the best document vector, its similarity and the original tokens (or
+  // patches) it covers.
+  bool explain = false;
+};
+
+struct TokenMatch {
+  int32_t query_token = 0;
+  int32_t document_vector = 0;
+  float similarity = 0.0f;
+  std::vector<int32_t> covered_tokens;
+};
+
+struct SearchHit {
+  std::string id;
+  float score = 0.0f;  // exact MaxSim over the stored rerank vectors
+  uint64_t version = 0;
+  std::vector<TokenMatch> explanation;  // when asked; one entry per query token
+};
+
+struct SearchTimings {
+  double candidates_ms = 0;
+  double fetch_ms = 0;
+  double rerank_ms = 0;
+  double total_ms = 0;
+};
+
+struct SearchResult {
+  // Best first; equal scores ordered by ascending id.
+  std::vector<SearchHit> hits;
+  SearchTimings timings;
+  int64_t documents_scored = 0;  // exact MaxSim evaluations
+  bool exhaustive = false;       // stage 1 was skipped (asked, or N ≥ the collection's size)
+};
+
+// A stored document as Get returns it.
+struct StoredDocument {
+  std::string id;
+  uint64_t version = 0;
+  int64_t num_tokens = 0;  // as sent, before pooling
+  std::optional<PatchGridLayout> layout;
+  Attributes attributes;
+  VectorDtype dtype = VectorDtype::kFloat16;
+  int64_t dim = 0;
+  // The rerank vectors, decoded to fp32: num_vectors × dim.
+  std::vector<float> vectors;
+  // Vector v covers original tokens members[member_offsets[v] .. member_offsets[v + 1]).
+  std::vector<int32_t> member_offsets;
+  std::vector<int32_t> members;
+
+  int64_t num_vectors() const { return dim == 0 ? 0 : static_cast<int64_t>(vectors.size()) / dim; }
+};
+
+struct UpsertOutcome {
+  absl::Status status;   // per document; a bad document does not fail the others
+  uint64_t version = 0;  // when OK
+  int64_t num_vectors = 0;
+};
+
+struct CollectionStats {
+  int64_t documents = 0;
+  int64_t original_tokens = 0;
+  int64_t rerank_vectors = 0;
+  int64_t candidate_vectors = 0;
+  int64_t disk_bytes = 0;
+  double vectors_per_document = 0;
+  double disk_bytes_per_original_token = 0;
+  double disk_bytes_per_rerank_vector = 0;
+  std::vector<std::string> candidate_indexes;  // per shard, e.g. "IDMap2,Flat"
+};
+
+// Thread-safe: upserts, deletes, gets and searches may run concurrently; a write is visible to
+// every search that starts after it is acknowledged.
+class Collection {
+ public:
+  virtual ~Collection() = default;
+
+  virtual const CollectionSchema& schema() const = 0;
+
+  // Validates, pools, stores (one durable WriteBatch per shard) and indexes the documents. Returns
+  // one outcome per document, in order. An id that appears twice in one call: the last one wins.
+  virtual std::vector<UpsertOutcome> Upsert(std::vector<Document> documents) = 0;
+  // Deletes by id; returns per id whether it existed.
+  virtual absl::StatusOr<std::vector<bool>> Delete(const std::vector<std::string>& ids) = 0;
+  // NOT_FOUND for an unknown id.
+  virtual absl::StatusOr<StoredDocument> Get(const std::string& id) const = 0;
+  // query: nq × dim fp32. INVALID_ARGUMENT for a bad query or options.
+  virtual absl::StatusOr<SearchResult> Search(FloatMatrixView query,
+                                              const SearchOptions& options) const = 0;
+  virtual CollectionStats Stats() const = 0;
+  // Writes the candidate index snapshots so the next open need not replay.
+  virtual absl::Status Snapshot() = 0;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_COLLECTION_H_

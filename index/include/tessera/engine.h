@@ -1,0 +1,49 @@
+// The engine: all collections under one data directory, as one server process serves them.
+#ifndef TESSERA_ENGINE_H_
+#define TESSERA_ENGINE_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tessera/collection.h"
+#include "tessera/maxsim.h"
+
+namespace tessera {
+
+struct EngineOptions {
+  // Threads for pooling at ingest and for exact MaxSim; 0 = all hardware threads.
+  int threads = 0;
+  // fsync the WAL before acknowledging a write (default). Off: faster, a crash can lose the last
+  // acknowledged writes.
+  bool sync_writes = true;
+  CollectionLimits limits;
+  // The exact scorer; null = the CPU scorer.
+  std::shared_ptr<const MaxSimScorer> scorer;
+};
+
+// Thread-safe.
+class Engine {
+ public:
+  // Opens every collection under `data_dir` (created if missing).
+  static absl::StatusOr<std::unique_ptr<Engine>> Open(const std::string& data_dir,
+                                                      const EngineOptions& options = {});
+  virtual ~Engine() = default;
+
+  // ALREADY_EXISTS for a taken name, INVALID_ARGUMENT for a bad schema.
+  virtual absl::StatusOr<std::shared_ptr<Collection>> CreateCollection(
+      const CollectionSchema& schema) = 0;
+  // NOT_FOUND for an unknown name. Searches already running on the collection finish; its files
+  // are removed when the last reference goes away.
+  virtual absl::Status DropCollection(const std::string& name) = 0;
+  // NOT_FOUND for an unknown name.
+  virtual absl::StatusOr<std::shared_ptr<Collection>> GetCollection(
+      const std::string& name) const = 0;
+  // Names, sorted.
+  virtual std::vector<std::string> ListCollections() const = 0;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_ENGINE_H_

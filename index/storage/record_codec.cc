@@ -1,0 +1,460 @@
+#include "index/storage/record_codec.h"
+
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "tessera/status_macros.h"
+
+namespace tessera::internal {
+namespace {
+
+constexpr uint8_t kAttributeInt64 = 0;
+constexpr uint8_t kAttributeDouble = 1;
+constexpr uint8_t kAttributeString = 2;
+constexpr uint8_t kDtypeFloat32 = 0;
+constexpr uint8_t kDtypeFloat16 = 1;
+
+uint32_t Crc32(absl::string_view bytes) {
+  // zlib's crc32 takes a uInt length: feed it in chunks so that huge values are covered entirely.
+  uLong crc = crc32(0L, Z_NULL, 0);
+  const auto* data = reinterpret_cast<const Bytef*>(bytes.data());
+  size_t left = bytes.size();
+  while (left > 0) {
+    const uInt chunk = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
+    crc = crc32(crc, data, chunk);
+    data += chunk;
+    left -= chunk;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+void PutU8(std::string* out, uint8_t v) { out->push_back(static_cast<char>(v)); }
+
+void PutU32(std::string* out, uint32_t v) {
+  char buf[4];
+  for (int i = 0; i < 4; ++i) buf[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out->append(buf, 4);
+}
+
+void PutU64(std::string* out, uint64_t v) {
+  char buf[8];
+  for (int i = 0; i < 8; ++i) buf[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out->append(buf, 8);
+}
+
+void PutI64(std::string* out, int64_t v) { PutU64(out, static_cast<uint64_t>(v)); }
+
+void PutString(std::string* out, absl::string_view s) {
+  PutU32(out, static_cast<uint32_t>(s.size()));
+  out->append(s.data(), s.size());
+}
+
+// Starts an envelope in *out; returns the offset FinishEnvelope needs.
+size_t BeginEnvelope(RecordKind kind, std::string* out) {
+  const size_t start = out->size();
+  PutU8(out, kRecordFormatVersion);
+  PutU8(out, static_cast<uint8_t>(kind));
+  return start;
+}
+
+void FinishEnvelope(size_t start, std::string* out) {
+  const uint32_t crc = Crc32(absl::string_view(*out).substr(start));
+  PutU32(out, crc);
+}
+
+uint32_t LoadU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+uint64_t LoadU64(const char* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+
+// A bounds-checked little-endian reader over a payload. Every Read* returns false, without
+// consuming, when the payload has too few bytes left.
+class Reader {
+ public:
+  explicit Reader(absl::string_view data) : data_(data) {}
+
+  size_t left() const { return data_.size(); }
+
+  bool ReadU8(uint8_t* v) {
+    if (data_.empty()) return false;
+    *v = static_cast<uint8_t>(data_[0]);
+    data_.remove_prefix(1);
+    return true;
+  }
+  bool ReadU32(uint32_t* v) {
+    if (data_.size() < 4) return false;
+    *v = LoadU32(data_.data());
+    data_.remove_prefix(4);
+    return true;
+  }
+  bool ReadU64(uint64_t* v) {
+    if (data_.size() < 8) return false;
+    *v = LoadU64(data_.data());
+    data_.remove_prefix(8);
+    return true;
+  }
+  bool ReadI64(int64_t* v) {
+    uint64_t u;
+    if (!ReadU64(&u)) return false;
+    *v = static_cast<int64_t>(u);
+    return true;
+  }
+  bool ReadBytes(size_t n, absl::string_view* v) {
+    if (data_.size() < n) return false;
+    *v = data_.substr(0, n);
+    data_.remove_prefix(n);
+    return true;
+  }
+  bool ReadString(absl::string_view* v) {
+    uint32_t n;
+    if (data_.size() < 4) return false;
+    n = LoadU32(data_.data());
+    if (data_.size() - 4 < n) return false;
+    data_.remove_prefix(4);
+    return ReadBytes(n, v);
+  }
+  // A u32 count followed by count int32 values; the count is checked against the bytes left
+  // before anything is allocated.
+  bool ReadI32Array(std::vector<int32_t>* v) {
+    uint32_t n;
+    if (data_.size() < 4) return false;
+    n = LoadU32(data_.data());
+    if ((data_.size() - 4) / 4 < n) return false;
+    data_.remove_prefix(4);
+    v->resize(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      (*v)[i] = static_cast<int32_t>(LoadU32(data_.data() + 4 * static_cast<size_t>(i)));
+    }
+    data_.remove_prefix(4 * static_cast<size_t>(n));
+    return true;
+  }
+
+ private:
+  absl::string_view data_;
+};
+
+std::string IidWhat(absl::string_view cf, uint64_t iid) {
+  return absl::StrCat(cf, " CF, iid ", iid);
+}
+
+std::string KeyWhat(absl::string_view cf, absl::string_view label, absl::string_view key) {
+  return absl::StrCat(cf, " CF, ", label, " '", absl::CHexEscape(key.substr(0, 256)), "'");
+}
+
+absl::Status Corrupt(absl::string_view what, absl::string_view problem) {
+  return absl::DataLossError(absl::StrCat(what, ": ", problem));
+}
+
+absl::Status Truncated(absl::string_view what, absl::string_view field) {
+  return Corrupt(what, absl::StrCat("value truncated in field '", field, "'"));
+}
+
+}  // namespace
+
+size_t DtypeSize(VectorDtype dtype) { return dtype == VectorDtype::kFloat16 ? 2 : 4; }
+
+absl::Status ValidateMatrix(const StoredMatrix& matrix, absl::string_view what) {
+  if (matrix.dtype != VectorDtype::kFloat32 && matrix.dtype != VectorDtype::kFloat16) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": unknown dtype ",
+                                                   static_cast<int>(matrix.dtype)));
+  }
+  if (matrix.rows < 0 || matrix.cols < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": negative shape ", matrix.rows, " × ", matrix.cols));
+  }
+  const uint64_t itemsize = DtypeSize(matrix.dtype);
+  const uint64_t rows = static_cast<uint64_t>(matrix.rows);
+  const uint64_t cols = static_cast<uint64_t>(matrix.cols);
+  const uint64_t limit = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  if (cols != 0 && rows > limit / cols / itemsize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": shape ", matrix.rows, " × ", matrix.cols, " is too large"));
+  }
+  const uint64_t expected = rows * cols * itemsize;
+  if (matrix.bytes.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": ", matrix.bytes.size(), " bytes for a ", matrix.rows, " × ", matrix.cols, " ",
+        matrix.dtype == VectorDtype::kFloat16 ? "fp16" : "fp32", " matrix, expected ", expected));
+  }
+  return absl::OkStatus();
+}
+
+std::string EncodeIidKey(uint64_t iid) {
+  std::string key(8, '\0');
+  for (int i = 0; i < 8; ++i) key[i] = static_cast<char>((iid >> (8 * (7 - i))) & 0xff);
+  return key;
+}
+
+bool DecodeIidKey(absl::string_view key, uint64_t* iid) {
+  if (key.size() != 8) return false;
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | static_cast<uint8_t>(key[i]);
+  *iid = v;
+  return true;
+}
+
+absl::StatusOr<absl::string_view> OpenEnvelope(absl::string_view value, RecordKind kind,
+                                               absl::string_view what) {
+  if (value.size() < kRecordOverheadBytes) {
+    return Corrupt(what, absl::StrCat("value of ", value.size(), " bytes is shorter than the ",
+                                      kRecordOverheadBytes, "-byte envelope"));
+  }
+  const size_t body = value.size() - 4;
+  const uint32_t stored = LoadU32(value.data() + body);
+  const uint32_t computed = Crc32(value.substr(0, body));
+  if (stored != computed) {
+    return Corrupt(what, absl::StrFormat("checksum mismatch (stored %08x, computed %08x)", stored,
+                                         computed));
+  }
+  const uint8_t version = static_cast<uint8_t>(value[0]);
+  if (version != kRecordFormatVersion) {
+    return Corrupt(what, absl::StrCat("unsupported format version ", version, " (this build reads ",
+                                      kRecordFormatVersion, ")"));
+  }
+  const uint8_t got_kind = static_cast<uint8_t>(value[1]);
+  if (got_kind != static_cast<uint8_t>(kind)) {
+    return Corrupt(what, absl::StrCat("value of kind ", got_kind, ", expected kind ",
+                                      static_cast<int>(kind)));
+  }
+  return value.substr(2, body - 2);
+}
+
+void EncodeDocumentRecord(const DocumentRecord& record, std::string* out) {
+  const size_t start = BeginEnvelope(RecordKind::kDocument, out);
+  PutU64(out, record.iid);
+  PutString(out, record.external_id);
+  PutU64(out, record.version);
+  PutI64(out, record.num_tokens);
+  PutU8(out, record.layout.has_value() ? 1 : 0);
+  if (record.layout.has_value()) {
+    PutI64(out, record.layout->rows);
+    PutI64(out, record.layout->cols);
+    PutI64(out, record.layout->prefix_tokens);
+    PutI64(out, record.layout->suffix_tokens);
+  }
+  PutU32(out, static_cast<uint32_t>(record.attributes.size()));
+  for (const auto& [name, value] : record.attributes) {
+    PutString(out, name);
+    if (const auto* i = std::get_if<int64_t>(&value)) {
+      PutU8(out, kAttributeInt64);
+      PutI64(out, *i);
+    } else if (const auto* d = std::get_if<double>(&value)) {
+      PutU8(out, kAttributeDouble);
+      uint64_t bits;
+      static_assert(sizeof(bits) == sizeof(*d));
+      std::memcpy(&bits, d, sizeof(bits));
+      PutU64(out, bits);
+    } else {
+      PutU8(out, kAttributeString);
+      PutString(out, std::get<std::string>(value));
+    }
+  }
+  PutU32(out, static_cast<uint32_t>(record.member_offsets.size()));
+  for (int32_t v : record.member_offsets) PutU32(out, static_cast<uint32_t>(v));
+  PutU32(out, static_cast<uint32_t>(record.members.size()));
+  for (int32_t v : record.members) PutU32(out, static_cast<uint32_t>(v));
+  FinishEnvelope(start, out);
+}
+
+std::string EncodeDocumentRecord(const DocumentRecord& record) {
+  std::string out;
+  EncodeDocumentRecord(record, &out);
+  return out;
+}
+
+absl::StatusOr<DocumentRecord> DecodeDocumentRecord(absl::string_view value, uint64_t iid) {
+  const std::string what = IidWhat("docs", iid);
+  TESSERA_ASSIGN_OR_RETURN(absl::string_view payload,
+                           OpenEnvelope(value, RecordKind::kDocument, what));
+  Reader in(payload);
+  DocumentRecord record;
+  absl::string_view external_id;
+  uint8_t has_layout = 0;
+  if (!in.ReadU64(&record.iid)) return Truncated(what, "iid");
+  if (record.iid != iid) {
+    return Corrupt(what, absl::StrCat("value belongs to iid ", record.iid));
+  }
+  if (!in.ReadString(&external_id)) return Truncated(what, "external_id");
+  record.external_id = std::string(external_id);
+  if (!in.ReadU64(&record.version)) return Truncated(what, "version");
+  if (!in.ReadI64(&record.num_tokens)) return Truncated(what, "num_tokens");
+  if (!in.ReadU8(&has_layout)) return Truncated(what, "layout");
+  if (has_layout > 1) return Corrupt(what, absl::StrCat("bad layout flag ", has_layout));
+  if (has_layout == 1) {
+    PatchGridLayout layout;
+    if (!in.ReadI64(&layout.rows) || !in.ReadI64(&layout.cols) ||
+        !in.ReadI64(&layout.prefix_tokens) || !in.ReadI64(&layout.suffix_tokens)) {
+      return Truncated(what, "layout");
+    }
+    record.layout = layout;
+  }
+  uint32_t num_attributes = 0;
+  if (!in.ReadU32(&num_attributes)) return Truncated(what, "attributes");
+  // Each attribute takes at least 4 + 1 + 4 bytes: bound the loop by what is left.
+  if (num_attributes > in.left() / 9) return Truncated(what, "attributes");
+  for (uint32_t i = 0; i < num_attributes; ++i) {
+    absl::string_view name;
+    uint8_t type = 0;
+    if (!in.ReadString(&name) || !in.ReadU8(&type)) return Truncated(what, "attributes");
+    AttributeValue attribute;
+    switch (type) {
+      case kAttributeInt64: {
+        int64_t v;
+        if (!in.ReadI64(&v)) return Truncated(what, "attributes");
+        attribute = v;
+        break;
+      }
+      case kAttributeDouble: {
+        uint64_t bits;
+        if (!in.ReadU64(&bits)) return Truncated(what, "attributes");
+        double v;
+        std::memcpy(&v, &bits, sizeof(v));
+        attribute = v;
+        break;
+      }
+      case kAttributeString: {
+        absl::string_view v;
+        if (!in.ReadString(&v)) return Truncated(what, "attributes");
+        attribute = std::string(v);
+        break;
+      }
+      default:
+        return Corrupt(what, absl::StrCat("attribute '", absl::CHexEscape(name),
+                                          "' has unknown type ", type));
+    }
+    // Names were written in map order: anything else is not a value this codec wrote.
+    if (!record.attributes.empty() && !(record.attributes.rbegin()->first < name)) {
+      return Corrupt(what, absl::StrCat("attribute '", absl::CHexEscape(name), "' out of order"));
+    }
+    record.attributes.emplace_hint(record.attributes.end(), std::string(name),
+                                   std::move(attribute));
+  }
+  if (!in.ReadI32Array(&record.member_offsets)) return Truncated(what, "member_offsets");
+  if (!in.ReadI32Array(&record.members)) return Truncated(what, "members");
+  if (in.left() != 0) {
+    return Corrupt(what, absl::StrCat(in.left(), " unexpected trailing bytes"));
+  }
+  return record;
+}
+
+void EncodeStoredMatrix(const StoredMatrix& matrix, std::string* out) {
+  out->reserve(out->size() + kRecordOverheadBytes + 17 + matrix.bytes.size());
+  const size_t start = BeginEnvelope(RecordKind::kMatrix, out);
+  PutU8(out, matrix.dtype == VectorDtype::kFloat16 ? kDtypeFloat16 : kDtypeFloat32);
+  PutI64(out, matrix.rows);
+  PutI64(out, matrix.cols);
+  out->append(matrix.bytes);
+  FinishEnvelope(start, out);
+}
+
+std::string EncodeStoredMatrix(const StoredMatrix& matrix) {
+  std::string out;
+  EncodeStoredMatrix(matrix, &out);
+  return out;
+}
+
+absl::StatusOr<StoredMatrix> DecodeStoredMatrix(absl::string_view value, absl::string_view cf,
+                                                uint64_t iid) {
+  const std::string what = IidWhat(cf, iid);
+  TESSERA_ASSIGN_OR_RETURN(absl::string_view payload,
+                           OpenEnvelope(value, RecordKind::kMatrix, what));
+  Reader in(payload);
+  uint8_t dtype = 0;
+  StoredMatrix matrix;
+  if (!in.ReadU8(&dtype)) return Truncated(what, "dtype");
+  if (dtype == kDtypeFloat32) {
+    matrix.dtype = VectorDtype::kFloat32;
+  } else if (dtype == kDtypeFloat16) {
+    matrix.dtype = VectorDtype::kFloat16;
+  } else {
+    return Corrupt(what, absl::StrCat("unknown dtype ", dtype));
+  }
+  if (!in.ReadI64(&matrix.rows) || !in.ReadI64(&matrix.cols)) return Truncated(what, "shape");
+  if (matrix.rows < 0 || matrix.cols < 0) {
+    return Corrupt(what, absl::StrCat("negative shape ", matrix.rows, " × ", matrix.cols));
+  }
+  // Compare without multiplying first so that a garbage shape cannot overflow.
+  const uint64_t left = in.left();
+  const uint64_t itemsize = DtypeSize(matrix.dtype);
+  const uint64_t rows = static_cast<uint64_t>(matrix.rows);
+  const uint64_t cols = static_cast<uint64_t>(matrix.cols);
+  const bool fits = cols == 0 || rows <= left / itemsize / cols;
+  if (!fits || rows * cols * itemsize != left) {
+    return Corrupt(what, absl::StrCat("shape ", matrix.rows, " × ", matrix.cols, " does not match ",
+                                      left, " bytes of vectors"));
+  }
+  absl::string_view bytes;
+  in.ReadBytes(left, &bytes);
+  matrix.bytes = std::string(bytes);
+  return matrix;
+}
+
+std::string EncodeIdValue(uint64_t iid) {
+  std::string out;
+  const size_t start = BeginEnvelope(RecordKind::kId, &out);
+  PutU64(&out, iid);
+  FinishEnvelope(start, &out);
+  return out;
+}
+
+absl::StatusOr<uint64_t> DecodeIdValue(absl::string_view value, absl::string_view external_id) {
+  const std::string what = KeyWhat("ids", "external id", external_id);
+  TESSERA_ASSIGN_OR_RETURN(absl::string_view payload, OpenEnvelope(value, RecordKind::kId, what));
+  Reader in(payload);
+  uint64_t iid = 0;
+  if (!in.ReadU64(&iid)) return Truncated(what, "iid");
+  if (in.left() != 0) return Corrupt(what, "unexpected trailing bytes");
+  if (iid == 0) return Corrupt(what, "iid 0");
+  return iid;
+}
+
+std::string EncodeCounterValue(uint64_t value) {
+  std::string out;
+  const size_t start = BeginEnvelope(RecordKind::kCounter, &out);
+  PutU64(&out, value);
+  FinishEnvelope(start, &out);
+  return out;
+}
+
+absl::StatusOr<uint64_t> DecodeCounterValue(absl::string_view value, absl::string_view key) {
+  const std::string what = KeyWhat("meta", "key", key);
+  TESSERA_ASSIGN_OR_RETURN(absl::string_view payload,
+                           OpenEnvelope(value, RecordKind::kCounter, what));
+  Reader in(payload);
+  uint64_t v = 0;
+  if (!in.ReadU64(&v)) return Truncated(what, "value");
+  if (in.left() != 0) return Corrupt(what, "unexpected trailing bytes");
+  return v;
+}
+
+std::string EncodeMetaValue(absl::string_view bytes) {
+  std::string out;
+  out.reserve(bytes.size() + kRecordOverheadBytes);
+  const size_t start = BeginEnvelope(RecordKind::kMeta, &out);
+  out.append(bytes.data(), bytes.size());
+  FinishEnvelope(start, &out);
+  return out;
+}
+
+absl::StatusOr<std::string> DecodeMetaValue(absl::string_view value, absl::string_view key) {
+  TESSERA_ASSIGN_OR_RETURN(absl::string_view payload,
+                           OpenEnvelope(value, RecordKind::kMeta, KeyWhat("meta", "key", key)));
+  return std::string(payload);
+}
+
+}  // namespace tessera::internal

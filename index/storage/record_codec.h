@@ -1,0 +1,94 @@
+// The byte encodings of the shard store's keys and values (DESIGN §4), kept apart from RocksDB so
+// that they can be tested, fuzzed and read by tools on their own.
+//
+// Keys
+//   docs, rerank, candidates   iid as 8 bytes big-endian, so that RocksDB's bytewise order is the
+//                              numeric order of iids (iid 0 is never stored: 0 means "none").
+//   ids                        the external id's bytes.
+//   meta                       "u/" + the caller's key for PutMeta/GetMeta, "s/" + name for the
+//                              store's own counters.
+//
+// Values: every value is an envelope
+//   [0]      uint8   format version (kRecordFormatVersion = 1)
+//   [1]      uint8   kind (RecordKind), so that a value of one kind is never read as another
+//   [2..n-4) payload, little-endian fixed-width fields
+//   [n-4..n) uint32  CRC-32 (zlib crc32, little-endian) of bytes [0, n-4)
+// A value that is too short, has an unknown version or kind, fails its checksum, or whose payload
+// does not parse exactly (every length bounded by the bytes left, no trailing bytes) decodes to
+// DATA_LOSS with a message naming the column family and the key.
+//
+// Payloads
+//   kDocument   u64 iid (must equal the key's), u32 len + external id, u64 version,
+//               i64 num_tokens, u8 has_layout [+ i64 rows, cols, prefix_tokens, suffix_tokens],
+//               u32 count + count × (u32 len + name, u8 type (0 int64, 1 double, 2 string),
+//               value: i64 | f64 bits as u64 | u32 len + bytes), names strictly increasing,
+//               u32 count + count × i32 member_offsets, u32 count + count × i32 members
+//   kMatrix     u8 dtype (0 fp32, 1 fp16), i64 rows, i64 cols, then exactly rows·cols·itemsize
+//               bytes of little-endian values (the StoredMatrix's bytes as they are)
+//   kId         u64 iid
+//   kCounter    u64 value
+//   kMeta       the caller's opaque bytes
+#ifndef TESSERA_INDEX_STORAGE_RECORD_CODEC_H_
+#define TESSERA_INDEX_STORAGE_RECORD_CODEC_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "index/storage/shard_store.h"
+
+namespace tessera::internal {
+
+inline constexpr uint8_t kRecordFormatVersion = 1;
+// Version byte + kind byte + CRC-32.
+inline constexpr size_t kRecordOverheadBytes = 6;
+
+enum class RecordKind : uint8_t {
+  kDocument = 1,
+  kMatrix = 2,
+  kId = 3,
+  kCounter = 4,
+  kMeta = 5,
+};
+
+// Bytes per value of `dtype` (4 or 2).
+size_t DtypeSize(VectorDtype dtype);
+
+// OK when rows, cols ≥ 0, rows·cols·itemsize does not overflow and equals bytes.size();
+// INVALID_ARGUMENT naming `what` otherwise.
+absl::Status ValidateMatrix(const StoredMatrix& matrix, absl::string_view what);
+
+// iid keys: 8 bytes big-endian.
+std::string EncodeIidKey(uint64_t iid);
+// False unless `key` is exactly 8 bytes.
+bool DecodeIidKey(absl::string_view key, uint64_t* iid);
+
+// Appends the encoded value to *out. `record.iid` is stored and checked against the key on decode.
+void EncodeDocumentRecord(const DocumentRecord& record, std::string* out);
+std::string EncodeDocumentRecord(const DocumentRecord& record);
+// Precondition of the encoder: ValidateMatrix(matrix) is OK.
+void EncodeStoredMatrix(const StoredMatrix& matrix, std::string* out);
+std::string EncodeStoredMatrix(const StoredMatrix& matrix);
+std::string EncodeIdValue(uint64_t iid);
+std::string EncodeCounterValue(uint64_t value);
+std::string EncodeMetaValue(absl::string_view bytes);
+
+// Decoders: DATA_LOSS (naming `cf` and the key) for anything but a well-formed value of their
+// kind. Never crash or allocate more than the value's size on garbage.
+absl::StatusOr<DocumentRecord> DecodeDocumentRecord(absl::string_view value, uint64_t iid);
+absl::StatusOr<StoredMatrix> DecodeStoredMatrix(absl::string_view value, absl::string_view cf,
+                                                uint64_t iid);
+absl::StatusOr<uint64_t> DecodeIdValue(absl::string_view value, absl::string_view external_id);
+absl::StatusOr<uint64_t> DecodeCounterValue(absl::string_view value, absl::string_view key);
+absl::StatusOr<std::string> DecodeMetaValue(absl::string_view value, absl::string_view key);
+
+// Verifies only the envelope (length, version, kind, checksum) and returns the payload.
+absl::StatusOr<absl::string_view> OpenEnvelope(absl::string_view value, RecordKind kind,
+                                               absl::string_view what);
+
+}  // namespace tessera::internal
+
+#endif  // TESSERA_INDEX_STORAGE_RECORD_CODEC_H_

@@ -1,0 +1,797 @@
+// ShardStore on RocksDB: column families, group commit, consistent reads. The byte layout of keys
+// and values is in record_codec.h.
+#include "index/storage/shard_store.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <limits>
+#include <mutex>
+#include <system_error>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "index/storage/record_codec.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/convenience.h"
+#include "rocksdb/db.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/options.h"
+#include "rocksdb/snapshot.h"
+#include "rocksdb/table.h"
+#include "rocksdb/write_batch.h"
+#include "tessera/status_macros.h"
+
+namespace tessera::internal {
+namespace {
+
+constexpr char kMetaCf[] = "meta";
+constexpr char kDocsCf[] = "docs";
+constexpr char kIdsCf[] = "ids";
+constexpr char kRerankCf[] = "rerank";
+constexpr char kCandidatesCf[] = "candidates";
+
+// Meta keys: the caller's under "u/", the store's own under "s/" (see record_codec.h).
+constexpr char kUserMetaPrefix[] = "u/";
+constexpr char kFormatVersionKey[] = "s/format_version";
+constexpr char kNextIidKey[] = "s/next_iid";
+constexpr char kLiveDocumentsKey[] = "s/live_documents";
+constexpr uint64_t kStoreFormatVersion = 1;
+
+// Group commit bounds: a leader stops adding queued requests once the group would exceed either
+// (its own request always goes in, however large).
+constexpr size_t kMaxGroupDocuments = 1000;
+constexpr size_t kMaxGroupBytes = size_t{64} << 20;
+
+absl::Status FromRocks(const rocksdb::Status& s, absl::string_view dir, absl::string_view context) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string message = absl::StrCat("shard '", dir, "': ", context, ": ", s.ToString());
+  switch (s.code()) {
+    case rocksdb::Status::kNotFound:
+      return absl::NotFoundError(message);
+    case rocksdb::Status::kCorruption:
+      return absl::DataLossError(message);
+    case rocksdb::Status::kNotSupported:
+      return absl::UnimplementedError(message);
+    case rocksdb::Status::kInvalidArgument:
+      return absl::InvalidArgumentError(message);
+    case rocksdb::Status::kIOError:
+      if (s.IsNoSpace()) return absl::ResourceExhaustedError(message);
+      if (s.IsPathNotFound()) return absl::NotFoundError(message);
+      return absl::UnavailableError(message);
+    case rocksdb::Status::kTimedOut:
+    case rocksdb::Status::kExpired:
+      return absl::DeadlineExceededError(message);
+    case rocksdb::Status::kAborted:
+      return absl::AbortedError(message);
+    case rocksdb::Status::kBusy:
+    case rocksdb::Status::kTryAgain:
+    case rocksdb::Status::kShutdownInProgress:
+      return absl::UnavailableError(message);
+    case rocksdb::Status::kCompactionTooLarge:
+      return absl::ResourceExhaustedError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+// Adds the shard directory to a codec error.
+absl::Status InShard(const absl::Status& status, absl::string_view dir) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat("shard '", dir, "': ", status.message()));
+}
+
+std::string Quote(absl::string_view external_id) {
+  return absl::StrCat("'", absl::CHexEscape(external_id.substr(0, 256)), "'");
+}
+
+rocksdb::CompressionType LightCompression() {
+  for (rocksdb::CompressionType type : rocksdb::GetSupportedCompressions()) {
+    if (type == rocksdb::kLZ4Compression) return type;
+  }
+  for (rocksdb::CompressionType type : rocksdb::GetSupportedCompressions()) {
+    if (type == rocksdb::kSnappyCompression) return type;
+  }
+  return rocksdb::kNoCompression;
+}
+
+// Per-CF tuning. Vectors are essentially incompressible, so rerank/candidates skip compression
+// and use large blocks (one value is often bigger than a block anyway); docs and ids are small
+// records looked up by key, so they get bloom filters (ids: most lookups at ingest are misses).
+rocksdb::ColumnFamilyOptions CfOptions(const std::shared_ptr<rocksdb::Cache>& cache,
+                                       size_t write_buffer_bytes, size_t block_bytes, bool bloom,
+                                       bool compress) {
+  rocksdb::ColumnFamilyOptions cf;
+  cf.write_buffer_size = write_buffer_bytes;
+  cf.max_write_buffer_number = 3;
+  cf.level_compaction_dynamic_level_bytes = true;
+  cf.compression = compress ? LightCompression() : rocksdb::kNoCompression;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = cache;
+  table.block_size = block_bytes;
+  table.cache_index_and_filter_blocks = true;
+  table.pin_l0_filter_and_index_blocks_in_cache = true;
+  table.format_version = 5;
+  if (bloom) table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  cf.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return cf;
+}
+
+// A request prepared by its writer before it queues: validated, with the vectors encoded so that
+// the leader only assigns ids and copies bytes.
+struct PreparedUpsert {
+  DocumentRecord record;
+  std::string rerank_value;
+  std::string candidates_value;
+};
+
+}  // namespace
+
+class ShardStore::Impl {
+ public:
+  Impl(std::string dir, const ShardStoreOptions& options) : dir_(std::move(dir)), options_(options) {}
+  ~Impl();
+
+  absl::Status Open();
+
+  absl::Status PutMeta(const std::string& key, const std::string& value);
+  absl::StatusOr<std::string> GetMeta(const std::string& key) const;
+  absl::StatusOr<WriteResult> Write(std::vector<DocumentWrite> upserts,
+                                    const std::vector<std::string>& deletes);
+  absl::StatusOr<uint64_t> LookupId(const std::string& external_id) const;
+  absl::StatusOr<DocumentRecord> GetRecord(uint64_t iid) const;
+  absl::StatusOr<StoredMatrix> GetRerank(uint64_t iid) const;
+  absl::StatusOr<std::vector<StoredMatrix>> MultiGetRerank(absl::Span<const uint64_t> iids) const;
+  absl::Status ForEachDocument(const std::function<absl::Status(const DocumentRecord&)>& fn) const;
+  absl::Status ForEachCandidates(
+      uint64_t min_iid, const std::function<absl::Status(uint64_t, const StoredMatrix&)>& fn) const;
+  uint64_t LatestSequence() const { return db_->GetLatestSequenceNumber(); }
+  ShardStoreStats Stats() const;
+  absl::Status Flush();
+  int64_t SyncedWrites() const { return synced_writes_.load(std::memory_order_relaxed); }
+
+ private:
+  // One queued Write() or PutMeta() call. Lives on its caller's stack until `done`.
+  struct Writer {
+    std::vector<PreparedUpsert> upserts;
+    const std::vector<std::string>* deletes = nullptr;
+    std::vector<std::pair<std::string, std::string>> meta;  // encoded key, value
+    bool counts_commit = true;                              // PutMeta requests do not
+    size_t documents = 0;
+    size_t bytes = 0;
+    std::condition_variable cv;
+    // Set by the leader of the group that committed this request (visible once done is).
+    bool done = false;
+    absl::Status status;
+    WriteResult result;
+  };
+
+  // The live document of an external id as the group sees it: iid 0 when there is none. The
+  // version is read only when an upsert needs it (a delete does not, so that a document whose
+  // record is corrupt can still be deleted).
+  struct IdState {
+    uint64_t iid = 0;
+    uint64_t version = 0;
+    bool version_known = false;
+  };
+
+  // Queues `w` and returns once it is committed (or failed), as leader or follower.
+  void Commit(Writer* w);
+  // Leader only: resolves, batches and writes `group` and fills in every writer's outcome.
+  void CommitGroup(const std::vector<Writer*>& group);
+  // The live iid of `external_id` in the database (not the group); 0 when there is none.
+  absl::Status ReadIid(const std::string& external_id, uint64_t* iid) const;
+  // The version in the docs record of `iid`, which ids maps `external_id` to.
+  absl::Status ReadVersion(const std::string& external_id, uint64_t iid, uint64_t* version) const;
+  absl::StatusOr<uint64_t> ReadCounter(const char* key) const;
+  absl::Status Rocks(const rocksdb::Status& s, absl::string_view context) const {
+    return FromRocks(s, dir_, context);
+  }
+  // Adds the shard directory to a codec error.
+  template <typename T>
+  absl::StatusOr<T> Codec(absl::StatusOr<T> decoded) const {
+    if (!decoded.ok()) return InShard(decoded.status(), dir_);
+    return decoded;
+  }
+  void DeleteRows(rocksdb::WriteBatch* batch, uint64_t iid);
+
+  const std::string dir_;
+  const ShardStoreOptions options_;
+  std::unique_ptr<rocksdb::DB> db_;
+  // Every handle opened (ours and any other CF found on disk), released before db_ closes.
+  std::vector<rocksdb::ColumnFamilyHandle*> handles_;
+  rocksdb::ColumnFamilyHandle* meta_ = nullptr;
+  rocksdb::ColumnFamilyHandle* docs_ = nullptr;
+  rocksdb::ColumnFamilyHandle* ids_ = nullptr;
+  rocksdb::ColumnFamilyHandle* rerank_ = nullptr;
+  rocksdb::ColumnFamilyHandle* candidates_ = nullptr;
+
+  // A std::mutex rather than absl::Mutex: the distribution's abseil is not built with
+  // ThreadSanitizer, which then cannot see absl::Mutex's happens-before edges (pthread ones it
+  // can).
+  std::mutex mu_;
+  // Queued writers; the front one is the leader, all others wait on their cv. Guarded by mu_.
+  std::deque<Writer*> writers_;
+
+  // Owned by the current leader (the writer at the front of writers_, which it leaves only after
+  // publishing these under mu_), so they are read and written without holding mu_.
+  uint64_t next_iid_ = 1;
+  uint64_t next_commit_index_ = 1;
+  int64_t live_documents_ = 0;
+
+  // Copies for lock-free readers.
+  std::atomic<int64_t> live_documents_snapshot_{0};
+  std::atomic<int64_t> synced_writes_{0};
+};
+
+ShardStore::Impl::~Impl() {
+  if (db_ == nullptr) return;
+  for (rocksdb::ColumnFamilyHandle* handle : handles_) db_->DestroyColumnFamilyHandle(handle);
+  handles_.clear();
+  db_->Close().PermitUncheckedError();
+  db_.reset();
+}
+
+absl::Status ShardStore::Impl::Open() {
+  namespace fs = std::filesystem;
+  std::error_code error;
+  const bool exists = fs::exists(fs::path(dir_) / "CURRENT", error);
+  if (!exists && !options_.create_if_missing) {
+    return absl::NotFoundError(
+        absl::StrCat("shard '", dir_, "': no database there (create_if_missing is false)"));
+  }
+  if (!exists) {
+    fs::create_directories(dir_, error);
+    if (error) {
+      return absl::UnavailableError(
+          absl::StrCat("shard '", dir_, "': cannot create the directory: ", error.message()));
+    }
+  }
+
+  rocksdb::DBOptions db_options;
+  db_options.create_if_missing = options_.create_if_missing;
+  db_options.create_missing_column_families = true;
+  db_options.paranoid_checks = true;
+  db_options.max_background_jobs = 2;
+  db_options.bytes_per_sync = 1 << 20;
+  // Bounds the WAL: meta is written by every batch but rarely fills its memtable, which would
+  // otherwise pin old WAL files.
+  db_options.max_total_wal_size = size_t{256} << 20;
+  db_options.db_write_buffer_size = size_t{256} << 20;
+  db_options.max_open_files = 512;
+  db_options.keep_log_file_num = 4;
+  db_options.max_log_file_size = 8 << 20;
+
+  const std::shared_ptr<rocksdb::Cache> cache =
+      rocksdb::NewLRUCache(std::max<size_t>(options_.block_cache_bytes, 1 << 20));
+  std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
+      {rocksdb::kDefaultColumnFamilyName, CfOptions(cache, 4 << 20, 4 << 10, false, true)},
+      {kMetaCf, CfOptions(cache, 4 << 20, 4 << 10, false, true)},
+      {kDocsCf, CfOptions(cache, 32 << 20, 16 << 10, true, true)},
+      {kIdsCf, CfOptions(cache, 16 << 20, 4 << 10, true, true)},
+      {kRerankCf, CfOptions(cache, 128 << 20, 64 << 10, false, false)},
+      {kCandidatesCf, CfOptions(cache, 64 << 20, 32 << 10, false, false)},
+  };
+  if (exists) {
+    // RocksDB refuses to open a database without all of its column families.
+    std::vector<std::string> names;
+    TESSERA_RETURN_IF_ERROR(Rocks(rocksdb::DB::ListColumnFamilies(db_options, dir_, &names),
+                                  "listing column families"));
+    for (const std::string& name : names) {
+      const bool known = std::any_of(descriptors.begin(), descriptors.end(),
+                                     [&](const auto& d) { return d.name == name; });
+      if (!known) descriptors.emplace_back(name, rocksdb::ColumnFamilyOptions());
+    }
+  }
+
+  rocksdb::DB* db = nullptr;
+  TESSERA_RETURN_IF_ERROR(
+      Rocks(rocksdb::DB::Open(db_options, dir_, descriptors, &handles_, &db), "opening"));
+  db_.reset(db);
+  meta_ = handles_[1];
+  docs_ = handles_[2];
+  ids_ = handles_[3];
+  rerank_ = handles_[4];
+  candidates_ = handles_[5];
+
+  // Format version: written once, checked on every open.
+  const std::string format_key = kFormatVersionKey;
+  std::string value;
+  rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, format_key, &value);
+  if (s.IsNotFound()) {
+    rocksdb::WriteOptions write_options;
+    write_options.sync = true;
+    rocksdb::WriteBatch batch;
+    batch.Put(meta_, format_key, EncodeCounterValue(kStoreFormatVersion));
+    TESSERA_RETURN_IF_ERROR(Rocks(db_->Write(write_options, &batch), "writing the format version"));
+  } else {
+    TESSERA_RETURN_IF_ERROR(Rocks(s, "reading the format version"));
+    TESSERA_ASSIGN_OR_RETURN(uint64_t format, Codec(DecodeCounterValue(value, format_key)));
+    if (format != kStoreFormatVersion) {
+      return absl::FailedPreconditionError(absl::StrCat("shard '", dir_, "': storage format ",
+                                                        format, ", this build reads ",
+                                                        kStoreFormatVersion));
+    }
+  }
+
+  // The iid counter: the persisted one, but never below the largest stored iid + 1.
+  TESSERA_ASSIGN_OR_RETURN(uint64_t next_iid, ReadCounter(kNextIidKey));
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), docs_));
+    it->SeekToLast();
+    uint64_t last = 0;
+    if (it->Valid() && DecodeIidKey(absl::string_view(it->key().data(), it->key().size()), &last)) {
+      next_iid = std::max(next_iid, last + 1);
+    }
+    TESSERA_RETURN_IF_ERROR(Rocks(it->status(), "scanning docs"));
+  }
+  next_iid_ = std::max<uint64_t>(next_iid, 1);
+
+  const std::string live_key = kLiveDocumentsKey;
+  s = db_->Get(rocksdb::ReadOptions(), meta_, live_key, &value);
+  if (s.ok()) {
+    TESSERA_ASSIGN_OR_RETURN(uint64_t live, Codec(DecodeCounterValue(value, live_key)));
+    live_documents_ = static_cast<int64_t>(live);
+  } else if (s.IsNotFound()) {
+    // Not written yet: count (a new database has nothing to count).
+    rocksdb::ReadOptions scan;
+    scan.fill_cache = false;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, docs_));
+    int64_t count = 0;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) ++count;
+    TESSERA_RETURN_IF_ERROR(Rocks(it->status(), "counting docs"));
+    live_documents_ = count;
+  } else {
+    TESSERA_RETURN_IF_ERROR(Rocks(s, "reading the document counter"));
+  }
+  live_documents_snapshot_.store(live_documents_, std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> ShardStore::Impl::ReadCounter(const char* key) const {
+  std::string value;
+  const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, key, &value);
+  if (s.IsNotFound()) return 0;
+  TESSERA_RETURN_IF_ERROR(Rocks(s, absl::StrCat("reading meta key ", key)));
+  return Codec(DecodeCounterValue(value, key));
+}
+
+absl::Status ShardStore::Impl::PutMeta(const std::string& key, const std::string& value) {
+  Writer w;
+  w.counts_commit = false;
+  w.meta.emplace_back(kUserMetaPrefix + key, EncodeMetaValue(value));
+  w.bytes = key.size() + value.size();
+  Commit(&w);
+  return w.status;
+}
+
+absl::StatusOr<std::string> ShardStore::Impl::GetMeta(const std::string& key) const {
+  std::string value;
+  const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, kUserMetaPrefix + key, &value);
+  if (s.IsNotFound()) {
+    return absl::NotFoundError(absl::StrCat("shard '", dir_, "': no meta key ", Quote(key)));
+  }
+  TESSERA_RETURN_IF_ERROR(Rocks(s, absl::StrCat("reading meta key ", Quote(key))));
+  return Codec(DecodeMetaValue(value, key));
+}
+
+absl::StatusOr<WriteResult> ShardStore::Impl::Write(std::vector<DocumentWrite> upserts,
+                                                    const std::vector<std::string>& deletes) {
+  Writer w;
+  w.deletes = &deletes;
+  w.documents = upserts.size() + deletes.size();
+  w.upserts.reserve(upserts.size());
+  // Validate and encode in the caller's thread, so that the leader's critical section is short.
+  for (DocumentWrite& write : upserts) {
+    const std::string& id = write.record.external_id;
+    if (id.empty()) return absl::InvalidArgumentError("a document has an empty id");
+    const std::string what = absl::StrCat("document ", Quote(id));
+    if (id.size() > std::numeric_limits<uint32_t>::max() ||
+        write.record.members.size() > std::numeric_limits<uint32_t>::max() ||
+        write.record.member_offsets.size() > std::numeric_limits<uint32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, ": too large to encode"));
+    }
+    TESSERA_RETURN_IF_ERROR(ValidateMatrix(write.rerank, absl::StrCat(what, ": rerank vectors")));
+    TESSERA_RETURN_IF_ERROR(
+        ValidateMatrix(write.candidates, absl::StrCat(what, ": candidate vectors")));
+    PreparedUpsert prepared;
+    EncodeStoredMatrix(write.rerank, &prepared.rerank_value);
+    EncodeStoredMatrix(write.candidates, &prepared.candidates_value);
+    std::string().swap(write.rerank.bytes);
+    std::string().swap(write.candidates.bytes);
+    prepared.record = std::move(write.record);
+    w.bytes += prepared.rerank_value.size() + prepared.candidates_value.size() + id.size();
+    w.upserts.push_back(std::move(prepared));
+  }
+  for (const std::string& id : deletes) w.bytes += id.size();
+  Commit(&w);
+  if (!w.status.ok()) return w.status;
+  return std::move(w.result);
+}
+
+void ShardStore::Impl::Commit(Writer* w) {
+  std::vector<Writer*> group;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    writers_.push_back(w);
+    while (!w->done && w != writers_.front()) w->cv.wait(lock);
+    if (w->done) return;
+    // Leader: take queued requests from the front while the group stays within bounds.
+    size_t documents = 0;
+    size_t bytes = 0;
+    for (Writer* next : writers_) {
+      if (!group.empty() && (documents + next->documents > kMaxGroupDocuments ||
+                             bytes + next->bytes > kMaxGroupBytes)) {
+        break;
+      }
+      documents += next->documents;
+      bytes += next->bytes;
+      group.push_back(next);
+    }
+  }
+  // Writers arriving now queue behind the group; their turn comes when this leader is done.
+  CommitGroup(group);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Writer* member : group) {
+    // The group is the front of the queue, in order.
+    writers_.pop_front();
+    if (member != w) {
+      member->done = true;
+      member->cv.notify_one();
+    }
+  }
+  if (!writers_.empty()) writers_.front()->cv.notify_one();
+}
+
+absl::Status ShardStore::Impl::ReadIid(const std::string& external_id, uint64_t* iid) const {
+  std::string value;
+  const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), ids_, external_id, &value);
+  if (s.IsNotFound()) {
+    *iid = 0;
+    return absl::OkStatus();
+  }
+  TESSERA_RETURN_IF_ERROR(Rocks(s, absl::StrCat("looking up ", Quote(external_id))));
+  TESSERA_ASSIGN_OR_RETURN(*iid, Codec(DecodeIdValue(value, external_id)));
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::Impl::ReadVersion(const std::string& external_id, uint64_t iid,
+                                           uint64_t* version) const {
+  rocksdb::PinnableSlice value;
+  const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), docs_, EncodeIidKey(iid), &value);
+  if (s.IsNotFound()) {
+    return absl::DataLossError(absl::StrCat("shard '", dir_, "': ids CF maps ", Quote(external_id),
+                                            " to iid ", iid, ", which has no docs row"));
+  }
+  TESSERA_RETURN_IF_ERROR(Rocks(s, absl::StrCat("reading docs iid ", iid)));
+  TESSERA_ASSIGN_OR_RETURN(
+      DocumentRecord old,
+      Codec(DecodeDocumentRecord(absl::string_view(value.data(), value.size()), iid)));
+  *version = old.version;
+  return absl::OkStatus();
+}
+
+void ShardStore::Impl::DeleteRows(rocksdb::WriteBatch* batch, uint64_t iid) {
+  const std::string key = EncodeIidKey(iid);
+  batch->Delete(docs_, key);
+  batch->Delete(rerank_, key);
+  batch->Delete(candidates_, key);
+}
+
+void ShardStore::Impl::CommitGroup(const std::vector<Writer*>& group) {
+  rocksdb::WriteBatch batch;
+  // The state of every external id the group has touched so far, after its operations so far.
+  absl::flat_hash_map<std::string, IdState> states;
+  uint64_t next_iid = next_iid_;
+  int64_t live = live_documents_;
+  std::vector<Writer*> batched;
+  batched.reserve(group.size());
+
+  for (Writer* w : group) {
+    // Pass 1 (may fail, for this request only): read the ids the group has not seen yet.
+    absl::flat_hash_map<std::string, IdState> fresh;
+    auto read = [&](const std::string& id, bool need_version) -> absl::Status {
+      auto it = fresh.find(id);
+      if (it == fresh.end()) {
+        const auto known = states.find(id);
+        if (known != states.end()) {
+          if (!need_version || known->second.iid == 0 || known->second.version_known) {
+            return absl::OkStatus();
+          }
+          it = fresh.emplace(id, known->second).first;
+        } else {
+          IdState state;
+          TESSERA_RETURN_IF_ERROR(ReadIid(id, &state.iid));
+          it = fresh.emplace(id, state).first;
+        }
+      }
+      IdState& state = it->second;
+      if (need_version && state.iid != 0 && !state.version_known) {
+        TESSERA_RETURN_IF_ERROR(ReadVersion(id, state.iid, &state.version));
+        state.version_known = true;
+      }
+      return absl::OkStatus();
+    };
+    absl::Status status;
+    for (const PreparedUpsert& u : w->upserts) {
+      if (status.ok()) status = read(u.record.external_id, /*need_version=*/true);
+    }
+    if (w->deletes != nullptr) {
+      for (const std::string& id : *w->deletes) {
+        if (status.ok()) status = read(id, /*need_version=*/false);
+      }
+    }
+    if (!status.ok()) {
+      w->status = status;
+      continue;
+    }
+    for (auto& [id, state] : fresh) states.insert_or_assign(id, state);
+
+    // Pass 2 (cannot fail): apply in request order.
+    WriteResult& result = w->result;
+    result.upserted_iids.reserve(w->upserts.size());
+    result.versions.reserve(w->upserts.size());
+    result.replaced_iids.reserve(w->upserts.size());
+    for (PreparedUpsert& u : w->upserts) {
+      IdState& state = states[u.record.external_id];
+      const uint64_t iid = next_iid++;
+      const uint64_t version = state.iid != 0 ? state.version + 1 : 1;
+      if (state.iid != 0) {
+        DeleteRows(&batch, state.iid);
+      } else {
+        ++live;
+      }
+      u.record.iid = iid;
+      u.record.version = version;
+      const std::string key = EncodeIidKey(iid);
+      batch.Put(docs_, key, EncodeDocumentRecord(u.record));
+      batch.Put(rerank_, key, u.rerank_value);
+      batch.Put(candidates_, key, u.candidates_value);
+      batch.Put(ids_, u.record.external_id, EncodeIdValue(iid));
+      std::string().swap(u.rerank_value);
+      std::string().swap(u.candidates_value);
+      result.upserted_iids.push_back(iid);
+      result.versions.push_back(version);
+      result.replaced_iids.push_back(state.iid);
+      state = IdState{iid, version, true};
+    }
+    if (w->deletes != nullptr) {
+      result.deleted_iids.reserve(w->deletes->size());
+      for (const std::string& id : *w->deletes) {
+        IdState& state = states[id];
+        result.deleted_iids.push_back(state.iid);
+        if (state.iid == 0) continue;
+        DeleteRows(&batch, state.iid);
+        batch.Delete(ids_, id);
+        --live;
+        state = IdState{};
+      }
+    }
+    for (const auto& [key, value] : w->meta) batch.Put(meta_, key, value);
+    batched.push_back(w);
+  }
+  if (batched.empty()) return;
+
+  // The counters go in the same batch, so they are exactly as durable as the documents.
+  batch.Put(meta_, kNextIidKey, EncodeCounterValue(next_iid));
+  batch.Put(meta_, kLiveDocumentsKey, EncodeCounterValue(static_cast<uint64_t>(live)));
+  // Iids handed out are never handed out again, even when the write fails.
+  next_iid_ = next_iid;
+
+  rocksdb::WriteOptions write_options;
+  write_options.sync = options_.sync;
+  const rocksdb::Status s = db_->Write(write_options, &batch);
+  if (write_options.sync) synced_writes_.fetch_add(1, std::memory_order_relaxed);
+  if (!s.ok()) {
+    const absl::Status error = Rocks(s, "writing a batch");
+    for (Writer* w : batched) {
+      w->status = error;
+      w->result = WriteResult();
+    }
+    return;
+  }
+  live_documents_ = live;
+  live_documents_snapshot_.store(live, std::memory_order_relaxed);
+  // Every write goes through this queue, so the latest sequence is this batch's last one.
+  const uint64_t sequence = db_->GetLatestSequenceNumber();
+  for (Writer* w : batched) {
+    w->result.sequence = sequence;
+    if (w->counts_commit) w->result.commit_index = next_commit_index_++;
+  }
+}
+
+absl::StatusOr<uint64_t> ShardStore::Impl::LookupId(const std::string& external_id) const {
+  std::string value;
+  const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), ids_, external_id, &value);
+  if (s.IsNotFound()) {
+    return absl::NotFoundError(absl::StrCat("shard '", dir_, "': no document ", Quote(external_id)));
+  }
+  TESSERA_RETURN_IF_ERROR(Rocks(s, absl::StrCat("looking up ", Quote(external_id))));
+  return Codec(DecodeIdValue(value, external_id));
+}
+
+absl::StatusOr<DocumentRecord> ShardStore::Impl::GetRecord(uint64_t iid) const {
+  rocksdb::PinnableSlice value;
+  const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), docs_, EncodeIidKey(iid), &value);
+  if (s.IsNotFound()) {
+    return absl::NotFoundError(absl::StrCat("shard '", dir_, "': no document with iid ", iid));
+  }
+  TESSERA_RETURN_IF_ERROR(Rocks(s, absl::StrCat("reading docs iid ", iid)));
+  return Codec(DecodeDocumentRecord(absl::string_view(value.data(), value.size()), iid));
+}
+
+absl::StatusOr<StoredMatrix> ShardStore::Impl::GetRerank(uint64_t iid) const {
+  rocksdb::PinnableSlice value;
+  const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), rerank_, EncodeIidKey(iid), &value);
+  if (s.IsNotFound()) {
+    return absl::NotFoundError(absl::StrCat("shard '", dir_, "': no rerank vectors for iid ", iid));
+  }
+  TESSERA_RETURN_IF_ERROR(Rocks(s, absl::StrCat("reading rerank iid ", iid)));
+  return Codec(DecodeStoredMatrix(absl::string_view(value.data(), value.size()), kRerankCf, iid));
+}
+
+absl::StatusOr<std::vector<StoredMatrix>> ShardStore::Impl::MultiGetRerank(
+    absl::Span<const uint64_t> iids) const {
+  const size_t n = iids.size();
+  std::vector<std::string> keys(n);
+  std::vector<rocksdb::Slice> slices(n);
+  for (size_t i = 0; i < n; ++i) {
+    keys[i] = EncodeIidKey(iids[i]);
+    slices[i] = keys[i];
+  }
+  std::vector<rocksdb::PinnableSlice> values(n);
+  std::vector<rocksdb::Status> statuses(n);
+  db_->MultiGet(rocksdb::ReadOptions(), rerank_, n, slices.data(), values.data(), statuses.data());
+  std::vector<StoredMatrix> matrices;
+  matrices.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (statuses[i].IsNotFound()) {
+      return absl::NotFoundError(
+          absl::StrCat("shard '", dir_, "': no rerank vectors for iid ", iids[i]));
+    }
+    TESSERA_RETURN_IF_ERROR(Rocks(statuses[i], absl::StrCat("reading rerank iid ", iids[i])));
+    TESSERA_ASSIGN_OR_RETURN(
+        StoredMatrix matrix,
+        Codec(DecodeStoredMatrix(absl::string_view(values[i].data(), values[i].size()), kRerankCf,
+                                 iids[i])));
+    values[i].Reset();
+    matrices.push_back(std::move(matrix));
+  }
+  return matrices;
+}
+
+absl::Status ShardStore::Impl::ForEachDocument(
+    const std::function<absl::Status(const DocumentRecord&)>& fn) const {
+  rocksdb::ManagedSnapshot snapshot(db_.get());
+  rocksdb::ReadOptions read_options;
+  read_options.snapshot = snapshot.snapshot();
+  read_options.fill_cache = false;  // a full scan must not evict the working set
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, docs_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    uint64_t iid = 0;
+    if (!DecodeIidKey(absl::string_view(it->key().data(), it->key().size()), &iid)) {
+      return absl::DataLossError(
+          absl::StrCat("shard '", dir_, "': docs CF has a key of ", it->key().size(), " bytes"));
+    }
+    TESSERA_ASSIGN_OR_RETURN(
+        DocumentRecord record,
+        Codec(DecodeDocumentRecord(absl::string_view(it->value().data(), it->value().size()), iid)));
+    TESSERA_RETURN_IF_ERROR(fn(record));
+  }
+  return Rocks(it->status(), "scanning docs");
+}
+
+absl::Status ShardStore::Impl::ForEachCandidates(
+    uint64_t min_iid, const std::function<absl::Status(uint64_t, const StoredMatrix&)>& fn) const {
+  rocksdb::ManagedSnapshot snapshot(db_.get());
+  rocksdb::ReadOptions read_options;
+  read_options.snapshot = snapshot.snapshot();
+  read_options.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, candidates_));
+  for (it->Seek(EncodeIidKey(min_iid)); it->Valid(); it->Next()) {
+    uint64_t iid = 0;
+    if (!DecodeIidKey(absl::string_view(it->key().data(), it->key().size()), &iid)) {
+      return absl::DataLossError(absl::StrCat("shard '", dir_, "': candidates CF has a key of ",
+                                              it->key().size(), " bytes"));
+    }
+    TESSERA_ASSIGN_OR_RETURN(
+        StoredMatrix matrix,
+        Codec(DecodeStoredMatrix(absl::string_view(it->value().data(), it->value().size()),
+                                 kCandidatesCf, iid)));
+    TESSERA_RETURN_IF_ERROR(fn(iid, matrix));
+  }
+  return Rocks(it->status(), "scanning candidates");
+}
+
+ShardStoreStats ShardStore::Impl::Stats() const {
+  ShardStoreStats stats;
+  stats.documents = live_documents_snapshot_.load(std::memory_order_relaxed);
+  uint64_t sst_bytes = 0;
+  if (db_->GetAggregatedIntProperty("rocksdb.total-sst-files-size", &sst_bytes)) {
+    stats.disk_bytes += static_cast<int64_t>(sst_bytes);
+  }
+  // WAL files (*.log in the database directory; the info log is "LOG", without the extension).
+  // Files may disappear while we look: errors just skip them.
+  std::error_code error;
+  for (std::filesystem::directory_iterator it(dir_, error), end; !error && it != end;
+       it.increment(error)) {
+    if (it->path().extension() != ".log") continue;
+    std::error_code size_error;
+    const uintmax_t size = it->file_size(size_error);
+    if (!size_error) stats.disk_bytes += static_cast<int64_t>(size);
+  }
+  return stats;
+}
+
+absl::Status ShardStore::Impl::Flush() {
+  rocksdb::FlushOptions flush_options;
+  flush_options.wait = true;
+  return Rocks(db_->Flush(flush_options, {meta_, docs_, ids_, rerank_, candidates_}), "flushing");
+}
+
+// ShardStore: forwards to Impl.
+
+ShardStore::ShardStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ShardStore::~ShardStore() = default;
+
+absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Open(const std::string& dir,
+                                                             const ShardStoreOptions& options) {
+  auto impl = std::make_unique<Impl>(dir, options);
+  TESSERA_RETURN_IF_ERROR(impl->Open());
+  return std::unique_ptr<ShardStore>(new ShardStore(std::move(impl)));
+}
+
+absl::Status ShardStore::PutMeta(const std::string& key, const std::string& value) {
+  return impl_->PutMeta(key, value);
+}
+
+absl::StatusOr<std::string> ShardStore::GetMeta(const std::string& key) const {
+  return impl_->GetMeta(key);
+}
+
+absl::StatusOr<WriteResult> ShardStore::Write(std::vector<DocumentWrite> upserts,
+                                              const std::vector<std::string>& deletes) {
+  return impl_->Write(std::move(upserts), deletes);
+}
+
+absl::StatusOr<uint64_t> ShardStore::LookupId(const std::string& external_id) const {
+  return impl_->LookupId(external_id);
+}
+
+absl::StatusOr<DocumentRecord> ShardStore::GetRecord(uint64_t iid) const {
+  return impl_->GetRecord(iid);
+}
+
+absl::StatusOr<StoredMatrix> ShardStore::GetRerank(uint64_t iid) const {
+  return impl_->GetRerank(iid);
+}
+
+absl::StatusOr<std::vector<StoredMatrix>> ShardStore::MultiGetRerank(
+    absl::Span<const uint64_t> iids) const {
+  return impl_->MultiGetRerank(iids);
+}
+
+absl::Status ShardStore::ForEachDocument(
+    const std::function<absl::Status(const DocumentRecord&)>& fn) const {
+  return impl_->ForEachDocument(fn);
+}
+
+absl::Status ShardStore::ForEachCandidates(
+    uint64_t min_iid, const std::function<absl::Status(uint64_t, const StoredMatrix&)>& fn) const {
+  return impl_->ForEachCandidates(min_iid, fn);
+}
+
+uint64_t ShardStore::LatestSequence() const { return impl_->LatestSequence(); }
+
+ShardStoreStats ShardStore::Stats() const { return impl_->Stats(); }
+
+absl::Status ShardStore::Flush() { return impl_->Flush(); }
+
+int64_t ShardStore::SyncedWritesForTesting() const { return impl_->SyncedWrites(); }
+
+}  // namespace tessera::internal

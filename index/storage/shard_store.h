@@ -1,0 +1,144 @@
+// One shard's durable storage: an embedded RocksDB database with the column families of DESIGN §4.
+//
+//   meta        string key → opaque bytes (the collection schema, counters)
+//   docs        iid (8-byte big-endian) → DocumentRecord (external id, version, attributes, layout,
+//               pooled-vector coverage)
+//   ids         external id → iid
+//   rerank      iid → StoredMatrix (the pooled rerank vectors, fp16 or fp32)
+//   candidates  iid → StoredMatrix (the candidate vectors, fp32)
+//
+// Every value carries a format version and a checksum (see shard_store.cc for the byte layout).
+// Internal ids (iids) are assigned by the store, increase monotonically and are never reused: an
+// upsert of an existing external id writes a new iid and removes the old one in the same
+// WriteBatch.
+//
+// Thread-safe. Writers queue up and a leader commits the queued requests as one WriteBatch with
+// one WAL sync (group commit, as leveldb's DBImpl::Write does); Write() returns only after its
+// request is durable. Readers never block writers.
+#ifndef TESSERA_INDEX_STORAGE_SHARD_STORE_H_
+#define TESSERA_INDEX_STORAGE_SHARD_STORE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "tessera/document.h"
+#include "tessera/matrix.h"
+#include "tessera/pooling.h"
+
+namespace tessera::internal {
+
+// A packed row-major matrix as stored: rows × cols values of `dtype`, little-endian.
+struct StoredMatrix {
+  VectorDtype dtype = VectorDtype::kFloat32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::string bytes;  // rows * cols * (2 or 4) bytes
+};
+
+struct DocumentRecord {
+  uint64_t iid = 0;
+  std::string external_id;
+  // 1 for the first write of an external id, +1 on every upsert of it.
+  uint64_t version = 0;
+  // Tokens the client sent, before pooling.
+  int64_t num_tokens = 0;
+  std::optional<PatchGridLayout> layout;
+  Attributes attributes;
+  // Rerank vector v covers original tokens members[member_offsets[v] .. member_offsets[v + 1]).
+  std::vector<int32_t> member_offsets;
+  std::vector<int32_t> members;
+};
+
+// One document to upsert. `record.iid` and `record.version` are assigned by Write().
+struct DocumentWrite {
+  DocumentRecord record;
+  StoredMatrix rerank;
+  StoredMatrix candidates;  // fp32
+};
+
+struct WriteResult {
+  // Per upsert, in request order: the new iid, its version, and the iid it replaced (0 if none).
+  std::vector<uint64_t> upserted_iids;
+  std::vector<uint64_t> versions;
+  std::vector<uint64_t> replaced_iids;
+  // Per delete, in request order: the iid removed (0 when the external id did not exist).
+  std::vector<uint64_t> deleted_iids;
+  // The RocksDB sequence number after this write.
+  uint64_t sequence = 0;
+  // 1, 2, 3, … in commit order over the store's lifetime since Open (requests committed in one
+  // group are numbered in their order within the batch), so that derived state (the candidate
+  // index) can apply acknowledged writes in exactly the order RocksDB did.
+  uint64_t commit_index = 0;
+};
+
+struct ShardStoreOptions {
+  bool create_if_missing = true;
+  // fsync the WAL before Write() returns (the default; off only for bulk loads that can be redone).
+  bool sync = true;
+  size_t block_cache_bytes = 256 << 20;
+};
+
+struct ShardStoreStats {
+  int64_t documents = 0;
+  int64_t disk_bytes = 0;  // SST files + WAL
+};
+
+class ShardStore {
+ public:
+  // Opens (or creates) the database in `dir`. NOT_FOUND when it does not exist and
+  // create_if_missing is false; DATA_LOSS / INTERNAL for a database RocksDB cannot open.
+  static absl::StatusOr<std::unique_ptr<ShardStore>> Open(const std::string& dir,
+                                                          const ShardStoreOptions& options);
+  ~ShardStore();
+
+  // Opaque metadata (meta CF), written durably.
+  absl::Status PutMeta(const std::string& key, const std::string& value);
+  // NOT_FOUND when absent.
+  absl::StatusOr<std::string> GetMeta(const std::string& key) const;
+
+  // Upserts and deletes (by external id) in one atomic, durable WriteBatch. Within one call, and
+  // across calls committed in one group, requests apply in order: a later upsert of the same id
+  // replaces an earlier one. INVALID_ARGUMENT for a malformed matrix (size ≠ rows·cols·itemsize).
+  absl::StatusOr<WriteResult> Write(std::vector<DocumentWrite> upserts,
+                                    const std::vector<std::string>& deletes);
+
+  // The live iid of an external id; NOT_FOUND when there is none.
+  absl::StatusOr<uint64_t> LookupId(const std::string& external_id) const;
+  // NOT_FOUND for an unknown iid; DATA_LOSS when a stored value fails its checksum.
+  absl::StatusOr<DocumentRecord> GetRecord(uint64_t iid) const;
+  absl::StatusOr<StoredMatrix> GetRerank(uint64_t iid) const;
+  // Batched GetRerank (RocksDB MultiGet); fails as a whole when any iid fails.
+  absl::StatusOr<std::vector<StoredMatrix>> MultiGetRerank(absl::Span<const uint64_t> iids) const;
+
+  // Calls fn for every live document in iid order, from a consistent snapshot. Stops at and
+  // returns the first non-OK status fn returns.
+  absl::Status ForEachDocument(const std::function<absl::Status(const DocumentRecord&)>& fn) const;
+  // Calls fn(iid, candidates) for every live document with iid ≥ min_iid, in iid order.
+  absl::Status ForEachCandidates(
+      uint64_t min_iid, const std::function<absl::Status(uint64_t, const StoredMatrix&)>& fn) const;
+
+  uint64_t LatestSequence() const;
+  ShardStoreStats Stats() const;
+  // Flushes memtables to SST files (not needed for durability: the WAL already has every write).
+  absl::Status Flush();
+
+  // WAL-synced RocksDB writes so far (one per committed group when options.sync), so tests can
+  // see group commit at work.
+  int64_t SyncedWritesForTesting() const;
+
+ private:
+  class Impl;
+  explicit ShardStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tessera::internal
+
+#endif  // TESSERA_INDEX_STORAGE_SHARD_STORE_H_
