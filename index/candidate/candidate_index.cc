@@ -35,6 +35,17 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#if defined(__SANITIZE_THREAD__)
+#define TESSERA_CANDIDATE_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TESSERA_CANDIDATE_TSAN 1
+#endif
+#endif
+#ifdef TESSERA_CANDIDATE_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -386,6 +397,69 @@ absl::StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
   return bytes;
 }
 
+// Debian's abseil is compiled without -fsanitize=thread, so ThreadSanitizer cannot see absl::Mutex
+// synchronise and would report every access guarded by `mu_` as a race. In TSan builds these guards
+// also describe each critical section to TSan, as a reader-writer lock of a separate tag object
+// (not the absl::Mutex itself, which an instrumented abseil annotates on its own); otherwise they
+// are absl::ReaderMutexLock / absl::WriterMutexLock.
+class ABSL_SCOPED_LOCKABLE SharedLock {
+ public:
+  SharedLock(absl::Mutex* mu, void* tsan_tag) ABSL_SHARED_LOCK_FUNCTION(mu)
+      : mu_(mu), tsan_tag_(tsan_tag) {
+#ifdef TESSERA_CANDIDATE_TSAN
+    __tsan_mutex_pre_lock(tsan_tag_, __tsan_mutex_read_lock);
+#endif
+    mu_->ReaderLock();
+#ifdef TESSERA_CANDIDATE_TSAN
+    __tsan_mutex_post_lock(tsan_tag_, __tsan_mutex_read_lock, 0);
+#endif
+  }
+  ~SharedLock() ABSL_UNLOCK_FUNCTION() {
+#ifdef TESSERA_CANDIDATE_TSAN
+    __tsan_mutex_pre_unlock(tsan_tag_, __tsan_mutex_read_lock);
+#endif
+    mu_->ReaderUnlock();
+#ifdef TESSERA_CANDIDATE_TSAN
+    __tsan_mutex_post_unlock(tsan_tag_, __tsan_mutex_read_lock);
+#endif
+  }
+  SharedLock(const SharedLock&) = delete;
+  SharedLock& operator=(const SharedLock&) = delete;
+
+ private:
+  absl::Mutex* const mu_;
+  [[maybe_unused]] void* const tsan_tag_;
+};
+
+class ABSL_SCOPED_LOCKABLE ExclusiveLock {
+ public:
+  ExclusiveLock(absl::Mutex* mu, void* tsan_tag) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu)
+      : mu_(mu), tsan_tag_(tsan_tag) {
+#ifdef TESSERA_CANDIDATE_TSAN
+    __tsan_mutex_pre_lock(tsan_tag_, 0);
+#endif
+    mu_->WriterLock();
+#ifdef TESSERA_CANDIDATE_TSAN
+    __tsan_mutex_post_lock(tsan_tag_, 0, 0);
+#endif
+  }
+  ~ExclusiveLock() ABSL_UNLOCK_FUNCTION() {
+#ifdef TESSERA_CANDIDATE_TSAN
+    __tsan_mutex_pre_unlock(tsan_tag_, 0);
+#endif
+    mu_->WriterUnlock();
+#ifdef TESSERA_CANDIDATE_TSAN
+    __tsan_mutex_post_unlock(tsan_tag_, 0);
+#endif
+  }
+  ExclusiveLock(const ExclusiveLock&) = delete;
+  ExclusiveLock& operator=(const ExclusiveLock&) = delete;
+
+ private:
+  absl::Mutex* const mu_;
+  [[maybe_unused]] void* const tsan_tag_;
+};
+
 }  // namespace
 
 class CandidateIndex::Impl {
@@ -395,7 +469,7 @@ class CandidateIndex::Impl {
        std::string description, bool trained, std::map<uint64_t, int64_t> docs,
        std::vector<uint8_t> dead)
       : options_(options), auto_(options.factory == "auto") {
-    absl::WriterMutexLock lock(&mu_);
+    ExclusiveLock lock(&mu_, &tsan_tag_);
     index_ = std::move(index);
     kind_ = KindOf(index_->index);
     description_ = std::move(description);
@@ -444,6 +518,7 @@ class CandidateIndex::Impl {
   mutable absl::Mutex save_mu_;  // one Save at a time (they share path.tmp)
   absl::Mutex write_mu_;         // one writer at a time; the state changes only under it
   mutable absl::Mutex mu_;
+  mutable char tsan_tag_ = 0;  // see SharedLock
   std::unique_ptr<faiss::IndexIDMap2> index_ ABSL_GUARDED_BY(mu_);
   Kind kind_ ABSL_GUARDED_BY(mu_) = Kind::kFlat;
   std::string description_ ABSL_GUARDED_BY(mu_);
@@ -483,7 +558,7 @@ absl::Status CandidateIndex::Impl::Add(uint64_t doc, FloatMatrixView vectors) {
   }
   absl::MutexLock write_lock(&write_mu_);
   {
-    absl::WriterMutexLock lock(&mu_);
+    ExclusiveLock lock(&mu_, &tsan_tag_);
     TESSERA_RETURN_IF_ERROR(RemoveLocked(doc));
     TESSERA_RETURN_IF_ERROR(AddLocked(doc, vectors));
   }
@@ -493,7 +568,7 @@ absl::Status CandidateIndex::Impl::Add(uint64_t doc, FloatMatrixView vectors) {
 absl::Status CandidateIndex::Impl::Remove(uint64_t doc) {
   absl::MutexLock write_lock(&write_mu_);
   {
-    absl::WriterMutexLock lock(&mu_);
+    ExclusiveLock lock(&mu_, &tsan_tag_);
     TESSERA_RETURN_IF_ERROR(RemoveLocked(doc));
   }
   return MaybeRebuild();
@@ -574,7 +649,7 @@ absl::Status CandidateIndex::Impl::MaybeRebuild() {
   std::unique_ptr<faiss::IndexIDMap2> rebuilt;
   std::string description;
   {
-    absl::ReaderMutexLock lock(&mu_);
+    SharedLock lock(&mu_, &tsan_tag_);
     enum class Action { kToHnsw, kTrain, kCompact };
     Action action;
     if (auto_ && kind_ != Kind::kHnsw && live_vectors_ >= options_.auto_exact_limit &&
@@ -643,7 +718,7 @@ absl::Status CandidateIndex::Impl::MaybeRebuild() {
       if (n > 0) rebuilt->add_with_ids(n, vectors.data(), ids.data());
     }));
   }
-  absl::WriterMutexLock lock(&mu_);
+  ExclusiveLock lock(&mu_, &tsan_tag_);
   index_ = std::move(rebuilt);
   kind_ = KindOf(index_->index);
   description_ = std::move(description);
@@ -798,7 +873,7 @@ absl::StatusOr<std::vector<std::vector<CandidateHit>>> CandidateIndex::Impl::Sea
   std::vector<std::vector<ScoredId>> hits(queries.rows);
   {
     ScopedSingleOmpThread single_thread;
-    absl::ReaderMutexLock lock(&mu_);
+    SharedLock lock(&mu_, &tsan_tag_);
     if (queries.rows > 0 && live_vectors_ > 0) {
       TESSERA_RETURN_IF_ERROR(SearchLocked(queries, k, accept, &hits));
     }
@@ -812,7 +887,7 @@ absl::StatusOr<std::vector<std::vector<CandidateHit>>> CandidateIndex::Impl::Sea
 }
 
 std::vector<uint64_t> CandidateIndex::Impl::Documents() const {
-  absl::ReaderMutexLock lock(&mu_);
+  SharedLock lock(&mu_, &tsan_tag_);
   std::vector<uint64_t> docs;
   docs.reserve(docs_.size());
   for (const auto& [doc, count] : docs_) docs.push_back(doc);
@@ -820,7 +895,7 @@ std::vector<uint64_t> CandidateIndex::Impl::Documents() const {
 }
 
 CandidateIndexStats CandidateIndex::Impl::Stats() const {
-  absl::ReaderMutexLock lock(&mu_);
+  SharedLock lock(&mu_, &tsan_tag_);
   CandidateIndexStats stats;
   stats.vectors = live_vectors_;
   stats.documents = static_cast<int64_t>(docs_.size());
@@ -834,7 +909,7 @@ absl::Status CandidateIndex::Impl::Save(const std::string& path, uint64_t covere
   std::string meta;
   faiss::VectorIOWriter writer;
   {
-    absl::ReaderMutexLock lock(&mu_);
+    SharedLock lock(&mu_, &tsan_tag_);
     Append(meta, trained_ ? kFlagTrained : uint32_t{0});
     AppendString(meta, options_.factory);
     AppendString(meta, description_);

@@ -170,8 +170,8 @@ size_t DtypeSize(VectorDtype dtype) { return dtype == VectorDtype::kFloat16 ? 2 
 
 absl::Status ValidateMatrix(const StoredMatrix& matrix, absl::string_view what) {
   if (matrix.dtype != VectorDtype::kFloat32 && matrix.dtype != VectorDtype::kFloat16) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": unknown dtype ",
-                                                   static_cast<int>(matrix.dtype)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": unknown dtype ", static_cast<int>(matrix.dtype)));
   }
   if (matrix.rows < 0 || matrix.cols < 0) {
     return absl::InvalidArgumentError(
@@ -218,8 +218,8 @@ absl::StatusOr<absl::string_view> OpenEnvelope(absl::string_view value, RecordKi
   const uint32_t stored = LoadU32(value.data() + body);
   const uint32_t computed = Crc32(value.substr(0, body));
   if (stored != computed) {
-    return Corrupt(what, absl::StrFormat("checksum mismatch (stored %08x, computed %08x)", stored,
-                                         computed));
+    return Corrupt(
+        what, absl::StrFormat("checksum mismatch (stored %08x, computed %08x)", stored, computed));
   }
   const uint8_t version = static_cast<uint8_t>(value[0]);
   if (version != kRecordFormatVersion) {
@@ -228,8 +228,8 @@ absl::StatusOr<absl::string_view> OpenEnvelope(absl::string_view value, RecordKi
   }
   const uint8_t got_kind = static_cast<uint8_t>(value[1]);
   if (got_kind != static_cast<uint8_t>(kind)) {
-    return Corrupt(what, absl::StrCat("value of kind ", got_kind, ", expected kind ",
-                                      static_cast<int>(kind)));
+    return Corrupt(
+        what, absl::StrCat("value of kind ", got_kind, ", expected kind ", static_cast<int>(kind)));
   }
   return value.substr(2, body - 2);
 }
@@ -334,8 +334,8 @@ absl::StatusOr<DocumentRecord> DecodeDocumentRecord(absl::string_view value, uin
         break;
       }
       default:
-        return Corrupt(what, absl::StrCat("attribute '", absl::CHexEscape(name),
-                                          "' has unknown type ", type));
+        return Corrupt(
+            what, absl::StrCat("attribute '", absl::CHexEscape(name), "' has unknown type ", type));
     }
     // Names were written in map order: anything else is not a value this codec wrote.
     if (!record.attributes.empty() && !(record.attributes.rbegin()->first < name)) {

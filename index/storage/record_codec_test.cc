@@ -98,7 +98,14 @@ std::string Reseal(std::string value) {
 }
 
 TEST(RecordCodec, IidKeysSortNumerically) {
-  std::vector<uint64_t> iids = {0, 1, 2, 255, 256, 65535, 65536, uint64_t{1} << 32,
+  std::vector<uint64_t> iids = {0,
+                                1,
+                                2,
+                                255,
+                                256,
+                                65535,
+                                65536,
+                                uint64_t{1} << 32,
                                 std::numeric_limits<uint64_t>::max() - 1,
                                 std::numeric_limits<uint64_t>::max()};
   std::vector<std::string> keys;
@@ -146,8 +153,8 @@ TEST(RecordCodec, DocumentUnderAnotherIidIsDataLoss) {
 }
 
 TEST(RecordCodec, MatrixRoundTripFp16AndFp32) {
-  for (const StoredMatrix& m : {Fp16Matrix(7, 96), Fp32Matrix(3, 128), Fp32Matrix(0, 128),
-                                Fp16Matrix(5, 0)}) {
+  for (const StoredMatrix& m :
+       {Fp16Matrix(7, 96), Fp32Matrix(3, 128), Fp32Matrix(0, 128), Fp16Matrix(5, 0)}) {
     ASSERT_TRUE(ValidateMatrix(m, "m").ok());
     const std::string value = EncodeStoredMatrix(m);
     EXPECT_EQ(value.size(), m.bytes.size() + 17 + kRecordOverheadBytes);
@@ -192,12 +199,10 @@ TEST(RecordCodec, SmallValuesRoundTrip) {
 TEST(RecordCodec, KindsAreNotInterchangeable) {
   const std::string matrix = EncodeStoredMatrix(Fp32Matrix(1, 1));
   EXPECT_EQ(DecodeDocumentRecord(matrix, 1).status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(DecodeIdValue(EncodeCounterValue(5), "a").status().code(),
-            absl::StatusCode::kDataLoss);
-  EXPECT_EQ(DecodeStoredMatrix(EncodeDocumentRecord(SampleRecord(false)), "rerank", 7)
-                .status()
-                .code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeIdValue(EncodeCounterValue(5), "a").status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(
+      DecodeStoredMatrix(EncodeDocumentRecord(SampleRecord(false)), "rerank", 7).status().code(),
+      absl::StatusCode::kDataLoss);
 }
 
 TEST(RecordCodec, EveryByteFlipAndTruncationIsDetected) {
@@ -252,11 +257,13 @@ TEST(RecordCodec, GarbageShapesWithValidChecksumsAreDataLoss) {
 // exactly the same bytes (the encoding is canonical), and never crash.
 TEST(RecordCodec, FuzzedValuesNeverCrash) {
   std::mt19937_64 rng(20240611);
-  const std::vector<std::string> seeds = {
-      EncodeDocumentRecord(SampleRecord(true)), EncodeDocumentRecord(SampleRecord(false)),
-      EncodeStoredMatrix(Fp16Matrix(3, 4)),     EncodeStoredMatrix(Fp32Matrix(2, 2)),
-      EncodeIdValue(99),                        EncodeCounterValue(3),
-      EncodeMetaValue("schema")};
+  const std::vector<std::string> seeds = {EncodeDocumentRecord(SampleRecord(true)),
+                                          EncodeDocumentRecord(SampleRecord(false)),
+                                          EncodeStoredMatrix(Fp16Matrix(3, 4)),
+                                          EncodeStoredMatrix(Fp32Matrix(2, 2)),
+                                          EncodeIdValue(99),
+                                          EncodeCounterValue(3),
+                                          EncodeMetaValue("schema")};
   int decoded_ok = 0;
   for (int round = 0; round < 20000; ++round) {
     std::string value = seeds[rng() % seeds.size()];

@@ -133,7 +133,8 @@ struct PreparedUpsert {
 
 class ShardStore::Impl {
  public:
-  Impl(std::string dir, const ShardStoreOptions& options) : dir_(std::move(dir)), options_(options) {}
+  Impl(std::string dir, const ShardStoreOptions& options)
+      : dir_(std::move(dir)), options_(options) {}
   ~Impl();
 
   absl::Status Open();
@@ -609,7 +610,8 @@ absl::StatusOr<uint64_t> ShardStore::Impl::LookupId(const std::string& external_
   std::string value;
   const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), ids_, external_id, &value);
   if (s.IsNotFound()) {
-    return absl::NotFoundError(absl::StrCat("shard '", dir_, "': no document ", Quote(external_id)));
+    return absl::NotFoundError(
+        absl::StrCat("shard '", dir_, "': no document ", Quote(external_id)));
   }
   TESSERA_RETURN_IF_ERROR(Rocks(s, absl::StrCat("looking up ", Quote(external_id))));
   return Codec(DecodeIdValue(value, external_id));
@@ -678,9 +680,9 @@ absl::Status ShardStore::Impl::ForEachDocument(
       return absl::DataLossError(
           absl::StrCat("shard '", dir_, "': docs CF has a key of ", it->key().size(), " bytes"));
     }
-    TESSERA_ASSIGN_OR_RETURN(
-        DocumentRecord record,
-        Codec(DecodeDocumentRecord(absl::string_view(it->value().data(), it->value().size()), iid)));
+    TESSERA_ASSIGN_OR_RETURN(DocumentRecord record,
+                             Codec(DecodeDocumentRecord(
+                                 absl::string_view(it->value().data(), it->value().size()), iid)));
     TESSERA_RETURN_IF_ERROR(fn(record));
   }
   return Rocks(it->status(), "scanning docs");

@@ -141,8 +141,8 @@ DocumentWrite Content(const std::string& id, uint64_t version) {
   r.attributes["weight"] = static_cast<double>(rng() % 1000) / 8.0;
   for (int64_t v = 0; v <= rows; ++v) r.member_offsets.push_back(static_cast<int32_t>(2 * v));
   for (int64_t t = 0; t < 2 * rows; ++t) r.members.push_back(static_cast<int32_t>(t));
-  w.rerank = RandomMatrix(rng, rng() % 2 == 0 ? VectorDtype::kFloat16 : VectorDtype::kFloat32,
-                          rows, cols);
+  w.rerank =
+      RandomMatrix(rng, rng() % 2 == 0 ? VectorDtype::kFloat16 : VectorDtype::kFloat32, rows, cols);
   w.candidates = RandomMatrix(rng, VectorDtype::kFloat32, 1 + rng() % 4, cols);
   return w;
 }
@@ -265,10 +265,11 @@ void ScanAllColumnFamilies(const std::string& dir, Scanned* out) {
                 cf.count("candidates"),
             5u);
 
-  auto scan = [&](const char* name, const std::function<void(const std::string&,
-                                                             const std::string&)>& fn) {
+  auto scan = [&](const char* name,
+                  const std::function<void(const std::string&, const std::string&)>& fn) {
     std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions(), cf.at(name)));
-    for (it->SeekToFirst(); it->Valid(); it->Next()) fn(it->key().ToString(), it->value().ToString());
+    for (it->SeekToFirst(); it->Valid(); it->Next())
+      fn(it->key().ToString(), it->value().ToString());
     EXPECT_TRUE(it->status().ok()) << it->status().ToString();
   };
   std::map<uint64_t, DocumentRecord> by_iid;
@@ -381,9 +382,8 @@ TEST(ShardStoreCrash, AcknowledgedWritesSurviveSigkill) {
       for (int64_t k : {acked, acked + 1}) {
         if (StateAfter(seed, k) == actual) recovered = k;
       }
-      ASSERT_NE(recovered, -1) << "the recovered state is not the state after " << acked
-                               << " or " << acked + 1 << " batches (" << actual.size()
-                               << " documents)";
+      ASSERT_NE(recovered, -1) << "the recovered state is not the state after " << acked << " or "
+                               << acked + 1 << " batches (" << actual.size() << " documents)";
       for (const auto& [id, record] : scanned.docs) {
         const DocumentWrite want = Content(id, record.version);
         EXPECT_EQ(record.num_tokens, want.record.num_tokens) << id;
@@ -404,16 +404,17 @@ TEST(ShardStoreCrash, AcknowledgedWritesSurviveSigkill) {
         }
       }
       std::cout << "chain " << chain << " crash " << crash << ": killed " << delay.count()
-                << " ms after " << (from_start ? "start" : "open") << ", " << acked - applied << " batches acknowledged, recovered "
-                << recovered - applied << ", " << actual.size() << " documents\n";
+                << " ms after " << (from_start ? "start" : "open") << ", " << acked - applied
+                << " batches acknowledged, recovered " << recovered - applied << ", "
+                << actual.size() << " documents\n";
       applied = recovered;
       previous_iids = iids;
       min_new_iid = std::max(min_new_iid, scanned.next_iid);
     }
   }
   std::filesystem::remove_all(root);
-  std::cout << total_acked << " batches acknowledged in " << trials_with_progress
-            << " of " << kChains * kCrashesPerChain << " runs\n";
+  std::cout << total_acked << " batches acknowledged in " << trials_with_progress << " of "
+            << kChains * kCrashesPerChain << " runs\n";
   // Most runs must have made progress, or the test tests nothing.
   EXPECT_GE(trials_with_progress, kChains * kCrashesPerChain / 2);
 }

@@ -122,8 +122,8 @@ void ExpectSameMatrix(const StoredMatrix& got, const StoredMatrix& want) {
 
 std::map<uint64_t, StoredMatrix> AllCandidates(const ShardStore& store, uint64_t min_iid = 0) {
   std::map<uint64_t, StoredMatrix> out;
-  const absl::Status status = store.ForEachCandidates(
-      min_iid, [&](uint64_t iid, const StoredMatrix& m) -> absl::Status {
+  const absl::Status status =
+      store.ForEachCandidates(min_iid, [&](uint64_t iid, const StoredMatrix& m) -> absl::Status {
         EXPECT_TRUE(out.empty() || out.rbegin()->first < iid) << "not in iid order";
         out[iid] = m;
         return absl::OkStatus();
@@ -554,8 +554,8 @@ TEST_F(ShardStoreTest, ConcurrentWritersAreGroupCommitted) {
   EXPECT_EQ(AllCandidates(*store).size(), static_cast<size_t>(expected_documents));
 
   const int64_t synced = store->SyncedWritesForTesting();
-  std::cout << "group commit: " << requests << " requests (" << upserts << " upserts) in "
-            << synced << " WAL-synced writes\n";
+  std::cout << "group commit: " << requests << " requests (" << upserts << " upserts) in " << synced
+            << " WAL-synced writes\n";
   EXPECT_LT(synced, requests);
   EXPECT_GT(synced, 0);
 }

@@ -7,11 +7,12 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
-#include <string_view>
+#include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "tessera/status_macros.h"
 
 namespace tessera {
@@ -20,7 +21,7 @@ namespace internal {
 // OK for cudaSuccess; otherwise "<what>: <cudaErrorName> (<description>)" as
 // RESOURCE_EXHAUSTED (out of device or pinned memory), FAILED_PRECONDITION (no device, no or old
 // driver, no kernel image for this device) or INTERNAL (anything else, e.g. a faulting kernel).
-inline absl::Status CudaStatus(cudaError_t err, std::string_view what) {
+inline absl::Status CudaStatus(cudaError_t err, absl::string_view what) {
   if (err == cudaSuccess) return absl::OkStatus();
   const std::string message =
       absl::StrCat(what, ": ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")");

@@ -1,0 +1,259 @@
+// Crash safety of the whole write path (validate → pool → RocksDB → FAISS): a child process ingests
+// through the Engine API and reports every acknowledged write on a pipe; the parent SIGKILLs it at
+// a random moment, reopens the engine and checks that every acknowledged document is present and
+// byte-identical to what pooling its content gives, that acknowledged deletes stuck, that nothing
+// half-written is visible, and that searches find the documents. 20 trials.
+//
+// The binary re-executes itself with --child=DIR for the writer (a fresh process, so RocksDB's
+// threads start cleanly), hence its own main().
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tessera/engine.h"
+#include "tessera/float16.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr int64_t kDim = 32;
+const char* g_self = nullptr;
+
+CollectionSchema Schema() {
+  CollectionSchema schema;
+  schema.name = "crash";
+  schema.dim = kDim;
+  schema.num_shards = 2;
+  schema.attributes = {{"generation", AttributeType::kInt64}};
+  return schema;
+}
+
+// Deterministic content for (id, generation): the parent can recompute what the child wrote.
+Document MakeDocument(int id, int64_t generation) {
+  std::mt19937 rng(static_cast<uint32_t>(id * 7919 + generation));
+  std::normal_distribution<float> normal;
+  Document document;
+  document.id = absl::StrCat("doc-", id);
+  document.num_tokens = 4 + (id * 13 + generation) % 40;
+  document.dim = kDim;
+  document.tokens.resize(document.num_tokens * kDim);
+  for (int64_t i = 0; i < document.num_tokens; ++i) {
+    double norm = 0;
+    for (int64_t k = 0; k < kDim; ++k) {
+      const float v = normal(rng);
+      document.tokens[i * kDim + k] = v;
+      norm += v * v;
+    }
+    for (int64_t k = 0; k < kDim; ++k) document.tokens[i * kDim + k] /= std::sqrt(norm);
+  }
+  document.attributes["generation"] = generation;
+  return document;
+}
+
+// Writer: batches of new documents, rewrites of earlier ones (generation + 1) and deletes of ids it
+// never touches again. One line per acknowledged operation: "U id generation" or "D id", and
+// "P id" before a delete starts (pending: it may or may not land if the kill comes first).
+int RunChild(const std::string& dir, int seed) {
+  auto engine = Engine::Open(dir);
+  if (!engine.ok()) return 3;
+  auto collection = (*engine)->GetCollection("crash");
+  if (!collection.ok()) return 4;
+  std::mt19937 rng(seed);
+  std::map<int, int64_t> generation;
+  int next_id = 0;
+  for (int round = 0; round < 100000; ++round) {
+    std::vector<Document> batch;
+    std::vector<std::pair<int, int64_t>> written;
+    const int size = 1 + static_cast<int>(rng() % 12);
+    for (int b = 0; b < size; ++b) {
+      int id;
+      if (!generation.empty() && rng() % 3 == 0) {
+        id = std::next(generation.begin(), rng() % generation.size())->first;
+      } else {
+        id = next_id++;
+      }
+      // One write per id per batch keeps "the acknowledged generation" unambiguous.
+      bool duplicate = false;
+      for (const auto& w : written) duplicate = duplicate || w.first == id;
+      if (duplicate) continue;
+      const int64_t g = generation.count(id) ? generation[id] + 1 : 1;
+      batch.push_back(MakeDocument(id, g));
+      written.emplace_back(id, g);
+    }
+    for (const UpsertOutcome& outcome : (*collection)->Upsert(std::move(batch))) {
+      if (!outcome.status.ok()) return 5;
+    }
+    std::string report;
+    for (const auto& [id, g] : written) {
+      generation[id] = g;
+      absl::StrAppend(&report, "U ", id, " ", g, "\n");
+    }
+    if (round % 5 == 4 && generation.size() > 10) {
+      const int id = std::next(generation.begin(), rng() % generation.size())->first;
+      // Announce the delete first: if the kill lands during it, the parent accepts either outcome.
+      absl::StrAppend(&report, "P ", id, "\n");
+      if (::write(STDOUT_FILENO, report.data(), report.size()) !=
+          static_cast<ssize_t>(report.size())) {
+        return 7;
+      }
+      report.clear();
+      auto existed = (*collection)->Delete({absl::StrCat("doc-", id)});
+      if (!existed.ok()) return 6;
+      generation.erase(id);
+      absl::StrAppend(&report, "D ", id, "\n");
+    }
+    if (::write(STDOUT_FILENO, report.data(), report.size()) !=
+        static_cast<ssize_t>(report.size())) {
+      return 7;
+    }
+  }
+  return 0;
+}
+
+TEST(CollectionCrash, AcknowledgedWritesSurviveSigkill) {
+  const fs::path dir = fs::path(::testing::TempDir()) / absl::StrCat("collection_crash_", ::getpid());
+  fs::remove_all(dir);
+  {
+    auto engine = Engine::Open(dir.string());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    ASSERT_TRUE((*engine)->CreateCollection(Schema()).ok());
+  }
+  std::mt19937 rng(2026);
+  // What the children acknowledged, across all trials (each trial continues the same collection).
+  std::map<int, int64_t> acknowledged;
+  std::map<int, bool> deleted;
+  std::set<int> pending_delete;
+  int total_acknowledged = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    int fds[2];
+    ASSERT_EQ(::pipe(fds), 0);
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::dup2(fds[1], STDOUT_FILENO);
+      ::close(fds[0]);
+      const std::string child = absl::StrCat("--child=", dir.string());
+      const std::string seed = absl::StrCat("--seed=", 1000 + trial);
+      ::execl(g_self, g_self, child.c_str(), seed.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    ::close(fds[1]);
+    const int delay_ms = 100 + static_cast<int>(rng() % 500);
+    ::usleep(delay_ms * 1000);
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "the writer exited early with " << WEXITSTATUS(status);
+    std::string lines;
+    char buffer[4096];
+    for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) > 0;) lines.append(buffer, n);
+    ::close(fds[0]);
+    // Only whole lines count: the child may die after a partial write (it writes one report per
+    // acknowledged batch, so a torn report can only be the last).
+    std::istringstream in(lines.substr(0, lines.rfind('\n') + 1));
+    std::string op;
+    int id;
+    // Ids are per child run; keep them apart across trials.
+    const int offset = trial * 1000000;
+    while (in >> op >> id) {
+      if (op == "U") {
+        int64_t g;
+        in >> g;
+        acknowledged[offset + id] = g;
+        deleted.erase(offset + id);
+        ++total_acknowledged;
+      } else if (op == "P") {
+        pending_delete.insert(offset + id);
+      } else {
+        deleted[offset + id] = true;
+        acknowledged.erase(offset + id);
+        pending_delete.erase(offset + id);
+      }
+    }
+    // Each child numbers documents from 0, so verify this trial's documents now and empty the
+    // collection before the next child starts.
+    auto engine = Engine::Open(dir.string());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto collection = (*engine)->GetCollection("crash");
+    ASSERT_TRUE(collection.ok());
+    int64_t present = 0;
+    for (const auto& [key, g] : acknowledged) {
+      if (key / 1000000 != trial) continue;
+      const int local = key % 1000000;
+      auto stored = (*collection)->Get(absl::StrCat("doc-", local));
+      if (pending_delete.count(key) && absl::IsNotFound(stored.status())) continue;
+      ASSERT_TRUE(stored.ok()) << "trial " << trial << " acknowledged doc-" << local << " lost";
+      const int64_t found = std::get<int64_t>(stored->attributes.at("generation"));
+      // A write after the last acknowledged one may also have landed before the kill.
+      ASSERT_GE(found, g) << "doc-" << local;
+      const Document expected_source = MakeDocument(local, found);
+      auto pooled = PoolDocument(
+          FloatMatrixView{expected_source.tokens.data(), expected_source.num_tokens, kDim},
+          std::nullopt, Schema().pooling);
+      ASSERT_TRUE(pooled.ok());
+      std::vector<Float16> half(pooled->vectors.size());
+      FloatToHalf(pooled->vectors.data(), pooled->vectors.size(), half.data());
+      std::vector<float> decoded(half.size());
+      HalfToFloat(half.data(), half.size(), decoded.data());
+      ASSERT_EQ(stored->vectors, decoded) << "doc-" << local << " is not byte-identical";
+      ++present;
+      // Searches find it: its own tokens as the query, default cascade.
+      if (present % 7 == 0) {
+        auto result = (*collection)->Search(
+            FloatMatrixView{expected_source.tokens.data(), expected_source.num_tokens, kDim}, {});
+        ASSERT_TRUE(result.ok());
+        ASSERT_FALSE(result->hits.empty());
+        EXPECT_EQ(result->hits[0].id, stored->id);
+      }
+    }
+    for (const auto& [key, unused] : deleted) {
+      if (key / 1000000 != trial) continue;
+      EXPECT_EQ((*collection)->Get(absl::StrCat("doc-", key % 1000000)).status().code(),
+                absl::StatusCode::kNotFound);
+    }
+    // Nothing half-written: every live document is readable; start the next trial empty.
+    SearchOptions everything;
+    everything.exhaustive = true;
+    everything.k = 1000;
+    const std::vector<float> probe(kDim, 1.0f / std::sqrt(static_cast<float>(kDim)));
+    auto all = (*collection)->Search(FloatMatrixView{probe.data(), 1, kDim}, everything);
+    ASSERT_TRUE(all.ok()) << all.status();
+    std::vector<std::string> ids;
+    for (const SearchHit& hit : all->hits) {
+      EXPECT_TRUE((*collection)->Get(hit.id).ok()) << hit.id;
+      ids.push_back(hit.id);
+    }
+    EXPECT_EQ(static_cast<int64_t>(ids.size()), (*collection)->Stats().documents);
+    ASSERT_TRUE((*collection)->Delete(ids).ok());
+  }
+  std::printf("%d acknowledged upserts over 20 SIGKILLed writers, all verified\n",
+              total_acknowledged);
+  EXPECT_GT(total_acknowledged, 100);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace tessera
+
+int main(int argc, char** argv) {
+  tessera::g_self = argv[0];
+  if (argc == 3 && std::strncmp(argv[1], "--child=", 8) == 0) {
+    return tessera::RunChild(argv[1] + 8, std::atoi(argv[2] + 7));
+  }
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
