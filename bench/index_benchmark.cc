@@ -47,16 +47,26 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     bool ok = true;
-    if (flag == "--docs") ok = absl::SimpleAtoi(value, &flags->docs);
-    else if (flag == "--tokens") ok = absl::SimpleAtoi(value, &flags->tokens);
-    else if (flag == "--dim") ok = absl::SimpleAtoi(value, &flags->dim);
-    else if (flag == "--queries") ok = absl::SimpleAtoi(value, &flags->queries);
-    else if (flag == "--recall_queries") ok = absl::SimpleAtoi(value, &flags->recall_queries);
-    else if (flag == "--pool_factor") ok = absl::SimpleAtoi(value, &flags->pool_factor);
-    else if (flag == "--threads") ok = absl::SimpleAtoi(value, &flags->threads);
-    else if (flag == "--data_dir") flags->data_dir = value;
-    else if (flag == "--json") flags->json = value;
-    else ok = false;
+    if (flag == "--docs")
+      ok = absl::SimpleAtoi(value, &flags->docs);
+    else if (flag == "--tokens")
+      ok = absl::SimpleAtoi(value, &flags->tokens);
+    else if (flag == "--dim")
+      ok = absl::SimpleAtoi(value, &flags->dim);
+    else if (flag == "--queries")
+      ok = absl::SimpleAtoi(value, &flags->queries);
+    else if (flag == "--recall_queries")
+      ok = absl::SimpleAtoi(value, &flags->recall_queries);
+    else if (flag == "--pool_factor")
+      ok = absl::SimpleAtoi(value, &flags->pool_factor);
+    else if (flag == "--threads")
+      ok = absl::SimpleAtoi(value, &flags->threads);
+    else if (flag == "--data_dir")
+      flags->data_dir = value;
+    else if (flag == "--json")
+      flags->json = value;
+    else
+      ok = false;
     if (!ok) {
       std::cerr << "bad flag " << flag << " " << value << "\n";
       return false;
@@ -68,7 +78,9 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
 class Generator {
  public:
   Generator(int64_t dim, uint32_t seed)
-      : dim_(dim), scale_(1.0f / std::sqrt(static_cast<float>(dim))), rng_(seed),
+      : dim_(dim),
+        scale_(1.0f / std::sqrt(static_cast<float>(dim))),
+        rng_(seed),
         topics_(1024 * dim) {
     for (float& v : topics_) v = normal_(rng_);
     Normalize(topics_);
@@ -80,7 +92,8 @@ class Generator {
     std::vector<float> out(tokens * dim_);
     for (int64_t i = 0; i < tokens; ++i) {
       const float* center = &topics_[chosen[i % 4] * dim_];
-      for (int64_t k = 0; k < dim_; ++k) out[i * dim_ + k] = center[k] + 0.6f * scale_ * normal_(rng_);
+      for (int64_t k = 0; k < dim_; ++k)
+        out[i * dim_ + k] = center[k] + 0.6f * scale_ * normal_(rng_);
     }
     Normalize(out);
     return out;
@@ -165,8 +178,8 @@ int Run(const Flags& flags) {
     for (int64_t d = begin; d < std::min(flags.docs, begin + kBatch); ++d) {
       Document document;
       document.id = absl::StrCat("doc-", d);
-      document.tokens = (d % 5 == 4) ? generator.NearDuplicate(previous)
-                                     : generator.Document(flags.tokens);
+      document.tokens =
+          (d % 5 == 4) ? generator.NearDuplicate(previous) : generator.Document(flags.tokens);
       previous = document.tokens;
       document.num_tokens = flags.tokens;
       document.dim = flags.dim;
@@ -183,8 +196,7 @@ int Run(const Flags& flags) {
       std::cerr << "ingested " << std::min(flags.docs, begin + kBatch) << "\r" << std::flush;
     }
   }
-  const double ingest_seconds =
-      std::chrono::duration<double>(Clock::now() - ingest_start).count();
+  const double ingest_seconds = std::chrono::duration<double>(Clock::now() - ingest_start).count();
   if (!(*collection)->Snapshot().ok()) return 1;
   const CollectionStats stats = (*collection)->Stats();
 
@@ -211,8 +223,7 @@ int Run(const Flags& flags) {
     rerank_ms += result->timings.rerank_ms;
     scored += result->documents_scored;
   }
-  const double search_seconds =
-      std::chrono::duration<double>(Clock::now() - search_start).count();
+  const double search_seconds = std::chrono::duration<double>(Clock::now() - search_start).count();
 
   // Recall@10 against exhaustive search.
   double recall = 0;
@@ -238,8 +249,8 @@ int Run(const Flags& flags) {
       "{\n  \"documents\": ", flags.docs, ",\n  \"tokens_per_document\": ", flags.tokens,
       ",\n  \"dim\": ", flags.dim, ",\n  \"pool_factor\": ", flags.pool_factor,
       ",\n  \"ingest_docs_per_s\": ", n / ingest_seconds,
-      ",\n  \"vectors_per_document\": ", stats.vectors_per_document,
-      ",\n  \"candidate_index\": \"", stats.candidate_indexes.empty() ? "" : stats.candidate_indexes[0],
+      ",\n  \"vectors_per_document\": ", stats.vectors_per_document, ",\n  \"candidate_index\": \"",
+      stats.candidate_indexes.empty() ? "" : stats.candidate_indexes[0],
       "\",\n  \"search_qps\": ", flags.queries / search_seconds,
       ",\n  \"latency_ms_p50\": ", Percentile(latencies, 0.50),
       ",\n  \"latency_ms_p95\": ", Percentile(latencies, 0.95),

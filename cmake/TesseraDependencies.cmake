@@ -25,6 +25,7 @@ find_package(RocksDB REQUIRED CONFIG)
 find_package(Protobuf REQUIRED)
 find_package(gRPC REQUIRED CONFIG)
 find_program(TESSERA_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+find_package(yaml-cpp REQUIRED CONFIG)
 
 message(STATUS "Tessera dependencies: absl ${absl_VERSION}, OpenBLAS ${OpenBLAS_VERSION}, "
                "faiss ${faiss_VERSION}, RocksDB ${RocksDB_VERSION}, Protobuf ${Protobuf_VERSION}, "

@@ -37,7 +37,16 @@ function(tessera_cc_test)
   target_include_directories(${TCT_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
   target_link_libraries(${TCT_NAME} PRIVATE ${TCT_DEPS} GTest::gmock GTest::gtest_main)
   target_compile_options(${TCT_NAME} PRIVATE ${TESSERA_WARNINGS})
-  gtest_discover_tests(${TCT_NAME} DISCOVERY_MODE PRE_TEST PROPERTIES LABELS "unit;${TCT_LABELS}")
+  gtest_discover_tests(${TCT_NAME} DISCOVERY_MODE PRE_TEST PROPERTIES LABELS unit)
+  if(TCT_LABELS)
+    # gtest_discover_tests flattens a list-valued property, so extra labels are set by a script
+    # that runs after discovery (TEST_INCLUDE_FILES run in the order they were added).
+    string(JOIN ";" _labels unit ${TCT_LABELS})
+    set(_script ${CMAKE_CURRENT_BINARY_DIR}/${TCT_NAME}_labels.cmake)
+    file(WRITE ${_script}
+         "set_tests_properties(\${${TCT_NAME}_TESTS} PROPERTIES LABELS \"${_labels}\")\n")
+    set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${_script})
+  endif()
 endfunction()
 
 # tessera_cc_benchmark(NAME n SRCS ... [DEPS ...]): a Google Benchmark binary in build/bin.

@@ -127,14 +127,14 @@ absl::Status ErrnoStatus(int error, absl::string_view what) {
   }
 }
 
-// FAISS parallelises a search over OpenMP threads (IndexHNSW::search opens a parallel region even
-// for one query). The server runs many searches at once, so each search stays on its calling
-// thread: omp_set_num_threads changes only the calling thread's ICV, so other threads (Add and
-// rebuilds, which do profit from OpenMP) keep theirs. It also means `accept` is only ever called
-// on the thread that called Search, and that no libgomp worker runs our selector (TSan cannot see
-// libgomp's synchronisation). Measured on a 2-core machine (32 queries × k=100, 1M × 128 Flat):
-// 117 ms with one thread, 879 ms with two (FAISS's per-block OpenMP regions fight OpenBLAS's own
-// threads).
+// FAISS parallelises its work over OpenMP threads (IndexHNSW::search opens a parallel region even
+// for one query). The server runs many searches at once, so searches, Add and Remove stay on their
+// calling thread; only bulk rebuilds (the auto switch, training, compaction) use OpenMP.
+// omp_set_num_threads changes only the calling thread's ICV, so other threads keep theirs. It also
+// means `accept` is only ever called on the thread that called Search. Measured on a 2-core machine
+// (32 queries × k=100, 1M × 128 Flat): 117 ms with one thread, 879 ms with two (FAISS's per-block
+// OpenMP regions fight OpenBLAS's own threads). ThreadSanitizer cannot see libgomp's
+// synchronisation, so TSan builds run rebuilds on one thread as well.
 class ScopedSingleOmpThread {
  public:
   ScopedSingleOmpThread() : previous_(omp_get_max_threads()) { omp_set_num_threads(1); }
@@ -558,6 +558,7 @@ absl::Status CandidateIndex::Impl::Add(uint64_t doc, FloatMatrixView vectors) {
   }
   absl::MutexLock write_lock(&write_mu_);
   {
+    ScopedSingleOmpThread single_thread;
     ExclusiveLock lock(&mu_, &tsan_tag_);
     TESSERA_RETURN_IF_ERROR(RemoveLocked(doc));
     TESSERA_RETURN_IF_ERROR(AddLocked(doc, vectors));
@@ -568,6 +569,7 @@ absl::Status CandidateIndex::Impl::Add(uint64_t doc, FloatMatrixView vectors) {
 absl::Status CandidateIndex::Impl::Remove(uint64_t doc) {
   absl::MutexLock write_lock(&write_mu_);
   {
+    ScopedSingleOmpThread single_thread;
     ExclusiveLock lock(&mu_, &tsan_tag_);
     TESSERA_RETURN_IF_ERROR(RemoveLocked(doc));
   }
@@ -646,6 +648,9 @@ absl::Status CandidateIndex::Impl::CollectLive(std::vector<float>* vectors,
 }
 
 absl::Status CandidateIndex::Impl::MaybeRebuild() {
+#ifdef TESSERA_CANDIDATE_TSAN
+  ScopedSingleOmpThread single_thread;
+#endif
   std::unique_ptr<faiss::IndexIDMap2> rebuilt;
   std::string description;
   {

@@ -60,7 +60,8 @@ StoredMatrix PackMatrix(const std::vector<float>& values, int64_t rows, int64_t 
                         VectorDtype dtype) {
   StoredMatrix matrix{dtype, rows, cols, {}};
   if (dtype == VectorDtype::kFloat32) {
-    matrix.bytes.assign(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+    matrix.bytes.assign(reinterpret_cast<const char*>(values.data()),
+                        values.size() * sizeof(float));
   } else {
     matrix.bytes.resize(values.size() * sizeof(Float16));
     FloatToHalf(values.data(), values.size(), reinterpret_cast<Float16*>(matrix.bytes.data()));
@@ -167,9 +168,8 @@ absl::Status CollectionImpl::ValidateDocument(const Document& document) const {
   const CollectionLimits& limits = context_.limits;
   if (document.id.empty()) return absl::InvalidArgumentError("document id is empty");
   if (static_cast<int64_t>(document.id.size()) > limits.max_id_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("document id of ", document.id.size(),
-                                                   " bytes, expected at most ",
-                                                   limits.max_id_bytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "document id of ", document.id.size(), " bytes, expected at most ", limits.max_id_bytes));
   }
   if (!IsValidUtf8(document.id)) {
     return absl::InvalidArgumentError("document id is not valid UTF-8");
@@ -189,24 +189,24 @@ absl::Status CollectionImpl::ValidateDocument(const Document& document) const {
                                                    limits.max_tokens_per_document));
   }
   if (static_cast<int64_t>(document.tokens.size()) != document.num_tokens * document.dim) {
-    return absl::InvalidArgumentError(absl::StrCat(what, document.tokens.size(),
-                                                   " token values, expected num_tokens × dim = ",
-                                                   document.num_tokens * document.dim));
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, document.tokens.size(),
+        " token values, expected num_tokens × dim = ", document.num_tokens * document.dim));
   }
   if (schema_.pooling.spatial.has_value() && !document.layout.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, "no patch grid layout, but collection '", schema_.name, "' pools spatially"));
+    return absl::InvalidArgumentError(absl::StrCat(what, "no patch grid layout, but collection '",
+                                                   schema_.name, "' pools spatially"));
   }
   for (const auto& [field, value] : document.attributes) {
     const auto declared = schema_.attributes.find(field);
     if (declared == schema_.attributes.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, "attribute '", field,
-                                                     "' is not a field of collection '",
-                                                     schema_.name, "'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, "attribute '", field, "' is not a field of collection '", schema_.name, "'"));
     }
     const AttributeType type = TypeOf(value);
-    const bool compatible = type == declared->second ||
-                            (type == AttributeType::kInt64 && declared->second == AttributeType::kDouble);
+    const bool compatible =
+        type == declared->second ||
+        (type == AttributeType::kInt64 && declared->second == AttributeType::kDouble);
     if (!compatible) {
       return absl::InvalidArgumentError(absl::StrCat(what, "attribute '", field, "' is ",
                                                      AttributeTypeName(type), ", expected ",
@@ -220,8 +220,8 @@ absl::StatusOr<DocumentWrite> CollectionImpl::PrepareWrite(const Document& docum
   const FloatMatrixView tokens{document.tokens.data(), document.num_tokens, document.dim};
   absl::StatusOr<PooledMatrix> pooled = PoolDocument(tokens, document.layout, schema_.pooling);
   if (!pooled.ok()) {
-    return absl::Status(pooled.status().code(), absl::StrCat("document '", document.id, "': ",
-                                                             pooled.status().message()));
+    return absl::Status(pooled.status().code(),
+                        absl::StrCat("document '", document.id, "': ", pooled.status().message()));
   }
   if (pooled->num_vectors() == 0) {
     return absl::InvalidArgumentError(
@@ -295,7 +295,8 @@ std::vector<UpsertOutcome> CollectionImpl::Upsert(std::vector<Document> document
 absl::StatusOr<std::vector<bool>> CollectionImpl::Delete(const std::vector<std::string>& ids) {
   std::vector<bool> existed(ids.size(), false);
   std::vector<std::vector<size_t>> by_shard(shards_.size());
-  for (size_t i = 0; i < ids.size(); ++i) by_shard[ShardOf(ids[i], schema_.num_shards)].push_back(i);
+  for (size_t i = 0; i < ids.size(); ++i)
+    by_shard[ShardOf(ids[i], schema_.num_shards)].push_back(i);
   for (size_t s = 0; s < shards_.size(); ++s) {
     if (by_shard[s].empty()) continue;
     std::vector<std::string> shard_ids;
@@ -339,9 +340,8 @@ absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
     return absl::InvalidArgumentError("query: no tokens, expected at least 1");
   }
   if (query.rows > limits.max_query_tokens) {
-    return absl::InvalidArgumentError(absl::StrCat("query: ", query.rows,
-                                                   " tokens exceeds the limit of ",
-                                                   limits.max_query_tokens));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "query: ", query.rows, " tokens exceeds the limit of ", limits.max_query_tokens));
   }
   if (query.cols != schema_.dim) {
     return absl::InvalidArgumentError(absl::StrCat("query: dim ", query.cols, ", collection '",
@@ -435,8 +435,8 @@ absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
   TESSERA_RETURN_IF_ERROR(ValidateQuery(query, options));
   const int num_candidates =
       options.num_candidates > 0 ? options.num_candidates : std::max(10 * options.k, 100);
-  const int per_token =
-      options.per_token_candidates > 0 ? options.per_token_candidates : std::max(num_candidates, 64);
+  const int per_token = options.per_token_candidates > 0 ? options.per_token_candidates
+                                                         : std::max(num_candidates, 64);
   int64_t total_documents = 0;
   for (const auto& shard : shards_) total_documents += shard->num_documents();
 
@@ -483,7 +483,8 @@ absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
                       [](const Approximate& a, const Approximate& b) {
                         return a.score != b.score ? a.score > b.score : a.iid < b.iid;
                       });
-    for (size_t d = 0; d < keep; ++d) selected.emplace_back(approximate[d].shard, approximate[d].iid);
+    for (size_t d = 0; d < keep; ++d)
+      selected.emplace_back(approximate[d].shard, approximate[d].iid);
     result.timings.candidates_ms = MillisecondsSince(start);
     // Too few nominees (a selective filter, a tiny collection): score every matching document, so
     // that k matching documents always yield k results.
@@ -492,6 +493,12 @@ absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
       selected.clear();
     }
   }
+  auto check_deadline = [&options](const char* stage) {
+    return Clock::now() > options.deadline
+               ? absl::DeadlineExceededError(absl::StrCat("search deadline passed ", stage))
+               : absl::OkStatus();
+  };
+  TESSERA_RETURN_IF_ERROR(check_deadline("after candidate generation"));
   if (result.exhaustive) {
     for (size_t s = 0; s < shards_.size(); ++s) {
       shards_[s]->ForEachLive(options.filter, [&](uint64_t iid, const LiveDocument&) {
@@ -507,10 +514,10 @@ absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
   std::vector<Scored> top;
   constexpr size_t kChunk = 4096;
   for (size_t begin = 0; begin < selected.size(); begin += kChunk) {
+    TESSERA_RETURN_IF_ERROR(check_deadline("during exact scoring"));
     const std::vector<std::pair<int, uint64_t>> chunk(
         selected.begin() + begin, selected.begin() + std::min(selected.size(), begin + kChunk));
-    TESSERA_RETURN_IF_ERROR(
-        ScoreDocuments(query, options.explain, chunk, &top, &result.timings));
+    TESSERA_RETURN_IF_ERROR(ScoreDocuments(query, options.explain, chunk, &top, &result.timings));
     result.documents_scored += static_cast<int64_t>(chunk.size());
     if (top.size() > static_cast<size_t>(options.k)) {
       std::partial_sort(top.begin(), top.begin() + options.k, top.end(), better);

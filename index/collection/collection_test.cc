@@ -81,7 +81,8 @@ class Corpus {
     for (int64_t i = 0; i < num_tokens; ++i) {
       const int t = (i % 3 == 0) ? t1 : (i % 3 == 1 ? t2 : t3);
       for (int64_t k = 0; k < dim_; ++k) {
-        document.tokens[i * dim_ + k] = topics_[t * dim_ + k] + token_noise_ * scale_ * normal(rng_);
+        document.tokens[i * dim_ + k] =
+            topics_[t * dim_ + k] + token_noise_ * scale_ * normal(rng_);
       }
     }
     document.tokens = Normalized(document.tokens, dim_);
@@ -106,7 +107,8 @@ class Corpus {
     for (int64_t i = 0; i < num_tokens; ++i) {
       const int64_t row = pick(rng_);
       for (int64_t k = 0; k < dim_; ++k) {
-        query[i * dim_ + k] = document.tokens[row * dim_ + k] + query_noise_ * scale_ * normal(rng_);
+        query[i * dim_ + k] =
+            document.tokens[row * dim_ + k] + query_noise_ * scale_ * normal(rng_);
       }
     }
     return Normalized(query, dim_);
@@ -200,8 +202,10 @@ TEST(CollectionSearch, ExhaustiveEqualsBruteForce) {
         options.k = 15;
         options.exhaustive = exhaustive;
         options.num_candidates = exhaustive ? 0 : 1000;  // N ≥ collection size
-        auto result = (*collection)->Search(
-            FloatMatrixView{query.data(), static_cast<int64_t>(query.size()) / dim, dim}, options);
+        auto result = (*collection)
+                          ->Search(FloatMatrixView{query.data(),
+                                                   static_cast<int64_t>(query.size()) / dim, dim},
+                                   options);
         ASSERT_TRUE(result.ok()) << result.status();
         EXPECT_TRUE(result->exhaustive);
         ASSERT_EQ(result->hits.size(), 15u);
@@ -242,8 +246,9 @@ TEST(CollectionSearch, DefaultCascadeRecallAgainstExhaustive) {
   std::shuffle(documents.begin(), documents.end(), corpus.rng());
   for (size_t begin = 0; begin < documents.size(); begin += 500) {
     const size_t end = std::min(documents.size(), begin + 500);
-    ExpectAllOk((*collection)->Upsert(
-        std::vector<Document>(documents.begin() + begin, documents.begin() + end)));
+    ExpectAllOk(
+        (*collection)
+            ->Upsert(std::vector<Document>(documents.begin() + begin, documents.begin() + end)));
   }
   double recall = 0;
   int64_t scored = 0;
@@ -263,8 +268,8 @@ TEST(CollectionSearch, DefaultCascadeRecallAgainstExhaustive) {
     scored += fast->documents_scored;
   }
   recall /= queries;
-  std::cout << "recall@10 " << recall << ", documents scored exactly per query "
-            << scored / queries << " of " << documents.size() << "\n";
+  std::cout << "recall@10 " << recall << ", documents scored exactly per query " << scored / queries
+            << " of " << documents.size() << "\n";
   EXPECT_GE(recall, 0.98);
   EXPECT_LE(scored / queries, static_cast<int64_t>(documents.size()) / 10);
 }
@@ -296,8 +301,9 @@ TEST(CollectionSearch, SelectiveFilterStillReturnsK) {
   }
   // Unknown field and type mismatch are rejected.
   options.filter.all_of[0].field = "colour";
-  EXPECT_THAT((*collection)->Search(FloatMatrixView{query.data(), 8, dim}, options).status().message(),
-              HasSubstr("unknown field 'colour'"));
+  EXPECT_THAT(
+      (*collection)->Search(FloatMatrixView{query.data(), 8, dim}, options).status().message(),
+      HasSubstr("unknown field 'colour'"));
 }
 
 TEST(CollectionWrites, UpsertReplacesAndDeleteRemoves) {
@@ -327,7 +333,9 @@ TEST(CollectionWrites, UpsertReplacesAndDeleteRemoves) {
   auto after = (*collection)->Search(view, SearchOptions{});
   ASSERT_TRUE(after.ok());
   for (const SearchHit& hit : after->hits) {
-    if (hit.id == "d9") EXPECT_EQ(hit.version, 2u);
+    if (hit.id == "d9") {
+      EXPECT_EQ(hit.version, 2u);
+    }
   }
   EXPECT_LT(after->hits[0].id == "d9" ? after->hits[0].score : 0.0f, before->hits[0].score);
   auto deleted = (*collection)->Delete({"d8", "nope"});
@@ -398,15 +406,23 @@ TEST(CollectionWrites, BadInputIsRejectedAndChangesNothing) {
   const std::vector<float> query(4 * dim, 0.25f);
   SearchOptions options;
   options.k = 0;
-  EXPECT_THAT((*collection)->Search(FloatMatrixView{query.data(), 4, dim}, options).status().message(),
-              HasSubstr("k 0"));
+  EXPECT_THAT(
+      (*collection)->Search(FloatMatrixView{query.data(), 4, dim}, options).status().message(),
+      HasSubstr("k 0"));
   options.k = 10;
   options.num_candidates = 5;
-  EXPECT_THAT((*collection)->Search(FloatMatrixView{query.data(), 4, dim}, options).status().message(),
-              HasSubstr("num_candidates 5"));
-  EXPECT_THAT((*collection)->Search(FloatMatrixView{query.data(), 8, 8}, SearchOptions{}).status().message(),
+  EXPECT_THAT(
+      (*collection)->Search(FloatMatrixView{query.data(), 4, dim}, options).status().message(),
+      HasSubstr("num_candidates 5"));
+  EXPECT_THAT((*collection)
+                  ->Search(FloatMatrixView{query.data(), 8, 8}, SearchOptions{})
+                  .status()
+                  .message(),
               HasSubstr("query: dim 8"));
-  EXPECT_THAT((*collection)->Search(FloatMatrixView{query.data(), 0, dim}, SearchOptions{}).status().message(),
+  EXPECT_THAT((*collection)
+                  ->Search(FloatMatrixView{query.data(), 0, dim}, SearchOptions{})
+                  .status()
+                  .message(),
               HasSubstr("query: no tokens"));
 
   // Engine-level errors.
@@ -445,12 +461,12 @@ TEST(CollectionDurability, ReopenAndSnapshotLossGiveIdenticalResults) {
     schema.num_shards = 2;
     auto collection = (*engine)->CreateCollection(schema);
     ASSERT_TRUE(collection.ok());
-    ExpectAllOk((*collection)->Upsert(
-        std::vector<Document>(documents.begin(), documents.begin() + 300)));
+    ExpectAllOk(
+        (*collection)->Upsert(std::vector<Document>(documents.begin(), documents.begin() + 300)));
     ASSERT_TRUE((*collection)->Snapshot().ok());
     // Writes after the snapshot: replayed on open.
-    ExpectAllOk((*collection)->Upsert(
-        std::vector<Document>(documents.begin() + 300, documents.end())));
+    ExpectAllOk(
+        (*collection)->Upsert(std::vector<Document>(documents.begin() + 300, documents.end())));
     ASSERT_TRUE((*collection)->Delete({"d1", "d2"}).ok());
     auto result = (*collection)->Search(view, options);
     ASSERT_TRUE(result.ok());
@@ -545,8 +561,9 @@ TEST(CollectionConcurrency, SearchesDuringWritesSeeAcknowledgedDocuments) {
   std::atomic<bool> failed{false};
   std::thread writer([&] {
     for (int d = 0; d < 300; d += 3) {
-      auto outcomes = (*collection)->Upsert(
-          std::vector<Document>(documents.begin() + d, documents.begin() + d + 3));
+      auto outcomes =
+          (*collection)
+              ->Upsert(std::vector<Document>(documents.begin() + d, documents.begin() + d + 3));
       for (const auto& outcome : outcomes) failed = failed || !outcome.status.ok();
       if (d % 30 == 0 && d > 0) {
         auto deleted = (*collection)->Delete({absl::StrCat("d", d - 30)});
@@ -566,8 +583,9 @@ TEST(CollectionConcurrency, SearchesDuringWritesSeeAcknowledgedDocuments) {
         SearchOptions options;
         options.k = 3;
         options.exhaustive = r == 0;
-        auto result = (*collection)->Search(
-            FloatMatrixView{target.tokens.data(), target.num_tokens, dim}, options);
+        auto result =
+            (*collection)
+                ->Search(FloatMatrixView{target.tokens.data(), target.num_tokens, dim}, options);
         if (!result.ok() || result->hits.empty() || result->hits[0].id != target.id) {
           failed = true;
         }

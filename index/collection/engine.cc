@@ -1,7 +1,7 @@
 // The engine: collection directories <data_dir>/collections/<name>@<creation time>, each with a
 // `schema` file (written last at creation, so a directory without one is an interrupted create and
-// is removed) and its shards. Dropped collections are moved to <data_dir>/trash and deleted when no search
-// holds them any more.
+// is removed) and its shards. Dropped collections are moved to <data_dir>/trash and deleted when no
+// search holds them any more.
 #include "tessera/engine.h"
 
 #include <chrono>
@@ -128,8 +128,8 @@ class EngineImpl : public Engine {
     std::error_code error;
     fs::rename(from, to, error);
     if (error) {
-      return absl::InternalError(absl::StrCat("cannot move ", from.string(), " aside: ",
-                                              error.message()));
+      return absl::InternalError(
+          absl::StrCat("cannot move ", from.string(), " aside: ", error.message()));
     }
     it->second->MarkDropped(to.string());
     collections_.erase(it);
@@ -196,8 +196,8 @@ absl::Status ValidateSchema(const CollectionSchema& schema) {
   }
   if (schema.candidates.kind == CandidateSpec::Kind::kPooled &&
       (schema.candidates.pool_factor < 1 || schema.candidates.pool_factor > 64)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "candidate pool_factor ", schema.candidates.pool_factor, ", expected 1 … 64"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("candidate pool_factor ", schema.candidates.pool_factor, ", expected 1 … 64"));
   }
   if (schema.candidates.factory.empty() ||
       schema.candidates.factory.find_first_of(" \n\t") != std::string::npos) {

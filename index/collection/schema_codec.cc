@@ -58,8 +58,8 @@ std::string EncodeSchema(const CollectionSchema& schema) {
                     " ", s.renormalize ? 1 : 0, "\n");
   }
   absl::StrAppend(&out, "candidates ",
-                  schema.candidates.kind == CandidateSpec::Kind::kPooled ? "pooled" : "global",
-                  " ", schema.candidates.pool_factor, " ", schema.candidates.factory, "\n");
+                  schema.candidates.kind == CandidateSpec::Kind::kPooled ? "pooled" : "global", " ",
+                  schema.candidates.pool_factor, " ", schema.candidates.factory, "\n");
   for (const auto& [field, type] : schema.attributes) {
     absl::StrAppend(&out, "attribute ", field, " ", AttributeTypeName(type), "\n");
   }
@@ -69,8 +69,8 @@ std::string EncodeSchema(const CollectionSchema& schema) {
 absl::StatusOr<CollectionSchema> DecodeSchema(const std::string& text) {
   std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
   if (lines.empty() || lines[0] != kSchemaFormatLine) {
-    return absl::DataLossError(absl::StrCat("collection schema: expected '", kSchemaFormatLine,
-                                            "' as the first line"));
+    return absl::DataLossError(
+        absl::StrCat("collection schema: expected '", kSchemaFormatLine, "' as the first line"));
   }
   CollectionSchema schema;
   schema.pooling = PoolingSpec{};

@@ -109,10 +109,10 @@ absl::Status ValidateFilter(const Filter& filter,
     const bool field_is_number = field->second != AttributeType::kString;
     for (const AttributeValue& value : condition.values) {
       if (IsNumber(value) != field_is_number) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "filter condition ", i, " on '", condition.field, "': a ",
-            AttributeTypeName(TypeOf(value)), " value, but the field is ",
-            AttributeTypeName(field->second)));
+        return absl::InvalidArgumentError(
+            absl::StrCat("filter condition ", i, " on '", condition.field, "': a ",
+                         AttributeTypeName(TypeOf(value)), " value, but the field is ",
+                         AttributeTypeName(field->second)));
       }
     }
   }

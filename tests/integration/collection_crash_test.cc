@@ -125,7 +125,8 @@ int RunChild(const std::string& dir, int seed) {
 }
 
 TEST(CollectionCrash, AcknowledgedWritesSurviveSigkill) {
-  const fs::path dir = fs::path(::testing::TempDir()) / absl::StrCat("collection_crash_", ::getpid());
+  const fs::path dir =
+      fs::path(::testing::TempDir()) / absl::StrCat("collection_crash_", ::getpid());
   fs::remove_all(dir);
   {
     auto engine = Engine::Open(dir.string());
@@ -213,8 +214,10 @@ TEST(CollectionCrash, AcknowledgedWritesSurviveSigkill) {
       ++present;
       // Searches find it: its own tokens as the query, default cascade.
       if (present % 7 == 0) {
-        auto result = (*collection)->Search(
-            FloatMatrixView{expected_source.tokens.data(), expected_source.num_tokens, kDim}, {});
+        auto result = (*collection)
+                          ->Search(FloatMatrixView{expected_source.tokens.data(),
+                                                   expected_source.num_tokens, kDim},
+                                   {});
         ASSERT_TRUE(result.ok());
         ASSERT_FALSE(result->hits.empty());
         EXPECT_EQ(result->hits[0].id, stored->id);

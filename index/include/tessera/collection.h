@@ -5,6 +5,7 @@
 #ifndef TESSERA_COLLECTION_H_
 #define TESSERA_COLLECTION_H_
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -36,8 +37,8 @@ struct CandidateSpec {
 };
 
 struct CollectionSchema {
-  std::string name;  // [A-Za-z0-9_.-]{1,128}
-  int64_t dim = 0;   // 1 … 4096
+  std::string name;                           // [A-Za-z0-9_.-]{1,128}
+  int64_t dim = 0;                            // 1 … 4096
   VectorDtype dtype = VectorDtype::kFloat16;  // rerank vector storage
   // Rerank vectors. Default: hierarchical Ward pooling with factor 2.
   PoolingSpec pooling = DefaultPooling();
@@ -77,6 +78,9 @@ struct SearchOptions {
   // Per hit and query token: the best document vector, its similarity and the original tokens (or
   // patches) it covers.
   bool explain = false;
+  // Give up with DEADLINE_EXCEEDED once this time has passed (checked between stages and chunks);
+  // the default never expires.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 struct TokenMatch {

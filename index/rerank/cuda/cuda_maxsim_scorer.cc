@@ -190,7 +190,8 @@ absl::Status CudaMaxSimScorer::GatherChunk(const DocumentBatch& docs, int64_t fi
 absl::Status CudaMaxSimScorer::ScoreLocked(FloatMatrixView query, const DocumentBatch& docs,
                                            const MaxSimOptions& options,
                                            MaxSimResult* result) const {
-  TESSERA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), absl::StrCat("cudaSetDevice(", device_, ")"));
+  TESSERA_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_),
+                               absl::StrCat("cudaSetDevice(", device_, ")"));
   const int64_t nq = query.rows;
   const int64_t dim = query.cols;
   const bool fp16 = docs.dtype == VectorDtype::kFloat16;
@@ -291,11 +292,10 @@ absl::Status CudaMaxSimScorer::ScoreLocked(FloatMatrixView query, const Document
                       cudaMemcpyDeviceToHost, stream),
       "running the MaxSim kernel and copying scores back");
   if (best_tokens != nullptr) {
-    TESSERA_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(result->best_tokens.data(), best_tokens,
-                        result->best_tokens.size() * sizeof(int32_t), cudaMemcpyDeviceToHost,
-                        stream),
-        "copying best tokens back");
+    TESSERA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(result->best_tokens.data(), best_tokens,
+                                                 result->best_tokens.size() * sizeof(int32_t),
+                                                 cudaMemcpyDeviceToHost, stream),
+                                 "copying best tokens back");
   }
   return CudaStatus(cudaStreamSynchronize(stream), "running the MaxSim kernel");
 }
@@ -319,9 +319,8 @@ absl::StatusOr<std::unique_ptr<MaxSimScorer>> NewCudaMaxSimScorer(
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return absl::FailedPreconditionError(absl::StrCat("no CUDA device visible: ",
-                                                      cudaGetErrorName(err), " (",
-                                                      cudaGetErrorString(err), ")"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device visible: ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ")"));
   }
   if (count == 0) return absl::FailedPreconditionError("no CUDA device visible");
   if (options.device < 0 || options.device >= count) {
@@ -330,19 +329,18 @@ absl::StatusOr<std::unique_ptr<MaxSimScorer>> NewCudaMaxSimScorer(
                                                    " CUDA devices visible)"));
   }
   if (options.kernel != CudaMaxSimKernel::kAuto && options.kernel != CudaMaxSimKernel::kSimt) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "kernel ", static_cast<int>(options.kernel), ", expected a CudaMaxSimKernel enumerator"));
+    return absl::InvalidArgumentError(absl::StrCat("kernel ", static_cast<int>(options.kernel),
+                                                   ", expected a CudaMaxSimKernel enumerator"));
   }
   cudaDeviceProp prop;
   TESSERA_RETURN_IF_ERROR(internal::CudaStatus(cudaGetDeviceProperties(&prop, options.device),
                                                "cudaGetDeviceProperties"));
   if (prop.major < 8) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "CUDA device ", options.device, " (", prop.name, ") has compute capability ", prop.major,
-        ".", prop.minor, "; the CUDA MaxSim scorer needs 8.0 or newer"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("CUDA device ", options.device, " (", prop.name, ") has compute capability ",
+                     prop.major, ".", prop.minor, "; the CUDA MaxSim scorer needs 8.0 or newer"));
   }
-  TESSERA_RETURN_IF_ERROR(
-      internal::CudaStatus(cudaSetDevice(options.device), "cudaSetDevice"));
+  TESSERA_RETURN_IF_ERROR(internal::CudaStatus(cudaSetDevice(options.device), "cudaSetDevice"));
   TESSERA_RETURN_IF_ERROR(internal::CudaStatus(
       internal::CheckMaxSimKernelImage(),
       absl::StrCat("loading the MaxSim kernels for ", prop.name, " (sm_", prop.major, prop.minor,

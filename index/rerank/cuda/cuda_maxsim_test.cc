@@ -3,11 +3,13 @@
 // fp32 storage), tile boundaries, long queries, exact ties, chunking under a memory budget and
 // concurrent callers. Without a visible device every case skips, except the one that checks what
 // the factory reports.
+#include "tessera/cuda_maxsim.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <memory>
 #include <iterator>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -17,7 +19,6 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tessera/cuda_maxsim.h"
 #include "tessera/float16.h"
 #include "tessera/maxsim.h"
 
@@ -31,12 +32,12 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-#define SKIP_WITHOUT_CUDA_DEVICE()                                                    \
-  do {                                                                                \
-    if (!CudaDeviceAvailable()) {                                                     \
-      GTEST_SKIP() << (TESSERA_CUDA_BUILD ? "no CUDA device visible"                  \
+#define SKIP_WITHOUT_CUDA_DEVICE()                                                           \
+  do {                                                                                       \
+    if (!CudaDeviceAvailable()) {                                                            \
+      GTEST_SKIP() << (TESSERA_CUDA_BUILD ? "no CUDA device visible"                         \
                                           : "built without CUDA (TESSERA_ENABLE_CUDA=OFF)"); \
-    }                                                                                 \
+    }                                                                                        \
   } while (0)
 
 // Scores within kFp16RelativeTolerance (fp16 storage) or kFp32RelativeTolerance of the CPU
@@ -152,15 +153,16 @@ std::vector<int64_t> TopK(const std::vector<float>& scores, size_t k) {
 
 // Compares the GPU result with the CPU result for the same inputs; returns the number of failures
 // (each also reported through gtest).
-int ExpectMatchesCpu(const MaxSimResult& gpu, const MaxSimResult& cpu, const std::vector<float>& query,
-                     int64_t nq, const OwnedDocs& docs, const std::string& what) {
+int ExpectMatchesCpu(const MaxSimResult& gpu, const MaxSimResult& cpu,
+                     const std::vector<float>& query, int64_t nq, const OwnedDocs& docs,
+                     const std::string& what) {
   const size_t num_docs = docs.values.size();
   const int64_t dim = docs.dim;
   EXPECT_EQ(gpu.scores.size(), num_docs) << what;
   EXPECT_EQ(gpu.best_tokens.size(), cpu.best_tokens.size()) << what;
   if (gpu.scores.size() != num_docs || gpu.best_tokens.size() != cpu.best_tokens.size()) return 1;
-  const double relative = docs.dtype == VectorDtype::kFloat16 ? kFp16RelativeTolerance
-                                                              : kFp32RelativeTolerance;
+  const double relative =
+      docs.dtype == VectorDtype::kFloat16 ? kFp16RelativeTolerance : kFp32RelativeTolerance;
   double query_norms = 0;
   for (int64_t i = 0; i < nq; ++i) query_norms += Norm(&query[i * dim], dim);
 
@@ -174,9 +176,8 @@ int ExpectMatchesCpu(const MaxSimResult& gpu, const MaxSimResult& cpu, const std
     const double bound = query_norms * max_norm;
     tolerance[d] = relative * std::max<double>(std::fabs(cpu.scores[d]), 0.01 * bound);
     if (!(std::fabs(double{gpu.scores[d]} - cpu.scores[d]) <= tolerance[d])) {
-      ADD_FAILURE() << what << " doc " << d << " (" << docs.num_tokens(d)
-                    << " tokens): GPU score " << gpu.scores[d] << ", CPU " << cpu.scores[d]
-                    << ", tolerance " << tolerance[d];
+      ADD_FAILURE() << what << " doc " << d << " (" << docs.num_tokens(d) << " tokens): GPU score "
+                    << gpu.scores[d] << ", CPU " << cpu.scores[d] << ", tolerance " << tolerance[d];
       ++failures;
     }
     if (gpu.best_tokens.empty()) continue;
@@ -215,8 +216,7 @@ int ExpectMatchesCpu(const MaxSimResult& gpu, const MaxSimResult& cpu, const std
     const double tie = std::max(tolerance[a], tolerance[b]) * 2;
     if (!(std::fabs(double{cpu.scores[a]} - cpu.scores[b]) <= tie)) {
       ADD_FAILURE() << what << " rank " << r << ": GPU has document " << a << " (CPU score "
-                    << cpu.scores[a] << "), CPU has document " << b << " (" << cpu.scores[b]
-                    << ")";
+                    << cpu.scores[a] << "), CPU has document " << b << " (" << cpu.scores[b] << ")";
       ++failures;
     }
   }
@@ -301,9 +301,8 @@ TEST(CudaMaxSimScorer, MatchesCpuScorerOverRandomShapes) {
         ASSERT_TRUE(expected.ok()) << expected.status();
 
         for (int g = 0; g < 2; ++g) {
-          const std::string what =
-              absl::StrCat(std::string(gpus[g]->name()), " ", DtypeName(dtype), " dim=", dim, " nq=", nq,
-                           " trial=", trial);
+          const std::string what = absl::StrCat(std::string(gpus[g]->name()), " ", DtypeName(dtype),
+                                                " dim=", dim, " nq=", nq, " trial=", trial);
           absl::StatusOr<MaxSimResult> got = gpus[g]->Score(view, batch, options);
           ASSERT_TRUE(got.ok()) << what << ": " << got.status();
           ASSERT_EQ(ExpectMatchesCpu(*got, *expected, query, nq, docs, what), 0);

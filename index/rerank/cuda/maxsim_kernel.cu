@@ -44,7 +44,8 @@ __device__ __forceinline__ void WarpArgMax(float& value, int& index, int first_o
 }
 
 __device__ __forceinline__ float WarpSum(float value) {
-  for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(kFullMask, value, offset);
+  for (int offset = 16; offset > 0; offset >>= 1)
+    value += __shfl_xor_sync(kFullMask, value, offset);
   return value;
 }
 
@@ -65,8 +66,7 @@ __device__ __forceinline__ void PrefetchL2(const void* begin, int64_t bytes, int
 __device__ __forceinline__ void Mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                          uint32_t a3, uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
@@ -383,8 +383,7 @@ cudaError_t LaunchPersistent(void (*kernel)(KernelArgs...), int64_t num_docs, si
   err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   if (err != cudaSuccess) return err;
   int blocks_per_sm = 0;
-  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads,
-                                                      smem_bytes);
+  err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, kernel, kThreads, smem_bytes);
   if (err != cudaSuccess) return err;
   const int64_t wanted = (num_docs + kMaxSimWarpsPerBlock - 1) / kMaxSimWarpsPerBlock;
   const int64_t resident = int64_t{sms} * std::max(1, blocks_per_sm);
@@ -402,9 +401,8 @@ cudaError_t LaunchTensorCore(const PreparedQuery& query, const MaxSimLaunch& lau
     const int tiles = static_cast<int>(std::min(query.tiles_per_launch, query.num_tiles - t0));
     const size_t smem = static_cast<size_t>(tiles * pairs * kFragmentsPerPair) * sizeof(uint4);
     const cudaError_t err = LaunchPersistent(
-        &TensorCoreMaxSimKernel<kBest>, launch.docs.num_docs, smem, stream, launch.docs,
-        fragments, t0, tiles, query.nq, query.inv_scale, t0 > 0, launch.scores,
-        launch.best_tokens);
+        &TensorCoreMaxSimKernel<kBest>, launch.docs.num_docs, smem, stream, launch.docs, fragments,
+        t0, tiles, query.nq, query.inv_scale, t0 > 0, launch.scores, launch.best_tokens);
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;

@@ -76,9 +76,9 @@ struct DeviceDocuments {
 
 struct MaxSimLaunch {
   DeviceDocuments docs;
-  const void* query = nullptr;      // device copy of PreparedQuery::words
-  float* scores = nullptr;          // num_docs entries
-  int32_t* best_tokens = nullptr;   // null, or num_docs × nq entries: [d * nq + i]
+  const void* query = nullptr;     // device copy of PreparedQuery::words
+  float* scores = nullptr;         // num_docs entries
+  int32_t* best_tokens = nullptr;  // null, or num_docs × nq entries: [d * nq + i]
 };
 
 // cudaSuccess when this binary holds kernel code the current device can run (else, typically,

@@ -1,0 +1,674 @@
+// tessera::Client: request building, matrix packing and the gRPC calls.
+#include "client/cpp/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "tessera/status_macros.h"
+
+namespace tessera {
+namespace {
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+constexpr bool kLittleEndianHost = false;
+#else
+constexpr bool kLittleEndianHost = true;
+#endif
+
+size_t DtypeSize(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FLOAT32:
+      return 4;
+    case v1::DTYPE_FLOAT16:
+      return 2;
+    default:
+      return 0;
+  }
+}
+
+// Appends `count` values of `width` bytes each, in host order at `src`, little-endian to `out`.
+void PackLittleEndian(const void* src, size_t count, size_t width, std::string* out) {
+  const size_t offset = out->size();
+  out->resize(offset + count * width);
+  char* dst = out->data() + offset;
+  if (kLittleEndianHost) {
+    if (count > 0) std::memcpy(dst, src, count * width);
+    return;
+  }
+  const char* bytes = static_cast<const char*>(src);
+  for (size_t i = 0; i < count; ++i) {
+    for (size_t b = 0; b < width; ++b) dst[i * width + b] = bytes[i * width + width - 1 - b];
+  }
+}
+
+// The inverse of PackLittleEndian: `count` values of `width` bytes from little-endian `src`.
+void UnpackLittleEndian(const char* src, size_t count, size_t width, void* dst) {
+  if (kLittleEndianHost) {
+    if (count > 0) std::memcpy(dst, src, count * width);
+    return;
+  }
+  char* out = static_cast<char*>(dst);
+  for (size_t i = 0; i < count; ++i) {
+    for (size_t b = 0; b < width; ++b) out[i * width + b] = src[i * width + width - 1 - b];
+  }
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path, absl::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", what, " '", path, "'"));
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", what, " '", path, "'"));
+  return contents.str();
+}
+
+v1::PatchGrid LayoutToProto(const PatchLayout& layout) {
+  v1::PatchGrid grid;
+  grid.set_rows(layout.rows);
+  grid.set_cols(layout.cols);
+  grid.set_prefix_tokens(layout.prefix_tokens);
+  grid.set_suffix_tokens(layout.suffix_tokens);
+  return grid;
+}
+
+PatchLayout LayoutFromProto(const v1::PatchGrid& grid) {
+  return PatchLayout{grid.rows(), grid.cols(), grid.prefix_tokens(), grid.suffix_tokens()};
+}
+
+v1::Condition::Op OpToProto(FilterCondition::Op op) {
+  switch (op) {
+    case FilterCondition::Op::kEq:
+      return v1::Condition::OP_EQ;
+    case FilterCondition::Op::kNe:
+      return v1::Condition::OP_NE;
+    case FilterCondition::Op::kLt:
+      return v1::Condition::OP_LT;
+    case FilterCondition::Op::kLe:
+      return v1::Condition::OP_LE;
+    case FilterCondition::Op::kGt:
+      return v1::Condition::OP_GT;
+    case FilterCondition::Op::kGe:
+      return v1::Condition::OP_GE;
+    case FilterCondition::Op::kIn:
+      return v1::Condition::OP_IN;
+  }
+  return v1::Condition::OP_UNSPECIFIED;
+}
+
+std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
+  return std::chrono::system_clock::now() +
+         std::chrono::duration_cast<std::chrono::system_clock::duration>(
+             absl::ToChronoNanoseconds(timeout));
+}
+
+}  // namespace
+
+// ---- TokenMatrix ----
+
+TokenMatrix TokenMatrix::FromFloat32(uint32_t rows, uint32_t cols, absl::Span<const float> values) {
+  TokenMatrix matrix;
+  matrix.rows = rows;
+  matrix.cols = cols;
+  matrix.dtype = v1::DTYPE_FLOAT32;
+  PackLittleEndian(values.data(), values.size(), sizeof(float), &matrix.data);
+  return matrix;
+}
+
+TokenMatrix TokenMatrix::FromFloat16(uint32_t rows, uint32_t cols,
+                                     absl::Span<const Float16> values) {
+  TokenMatrix matrix;
+  matrix.rows = rows;
+  matrix.cols = cols;
+  matrix.dtype = v1::DTYPE_FLOAT16;
+  PackLittleEndian(values.data(), values.size(), sizeof(Float16), &matrix.data);
+  return matrix;
+}
+
+TokenMatrix TokenMatrix::Float32AsFloat16(uint32_t rows, uint32_t cols,
+                                          absl::Span<const float> values) {
+  std::vector<Float16> halves(values.size());
+  FloatToHalf(values.data(), values.size(), halves.data());
+  return FromFloat16(rows, cols, halves);
+}
+
+TokenMatrix TokenMatrix::FromPackedBytes(uint32_t rows, uint32_t cols, v1::DType dtype,
+                                         std::string data) {
+  TokenMatrix matrix;
+  matrix.rows = rows;
+  matrix.cols = cols;
+  matrix.dtype = dtype;
+  matrix.data = std::move(data);
+  return matrix;
+}
+
+absl::Status TokenMatrix::Validate() const {
+  const size_t width = DtypeSize(dtype);
+  if (width == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("matrix dtype ", static_cast<int>(dtype),
+                     " is not DTYPE_FLOAT32 (1) or DTYPE_FLOAT16 (2)"));
+  }
+  const uint64_t expected = static_cast<uint64_t>(rows) * cols * width;
+  if (data.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat("matrix of ", rows, " x ", cols, " ",
+                                                   v1::DType_Name(dtype), " has ", data.size(),
+                                                   " bytes of data, expected ", expected));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<float>> TokenMatrix::ToFloat32() const {
+  TESSERA_RETURN_IF_ERROR(Validate());
+  const size_t count = static_cast<size_t>(rows) * cols;
+  std::vector<float> values(count);
+  if (dtype == v1::DTYPE_FLOAT32) {
+    UnpackLittleEndian(data.data(), count, sizeof(float), values.data());
+  } else {
+    std::vector<Float16> halves(count);
+    UnpackLittleEndian(data.data(), count, sizeof(Float16), halves.data());
+    HalfToFloat(halves.data(), count, values.data());
+  }
+  return values;
+}
+
+v1::Matrix TokenMatrix::ToProto() const& {
+  v1::Matrix matrix;
+  matrix.set_rows(rows);
+  matrix.set_cols(cols);
+  matrix.set_dtype(dtype);
+  matrix.set_data(data);
+  return matrix;
+}
+
+v1::Matrix TokenMatrix::ToProto() && {
+  v1::Matrix matrix;
+  matrix.set_rows(rows);
+  matrix.set_cols(cols);
+  matrix.set_dtype(dtype);
+  matrix.set_data(std::move(data));
+  return matrix;
+}
+
+absl::StatusOr<TokenMatrix> TokenMatrix::FromProto(v1::Matrix&& matrix) {
+  TokenMatrix result = FromPackedBytes(matrix.rows(), matrix.cols(), matrix.dtype(),
+                                       std::move(*matrix.mutable_data()));
+  TESSERA_RETURN_IF_ERROR(result.Validate());
+  return result;
+}
+
+// ---- Status mapping ----
+
+absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  // google.rpc.Code and absl::StatusCode are the same numbers (0 … 16).
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+// ---- Request building and response decoding ----
+
+namespace internal {
+
+v1::AttributeValue AttributeToProto(const AttributeValue& value) {
+  v1::AttributeValue proto;
+  if (const auto* i = std::get_if<int64_t>(&value)) {
+    proto.set_int_value(*i);
+  } else if (const auto* d = std::get_if<double>(&value)) {
+    proto.set_double_value(*d);
+  } else {
+    proto.set_string_value(std::get<std::string>(value));
+  }
+  return proto;
+}
+
+absl::StatusOr<AttributeValue> AttributeFromProto(const v1::AttributeValue& value) {
+  switch (value.value_case()) {
+    case v1::AttributeValue::kIntValue:
+      return AttributeValue(value.int_value());
+    case v1::AttributeValue::kDoubleValue:
+      return AttributeValue(value.double_value());
+    case v1::AttributeValue::kStringValue:
+      return AttributeValue(value.string_value());
+    case v1::AttributeValue::VALUE_NOT_SET:
+      break;
+  }
+  return absl::InvalidArgumentError(
+      "attribute value has none of int_value, double_value, "
+      "string_value set");
+}
+
+v1::Filter FilterToProto(const Filter& filter) {
+  v1::Filter proto;
+  for (const FilterCondition& condition : filter.all_of) {
+    v1::Condition* out = proto.add_all_of();
+    out->set_field(condition.field);
+    out->set_op(OpToProto(condition.op));
+    for (const AttributeValue& value : condition.values) {
+      *out->add_values() = AttributeToProto(value);
+    }
+  }
+  return proto;
+}
+
+v1::UpsertRequest BuildUpsertRequest(const std::string& collection,
+                                     std::vector<DocumentInput> documents) {
+  v1::UpsertRequest request;
+  request.set_collection(collection);
+  request.mutable_documents()->Reserve(static_cast<int>(documents.size()));
+  for (DocumentInput& input : documents) {
+    v1::Document* document = request.add_documents();
+    document->set_id(std::move(input.id));
+    *document->mutable_tokens() = std::move(input.tokens).ToProto();
+    if (input.layout.has_value()) *document->mutable_layout() = LayoutToProto(*input.layout);
+    auto& attributes = *document->mutable_attributes();
+    for (const auto& [name, value] : input.attributes) attributes[name] = AttributeToProto(value);
+  }
+  return request;
+}
+
+v1::SearchRequest BuildSearchRequest(const std::string& collection, const TokenMatrix& query,
+                                     const SearchOptions& options) {
+  v1::SearchRequest request;
+  request.set_collection(collection);
+  *request.mutable_query() = query.ToProto();
+  request.set_k(options.k);
+  request.set_num_candidates(options.num_candidates);
+  request.set_per_token_candidates(options.per_token_candidates);
+  if (!options.filter.empty()) *request.mutable_filter() = FilterToProto(options.filter);
+  request.set_exhaustive(options.exhaustive);
+  request.set_explain(options.explain);
+  return request;
+}
+
+absl::StatusOr<std::vector<DocumentResult>> DecodeUpsertResponse(const v1::UpsertResponse& response,
+                                                                 size_t expected_results) {
+  if (static_cast<size_t>(response.results_size()) != expected_results) {
+    return absl::InternalError(absl::StrCat("the server answered an upsert batch of ",
+                                            expected_results, " documents with ",
+                                            response.results_size(), " results"));
+  }
+  std::vector<DocumentResult> results;
+  results.reserve(expected_results);
+  for (const v1::DocumentResult& proto : response.results()) {
+    DocumentResult result;
+    result.id = proto.id();
+    if (proto.code() != 0) {
+      result.status = absl::Status(static_cast<absl::StatusCode>(proto.code()), proto.message());
+      if (result.status.ok()) result.status = absl::UnknownError(proto.message());
+    }
+    result.version = proto.version();
+    result.num_vectors = proto.num_vectors();
+    results.push_back(std::move(result));
+  }
+  return results;
+}
+
+absl::StatusOr<StoredDocument> DecodeGetResponse(v1::GetResponse&& response) {
+  StoredDocument document;
+  document.id = response.id();
+  document.version = response.version();
+  document.num_tokens = response.num_tokens();
+  if (response.has_layout()) document.layout = LayoutFromProto(response.layout());
+  for (const auto& [name, value] : response.attributes()) {
+    TESSERA_ASSIGN_OR_RETURN(AttributeValue decoded, AttributeFromProto(value));
+    document.attributes.emplace(name, std::move(decoded));
+  }
+  if (response.has_vectors()) {
+    TESSERA_ASSIGN_OR_RETURN(TokenMatrix vectors,
+                             TokenMatrix::FromProto(std::move(*response.mutable_vectors())));
+    document.num_vectors = vectors.rows;
+    document.dim = vectors.cols;
+    document.stored_dtype = vectors.dtype;
+    TESSERA_ASSIGN_OR_RETURN(document.vectors, vectors.ToFloat32());
+  }
+  document.member_offsets.assign(response.member_offsets().begin(),
+                                 response.member_offsets().end());
+  document.members.assign(response.members().begin(), response.members().end());
+  return document;
+}
+
+SearchResult DecodeSearchResponse(const v1::SearchResponse& response) {
+  SearchResult result;
+  result.hits.reserve(response.hits_size());
+  for (const v1::Hit& proto : response.hits()) {
+    SearchHit hit;
+    hit.id = proto.id();
+    hit.score = proto.score();
+    hit.version = proto.version();
+    for (const v1::TokenMatch& match : proto.explanation()) {
+      hit.explanation.push_back(TokenMatch{
+          match.query_token(), match.document_vector(), match.similarity(),
+          std::vector<uint32_t>(match.covered_tokens().begin(), match.covered_tokens().end())});
+    }
+    result.hits.push_back(std::move(hit));
+  }
+  result.timings.candidates_ms = response.timings().candidates_ms();
+  result.timings.fetch_ms = response.timings().fetch_ms();
+  result.timings.rerank_ms = response.timings().rerank_ms();
+  result.timings.total_ms = response.timings().total_ms();
+  result.documents_scored = response.documents_scored();
+  result.exhaustive = response.exhaustive();
+  return result;
+}
+
+std::vector<std::vector<DocumentInput>> SplitIntoBatches(std::vector<DocumentInput> documents,
+                                                         const UpsertOptions& options) {
+  const size_t max_documents = std::max<size_t>(options.max_batch_documents, 1);
+  std::vector<std::vector<DocumentInput>> batches;
+  size_t batch_bytes = 0;
+  for (DocumentInput& document : documents) {
+    const size_t bytes = document.tokens.data.size();
+    if (batches.empty() || batches.back().size() >= max_documents ||
+        (!batches.back().empty() && batch_bytes + bytes > options.max_batch_bytes)) {
+      batches.emplace_back();
+      batch_bytes = 0;
+    }
+    batch_bytes += bytes;
+    batches.back().push_back(std::move(document));
+  }
+  return batches;
+}
+
+}  // namespace internal
+
+// ---- UpsertStream ----
+
+UpsertStream::UpsertStream(std::string collection, std::unique_ptr<grpc::ClientContext> context,
+                           v1::IngestService::Stub* stub)
+    : collection_(std::move(collection)), context_(std::move(context)) {
+  stream_ = stub->Upsert(context_.get());
+}
+
+UpsertStream::~UpsertStream() {
+  if (!finished_) {
+    context_->TryCancel();
+    FinishCall().IgnoreError();
+  }
+}
+
+absl::Status UpsertStream::Write(std::vector<DocumentInput> documents) {
+  if (finished_ || writes_done_) {
+    return absl::FailedPreconditionError("Write on an upsert stream after Finish");
+  }
+  for (const DocumentInput& document : documents) {
+    absl::Status valid = document.tokens.Validate();
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("document '", document.id, "': ", valid.message()));
+    }
+  }
+  const size_t count = documents.size();
+  v1::UpsertRequest request = internal::BuildUpsertRequest(collection_, std::move(documents));
+  if (!stream_->Write(request)) {
+    return absl::AbortedError(
+        "the upsert stream is closed; Read returns the pending results and then the reason");
+  }
+  pending_sizes_.push_back(count);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<DocumentResult>> UpsertStream::Read() {
+  if (!finished_) {
+    v1::UpsertResponse response;
+    if (stream_->Read(&response)) {
+      if (pending_sizes_.empty()) {
+        return absl::InternalError("the server sent an upsert response for no batch");
+      }
+      const size_t expected = pending_sizes_.front();
+      pending_sizes_.pop_front();
+      return internal::DecodeUpsertResponse(response, expected);
+    }
+    FinishCall().IgnoreError();
+  }
+  if (!final_status_.ok()) return final_status_;
+  if (!pending_sizes_.empty()) {
+    return absl::InternalError(absl::StrCat("the upsert stream ended with ", pending_sizes_.size(),
+                                            " batches unacknowledged"));
+  }
+  return absl::OutOfRangeError("the upsert stream has no more responses");
+}
+
+absl::Status UpsertStream::Finish() { return FinishCall(); }
+
+void UpsertStream::Cancel() { context_->TryCancel(); }
+
+absl::Status UpsertStream::FinishCall() {
+  if (finished_) return final_status_;
+  if (!writes_done_) {
+    stream_->WritesDone();
+    writes_done_ = true;
+  }
+  // Drain responses nobody read, so that Finish does not wait on them.
+  v1::UpsertResponse discarded;
+  while (stream_->Read(&discarded)) {
+  }
+  final_status_ = FromGrpcStatus(stream_->Finish());
+  finished_ = true;
+  return final_status_;
+}
+
+// ---- Client ----
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  if (options.address.empty()) return absl::InvalidArgumentError("the server address is empty");
+  if (options.tls_client_cert_file.empty() != options.tls_client_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "a TLS client certificate and its key go together: give both files or neither");
+  }
+  const bool tls = options.use_tls || !options.tls_root_cert_file.empty() ||
+                   !options.tls_client_cert_file.empty();
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+  if (tls) {
+    grpc::SslCredentialsOptions ssl;
+    if (!options.tls_root_cert_file.empty()) {
+      TESSERA_ASSIGN_OR_RETURN(ssl.pem_root_certs,
+                               ReadWholeFile(options.tls_root_cert_file, "TLS root certificate"));
+    }
+    if (!options.tls_client_cert_file.empty()) {
+      TESSERA_ASSIGN_OR_RETURN(ssl.pem_cert_chain, ReadWholeFile(options.tls_client_cert_file,
+                                                                 "TLS client certificate"));
+      TESSERA_ASSIGN_OR_RETURN(ssl.pem_private_key,
+                               ReadWholeFile(options.tls_client_key_file, "TLS client key"));
+    }
+    credentials = grpc::SslCredentials(ssl);
+  } else {
+    credentials = grpc::InsecureChannelCredentials();
+  }
+  grpc::ChannelArguments arguments;
+  arguments.SetMaxReceiveMessageSize(options.max_message_bytes);
+  arguments.SetMaxSendMessageSize(options.max_message_bytes);
+  if (tls && !options.tls_server_name.empty()) {
+    arguments.SetSslTargetNameOverride(options.tls_server_name);
+  }
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::CreateCustomChannel(options.address, credentials, arguments);
+  if (channel == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot create a channel to '", options.address, "'"));
+  }
+  if (options.connect_timeout > absl::ZeroDuration()) {
+    if (!channel->WaitForConnected(DeadlineAfter(options.connect_timeout))) {
+      return absl::UnavailableError(absl::StrCat("cannot connect to ", options.address, " within ",
+                                                 absl::FormatDuration(options.connect_timeout)));
+    }
+  }
+  return std::unique_ptr<Client>(new Client(options, std::move(channel)));
+}
+
+Client::Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel)
+    : options_(std::move(options)),
+      channel_(std::move(channel)),
+      admin_(v1::AdminService::NewStub(channel_)),
+      ingest_(v1::IngestService::NewStub(channel_)),
+      query_(v1::QueryService::NewStub(channel_)) {}
+
+std::unique_ptr<grpc::ClientContext> Client::MakeContext(absl::Duration timeout) const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  if (!options_.api_key.empty()) {
+    context->AddMetadata("authorization", absl::StrCat("Bearer ", options_.api_key));
+  }
+  if (timeout != absl::InfiniteDuration()) context->set_deadline(DeadlineAfter(timeout));
+  return context;
+}
+
+absl::StatusOr<v1::CollectionSchema> Client::CreateCollection(const v1::CollectionSchema& schema) {
+  v1::CreateCollectionRequest request;
+  *request.mutable_schema() = schema;
+  v1::CreateCollectionResponse response;
+  auto context = MakeContext(options_.timeout);
+  TESSERA_RETURN_IF_ERROR(
+      FromGrpcStatus(admin_->CreateCollection(context.get(), request, &response)));
+  return std::move(*response.mutable_schema());
+}
+
+absl::Status Client::DropCollection(const std::string& name) {
+  v1::DropCollectionRequest request;
+  request.set_name(name);
+  v1::DropCollectionResponse response;
+  auto context = MakeContext(options_.timeout);
+  return FromGrpcStatus(admin_->DropCollection(context.get(), request, &response));
+}
+
+absl::StatusOr<std::vector<std::string>> Client::ListCollections() {
+  v1::ListCollectionsRequest request;
+  v1::ListCollectionsResponse response;
+  auto context = MakeContext(options_.timeout);
+  TESSERA_RETURN_IF_ERROR(
+      FromGrpcStatus(admin_->ListCollections(context.get(), request, &response)));
+  return std::vector<std::string>(response.names().begin(), response.names().end());
+}
+
+absl::StatusOr<CollectionInfo> Client::GetCollection(const std::string& name) {
+  v1::GetCollectionRequest request;
+  request.set_name(name);
+  v1::GetCollectionResponse response;
+  auto context = MakeContext(options_.timeout);
+  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(admin_->GetCollection(context.get(), request, &response)));
+  CollectionInfo info;
+  info.schema = std::move(*response.mutable_schema());
+  info.stats = std::move(*response.mutable_stats());
+  return info;
+}
+
+absl::Status Client::Flush(const std::string& name) {
+  v1::FlushRequest request;
+  request.set_name(name);
+  v1::FlushResponse response;
+  auto context = MakeContext(options_.timeout);
+  return FromGrpcStatus(admin_->Flush(context.get(), request, &response));
+}
+
+absl::StatusOr<std::unique_ptr<UpsertStream>> Client::OpenUpsertStream(
+    const std::string& collection, absl::Duration timeout) {
+  return std::unique_ptr<UpsertStream>(
+      new UpsertStream(collection, MakeContext(timeout), ingest_.get()));
+}
+
+absl::StatusOr<std::vector<DocumentResult>> Client::Upsert(const std::string& collection,
+                                                           std::vector<DocumentInput> documents,
+                                                           const UpsertOptions& options) {
+  for (const DocumentInput& document : documents) {
+    absl::Status valid = document.tokens.Validate();
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("document '", document.id, "': ", valid.message()));
+    }
+  }
+  std::vector<std::vector<DocumentInput>> batches =
+      internal::SplitIntoBatches(std::move(documents), options);
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<UpsertStream> stream,
+                           OpenUpsertStream(collection, options_.timeout));
+  const size_t window = std::max<size_t>(options.max_in_flight, 1);
+  std::vector<DocumentResult> results;
+  size_t written = 0;
+  size_t read = 0;
+  bool closed = false;
+  while (read < written || (!closed && written < batches.size())) {
+    if (!closed && written < batches.size() && written - read < window) {
+      absl::Status status = stream->Write(std::move(batches[written]));
+      if (status.ok()) {
+        ++written;
+        continue;
+      }
+      if (!absl::IsAborted(status)) return status;
+      closed = true;  // Collect what was acknowledged; Read then reports why.
+      continue;
+    }
+    TESSERA_ASSIGN_OR_RETURN(std::vector<DocumentResult> batch_results, stream->Read());
+    for (DocumentResult& result : batch_results) results.push_back(std::move(result));
+    ++read;
+  }
+  absl::Status status = stream->Finish();
+  if (!status.ok()) return status;
+  if (closed) {
+    return absl::UnavailableError(absl::StrCat("the server closed the upsert stream after ", read,
+                                               " of ", batches.size(), " batches"));
+  }
+  return results;
+}
+
+absl::StatusOr<std::vector<bool>> Client::Delete(const std::string& collection,
+                                                 const std::vector<std::string>& ids) {
+  v1::DeleteRequest request;
+  request.set_collection(collection);
+  for (const std::string& id : ids) request.add_ids(id);
+  v1::DeleteResponse response;
+  auto context = MakeContext(options_.timeout);
+  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(ingest_->Delete(context.get(), request, &response)));
+  if (static_cast<size_t>(response.existed_size()) != ids.size()) {
+    return absl::InternalError(absl::StrCat("the server answered a delete of ", ids.size(),
+                                            " ids with ", response.existed_size(), " flags"));
+  }
+  return std::vector<bool>(response.existed().begin(), response.existed().end());
+}
+
+absl::StatusOr<StoredDocument> Client::Get(const std::string& collection, const std::string& id) {
+  v1::GetRequest request;
+  request.set_collection(collection);
+  request.set_id(id);
+  v1::GetResponse response;
+  auto context = MakeContext(options_.timeout);
+  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(ingest_->Get(context.get(), request, &response)));
+  return internal::DecodeGetResponse(std::move(response));
+}
+
+absl::StatusOr<SearchResult> Client::Search(const std::string& collection, const TokenMatrix& query,
+                                            const SearchOptions& options) {
+  TESSERA_RETURN_IF_ERROR(query.Validate());
+  v1::SearchRequest request = internal::BuildSearchRequest(collection, query, options);
+  v1::SearchResponse response;
+  auto context = MakeContext(options_.timeout);
+  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(query_->Search(context.get(), request, &response)));
+  return internal::DecodeSearchResponse(response);
+}
+
+absl::StatusOr<std::vector<SearchResult>> Client::SearchBatch(
+    const std::vector<SearchQuery>& queries) {
+  v1::SearchBatchRequest request;
+  for (const SearchQuery& query : queries) {
+    TESSERA_RETURN_IF_ERROR(query.query.Validate());
+    *request.add_searches() =
+        internal::BuildSearchRequest(query.collection, query.query, query.options);
+  }
+  v1::SearchBatchResponse response;
+  auto context = MakeContext(options_.timeout);
+  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(query_->SearchBatch(context.get(), request, &response)));
+  if (static_cast<size_t>(response.responses_size()) != queries.size()) {
+    return absl::InternalError(absl::StrCat("the server answered ", queries.size(),
+                                            " searches with ", response.responses_size(),
+                                            " responses"));
+  }
+  std::vector<SearchResult> results;
+  results.reserve(queries.size());
+  for (const v1::SearchResponse& one : response.responses()) {
+    results.push_back(internal::DecodeSearchResponse(one));
+  }
+  return results;
+}
+
+}  // namespace tessera

@@ -1,0 +1,26 @@
+"""Tessera: the Python client of the Tessera multi-vector (late-interaction) retrieval server.
+
+    import numpy as np, tessera
+    client = tessera.Client("127.0.0.1:50051")
+    client.create_collection("papers", dim=128, pool_factor=2)
+    client.upsert("papers", [{"id": "a", "tokens": np.random.rand(40, 128).astype(np.float32)}])
+    hits = client.search("papers", np.random.rand(16, 128).astype(np.float32), k=5)
+
+`tessera.pb` holds the generated protobuf modules (common_pb2, admin_pb2, ingest_pb2, query_pb2
+and their *_pb2_grpc services) for callers who want the raw messages.
+"""
+
+import sys as _sys
+
+from tessera import _proto as pb
+from tessera.client import (Client, DocumentResult, Hit, IngestSummary, SearchResult,
+                            TesseraError, TokenMatch, decode_matrix, encode_document,
+                            encode_filter, encode_matrix, message_to_dict)
+
+__all__ = [
+    "Client", "DocumentResult", "Hit", "IngestSummary", "SearchResult", "TesseraError",
+    "TokenMatch", "decode_matrix", "encode_document", "encode_filter", "encode_matrix",
+    "message_to_dict", "pb",
+]
+__version__ = "0.1.0"
+_sys.modules[__name__ + ".pb"] = pb  # so that `from tessera.pb import query_pb2` works

@@ -1,0 +1,168 @@
+#include "server/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <functional>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "tessera/status_macros.h"
+
+namespace tessera::server {
+namespace {
+
+using Setter = std::function<absl::Status(const std::string& value)>;
+
+absl::Status Bad(const std::string& name, const std::string& value, const std::string& expected) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", name, " '", value, "', expected ", expected));
+}
+
+// Every setting by name, with a parser that writes it into `config`.
+std::map<std::string, Setter> Settings(ServerConfig* config) {
+  std::map<std::string, Setter> settings;
+  auto text = [&settings](const std::string& name, std::string* field) {
+    settings[name] = [field](const std::string& value) {
+      *field = value;
+      return absl::OkStatus();
+    };
+  };
+  auto integer = [&settings](const std::string& name, int64_t* field, int64_t min) {
+    settings[name] = [name, field, min](const std::string& value) {
+      if (!absl::SimpleAtoi(value, field) || *field < min) {
+        return Bad(name, value, absl::StrCat("an integer ≥ ", min));
+      }
+      return absl::OkStatus();
+    };
+  };
+  text("data_dir", &config->data_dir);
+  text("listen", &config->listen);
+  text("metrics_listen", &config->metrics_listen);
+  text("api_keys", &config->api_keys);
+  text("tls_cert", &config->tls_cert);
+  text("tls_key", &config->tls_key);
+  text("tls_client_ca", &config->tls_client_ca);
+  settings["threads"] = [config](const std::string& value) {
+    if (!absl::SimpleAtoi(value, &config->threads) || config->threads < 0) {
+      return Bad("threads", value, "an integer ≥ 0");
+    }
+    return absl::OkStatus();
+  };
+  settings["sync_writes"] = [config](const std::string& value) {
+    if (value != "true" && value != "false") return Bad("sync_writes", value, "true or false");
+    config->sync_writes = value == "true";
+    return absl::OkStatus();
+  };
+  settings["rerank_device"] = [config](const std::string& value) {
+    if (value != "auto" && value != "cpu" && value != "cuda") {
+      return Bad("rerank_device", value, "auto, cpu or cuda");
+    }
+    config->rerank_device = value;
+    return absl::OkStatus();
+  };
+  integer("max_message_bytes", &config->max_message_bytes, 1024);
+  integer("max_tokens_per_document", &config->max_tokens_per_document, 1);
+  integer("max_documents_per_batch", &config->max_documents_per_batch, 1);
+  integer("max_k", &config->max_k, 1);
+  integer("max_num_candidates", &config->max_num_candidates, 1);
+  integer("max_query_tokens", &config->max_query_tokens, 1);
+  settings["shutdown_grace_seconds"] = [config](const std::string& value) {
+    if (!absl::SimpleAtod(value, &config->shutdown_grace_seconds) ||
+        config->shutdown_grace_seconds < 0) {
+      return Bad("shutdown_grace_seconds", value, "a number ≥ 0");
+    }
+    return absl::OkStatus();
+  };
+  return settings;
+}
+
+absl::Status ApplyYaml(const std::string& path, std::map<std::string, Setter>& settings) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("--config ", path, ": ", e.what()));
+  }
+  if (!root.IsMap()) {
+    return absl::InvalidArgumentError(absl::StrCat("--config ", path, ": expected a mapping"));
+  }
+  for (const auto& entry : root) {
+    const std::string key = entry.first.as<std::string>();
+    const auto setting = settings.find(key);
+    if (setting == settings.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--config ", path, ": unknown key '", key, "'"));
+    }
+    if (!entry.second.IsScalar()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--config ", path, ": key '", key, "' needs a scalar value"));
+    }
+    TESSERA_RETURN_IF_ERROR(setting->second(entry.second.as<std::string>()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& args) {
+  ServerConfig config;
+  std::map<std::string, Setter> settings = Settings(&config);
+  // Split "--name=value" and "--name value" into pairs; apply --config first.
+  std::vector<std::pair<std::string, std::string>> flags;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
+    }
+    const size_t equals = arg.find('=');
+    if (equals != std::string::npos) {
+      flags.emplace_back(arg.substr(2, equals - 2), arg.substr(equals + 1));
+    } else if (i + 1 < args.size()) {
+      flags.emplace_back(arg.substr(2), args[++i]);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
+    }
+  }
+  for (const auto& [name, value] : flags) {
+    if (name == "config") TESSERA_RETURN_IF_ERROR(ApplyYaml(value, settings));
+  }
+  for (const auto& [name, value] : flags) {
+    if (name == "config") continue;
+    const auto setting = settings.find(name);
+    if (setting == settings.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    }
+    TESSERA_RETURN_IF_ERROR(setting->second(value));
+  }
+  if (config.tls_cert.empty() != config.tls_key.empty()) {
+    return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
+  }
+  if (!config.tls_client_ca.empty() && config.tls_cert.empty()) {
+    return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
+  }
+  return config;
+}
+
+std::string ServerUsage() {
+  return R"(usage: tessera-server [--config FILE.yaml] [--flag value ...]
+
+  --data_dir DIR                 where collections live (default ./tessera-data)
+  --listen HOST:PORT             gRPC address (default 127.0.0.1:50051; port 0 picks one)
+  --metrics_listen HOST:PORT     Prometheus /metrics and /healthz (default 127.0.0.1:9464; "" off)
+  --api_keys FILE                "KEY SCOPES" lines (scopes: read, write, admin); enables auth
+  --tls_cert FILE --tls_key FILE PEM server certificate and key: serve TLS
+  --tls_client_ca FILE           PEM CA: require and verify client certificates (mTLS)
+  --threads N                    pooling and MaxSim threads (default 0 = all cores)
+  --sync_writes true|false       fsync before acknowledging writes (default true)
+  --rerank_device auto|cpu|cuda  exact MaxSim on the GPU when one is visible (default auto)
+  --max_message_bytes N          largest request (default 67108864)
+  --max_tokens_per_document N    (default 4096)
+  --max_documents_per_batch N    documents in one Upsert message (default 1024)
+  --max_k N, --max_num_candidates N, --max_query_tokens N   search limits (1000, 10000, 1024)
+  --shutdown_grace_seconds S     how long SIGTERM waits for in-flight calls (default 10)
+A YAML file takes the same names as keys, e.g. "listen: 0.0.0.0:50051"; flags override it.
+)";
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,41 @@
+// Server configuration: defaults, then an optional YAML file (--config), then command-line flags.
+// Every setting has the same name in all three (YAML keys are the flag names without "--").
+#ifndef TESSERA_SERVER_CONFIG_H_
+#define TESSERA_SERVER_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tessera::server {
+
+struct ServerConfig {
+  std::string data_dir = "./tessera-data";
+  std::string listen = "127.0.0.1:50051";
+  std::string metrics_listen = "127.0.0.1:9464";  // "" disables the metrics endpoint
+  std::string api_keys;  // file of "KEY SCOPES" lines; empty: no authentication
+  std::string tls_cert;  // PEM; with tls_key enables TLS
+  std::string tls_key;
+  std::string tls_client_ca;           // PEM; requires and verifies client certificates (mTLS)
+  int threads = 0;                     // pooling and MaxSim threads; 0 = all cores
+  bool sync_writes = true;             // fsync the WAL before acknowledging
+  std::string rerank_device = "auto";  // auto | cpu | cuda
+  int64_t max_message_bytes = 64 << 20;
+  int64_t max_tokens_per_document = 4096;
+  int64_t max_documents_per_batch = 1024;
+  int64_t max_k = 1000;
+  int64_t max_num_candidates = 10000;
+  int64_t max_query_tokens = 1024;
+  double shutdown_grace_seconds = 10;
+};
+
+// args[0] is the program name. INVALID_ARGUMENT naming the flag or YAML key for anything
+// malformed or unknown; `--help` is handled by the caller.
+absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& args);
+std::string ServerUsage();
+
+}  // namespace tessera::server
+
+#endif  // TESSERA_SERVER_CONFIG_H_

@@ -1,0 +1,50 @@
+#include "server/config.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace tessera::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(ServerConfig, DefaultsFlagsAndYamlWithFlagsWinning) {
+  auto config = ParseServerConfig({"tessera-server"});
+  ASSERT_TRUE(config.ok());
+  EXPECT_EQ(config->data_dir, "./tessera-data");
+  EXPECT_EQ(config->listen, "127.0.0.1:50051");
+  EXPECT_EQ(config->metrics_listen, "127.0.0.1:9464");
+
+  const std::string yaml = ::testing::TempDir() + "/server_config_test.yaml";
+  std::ofstream(yaml) << "listen: 0.0.0.0:7000\nmax_k: 50\nsync_writes: false\n";
+  config =
+      ParseServerConfig({"tessera-server", "--config", yaml, "--max_k=20", "--data_dir", "/d"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->listen, "0.0.0.0:7000");
+  EXPECT_EQ(config->max_k, 20);
+  EXPECT_FALSE(config->sync_writes);
+  EXPECT_EQ(config->data_dir, "/d");
+  std::remove(yaml.c_str());
+}
+
+TEST(ServerConfig, RejectsWhatItCannotUse) {
+  EXPECT_THAT(ParseServerConfig({"s", "--bogus", "1"}).status().message(),
+              HasSubstr("unknown flag --bogus"));
+  EXPECT_THAT(ParseServerConfig({"s", "--max_k", "zero"}).status().message(),
+              HasSubstr("--max_k 'zero'"));
+  EXPECT_THAT(ParseServerConfig({"s", "--rerank_device", "tpu"}).status().message(),
+              HasSubstr("auto, cpu or cuda"));
+  EXPECT_THAT(ParseServerConfig({"s", "--tls_cert", "a.pem"}).status().message(),
+              HasSubstr("go together"));
+  const std::string yaml = ::testing::TempDir() + "/server_config_bad.yaml";
+  std::ofstream(yaml) << "colour: red\n";
+  EXPECT_THAT(ParseServerConfig({"s", "--config", yaml}).status().message(),
+              HasSubstr("unknown key 'colour'"));
+  std::remove(yaml.c_str());
+}
+
+}  // namespace
+}  // namespace tessera::server

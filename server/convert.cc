@@ -1,0 +1,340 @@
+#include "server/convert.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "tessera/float16.h"
+#include "tessera/status_macros.h"
+
+namespace tessera::server {
+namespace {
+
+absl::Status Invalid(const std::string& field, const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<float>> DecodeMatrix(const v1::Matrix& matrix, int64_t expected_cols,
+                                                const std::string& field) {
+  size_t itemsize = 0;
+  if (matrix.dtype() == v1::DTYPE_FLOAT32) {
+    itemsize = 4;
+  } else if (matrix.dtype() == v1::DTYPE_FLOAT16) {
+    itemsize = 2;
+  } else {
+    return Invalid(field, absl::StrCat("dtype ", v1::DType_Name(matrix.dtype()),
+                                       ", expected DTYPE_FLOAT32 or DTYPE_FLOAT16"));
+  }
+  if (expected_cols > 0 && static_cast<int64_t>(matrix.cols()) != expected_cols) {
+    return Invalid(field, absl::StrCat("cols (dim) ", matrix.cols(), ", expected ", expected_cols));
+  }
+  const uint64_t count = static_cast<uint64_t>(matrix.rows()) * matrix.cols();
+  if (matrix.data().size() != count * itemsize) {
+    return Invalid(
+        field, absl::StrCat(matrix.data().size(), " bytes of data, expected rows ", matrix.rows(),
+                            " × cols ", matrix.cols(), " × ", itemsize, " = ", count * itemsize));
+  }
+  std::vector<float> values(count);
+  if (itemsize == 4) {
+    std::memcpy(values.data(), matrix.data().data(), count * 4);
+  } else {
+    HalfToFloat(reinterpret_cast<const Float16*>(matrix.data().data()), count, values.data());
+  }
+  return values;
+}
+
+void EncodeMatrix(const float* values, int64_t rows, int64_t cols, VectorDtype dtype,
+                  v1::Matrix* out) {
+  out->set_rows(static_cast<uint32_t>(rows));
+  out->set_cols(static_cast<uint32_t>(cols));
+  const size_t count = static_cast<size_t>(rows * cols);
+  if (dtype == VectorDtype::kFloat32) {
+    out->set_dtype(v1::DTYPE_FLOAT32);
+    out->set_data(reinterpret_cast<const char*>(values), count * 4);
+  } else {
+    out->set_dtype(v1::DTYPE_FLOAT16);
+    std::string bytes(count * 2, '\0');
+    FloatToHalf(values, count, reinterpret_cast<Float16*>(bytes.data()));
+    out->set_data(std::move(bytes));
+  }
+}
+
+absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& proto) {
+  CollectionSchema schema;
+  schema.name = proto.name();
+  schema.dim = proto.dim();
+  switch (proto.dtype()) {
+    case v1::DTYPE_UNSPECIFIED:
+    case v1::DTYPE_FLOAT16:
+      schema.dtype = VectorDtype::kFloat16;
+      break;
+    case v1::DTYPE_FLOAT32:
+      schema.dtype = VectorDtype::kFloat32;
+      break;
+    default:
+      return Invalid("schema.dtype", absl::StrCat("unknown value ", proto.dtype()));
+  }
+  schema.num_shards = proto.num_shards() == 0 ? 1 : static_cast<int>(proto.num_shards());
+  schema.pooling = PoolingSpec{};
+  if (proto.has_hierarchical()) {
+    const v1::HierarchicalPooling& h = proto.hierarchical();
+    TokenPoolingOptions options;
+    if (h.pool_factor() < 1 || h.pool_factor() > 64) {
+      return Invalid("schema.hierarchical.pool_factor",
+                     absl::StrCat(h.pool_factor(), ", expected 1 … 64"));
+    }
+    options.pool_factor = static_cast<int>(h.pool_factor());
+    options.method = h.method() == v1::HierarchicalPooling::METHOD_REFERENCE
+                         ? PoolingMethod::kReference
+                         : PoolingMethod::kWard;
+    options.protected_tokens = static_cast<int>(h.protected_tokens());
+    options.renormalize = h.renormalize();
+    schema.pooling.hierarchical = options;
+  }
+  if (proto.has_spatial()) {
+    const v1::SpatialPooling& s = proto.spatial();
+    SpatialPoolingOptions options;
+    switch (s.mode()) {
+      case v1::SpatialPooling::MODE_ROWS:
+        options.mode = SpatialMode::kRows;
+        break;
+      case v1::SpatialPooling::MODE_COLUMNS:
+        options.mode = SpatialMode::kColumns;
+        break;
+      case v1::SpatialPooling::MODE_TILES:
+        options.mode = SpatialMode::kTiles;
+        break;
+      case v1::SpatialPooling::MODE_ROW_WINDOWS:
+        options.mode = SpatialMode::kRowWindows;
+        break;
+      case v1::SpatialPooling::MODE_GLOBAL:
+        options.mode = SpatialMode::kGlobal;
+        break;
+      default:
+        return Invalid("schema.spatial.mode", absl::StrCat("unknown value ", s.mode()));
+    }
+    if (s.tile_rows() > 0) options.tile_rows = static_cast<int>(s.tile_rows());
+    if (s.tile_cols() > 0) options.tile_cols = static_cast<int>(s.tile_cols());
+    if (s.window_rows() > 0) options.window_rows = static_cast<int>(s.window_rows());
+    if (s.window_stride() > 0) options.window_stride = static_cast<int>(s.window_stride());
+    options.keep_special_tokens = s.keep_special_tokens();
+    options.renormalize = s.renormalize();
+    schema.pooling.spatial = options;
+  }
+  if (!proto.has_hierarchical() && !proto.has_spatial()) {
+    schema.pooling = CollectionSchema::DefaultPooling();
+  }
+  if (proto.has_candidates()) {
+    const v1::CandidateVectors& c = proto.candidates();
+    schema.candidates.kind = c.kind() == v1::CandidateVectors::KIND_GLOBAL_MEAN
+                                 ? CandidateSpec::Kind::kGlobalMean
+                                 : CandidateSpec::Kind::kPooled;
+    if (c.pool_factor() > 0) schema.candidates.pool_factor = static_cast<int>(c.pool_factor());
+    if (!c.factory().empty()) schema.candidates.factory = c.factory();
+  }
+  for (const auto& [field, type] : proto.attributes()) {
+    switch (type) {
+      case v1::ATTRIBUTE_TYPE_INT64:
+        schema.attributes[field] = AttributeType::kInt64;
+        break;
+      case v1::ATTRIBUTE_TYPE_DOUBLE:
+        schema.attributes[field] = AttributeType::kDouble;
+        break;
+      case v1::ATTRIBUTE_TYPE_STRING:
+        schema.attributes[field] = AttributeType::kString;
+        break;
+      default:
+        return Invalid(absl::StrCat("schema.attributes['", field, "']"),
+                       "type unspecified, expected INT64, DOUBLE or STRING");
+    }
+  }
+  return schema;
+}
+
+void SchemaToProto(const CollectionSchema& schema, v1::CollectionSchema* out) {
+  out->set_name(schema.name);
+  out->set_dim(static_cast<uint32_t>(schema.dim));
+  out->set_dtype(schema.dtype == VectorDtype::kFloat16 ? v1::DTYPE_FLOAT16 : v1::DTYPE_FLOAT32);
+  out->set_num_shards(static_cast<uint32_t>(schema.num_shards));
+  if (schema.pooling.hierarchical.has_value()) {
+    const TokenPoolingOptions& h = *schema.pooling.hierarchical;
+    v1::HierarchicalPooling* p = out->mutable_hierarchical();
+    p->set_pool_factor(static_cast<uint32_t>(h.pool_factor));
+    p->set_method(h.method == PoolingMethod::kReference ? v1::HierarchicalPooling::METHOD_REFERENCE
+                                                        : v1::HierarchicalPooling::METHOD_WARD);
+    p->set_protected_tokens(static_cast<uint32_t>(h.protected_tokens));
+    p->set_renormalize(h.renormalize);
+  }
+  if (schema.pooling.spatial.has_value()) {
+    const SpatialPoolingOptions& s = *schema.pooling.spatial;
+    v1::SpatialPooling* p = out->mutable_spatial();
+    static constexpr v1::SpatialPooling::Mode kModes[] = {
+        v1::SpatialPooling::MODE_ROWS, v1::SpatialPooling::MODE_COLUMNS,
+        v1::SpatialPooling::MODE_TILES, v1::SpatialPooling::MODE_ROW_WINDOWS,
+        v1::SpatialPooling::MODE_GLOBAL};
+    p->set_mode(kModes[static_cast<int>(s.mode)]);
+    p->set_tile_rows(static_cast<uint32_t>(s.tile_rows));
+    p->set_tile_cols(static_cast<uint32_t>(s.tile_cols));
+    p->set_window_rows(static_cast<uint32_t>(s.window_rows));
+    p->set_window_stride(static_cast<uint32_t>(s.window_stride));
+    p->set_keep_special_tokens(s.keep_special_tokens);
+    p->set_renormalize(s.renormalize);
+  }
+  v1::CandidateVectors* c = out->mutable_candidates();
+  c->set_kind(schema.candidates.kind == CandidateSpec::Kind::kGlobalMean
+                  ? v1::CandidateVectors::KIND_GLOBAL_MEAN
+                  : v1::CandidateVectors::KIND_POOLED);
+  c->set_pool_factor(static_cast<uint32_t>(schema.candidates.pool_factor));
+  c->set_factory(schema.candidates.factory);
+  for (const auto& [field, type] : schema.attributes) {
+    (*out->mutable_attributes())[field] = type == AttributeType::kInt64 ? v1::ATTRIBUTE_TYPE_INT64
+                                          : type == AttributeType::kDouble
+                                              ? v1::ATTRIBUTE_TYPE_DOUBLE
+                                              : v1::ATTRIBUTE_TYPE_STRING;
+  }
+}
+
+void StatsToProto(const CollectionStats& stats, v1::CollectionStats* out) {
+  out->set_documents(stats.documents);
+  out->set_original_tokens(stats.original_tokens);
+  out->set_rerank_vectors(stats.rerank_vectors);
+  out->set_candidate_vectors(stats.candidate_vectors);
+  out->set_disk_bytes(stats.disk_bytes);
+  out->set_vectors_per_document(stats.vectors_per_document);
+  out->set_disk_bytes_per_original_token(stats.disk_bytes_per_original_token);
+  out->set_disk_bytes_per_rerank_vector(stats.disk_bytes_per_rerank_vector);
+  for (const std::string& index : stats.candidate_indexes) out->add_candidate_indexes(index);
+}
+
+AttributeValue AttributeFromProto(const v1::AttributeValue& proto) {
+  switch (proto.value_case()) {
+    case v1::AttributeValue::kIntValue:
+      return proto.int_value();
+    case v1::AttributeValue::kDoubleValue:
+      return proto.double_value();
+    default:
+      return proto.string_value();
+  }
+}
+
+void AttributeToProto(const AttributeValue& value, v1::AttributeValue* out) {
+  if (std::holds_alternative<int64_t>(value)) {
+    out->set_int_value(std::get<int64_t>(value));
+  } else if (std::holds_alternative<double>(value)) {
+    out->set_double_value(std::get<double>(value));
+  } else {
+    out->set_string_value(std::get<std::string>(value));
+  }
+}
+
+absl::StatusOr<Filter> FilterFromProto(const v1::Filter& proto) {
+  Filter filter;
+  for (int i = 0; i < proto.all_of_size(); ++i) {
+    const v1::Condition& c = proto.all_of(i);
+    FilterCondition condition;
+    condition.field = c.field();
+    switch (c.op()) {
+      case v1::Condition::OP_EQ:
+        condition.op = FilterCondition::Op::kEq;
+        break;
+      case v1::Condition::OP_NE:
+        condition.op = FilterCondition::Op::kNe;
+        break;
+      case v1::Condition::OP_LT:
+        condition.op = FilterCondition::Op::kLt;
+        break;
+      case v1::Condition::OP_LE:
+        condition.op = FilterCondition::Op::kLe;
+        break;
+      case v1::Condition::OP_GT:
+        condition.op = FilterCondition::Op::kGt;
+        break;
+      case v1::Condition::OP_GE:
+        condition.op = FilterCondition::Op::kGe;
+        break;
+      case v1::Condition::OP_IN:
+        condition.op = FilterCondition::Op::kIn;
+        break;
+      default:
+        return Invalid(absl::StrCat("filter.all_of[", i, "].op"),
+                       absl::StrCat("unknown value ", c.op()));
+    }
+    for (const v1::AttributeValue& value : c.values()) {
+      if (value.value_case() == v1::AttributeValue::VALUE_NOT_SET) {
+        return Invalid(absl::StrCat("filter.all_of[", i, "].values"), "a value is not set");
+      }
+      condition.values.push_back(AttributeFromProto(value));
+    }
+    filter.all_of.push_back(std::move(condition));
+  }
+  return filter;
+}
+
+absl::StatusOr<Document> DocumentFromProto(const v1::Document& proto, int64_t dim, int index) {
+  Document document;
+  document.id = proto.id();
+  const std::string field =
+      absl::StrCat("documents[", index, "] ('", proto.id().substr(0, 64), "').tokens");
+  TESSERA_ASSIGN_OR_RETURN(document.tokens, DecodeMatrix(proto.tokens(), dim, field));
+  document.num_tokens = proto.tokens().rows();
+  document.dim = proto.tokens().cols();
+  if (proto.has_layout()) {
+    const v1::PatchGrid& grid = proto.layout();
+    document.layout =
+        PatchGridLayout{grid.rows(), grid.cols(), grid.prefix_tokens(), grid.suffix_tokens()};
+  }
+  for (const auto& [name, value] : proto.attributes()) {
+    if (value.value_case() == v1::AttributeValue::VALUE_NOT_SET) {
+      return Invalid(absl::StrCat("documents[", index, "].attributes['", name, "']"),
+                     "no value set");
+    }
+    document.attributes[name] = AttributeFromProto(value);
+  }
+  return document;
+}
+
+void StoredDocumentToProto(const StoredDocument& document, v1::GetResponse* out) {
+  out->set_id(document.id);
+  out->set_version(document.version);
+  out->set_num_tokens(static_cast<uint32_t>(document.num_tokens));
+  if (document.layout.has_value()) {
+    v1::PatchGrid* grid = out->mutable_layout();
+    grid->set_rows(static_cast<uint32_t>(document.layout->rows));
+    grid->set_cols(static_cast<uint32_t>(document.layout->cols));
+    grid->set_prefix_tokens(static_cast<uint32_t>(document.layout->prefix_tokens));
+    grid->set_suffix_tokens(static_cast<uint32_t>(document.layout->suffix_tokens));
+  }
+  for (const auto& [name, value] : document.attributes) {
+    AttributeToProto(value, &(*out->mutable_attributes())[name]);
+  }
+  EncodeMatrix(document.vectors.data(), document.num_vectors(), document.dim, document.dtype,
+               out->mutable_vectors());
+  for (int32_t offset : document.member_offsets) out->add_member_offsets(offset);
+  for (int32_t member : document.members) out->add_members(member);
+}
+
+void SearchResultToProto(const SearchResult& result, v1::SearchResponse* out) {
+  for (const SearchHit& hit : result.hits) {
+    v1::Hit* h = out->add_hits();
+    h->set_id(hit.id);
+    h->set_score(hit.score);
+    h->set_version(hit.version);
+    for (const TokenMatch& match : hit.explanation) {
+      v1::TokenMatch* m = h->add_explanation();
+      m->set_query_token(match.query_token);
+      m->set_document_vector(match.document_vector);
+      m->set_similarity(match.similarity);
+      for (int32_t token : match.covered_tokens) m->add_covered_tokens(token);
+    }
+  }
+  v1::Timings* timings = out->mutable_timings();
+  timings->set_candidates_ms(result.timings.candidates_ms);
+  timings->set_fetch_ms(result.timings.fetch_ms);
+  timings->set_rerank_ms(result.timings.rerank_ms);
+  timings->set_total_ms(result.timings.total_ms);
+  out->set_documents_scored(result.documents_scored);
+  out->set_exhaustive(result.exhaustive);
+}
+
+}  // namespace tessera::server

@@ -1,0 +1,43 @@
+// Conversions between the tessera.v1 protocol messages and the index library's types. Every
+// conversion from the wire validates what it reads and says which field was wrong.
+#ifndef TESSERA_SERVER_CONVERT_H_
+#define TESSERA_SERVER_CONVERT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tessera/collection.h"
+#include "tessera/v1/admin.pb.h"
+#include "tessera/v1/common.pb.h"
+#include "tessera/v1/ingest.pb.h"
+#include "tessera/v1/query.pb.h"
+
+namespace tessera::server {
+
+// A packed matrix → fp32 values (rows × cols). INVALID_ARGUMENT for an unknown dtype, a data length
+// that is not rows × cols × itemsize, or cols ≠ expected_cols (when expected_cols > 0). `field`
+// names the matrix in messages ("documents[3].tokens").
+absl::StatusOr<std::vector<float>> DecodeMatrix(const v1::Matrix& matrix, int64_t expected_cols,
+                                                const std::string& field);
+// fp32 values → a packed matrix of `dtype`.
+void EncodeMatrix(const float* values, int64_t rows, int64_t cols, VectorDtype dtype,
+                  v1::Matrix* out);
+
+absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& proto);
+void SchemaToProto(const CollectionSchema& schema, v1::CollectionSchema* out);
+void StatsToProto(const CollectionStats& stats, v1::CollectionStats* out);
+
+absl::StatusOr<Filter> FilterFromProto(const v1::Filter& proto);
+AttributeValue AttributeFromProto(const v1::AttributeValue& proto);
+void AttributeToProto(const AttributeValue& value, v1::AttributeValue* out);
+
+// documents[index] of an UpsertRequest → Document (dim checked against `dim`).
+absl::StatusOr<Document> DocumentFromProto(const v1::Document& proto, int64_t dim, int index);
+
+void StoredDocumentToProto(const StoredDocument& document, v1::GetResponse* out);
+void SearchResultToProto(const SearchResult& result, v1::SearchResponse* out);
+
+}  // namespace tessera::server
+
+#endif  // TESSERA_SERVER_CONVERT_H_

@@ -1,0 +1,70 @@
+#include "server/convert.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tessera/float16.h"
+
+namespace tessera::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(Convert, MatricesRoundTripInBothDtypes) {
+  const std::vector<float> values = {0.5f, -1.25f, 3.0f, 0.0f, 1e-3f, -2.0f};
+  for (VectorDtype dtype : {VectorDtype::kFloat32, VectorDtype::kFloat16}) {
+    v1::Matrix matrix;
+    EncodeMatrix(values.data(), 2, 3, dtype, &matrix);
+    EXPECT_EQ(matrix.data().size(), 6u * (dtype == VectorDtype::kFloat32 ? 4 : 2));
+    auto decoded = DecodeMatrix(matrix, 3, "m");
+    ASSERT_TRUE(decoded.ok());
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float expected =
+          dtype == VectorDtype::kFloat32 ? values[i] : HalfToFloat(FloatToHalf(values[i]));
+      EXPECT_EQ((*decoded)[i], expected);
+    }
+  }
+}
+
+TEST(Convert, MatrixErrorsNameTheField) {
+  v1::Matrix matrix;
+  matrix.set_rows(2);
+  matrix.set_cols(3);
+  matrix.set_dtype(v1::DTYPE_FLOAT32);
+  matrix.set_data(std::string(23, '\0'));
+  EXPECT_THAT(
+      DecodeMatrix(matrix, 3, "documents[0].tokens").status().message(),
+      HasSubstr("documents[0].tokens: 23 bytes of data, expected rows 2 × cols 3 × 4 = 24"));
+  matrix.set_data(std::string(24, '\0'));
+  EXPECT_THAT(DecodeMatrix(matrix, 4, "q").status().message(),
+              HasSubstr("cols (dim) 3, expected 4"));
+  matrix.set_dtype(static_cast<v1::DType>(9));
+  EXPECT_THAT(DecodeMatrix(matrix, 3, "q").status().message(), HasSubstr("dtype"));
+}
+
+TEST(Convert, SchemaRoundTripAndDefaults) {
+  v1::CollectionSchema proto;
+  proto.set_name("docs");
+  proto.set_dim(128);
+  auto schema = SchemaFromProto(proto);
+  ASSERT_TRUE(schema.ok());
+  EXPECT_EQ(schema->dtype, VectorDtype::kFloat16);
+  ASSERT_TRUE(schema->pooling.hierarchical.has_value());
+  EXPECT_EQ(schema->pooling.hierarchical->pool_factor, 2);
+  EXPECT_EQ(schema->num_shards, 1);
+  proto.mutable_hierarchical()->set_pool_factor(0);
+  EXPECT_THAT(SchemaFromProto(proto).status().message(),
+              HasSubstr("schema.hierarchical.pool_factor: 0, expected 1 … 64"));
+  proto.mutable_hierarchical()->set_pool_factor(3);
+  proto.mutable_spatial()->set_mode(v1::SpatialPooling::MODE_TILES);
+  (*proto.mutable_attributes())["year"] = v1::ATTRIBUTE_TYPE_INT64;
+  schema = SchemaFromProto(proto);
+  ASSERT_TRUE(schema.ok());
+  v1::CollectionSchema back;
+  SchemaToProto(*schema, &back);
+  EXPECT_EQ(back.hierarchical().pool_factor(), 3u);
+  EXPECT_EQ(back.spatial().mode(), v1::SpatialPooling::MODE_TILES);
+  EXPECT_EQ(back.attributes().at("year"), v1::ATTRIBUTE_TYPE_INT64);
+}
+
+}  // namespace
+}  // namespace tessera::server

@@ -1,0 +1,84 @@
+// Prometheus metrics (text exposition format) and the small HTTP endpoint that serves them with
+// /healthz. Counters and histograms are lock-free to update.
+#ifndef TESSERA_SERVER_METRICS_H_
+#define TESSERA_SERVER_METRICS_H_
+
+#include <array>
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace tessera::server {
+
+// A latency histogram in milliseconds with fixed buckets.
+class Histogram {
+ public:
+  static constexpr std::array<double, 14> kBucketsMs = {0.25, 0.5, 1,   2.5, 5,    10,   25,
+                                                        50,   100, 250, 500, 1000, 2500, 10000};
+  void Observe(double ms);
+  // Appends the _bucket/_sum/_count lines of `name` with `labels` ("method=\"Search\"" or "").
+  void Render(const std::string& name, const std::string& labels, std::string* out) const;
+
+ private:
+  std::array<std::atomic<uint64_t>, kBucketsMs.size()> buckets_{};
+  std::atomic<uint64_t> count_{0};
+  std::atomic<uint64_t> sum_us_{0};
+};
+
+// The server's metrics. Thread-safe.
+class Metrics {
+ public:
+  // One finished RPC: its method, status code name and latency.
+  void RecordRpc(const std::string& method, const std::string& code, double ms);
+  // One search's stage timings.
+  void RecordSearchStages(double candidates_ms, double fetch_ms, double rerank_ms);
+  void RecordDocuments(int64_t accepted, int64_t rejected, int64_t original_tokens,
+                       int64_t stored_vectors);
+  // Index-wide gauges, refreshed by the caller before rendering.
+  void SetGauge(const std::string& name, const std::string& labels, double value);
+  std::string Render() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<std::atomic<uint64_t>>> rpc_counts_
+      ABSL_GUARDED_BY(mu_);  // "method\tcode"
+  absl::flat_hash_map<std::string, std::unique_ptr<Histogram>> rpc_latency_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, double> gauges_ ABSL_GUARDED_BY(mu_);  // "name\tlabels"
+  Histogram stage_candidates_, stage_fetch_, stage_rerank_;
+  std::atomic<uint64_t> documents_accepted_{0}, documents_rejected_{0};
+  std::atomic<uint64_t> original_tokens_{0}, stored_vectors_{0};
+};
+
+// Serves GET /metrics (render() output) and GET /healthz ("ok") over HTTP/1.0 on one thread.
+class MetricsHttpServer {
+ public:
+  using Renderer = std::function<std::string()>;
+  // Binds host:port (port 0 picks one). INVALID_ARGUMENT / UNAVAILABLE when it cannot.
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& address,
+                                                                  Renderer render);
+  ~MetricsHttpServer();
+  int port() const { return port_; }
+
+ private:
+  MetricsHttpServer(int fd, int port, Renderer render);
+  void Serve();
+
+  const int fd_;
+  const int port_;
+  const Renderer render_;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+}  // namespace tessera::server
+
+#endif  // TESSERA_SERVER_METRICS_H_

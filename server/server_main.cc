@@ -1,0 +1,169 @@
+// tessera-server: the gRPC server over one Engine (embedded default: one process, one data dir).
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <signal.h>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "server/auth.h"
+#include "server/config.h"
+#include "server/log.h"
+#include "server/metrics.h"
+#include "server/services.h"
+#include "tessera/engine.h"
+
+namespace tessera::server {
+namespace {
+
+absl::StatusOr<std::string> ReadPem(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerConfig& config) {
+  if (config.tls_cert.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions options;
+  auto cert = ReadPem(config.tls_cert);
+  auto key = ReadPem(config.tls_key);
+  if (!cert.ok()) return cert.status();
+  if (!key.ok()) return key.status();
+  options.pem_key_cert_pairs.push_back({*key, *cert});
+  if (!config.tls_client_ca.empty()) {
+    auto ca = ReadPem(config.tls_client_ca);
+    if (!ca.ok()) return ca.status();
+    options.pem_root_certs = *ca;
+    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(options);
+}
+
+int Fail(const absl::Status& status) {
+  Log("error", std::string(status.message()), {{"code", absl::StatusCodeToString(status.code())}});
+  return 1;
+}
+
+int Run(const ServerConfig& config) {
+  // SIGTERM and SIGINT are taken synchronously by the main thread (blocked everywhere else).
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  ApiKeys keys;
+  if (!config.api_keys.empty()) {
+    auto loaded = ApiKeys::Load(config.api_keys);
+    if (!loaded.ok()) return Fail(loaded.status());
+    keys = std::move(*loaded);
+  }
+  if (config.rerank_device == "cuda") {
+    return Fail(absl::UnimplementedError(
+        "--rerank_device cuda: this build has no CUDA MaxSim backend; use auto or cpu"));
+  }
+  EngineOptions engine_options;
+  engine_options.threads = config.threads;
+  engine_options.sync_writes = config.sync_writes;
+  engine_options.limits.max_tokens_per_document = config.max_tokens_per_document;
+  engine_options.limits.max_k = static_cast<int>(config.max_k);
+  engine_options.limits.max_num_candidates = static_cast<int>(config.max_num_candidates);
+  engine_options.limits.max_query_tokens = static_cast<int>(config.max_query_tokens);
+  auto engine = Engine::Open(config.data_dir, engine_options);
+  if (!engine.ok()) return Fail(engine.status());
+  Log("info", "engine open",
+      {{"data_dir", config.data_dir},
+       {"collections", std::to_string((*engine)->ListCollections().size())},
+       {"rerank_device", "cpu"}});
+
+  Metrics metrics;
+  ServiceContext context{engine->get(), &keys, &metrics, config};
+  AdminServiceImpl admin(&context);
+  IngestServiceImpl ingest(&context);
+  QueryServiceImpl query(&context);
+
+  auto credentials = Credentials(config);
+  if (!credentials.ok()) return Fail(credentials.status());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(config.listen, *credentials, &port);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  builder.SetMaxSendMessageSize(
+      std::max<int>(static_cast<int>(config.max_message_bytes), 64 << 20));
+  builder.RegisterService(&admin);
+  builder.RegisterService(&ingest);
+  builder.RegisterService(&query);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen)));
+  }
+  std::unique_ptr<MetricsHttpServer> http;
+  if (!config.metrics_listen.empty()) {
+    auto started = MetricsHttpServer::Start(config.metrics_listen, [&] {
+      for (const std::string& name : (*engine)->ListCollections()) {
+        auto collection = (*engine)->GetCollection(name);
+        if (!collection.ok()) continue;
+        const CollectionStats stats = (*collection)->Stats();
+        const std::string labels = absl::StrCat("collection=\"", name, "\"");
+        metrics.SetGauge("tessera_documents", labels, stats.documents);
+        metrics.SetGauge("tessera_rerank_vectors", labels, stats.rerank_vectors);
+        metrics.SetGauge("tessera_candidate_vectors", labels, stats.candidate_vectors);
+        metrics.SetGauge("tessera_disk_bytes", labels, stats.disk_bytes);
+        metrics.SetGauge("tessera_disk_bytes_per_original_token", labels,
+                         stats.disk_bytes_per_original_token);
+      }
+      return metrics.Render();
+    });
+    if (!started.ok()) return Fail(started.status());
+    http = std::move(*started);
+  }
+  const std::string host = config.listen.substr(0, config.listen.rfind(':'));
+  std::cerr << "tessera-server listening on " << host << ":" << port
+            << (http ? absl::StrCat(" (metrics on port ", http->port(), ")") : "") << std::endl;
+  Log("info", "serving",
+      {{"listen", absl::StrCat(host, ":", port)},
+       {"tls", config.tls_cert.empty() ? "off" : (config.tls_client_ca.empty() ? "on" : "mutual")},
+       {"auth", keys.enabled() ? "api keys" : "off"}});
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  Log("info", "draining", {{"signal", strsignal(signal_number)}});
+  // In-flight calls get the grace period; new ones are refused.
+  server->Shutdown(
+      std::chrono::system_clock::now() +
+      std::chrono::milliseconds(static_cast<int64_t>(config.shutdown_grace_seconds * 1000)));
+  server->Wait();
+  http.reset();
+  engine->reset();  // snapshots candidate indexes and closes the shards
+  Log("info", "stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace tessera::server
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv, argv + argc);
+  for (const std::string& arg : args) {
+    if (arg == "--help" || arg == "-h") {
+      std::cout << tessera::server::ServerUsage();
+      return 0;
+    }
+  }
+  auto config = tessera::server::ParseServerConfig(args);
+  if (!config.ok()) {
+    std::cerr << "tessera-server: " << config.status().message() << "\n\n"
+              << tessera::server::ServerUsage();
+    return 2;
+  }
+  return tessera::server::Run(*config);
+}

@@ -1,0 +1,78 @@
+// The public gRPC services (callback API). Handlers are thin: authorise, convert and validate the
+// request, call the engine, convert the result, finish with the status mapped in one place.
+#ifndef TESSERA_SERVER_SERVICES_H_
+#define TESSERA_SERVER_SERVICES_H_
+
+#include "server/auth.h"
+#include "server/config.h"
+#include "server/metrics.h"
+#include "tessera/engine.h"
+#include "tessera/v1/admin.grpc.pb.h"
+#include "tessera/v1/ingest.grpc.pb.h"
+#include "tessera/v1/query.grpc.pb.h"
+
+namespace tessera::server {
+
+// What every handler needs. Outlives the gRPC server.
+struct ServiceContext {
+  Engine* engine = nullptr;
+  const ApiKeys* keys = nullptr;
+  Metrics* metrics = nullptr;
+  ServerConfig config;
+};
+
+class AdminServiceImpl final : public v1::AdminService::CallbackService {
+ public:
+  explicit AdminServiceImpl(const ServiceContext* context) : context_(context) {}
+  grpc::ServerUnaryReactor* CreateCollection(grpc::CallbackServerContext* call,
+                                             const v1::CreateCollectionRequest* request,
+                                             v1::CreateCollectionResponse* response) override;
+  grpc::ServerUnaryReactor* DropCollection(grpc::CallbackServerContext* call,
+                                           const v1::DropCollectionRequest* request,
+                                           v1::DropCollectionResponse* response) override;
+  grpc::ServerUnaryReactor* ListCollections(grpc::CallbackServerContext* call,
+                                            const v1::ListCollectionsRequest* request,
+                                            v1::ListCollectionsResponse* response) override;
+  grpc::ServerUnaryReactor* GetCollection(grpc::CallbackServerContext* call,
+                                          const v1::GetCollectionRequest* request,
+                                          v1::GetCollectionResponse* response) override;
+  grpc::ServerUnaryReactor* Flush(grpc::CallbackServerContext* call,
+                                  const v1::FlushRequest* request,
+                                  v1::FlushResponse* response) override;
+
+ private:
+  const ServiceContext* context_;
+};
+
+class IngestServiceImpl final : public v1::IngestService::CallbackService {
+ public:
+  explicit IngestServiceImpl(const ServiceContext* context) : context_(context) {}
+  grpc::ServerBidiReactor<v1::UpsertRequest, v1::UpsertResponse>* Upsert(
+      grpc::CallbackServerContext* call) override;
+  grpc::ServerUnaryReactor* Delete(grpc::CallbackServerContext* call,
+                                   const v1::DeleteRequest* request,
+                                   v1::DeleteResponse* response) override;
+  grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* call, const v1::GetRequest* request,
+                                v1::GetResponse* response) override;
+
+ private:
+  const ServiceContext* context_;
+};
+
+class QueryServiceImpl final : public v1::QueryService::CallbackService {
+ public:
+  explicit QueryServiceImpl(const ServiceContext* context) : context_(context) {}
+  grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* call,
+                                   const v1::SearchRequest* request,
+                                   v1::SearchResponse* response) override;
+  grpc::ServerUnaryReactor* SearchBatch(grpc::CallbackServerContext* call,
+                                        const v1::SearchBatchRequest* request,
+                                        v1::SearchBatchResponse* response) override;
+
+ private:
+  const ServiceContext* context_;
+};
+
+}  // namespace tessera::server
+
+#endif  // TESSERA_SERVER_SERVICES_H_

@@ -1,0 +1,259 @@
+"""Shared helpers of Tessera's end-to-end tests: run the real tessera-server binary, drive it with the
+Python client (client/python), and compare its answers with a NumPy brute-force MaxSim.
+
+Every test script runs as
+    /usr/bin/python3 tests/e2e/<name>_test.py --server PATH/TO/tessera-server [unittest args]
+(--server defaults to $TESSERA_SERVER, then to the newest build*/bin/tessera-server of the tree).
+"""
+
+import argparse
+import glob
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.request
+
+import numpy as np
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO_ROOT, "client", "python"))
+
+import grpc  # noqa: E402
+import tessera  # noqa: E402  (generates the stubs on first import from the source tree)
+
+SERVER_BINARY = None  # set by main()
+_LISTENING = re.compile(r"tessera-server listening on (\S+):(\d+)(?: \(metrics on port (\d+)\))?")
+
+
+def _default_server():
+    if os.environ.get("TESSERA_SERVER"):
+        return os.environ["TESSERA_SERVER"]
+    candidates = glob.glob(os.path.join(REPO_ROOT, "build*", "bin", "tessera-server"))
+    return max(candidates, key=os.path.getmtime) if candidates else None
+
+
+def main():
+    """Parses --server, then runs the unittest classes of the calling script."""
+    global SERVER_BINARY
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--server", default=None)
+    args, rest = parser.parse_known_args()
+    SERVER_BINARY = args.server or _default_server()
+    if not SERVER_BINARY or not os.access(SERVER_BINARY, os.X_OK):
+        sys.stderr.write(f"tessera-server binary not found ({SERVER_BINARY!r}); pass --server\n")
+        sys.exit(1)
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+class Server:
+    """One tessera-server process on loopback with its own data dir (a temporary directory unless
+    given). Ports are chosen by the server (--listen 127.0.0.1:0) and read from its
+    `tessera-server listening on HOST:PORT (metrics on port P)` line, so tests never race for a
+    port. `stop()` sends SIGTERM and returns the exit code; `kill()` sends SIGKILL; `start()` again
+    reopens the same data dir."""
+
+    def __init__(self, *extra_args, data_dir=None, threads=2):
+        self.binary = SERVER_BINARY or _default_server()
+        self._own_dir = data_dir is None
+        self.work_dir = tempfile.mkdtemp(prefix="tessera-e2e-")
+        self.data_dir = data_dir or os.path.join(self.work_dir, "data")
+        self.extra_args = [str(a) for a in extra_args]
+        self.threads = threads
+        self.process = None
+        self.address = None
+        self.metrics_port = None
+        self.starts = 0
+        self._log_path = None
+
+    # Process control ---------------------------------------------------------------------------
+
+    def start(self, timeout=60.0):
+        assert self.process is None, "already running"
+        self.starts += 1
+        self._log_path = os.path.join(self.work_dir, f"server-{self.starts}.log")
+        log = open(self._log_path, "wb")
+        command = [self.binary, "--data_dir", self.data_dir, "--listen", "127.0.0.1:0",
+                   "--metrics_listen", "127.0.0.1:0", "--threads", str(self.threads),
+                   *self.extra_args]
+        self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while True:
+            match = _LISTENING.search(self.log())
+            if match:
+                break
+            if self.process.poll() is not None:
+                code = self.process.returncode
+                self.process = None
+                raise AssertionError(f"tessera-server exited with {code} before listening:\n"
+                                     f"{self.log()[-4000:]}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError(f"tessera-server not listening after {timeout}s:\n"
+                                     f"{self.log()[-4000:]}")
+            time.sleep(0.05)
+        self.address = f"{match.group(1)}:{match.group(2)}"
+        self.metrics_port = int(match.group(3)) if match.group(3) else None
+        self.wait_healthy(deadline - time.monotonic())
+        return self
+
+    def wait_healthy(self, timeout=30.0):
+        deadline = time.monotonic() + max(timeout, 1.0)
+        with tessera.Client(self.address) as client:
+            while True:
+                try:
+                    if client.health(timeout=2.0) == "SERVING":
+                        return
+                except tessera.TesseraError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"tessera-server not SERVING:\n{self.log()[-4000:]}")
+                time.sleep(0.05)
+
+    def stop(self, timeout=60.0):
+        """SIGTERM, wait for exit; returns the exit code."""
+        if self.process is None:
+            return None
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            code = self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            code = "timeout"
+        self.process = None
+        return code
+
+    def kill(self):
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def restart(self):
+        code = self.stop()
+        if code != 0:
+            raise AssertionError(f"tessera-server exited with {code} on SIGTERM:\n"
+                                 f"{self.log()[-4000:]}")
+        return self.start()
+
+    def cleanup(self):
+        self.kill()
+        shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    # Observation -------------------------------------------------------------------------------
+
+    def log(self):
+        if not self._log_path or not os.path.exists(self._log_path):
+            return ""
+        with open(self._log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def client(self, **kwargs):
+        return tessera.Client(self.address, **kwargs)
+
+    def healthz(self):
+        """(HTTP status, body) of GET /healthz on the metrics port."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/healthz",
+                                    timeout=5) as response:
+            return response.status, response.read().decode()
+
+    def metrics(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics",
+                                    timeout=5) as response:
+            return response.read().decode()
+
+    def assert_healthy(self, testcase):
+        testcase.assertIsNotNone(self.process, "server not running")
+        testcase.assertIsNone(self.process.poll(), f"server died:\n{self.log()[-4000:]}")
+        with tessera.Client(self.address) as client:
+            testcase.assertEqual(client.health(), "SERVING")
+        if self.metrics_port:
+            status, body = self.healthz()
+            testcase.assertEqual(status, 200)
+
+
+class ServerTestCase(unittest.TestCase):
+    """Starts one server for the class (`server_args` are extra flags) and stops it at the end,
+    asserting that SIGTERM makes it exit 0."""
+
+    server_args = ()
+    server = None
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server(*cls.server_args).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        server = cls.server
+        try:
+            code = server.stop()
+            if code not in (0, None):
+                raise AssertionError(f"tessera-server exited with {code} on SIGTERM:\n"
+                                     f"{server.log()[-4000:]}")
+        finally:
+            server.cleanup()
+
+    def assertCode(self, context, code, *fragments):
+        """Checks a TesseraError (from assertRaises) or a DocumentResult: its code and that its
+        message names each fragment (case-insensitive)."""
+        error = context.exception if hasattr(context, "exception") else context
+        if isinstance(error, tessera.DocumentResult):
+            self.assertEqual(error.status, code, f"{error}")
+        else:
+            self.assertEqual(error.code, code, f"{error}")
+        for fragment in fragments:
+            self.assertIn(str(fragment).lower(), error.message.lower(),
+                          f"message {error.message!r} does not name {fragment!r}")
+
+
+# Data and the brute-force reference ------------------------------------------------------------
+
+def normalized(rng, rows, dim):
+    values = rng.standard_normal((rows, dim)).astype(np.float32)
+    return values / np.linalg.norm(values, axis=1, keepdims=True)
+
+
+def query_near(rng, tokens, n_query, noise=0.3):
+    """A query of n_query tokens, each near a random token of `tokens` (so that document wins)."""
+    picks = rng.integers(0, tokens.shape[0], size=n_query)
+    query = tokens[picks].astype(np.float32) + noise * normalized(rng, n_query, tokens.shape[1])
+    return (query / np.linalg.norm(query, axis=1, keepdims=True)).astype(np.float32)
+
+
+def maxsim(query, vectors):
+    """Σ_i max_j ⟨q_i, d_j⟩ in float64."""
+    return float((query.astype(np.float64) @ vectors.astype(np.float64).T).max(axis=1).sum())
+
+
+def brute_force(query, stored, k=None):
+    """[(id, score)] best first, ties by ascending id, over {id: rerank vectors}."""
+    scored = sorted(((-maxsim(query, vectors), doc_id) for doc_id, vectors in stored.items()))
+    scored = [(doc_id, -negative) for negative, doc_id in scored]
+    return scored if k is None else scored[:k]
+
+
+def assert_matches_reference(testcase, hits, reference, k=None, tolerance=1e-4):
+    """The server's hits equal the top k of the full reference ranking `reference` (from
+    brute_force over every candidate document): same length, same ids in the same order (where
+    two reference scores are within `tolerance`, either order is accepted), each score within
+    `tolerance` of the reference score of that id."""
+    k = len(reference) if k is None else min(k, len(reference))
+    reference_score = dict(reference)
+    testcase.assertEqual(len(hits), k, "number of hits")
+    for rank, (hit, (ref_id, ref_score)) in enumerate(zip(hits, reference[:k])):
+        testcase.assertIn(hit.id, reference_score, f"rank {rank}: unexpected id {hit.id}")
+        testcase.assertAlmostEqual(hit.score, reference_score[hit.id], delta=tolerance,
+                                   msg=f"rank {rank}: score of {hit.id}")
+        if hit.id != ref_id:
+            testcase.assertAlmostEqual(reference_score[hit.id], ref_score, delta=tolerance,
+                                       msg=f"rank {rank}: {hit.id} instead of {ref_id}")
+    testcase.assertEqual(len({hit.id for hit in hits}), len(hits), "duplicate ids in hits")
