@@ -15,7 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "index/common/mutex.h"
 
 namespace tessera::server {
 
@@ -48,7 +48,7 @@ class Metrics {
   std::string Render() const;
 
  private:
-  mutable absl::Mutex mu_;
+  mutable internal::Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<std::atomic<uint64_t>>> rpc_counts_
       ABSL_GUARDED_BY(mu_);  // "method\tcode"
   absl::flat_hash_map<std::string, std::unique_ptr<Histogram>> rpc_latency_ ABSL_GUARDED_BY(mu_);

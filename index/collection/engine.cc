@@ -12,9 +12,9 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "index/collection/collection_impl.h"
 #include "index/collection/schema_codec.h"
+#include "index/common/mutex.h"
 #include "tessera/status_macros.h"
 
 namespace tessera {
@@ -62,7 +62,7 @@ class EngineImpl : public Engine {
 
   ~EngineImpl() override {
     // Snapshot candidate indexes so the next open loads instead of replaying.
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     for (auto& [name, collection] : collections_) collection->Snapshot().IgnoreError();
   }
 
@@ -75,7 +75,7 @@ class EngineImpl : public Engine {
       return absl::InternalError(
           absl::StrCat("cannot create data directory ", data_dir_.string(), ": ", error.message()));
     }
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     for (const fs::directory_entry& entry : fs::directory_iterator(data_dir_ / "collections")) {
       if (!entry.is_directory()) continue;
       const fs::path schema_path = entry.path() / "schema";
@@ -95,7 +95,7 @@ class EngineImpl : public Engine {
   absl::StatusOr<std::shared_ptr<Collection>> CreateCollection(
       const CollectionSchema& schema) override {
     TESSERA_RETURN_IF_ERROR(ValidateSchema(schema));
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     if (collections_.contains(schema.name)) {
       return absl::AlreadyExistsError(
           absl::StrCat("collection '", schema.name, "' already exists"));
@@ -114,7 +114,7 @@ class EngineImpl : public Engine {
   }
 
   absl::Status DropCollection(const std::string& name) override {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     const auto it = collections_.find(name);
     if (it == collections_.end()) {
       return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
@@ -138,7 +138,7 @@ class EngineImpl : public Engine {
 
   absl::StatusOr<std::shared_ptr<Collection>> GetCollection(
       const std::string& name) const override {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     const auto it = collections_.find(name);
     if (it == collections_.end()) {
       return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
@@ -147,7 +147,7 @@ class EngineImpl : public Engine {
   }
 
   std::vector<std::string> ListCollections() const override {
-    absl::MutexLock lock(&mu_);
+    internal::MutexLock lock(&mu_);
     std::vector<std::string> names;
     for (const auto& [name, collection] : collections_) names.push_back(name);
     std::sort(names.begin(), names.end());
@@ -157,7 +157,7 @@ class EngineImpl : public Engine {
  private:
   const fs::path data_dir_;
   const internal::CollectionContext context_;
-  mutable absl::Mutex mu_;
+  mutable internal::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<CollectionImpl>> collections_
       ABSL_GUARDED_BY(mu_);
 };

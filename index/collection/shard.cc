@@ -41,7 +41,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Open(const std::string& dir,
                            ShardStore::Open(dir + "/db", store_options));
   std::unique_ptr<Shard> shard(new Shard(dir, std::move(store)));
   TESSERA_RETURN_IF_ERROR(shard->LoadDocuments());
-  absl::MutexLock lock(&shard->apply_mu_);
+  MutexLock lock(&shard->apply_mu_);
   TESSERA_RETURN_IF_ERROR(shard->LoadOrRebuildCandidates(CandidateOptions(schema)));
   return shard;
 }
@@ -61,7 +61,7 @@ void Shard::RemoveLive(uint64_t iid) {
 }
 
 absl::Status Shard::LoadDocuments() {
-  absl::MutexLock lock(&table_mu_);
+  MutexLock lock(&table_mu_);
   return store_->ForEachDocument([this](const DocumentRecord& record) {
     table_mu_.AssertHeld();
     AddLive(record.iid,
@@ -91,7 +91,7 @@ absl::Status Shard::LoadOrRebuildCandidates(const CandidateIndexOptions& options
   std::vector<uint64_t> indexed = candidates_->Documents();
   bool consistent = true;
   {
-    absl::ReaderMutexLock lock(&table_mu_);
+    ReaderMutexLock lock(&table_mu_);
     for (uint64_t iid : indexed) {
       if (iid > covered) consistent = false;
       if (!live_.contains(iid)) TESSERA_RETURN_IF_ERROR(candidates_->Remove(iid));
@@ -128,14 +128,11 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
 
   // Index in the store's commit order: concurrent Apply calls committed in one group wait here
   // for their turn.
-  struct Turn {
-    const uint64_t* next;
-    uint64_t mine;
-    bool Ready() const { return *next == mine; }
-  } turn{&next_commit_, result.commit_index};
-  absl::MutexLock lock(&apply_mu_, absl::Condition(&turn, &Turn::Ready));
+  MutexLock lock(&apply_mu_);
+  while (next_commit_ != result.commit_index) applied_.Wait(&apply_mu_);
   const absl::Status status = ApplyDerived(std::move(documents), candidates, result);
   ++next_commit_;
+  applied_.SignalAll();
   TESSERA_RETURN_IF_ERROR(status);
   return result;
 }
@@ -152,7 +149,7 @@ absl::Status Shard::ApplyDerived(std::vector<LiveDocument> documents,
   for (uint64_t deleted : result.deleted_iids) {
     if (deleted != 0) TESSERA_RETURN_IF_ERROR(candidates_->Remove(deleted));
   }
-  absl::MutexLock lock(&table_mu_);
+  MutexLock lock(&table_mu_);
   for (size_t i = 0; i < documents.size(); ++i) {
     if (result.replaced_iids[i] != 0) RemoveLive(result.replaced_iids[i]);
     documents[i].version = result.versions[i];
@@ -167,7 +164,7 @@ absl::Status Shard::ApplyDerived(std::vector<LiveDocument> documents,
 absl::StatusOr<std::vector<std::vector<CandidateHit>>> Shard::SearchCandidates(
     FloatMatrixView query, int k, const Filter& filter) const {
   if (filter.empty()) return candidates_->Search(query, k, nullptr);
-  absl::ReaderMutexLock lock(&table_mu_);
+  ReaderMutexLock lock(&table_mu_);
   const std::function<bool(uint64_t)> accept = [this, &filter](uint64_t iid) {
     table_mu_.AssertReaderHeld();
     const auto it = live_.find(iid);
@@ -178,14 +175,14 @@ absl::StatusOr<std::vector<std::vector<CandidateHit>>> Shard::SearchCandidates(
 
 void Shard::ForEachLive(const Filter& filter,
                         const std::function<void(uint64_t, const LiveDocument&)>& fn) const {
-  absl::ReaderMutexLock lock(&table_mu_);
+  ReaderMutexLock lock(&table_mu_);
   for (const auto& [iid, document] : live_) {
     if (filter.empty() || FilterMatches(filter, document.attributes)) fn(iid, document);
   }
 }
 
 bool Shard::Describe(uint64_t iid, std::string* external_id, uint64_t* version) const {
-  absl::ReaderMutexLock lock(&table_mu_);
+  ReaderMutexLock lock(&table_mu_);
   const auto it = live_.find(iid);
   if (it == live_.end()) return false;
   *external_id = it->second.external_id;
@@ -194,14 +191,14 @@ bool Shard::Describe(uint64_t iid, std::string* external_id, uint64_t* version) 
 }
 
 int64_t Shard::num_documents() const {
-  absl::ReaderMutexLock lock(&table_mu_);
+  ReaderMutexLock lock(&table_mu_);
   return static_cast<int64_t>(live_.size());
 }
 
 ShardStats Shard::Stats() const {
   ShardStats stats;
   {
-    absl::ReaderMutexLock lock(&table_mu_);
+    ReaderMutexLock lock(&table_mu_);
     stats.documents = static_cast<int64_t>(live_.size());
     stats.original_tokens = original_tokens_;
     stats.rerank_vectors = rerank_vectors_;
@@ -214,7 +211,7 @@ ShardStats Shard::Stats() const {
 }
 
 absl::Status Shard::Snapshot() const {
-  absl::MutexLock lock(&apply_mu_);
+  MutexLock lock(&apply_mu_);
   return candidates_->Save(dir_ + "/" + kSnapshotFile, max_indexed_iid_);
 }
 

@@ -20,8 +20,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
 #include "index/candidate/candidate_index.h"
+#include "index/common/mutex.h"
 #include "index/storage/shard_store.h"
 #include "tessera/collection.h"
 
@@ -94,13 +94,14 @@ class Shard {
   std::unique_ptr<CandidateIndex> candidates_;
 
   // Serialises ApplyDerived in commit order, and snapshots against it.
-  mutable absl::Mutex apply_mu_;
+  mutable Mutex apply_mu_;
+  CondVar applied_;  // signalled after each ApplyDerived
   uint64_t next_commit_ ABSL_GUARDED_BY(apply_mu_) = 1;
   // The highest iid the candidate index reflects (what a snapshot covers).
   uint64_t max_indexed_iid_ ABSL_GUARDED_BY(apply_mu_) = 0;
 
   // The live-document table. Written only inside ApplyDerived (apply_mu_ held, then table_mu_).
-  mutable absl::Mutex table_mu_;
+  mutable Mutex table_mu_;
   absl::flat_hash_map<uint64_t, LiveDocument> live_ ABSL_GUARDED_BY(table_mu_);
   int64_t original_tokens_ ABSL_GUARDED_BY(table_mu_) = 0;
   int64_t rerank_vectors_ ABSL_GUARDED_BY(table_mu_) = 0;

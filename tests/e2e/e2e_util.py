@@ -58,13 +58,14 @@ class Server:
     port. `stop()` sends SIGTERM and returns the exit code; `kill()` sends SIGKILL; `start()` again
     reopens the same data dir."""
 
-    def __init__(self, *extra_args, data_dir=None, threads=2):
+    def __init__(self, *extra_args, data_dir=None, threads=2, client_options=None):
         self.binary = SERVER_BINARY or _default_server()
         self._own_dir = data_dir is None
         self.work_dir = tempfile.mkdtemp(prefix="tessera-e2e-")
         self.data_dir = data_dir or os.path.join(self.work_dir, "data")
         self.extra_args = [str(a) for a in extra_args]
         self.threads = threads
+        self.client_options = dict(client_options or {})  # e.g. TLS settings for every client
         self.process = None
         self.address = None
         self.metrics_port = None
@@ -106,7 +107,7 @@ class Server:
 
     def wait_healthy(self, timeout=30.0):
         deadline = time.monotonic() + max(timeout, 1.0)
-        with tessera.Client(self.address) as client:
+        with self.client() as client:
             while True:
                 try:
                     if client.health(timeout=2.0) == "SERVING":
@@ -157,7 +158,7 @@ class Server:
             return f.read().decode("utf-8", "replace")
 
     def client(self, **kwargs):
-        return tessera.Client(self.address, **kwargs)
+        return tessera.Client(self.address, **{**self.client_options, **kwargs})
 
     def healthz(self):
         """(HTTP status, body) of GET /healthz on the metrics port."""
@@ -173,7 +174,7 @@ class Server:
     def assert_healthy(self, testcase):
         testcase.assertIsNotNone(self.process, "server not running")
         testcase.assertIsNone(self.process.poll(), f"server died:\n{self.log()[-4000:]}")
-        with tessera.Client(self.address) as client:
+        with self.client() as client:
             testcase.assertEqual(client.health(), "SERVING")
         if self.metrics_port:
             status, body = self.healthz()

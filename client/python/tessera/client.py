@@ -200,6 +200,28 @@ def decode_matrix(matrix: common_pb2.Matrix) -> np.ndarray:
     return values.astype(np.float32).reshape(matrix.rows, matrix.cols)
 
 
+def _id_is_bytes(message_type, field="id") -> bool:
+    return message_type.DESCRIPTOR.fields_by_name[field].type == \
+        message_type.DESCRIPTOR.fields_by_name[field].TYPE_BYTES
+
+
+# Document ids are UTF-8 strings; should the protocol carry them as `bytes` (so that the server,
+# not the protobuf runtime, judges their encoding), str ids are encoded here and decoded back.
+_IDS_AS_BYTES = _id_is_bytes(ingest_pb2.Document)
+
+
+def _wire_id(doc_id):
+    if _IDS_AS_BYTES and isinstance(doc_id, str):
+        return doc_id.encode("utf-8")
+    return doc_id
+
+
+def _python_id(doc_id):
+    if isinstance(doc_id, bytes):
+        return doc_id.decode("utf-8", "backslashreplace")
+    return doc_id
+
+
 def _attribute_value(value) -> common_pb2.AttributeValue:
     if isinstance(value, (bool, int, np.integer)):
         return common_pb2.AttributeValue(int_value=int(value))
@@ -252,7 +274,7 @@ def encode_document(doc, dtype=None) -> ingest_pb2.Document:
         doc_id, tokens = doc[0], doc[1]
         layout = doc[2] if len(doc) > 2 else None
         attributes = doc[3] if len(doc) > 3 else None
-    message = ingest_pb2.Document(id=doc_id, tokens=encode_matrix(tokens, dtype))
+    message = ingest_pb2.Document(id=_wire_id(doc_id), tokens=encode_matrix(tokens, dtype))
     grid = _patch_grid(layout)
     if grid is not None:
         message.layout.CopyFrom(grid)
@@ -576,7 +598,8 @@ class Client:
                                        timeout=self._timeout(timeout))
         try:
             for response in call:
-                yield [DocumentResult(r.id, r.code, r.message, r.version, r.num_vectors)
+                yield [DocumentResult(_python_id(r.id), r.code, r.message, r.version,
+                                      r.num_vectors)
                        for r in response.results]
         except grpc.RpcError as error:
             raise TesseraError.from_rpc_error(error) from None
@@ -648,7 +671,8 @@ class Client:
         if isinstance(ids, str):
             ids = [ids]
         response = self._call(self.ingest_stub.Delete,
-                              ingest_pb2.DeleteRequest(collection=collection, ids=list(ids)),
+                              ingest_pb2.DeleteRequest(collection=collection,
+                                                       ids=[_wire_id(i) for i in ids]),
                               timeout)
         return list(response.existed)
 
@@ -657,9 +681,9 @@ class Client:
         n_vectors × dim, decoded from the stored fp16/fp32), dtype, member_offsets, members}.
         NOT_FOUND (as TesseraError) for an unknown id."""
         response = self._call(self.ingest_stub.Get,
-                              ingest_pb2.GetRequest(collection=collection, id=id), timeout)
+                              ingest_pb2.GetRequest(collection=collection, id=_wire_id(id)), timeout)
         return {
-            "id": response.id,
+            "id": _python_id(response.id),
             "version": response.version,
             "num_tokens": response.num_tokens,
             "layout": _layout_tuple(response.layout),
@@ -685,7 +709,7 @@ class Client:
 
     @staticmethod
     def _search_result(response: query_pb2.SearchResponse) -> SearchResult:
-        hits = [Hit(h.id, h.score, h.version,
+        hits = [Hit(_python_id(h.id), h.score, h.version,
                     [TokenMatch(m.query_token, m.document_vector, m.similarity,
                                 list(m.covered_tokens)) for m in h.explanation])
                 for h in response.hits]

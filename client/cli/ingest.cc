@@ -1,0 +1,545 @@
+// The ingest command: input preparation, the resume journal check, and the stream workers.
+#include "client/cli/ingest.h"
+
+#include <algorithm>
+#include <atomic>
+#include <deque>
+#include <fstream>
+#include <limits>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "client/cli/ingest_journal.h"
+#include "client/cli/progress.h"
+#include "tessera/status_macros.h"
+
+namespace tessera {
+namespace {
+
+absl::Status LineError(absl::string_view source, size_t line, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(source, ":", line, ": ", what));
+}
+
+absl::StatusOr<uint32_t> LayoutField(const Json& layout, absl::string_view name,
+                                     absl::string_view alias, bool required) {
+  const Json* value = layout.Find(name);
+  if (value == nullptr && !alias.empty()) value = layout.Find(alias);
+  if (value == nullptr || value->is_null()) {
+    if (required) return absl::InvalidArgumentError(absl::StrCat("layout needs \"", name, "\""));
+    return 0u;
+  }
+  if (value->type() != Json::Type::kInt || value->int_value() < 0 ||
+      value->int_value() > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layout \"", name, "\" must be a non-negative integer, got ", value->Dump()));
+  }
+  return static_cast<uint32_t>(value->int_value());
+}
+
+absl::StatusOr<PatchLayout> ParseLayout(const Json& layout) {
+  if (layout.type() != Json::Type::kObject) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"layout\" must be an object {\"rows\",\"cols\",\"prefix\",\"suffix\"}, got ",
+                     layout.Dump()));
+  }
+  PatchLayout result;
+  TESSERA_ASSIGN_OR_RETURN(result.rows, LayoutField(layout, "rows", "", true));
+  TESSERA_ASSIGN_OR_RETURN(result.cols, LayoutField(layout, "cols", "", true));
+  TESSERA_ASSIGN_OR_RETURN(result.prefix_tokens, LayoutField(layout, "prefix", "prefix_tokens", false));
+  TESSERA_ASSIGN_OR_RETURN(result.suffix_tokens, LayoutField(layout, "suffix", "suffix_tokens", false));
+  return result;
+}
+
+absl::StatusOr<AttributeValue> ParseAttribute(const std::string& name, const Json& value,
+                                              const std::map<std::string, v1::AttributeType>& types) {
+  auto type = types.find(name);
+  const bool wants_double = type != types.end() && type->second == v1::ATTRIBUTE_TYPE_DOUBLE;
+  switch (value.type()) {
+    case Json::Type::kInt:
+      if (wants_double) return AttributeValue(value.double_value());
+      return AttributeValue(value.int_value());
+    case Json::Type::kDouble:
+      return AttributeValue(value.double_value());
+    case Json::Type::kString:
+      return AttributeValue(value.string_value());
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute '", name, "' is ", value.Dump(),
+                       "; attribute values are integers, numbers or strings"));
+  }
+}
+
+v1::DType WireDtype(NpyDtype dtype) {
+  return dtype == NpyDtype::kFloat16 ? v1::DTYPE_FLOAT16 : v1::DTYPE_FLOAT32;
+}
+
+// Fatal: retrying on a new stream cannot help, so the ingest stops and a rerun resumes it.
+bool IsFatal(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kOutOfRange:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// State shared by the stream workers.
+class IngestRun {
+ public:
+  IngestRun(Client& client, const IngestConfig& config, const std::vector<IngestItem>& items,
+            std::vector<std::vector<size_t>> batches, IngestJournal& journal,
+            ProgressReporter& progress)
+      : client_(client),
+        config_(config),
+        items_(items),
+        batches_(std::move(batches)),
+        journal_(journal),
+        progress_(progress) {}
+
+  void Run() {
+    const int streams = std::max(1, std::min<int>(config_.streams, batches_.size()));
+    std::vector<std::thread> workers;
+    for (int i = 0; i < streams; ++i) workers.emplace_back([this] { Worker(); });
+    for (std::thread& worker : workers) worker.join();
+  }
+
+  void Collect(IngestSummary* summary) {
+    absl::MutexLock lock(&mu_);
+    summary->stored = stored_;
+    summary->failures = std::move(failures_);
+    summary->unacknowledged = unacknowledged_;
+    summary->error = error_;
+    // Batches never taken by a worker after a fatal error.
+    const size_t taken = std::min(next_batch_.load(), batches_.size());
+    for (size_t b = taken; b < batches_.size(); ++b) summary->unacknowledged += batches_[b].size();
+  }
+
+ private:
+  static constexpr size_t kWindow = 2;  // batches in flight per stream
+  static constexpr int kMaxStreamFailures = 3;
+
+  void Fail(const absl::Status& status) {
+    absl::MutexLock lock(&mu_);
+    if (error_.ok()) error_ = status;
+    stop_.store(true);
+  }
+
+  // A stream error that a new stream may not repeat: reported, but the ingest goes on.
+  void Note(const absl::Status& status) {
+    absl::MutexLock lock(&mu_);
+    if (error_.ok()) error_ = status;
+  }
+
+  void ThrottleFor(size_t documents) {
+    if (config_.max_rate <= 0) return;
+    absl::Time at;
+    {
+      absl::MutexLock lock(&mu_);
+      const absl::Time now = absl::Now();
+      at = std::max(now, next_send_);
+      next_send_ = at + absl::Seconds(documents / config_.max_rate);
+    }
+    absl::SleepFor(at - absl::Now());
+  }
+
+  void RecordResults(const std::vector<size_t>& sent, const std::vector<DocumentResult>& results) {
+    std::vector<std::pair<std::string, uint64_t>> acknowledged;
+    std::vector<std::pair<std::string, absl::Status>> rejected;
+    for (size_t i = 0; i < sent.size(); ++i) {
+      const IngestItem& item = items_[sent[i]];
+      const DocumentResult& result = results[i];
+      if (result.id != item.id) {
+        rejected.emplace_back(item.id, absl::InternalError(absl::StrCat(
+                                           "the server answered for '", result.id, "' instead")));
+      } else if (result.status.ok()) {
+        acknowledged.emplace_back(item.id, item.content_hash);
+      } else {
+        rejected.emplace_back(item.id, result.status);
+      }
+    }
+    absl::Status journaled = journal_.Append(acknowledged);
+    progress_.Add(sent.size());
+    absl::MutexLock lock(&mu_);
+    stored_ += acknowledged.size();
+    for (auto& failure : rejected) failures_.push_back(std::move(failure));
+    if (!journaled.ok()) {
+      if (error_.ok()) error_ = journaled;
+      stop_.store(true);
+    }
+  }
+
+  void RecordLocalFailure(const std::string& id, absl::Status status) {
+    progress_.Add(1);
+    absl::MutexLock lock(&mu_);
+    failures_.emplace_back(id, std::move(status));
+  }
+
+  void RecordUnacknowledged(const std::deque<std::vector<size_t>>& in_flight) {
+    size_t count = 0;
+    for (const auto& batch : in_flight) count += batch.size();
+    absl::MutexLock lock(&mu_);
+    unacknowledged_ += count;
+  }
+
+  void Worker() {
+    std::unique_ptr<UpsertStream> stream;
+    std::deque<std::vector<size_t>> in_flight;  // item indices of batches written, not yet read
+    int stream_failures = 0;
+
+    // The stream broke with `status`: what was in flight is unacknowledged.
+    auto stream_broke = [&](const absl::Status& status) {
+      RecordUnacknowledged(in_flight);
+      in_flight.clear();
+      stream.reset();
+      if (IsFatal(status) || ++stream_failures >= kMaxStreamFailures) {
+        Fail(status);
+      } else {
+        Note(status);
+      }
+    };
+
+    while (true) {
+      if (!stop_.load() && in_flight.size() < kWindow) {
+        const size_t b = next_batch_.fetch_add(1);
+        if (b < batches_.size()) {
+          std::vector<DocumentInput> documents;
+          std::vector<size_t> sent;
+          for (size_t index : batches_[b]) {
+            absl::StatusOr<DocumentInput> document = ToDocumentInput(items_[index]);
+            if (!document.ok()) {
+              RecordLocalFailure(items_[index].id, document.status());
+              continue;
+            }
+            documents.push_back(*std::move(document));
+            sent.push_back(index);
+          }
+          if (documents.empty()) continue;
+          if (stream == nullptr) {
+            absl::StatusOr<std::unique_ptr<UpsertStream>> opened =
+                client_.OpenUpsertStream(config_.collection);
+            if (!opened.ok()) {
+              in_flight.push_back(std::move(sent));
+              stream_broke(opened.status());
+              continue;
+            }
+            stream = *std::move(opened);
+          }
+          ThrottleFor(documents.size());
+          absl::Status written = stream->Write(std::move(documents));
+          in_flight.push_back(std::move(sent));
+          if (written.ok()) continue;
+          if (!absl::IsAborted(written)) {
+            stream_broke(written);
+            continue;
+          }
+          // The stream is closed: collect what it still acknowledges, then its status.
+          while (true) {
+            absl::StatusOr<std::vector<DocumentResult>> results = stream->Read();
+            if (!results.ok()) {
+              stream_broke(results.status().code() == absl::StatusCode::kOutOfRange
+                               ? absl::UnavailableError("the server closed the upsert stream")
+                               : results.status());
+              break;
+            }
+            RecordResults(in_flight.front(), *results);
+            in_flight.pop_front();
+          }
+          continue;
+        }
+      }
+      if (in_flight.empty()) break;
+      absl::StatusOr<std::vector<DocumentResult>> results = stream->Read();
+      if (!results.ok()) {
+        stream_broke(results.status().code() == absl::StatusCode::kOutOfRange
+                         ? absl::UnavailableError("the server ended the upsert stream early")
+                         : results.status());
+        continue;
+      }
+      stream_failures = 0;
+      RecordResults(in_flight.front(), *results);
+      in_flight.pop_front();
+    }
+    if (stream != nullptr) {
+      absl::Status finished = stream->Finish();
+      if (!finished.ok()) Fail(finished);
+    }
+  }
+
+  Client& client_;
+  const IngestConfig& config_;
+  const std::vector<IngestItem>& items_;
+  const std::vector<std::vector<size_t>> batches_;
+  IngestJournal& journal_;
+  ProgressReporter& progress_;
+  std::atomic<size_t> next_batch_{0};
+  std::atomic<bool> stop_{false};
+
+  absl::Mutex mu_;
+  uint64_t stored_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t unacknowledged_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::pair<std::string, absl::Status>> failures_ ABSL_GUARDED_BY(mu_);
+  absl::Status error_ ABSL_GUARDED_BY(mu_);
+  absl::Time next_send_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+};
+
+absl::StatusOr<std::string> ReadTextFile(const std::string& path, absl::string_view what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", what, " '", path, "'"));
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, DocumentMeta>> ParseMetaJsonl(
+    absl::string_view text, absl::string_view source,
+    const std::map<std::string, v1::AttributeType>& attribute_types) {
+  std::map<std::string, DocumentMeta> meta;
+  size_t line_number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_number;
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    absl::StatusOr<Json> parsed = ParseJson(line);
+    if (!parsed.ok()) return LineError(source, line_number, parsed.status().message());
+    if (parsed->type() != Json::Type::kObject) {
+      return LineError(source, line_number, "expected a JSON object");
+    }
+    const Json* id = parsed->Find("id");
+    std::string key;
+    if (id != nullptr && id->type() == Json::Type::kString) {
+      key = id->string_value();
+    } else if (id != nullptr && id->type() == Json::Type::kInt) {
+      key = absl::StrCat(id->int_value());
+    } else {
+      return LineError(source, line_number, "\"id\" must be a string or an integer");
+    }
+    DocumentMeta entry;
+    if (const Json* attributes = parsed->Find("attributes");
+        attributes != nullptr && !attributes->is_null()) {
+      if (attributes->type() != Json::Type::kObject) {
+        return LineError(source, line_number, "\"attributes\" must be an object");
+      }
+      for (const auto& [name, value] : attributes->members()) {
+        absl::StatusOr<AttributeValue> attribute = ParseAttribute(name, value, attribute_types);
+        if (!attribute.ok()) return LineError(source, line_number, attribute.status().message());
+        entry.attributes.emplace(name, *std::move(attribute));
+      }
+    }
+    if (const Json* layout = parsed->Find("layout"); layout != nullptr && !layout->is_null()) {
+      absl::StatusOr<PatchLayout> parsed_layout = ParseLayout(*layout);
+      if (!parsed_layout.ok()) {
+        return LineError(source, line_number, parsed_layout.status().message());
+      }
+      entry.layout = *parsed_layout;
+    }
+    if (!meta.emplace(key, std::move(entry)).second) {
+      return LineError(source, line_number, absl::StrCat("id '", key, "' appears twice"));
+    }
+  }
+  return meta;
+}
+
+IngestInput PrepareIngestInput(NpzEntries entries, std::map<std::string, DocumentMeta> meta) {
+  IngestInput input;
+  std::map<std::string, bool> names;
+  for (const auto& [name, array] : entries) names[name] = true;
+  size_t matched = 0;
+  for (auto& [name, array] : entries) {
+    const bool is_integer = array.dtype == NpyDtype::kInt32 || array.dtype == NpyDtype::kInt64;
+    if (is_integer && absl::EndsWith(name, ".labels") &&
+        names.count(name.substr(0, name.size() - 7)) > 0) {
+      ++input.label_arrays;
+      continue;
+    }
+    if (is_integer) {
+      input.invalid.emplace_back(
+          name, absl::InvalidArgumentError(absl::StrCat(
+                    "array '", name, "' has dtype ", NpyDtypeName(array.dtype),
+                    "; token matrices are float32, float16 or float64")));
+      continue;
+    }
+    if (array.shape.size() != 2) {
+      input.invalid.emplace_back(
+          name, absl::InvalidArgumentError(absl::StrCat("array '", name, "' has ",
+                                                        array.shape.size(),
+                                                        " dimensions; expected 2 (tokens x dim)")));
+      continue;
+    }
+    if (array.shape[0] > std::numeric_limits<uint32_t>::max() ||
+        array.shape[1] > std::numeric_limits<uint32_t>::max()) {
+      input.invalid.emplace_back(
+          name, absl::InvalidArgumentError(absl::StrCat("array '", name, "' is too large")));
+      continue;
+    }
+    IngestItem item;
+    item.id = name;
+    if (auto it = meta.find(name); it != meta.end()) {
+      item.layout = it->second.layout;
+      item.attributes = std::move(it->second.attributes);
+      ++matched;
+    }
+    item.content_hash = DocumentContentHash(
+        NpyDtypeName(array.dtype), array.shape,
+        absl::string_view(reinterpret_cast<const char*>(array.data.data()), array.data.size()),
+        item.layout, item.attributes);
+    item.tokens = std::move(array);
+    input.items.push_back(std::move(item));
+  }
+  input.unmatched_meta = meta.size() - matched;
+  return input;
+}
+
+absl::StatusOr<DocumentInput> ToDocumentInput(const IngestItem& item) {
+  DocumentInput document;
+  document.id = item.id;
+  document.layout = item.layout;
+  document.attributes = item.attributes;
+  const uint32_t rows = static_cast<uint32_t>(item.tokens.shape[0]);
+  const uint32_t cols = static_cast<uint32_t>(item.tokens.shape[1]);
+  if (item.tokens.dtype == NpyDtype::kFloat32 || item.tokens.dtype == NpyDtype::kFloat16) {
+    // NumPy's little-endian bytes are already the wire format.
+    document.tokens = TokenMatrix::FromPackedBytes(
+        rows, cols, WireDtype(item.tokens.dtype),
+        std::string(reinterpret_cast<const char*>(item.tokens.data.data()),
+                    item.tokens.data.size()));
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<float> values, item.tokens.ToFloat32());
+    document.tokens = TokenMatrix::FromFloat32(rows, cols, values);
+  }
+  TESSERA_RETURN_IF_ERROR(document.tokens.Validate());
+  return document;
+}
+
+Json IngestSummary::ToJson() const {
+  Json json = Json::Object();
+  json.Set("documents", documents);
+  json.Set("stored", stored);
+  json.Set("skipped", skipped);
+  json.Set("failed", static_cast<uint64_t>(failures.size()));
+  json.Set("unacknowledged", unacknowledged);
+  json.Set("seconds", seconds);
+  json.Set("docs_per_second", seconds > 0 ? stored / seconds : 0.0);
+  json.Set("journal", journal_path);
+  Json list = Json::Array();
+  for (const auto& [id, status] : failures) {
+    Json failure = Json::Object();
+    failure.Set("id", id);
+    failure.Set("code", std::string(absl::StatusCodeToString(status.code())));
+    failure.Set("message", std::string(status.message()));
+    list.Push(std::move(failure));
+  }
+  json.Set("failures", std::move(list));
+  if (error.ok()) {
+    json.Set("error", Json());
+  } else {
+    Json error_json = Json::Object();
+    error_json.Set("code", std::string(absl::StatusCodeToString(error.code())));
+    error_json.Set("message", std::string(error.message()));
+    json.Set("error", std::move(error_json));
+  }
+  return json;
+}
+
+absl::StatusOr<IngestSummary> RunIngest(Client& client, const IngestConfig& config,
+                                        std::ostream& err) {
+  const absl::Time start = absl::Now();
+  // The schema first: an unknown collection fails before reading gigabytes, and the attribute
+  // types say which sidecar integers are doubles.
+  TESSERA_ASSIGN_OR_RETURN(CollectionInfo info, client.GetCollection(config.collection));
+  std::map<std::string, v1::AttributeType> attribute_types(info.schema.attributes().begin(),
+                                                           info.schema.attributes().end());
+  std::map<std::string, DocumentMeta> meta;
+  if (!config.meta_path.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(config.meta_path, "sidecar"));
+    TESSERA_ASSIGN_OR_RETURN(meta, ParseMetaJsonl(text, config.meta_path, attribute_types));
+  }
+  TESSERA_ASSIGN_OR_RETURN(NpzEntries entries, ReadNpzFile(config.npz_path));
+  IngestInput input = PrepareIngestInput(std::move(entries), std::move(meta));
+  if (input.unmatched_meta > 0) {
+    err << "tessera: warning: " << input.unmatched_meta << " sidecar entries name no array of "
+        << config.npz_path << "\n";
+  }
+
+  IngestSummary summary;
+  summary.documents = input.items.size() + input.invalid.size();
+  summary.journal_path =
+      config.journal_path.empty() ? config.npz_path + ".tessera-ingest" : config.journal_path;
+  TESSERA_ASSIGN_OR_RETURN(
+      std::unique_ptr<IngestJournal> journal,
+      IngestJournal::Open(summary.journal_path, config.collection, !config.resume));
+
+  // A journal that outlived its collection (dropped and created again) would skip documents the
+  // server no longer has: check a few of the ones it would skip, and start over if one is gone.
+  std::vector<size_t> to_send;
+  std::vector<std::string> would_skip;
+  for (size_t i = 0; i < input.items.size(); ++i) {
+    if (journal->Contains(input.items[i].id, input.items[i].content_hash)) {
+      would_skip.push_back(input.items[i].id);
+    } else {
+      to_send.push_back(i);
+    }
+  }
+  if (!would_skip.empty()) {
+    const size_t samples = std::min<size_t>(3, would_skip.size());
+    for (size_t s = 0; s < samples; ++s) {
+      const std::string& id = would_skip[samples == 1 ? 0 : s * (would_skip.size() - 1) / (samples - 1)];
+      absl::StatusOr<StoredDocument> stored = client.Get(config.collection, id);
+      if (stored.ok()) continue;
+      if (!absl::IsNotFound(stored.status())) return stored.status();
+      err << "tessera: warning: the journal " << summary.journal_path << " lists '" << id
+          << "' as stored but collection '" << config.collection
+          << "' does not have it; ignoring the journal and sending every document\n";
+      TESSERA_RETURN_IF_ERROR(journal->Reset());
+      would_skip.clear();
+      to_send.clear();
+      for (size_t i = 0; i < input.items.size(); ++i) to_send.push_back(i);
+      break;
+    }
+  }
+  summary.skipped = would_skip.size();
+  if (summary.skipped > 0) {
+    err << "tessera: skipping " << summary.skipped << " of " << summary.documents
+        << " documents already acknowledged (journal " << summary.journal_path << ")\n";
+  }
+  for (auto& [id, status] : input.invalid) summary.failures.emplace_back(id, status);
+
+  // Batches by document count and token bytes, in archive order.
+  std::vector<std::vector<size_t>> batches;
+  size_t batch_bytes = 0;
+  for (size_t index : to_send) {
+    const size_t bytes = input.items[index].tokens.data.size();
+    if (batches.empty() || batches.back().size() >= std::max<size_t>(config.batch_documents, 1) ||
+        (!batches.back().empty() && batch_bytes + bytes > config.batch_bytes)) {
+      batches.emplace_back();
+      batch_bytes = 0;
+    }
+    batches.back().push_back(index);
+    batch_bytes += bytes;
+  }
+
+  ProgressReporter progress(absl::StrCat("ingest ", config.collection), to_send.size(),
+                            config.progress && !to_send.empty());
+  IngestRun run(client, config, input.items, std::move(batches), *journal, progress);
+  run.Run();
+  progress.Finish();
+  IngestSummary outcome;
+  run.Collect(&outcome);
+  summary.stored = outcome.stored;
+  for (auto& failure : outcome.failures) summary.failures.push_back(std::move(failure));
+  summary.unacknowledged = outcome.unacknowledged;
+  summary.error = outcome.error;
+  summary.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  return summary;
+}
+
+}  // namespace tessera

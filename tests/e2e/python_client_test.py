@@ -1,0 +1,163 @@
+"""Unit tests of the Python client's conversions (no server needed): matrices, documents, filters,
+schemas, the progress bar."""
+
+import io
+import os
+import sys
+import unittest
+from unittest import mock
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))), "client", "python"))
+import tessera  # noqa: E402
+from tessera import client as client_module  # noqa: E402
+from tessera.pb import admin_pb2, common_pb2  # noqa: E402
+
+
+class MatrixTest(unittest.TestCase):
+
+    def test_round_trip_fp32_and_fp16(self):
+        values = np.random.default_rng(0).standard_normal((5, 7)).astype(np.float32)
+        m = tessera.encode_matrix(values)
+        self.assertEqual((m.rows, m.cols, m.dtype, len(m.data)), (5, 7, common_pb2.DTYPE_FLOAT32,
+                                                                  140))
+        np.testing.assert_array_equal(tessera.decode_matrix(m), values)
+        m = tessera.encode_matrix(values.astype(np.float16))
+        self.assertEqual((m.dtype, len(m.data)), (common_pb2.DTYPE_FLOAT16, 70))
+        decoded = tessera.decode_matrix(m)
+        self.assertEqual(decoded.dtype, np.float32)
+        np.testing.assert_array_equal(decoded, values.astype(np.float16).astype(np.float32))
+        # Little-endian on the wire whatever the array's byte order.
+        big_endian = values.astype(">f4")
+        self.assertEqual(tessera.encode_matrix(big_endian).data, values.astype("<f4").tobytes())
+        # float64 travels as fp32; dtype= forces the wire type.
+        self.assertEqual(tessera.encode_matrix(values.astype(np.float64)).dtype,
+                         common_pb2.DTYPE_FLOAT32)
+        self.assertEqual(tessera.encode_matrix(values, dtype="fp16").dtype,
+                         common_pb2.DTYPE_FLOAT16)
+
+    def test_shapes(self):
+        self.assertEqual(tessera.encode_matrix(np.zeros((0, 4), np.float32)).rows, 0)
+        with self.assertRaises(ValueError):
+            tessera.encode_matrix(np.zeros(4, np.float32))
+        with self.assertRaises(ValueError):
+            tessera.encode_matrix(np.zeros((2, 2)), dtype="int8")
+
+
+class DocumentTest(unittest.TestCase):
+
+    def test_forms(self):
+        tokens = np.ones((6, 4), np.float32)
+        as_dict = tessera.encode_document({"id": "a", "tokens": tokens, "layout": (2, 2, 1, 1),
+                                           "attributes": {"n": 3, "x": 0.5, "s": "t",
+                                                          "b": True}})
+        as_tuple = tessera.encode_document(("a", tokens, {"rows": 2, "cols": 2, "prefix": 1,
+                                                          "suffix": 1},
+                                            {"n": 3, "x": 0.5, "s": "t", "b": True}))
+        self.assertEqual(as_dict, as_tuple)
+        self.assertEqual(as_dict.attributes["n"].int_value, 3)
+        self.assertEqual(as_dict.attributes["b"].int_value, 1)
+        self.assertEqual(as_dict.attributes["x"].double_value, 0.5)
+        self.assertEqual(as_dict.layout.prefix_tokens, 1)
+        self.assertFalse(tessera.encode_document(("b", tokens)).HasField("layout"))
+        with self.assertRaises(ValueError):
+            tessera.encode_document(("c",))
+        with self.assertRaises(ValueError):
+            tessera.encode_document(("c", tokens, None, {"bad": [1]}))
+
+
+class FilterTest(unittest.TestCase):
+
+    def test_ops_and_values(self):
+        f = tessera.encode_filter([("year", ">=", 2020), ("lang", "in", ["en", "fr"]),
+                                   ("score", "<", 0.5), ("tag", "IN", "x")])
+        ops = [c.op for c in f.all_of]
+        self.assertEqual(ops, [common_pb2.Condition.OP_GE, common_pb2.Condition.OP_IN,
+                               common_pb2.Condition.OP_LT, common_pb2.Condition.OP_IN])
+        self.assertEqual([v.string_value for v in f.all_of[1].values], ["en", "fr"])
+        self.assertEqual([v.string_value for v in f.all_of[3].values], ["x"])
+        self.assertEqual(f.all_of[2].values[0].double_value, 0.5)
+        single = tessera.encode_filter(("year", "==", 1))
+        self.assertEqual(len(single.all_of), 1)
+        self.assertEqual(tessera.encode_filter({"year": 1}), single)
+        self.assertIsNone(tessera.encode_filter(None))
+        for op in ("==", "!=", "<", "<=", ">", ">="):
+            tessera.encode_filter([("f", op, 1)])
+        with self.assertRaises(ValueError):
+            tessera.encode_filter([("year", "~", 1)])
+
+
+class SchemaTest(unittest.TestCase):
+
+    def test_message_to_dict(self):
+        schema = admin_pb2.CollectionSchema(name="x", dim=8, dtype=common_pb2.DTYPE_FLOAT32)
+        schema.spatial.mode = admin_pb2.SpatialPooling.MODE_ROW_WINDOWS
+        schema.attributes["year"] = common_pb2.ATTRIBUTE_TYPE_INT64
+        d = tessera.message_to_dict(schema)
+        self.assertEqual(d["dtype"], "fp32")
+        self.assertIsNone(d["hierarchical"])
+        self.assertEqual(d["spatial"]["mode"], "row_windows")
+        self.assertEqual(d["attributes"], {"year": "int64"})
+        stats = tessera.message_to_dict(admin_pb2.CollectionStats(documents=2 ** 40))
+        self.assertEqual(stats["documents"], 2 ** 40)
+
+    def test_create_collection_request(self):
+        client = tessera.Client("127.0.0.1:1")
+        sent = {}
+
+        def fake(request, metadata=None, timeout=None):
+            sent["request"] = request
+            return admin_pb2.CreateCollectionResponse(schema=request.schema)
+
+        with mock.patch.object(client, "admin_stub") as stub:
+            stub.CreateCollection.side_effect = fake
+            client.create_collection("p", dim=16, pool_factor=3, method="reference",
+                                     dtype="fp32", candidates="HNSW32",
+                                     attributes={"y": int, "s": "string"})
+            schema = sent["request"].schema
+            self.assertEqual(schema.hierarchical.pool_factor, 3)
+            self.assertEqual(schema.hierarchical.method,
+                             admin_pb2.HierarchicalPooling.METHOD_REFERENCE)
+            self.assertEqual(schema.candidates.factory, "HNSW32")
+            self.assertEqual(dict(schema.attributes), {"y": 1, "s": 3})
+            client.create_collection("q", dim=16, spatial={"mode": "tiles", "tile_rows": 2},
+                                     candidates={"kind": "global_mean"})
+            schema = sent["request"].schema
+            self.assertFalse(schema.HasField("hierarchical"))
+            self.assertEqual(schema.spatial.tile_rows, 2)
+            self.assertEqual(schema.candidates.kind, admin_pb2.CandidateVectors.KIND_GLOBAL_MEAN)
+            with self.assertRaises(ValueError):
+                client.create_collection("r", dim=16, method="median")
+        client.close()
+
+
+class ProgressBarTest(unittest.TestCase):
+
+    def test_built_in_bar(self):
+        err = io.StringIO()
+        with mock.patch.object(sys, "stderr", err), \
+                mock.patch.dict(sys.modules, {"tqdm": None}):
+            bar = client_module._ProgressBar(100, "ingest x", True)
+            bar.update(50)
+            bar.update(50, failed=2)
+            bar.close()
+        text = err.getvalue()
+        self.assertIn("ingest x", text)
+        self.assertIn("100/100", text)
+        self.assertIn("docs/s", text)
+        self.assertIn("2 failed", text)
+        self.assertTrue(text.endswith("\n"))
+
+    def test_disabled_bar_is_silent(self):
+        err = io.StringIO()
+        with mock.patch.object(sys, "stderr", err):
+            bar = client_module._ProgressBar(None, "x", False)
+            bar.update(5)
+            bar.close()
+        self.assertEqual(err.getvalue(), "")
+
+
+if __name__ == "__main__":
+    unittest.main()
