@@ -23,7 +23,11 @@ absl::StatusOr<std::vector<float>> DecodeMatrix(const v1::Matrix& matrix, int64_
   } else if (matrix.dtype() == v1::DTYPE_FLOAT16) {
     itemsize = 2;
   } else {
-    return Invalid(field, absl::StrCat("dtype ", v1::DType_Name(matrix.dtype()),
+    const std::string& name = v1::DType_Name(matrix.dtype());
+    const int number = static_cast<int>(matrix.dtype());
+    return Invalid(field, absl::StrCat("dtype ",
+                                       name.empty() ? absl::StrCat(number)
+                                                    : absl::StrCat(name, " (", number, ")"),
                                        ", expected DTYPE_FLOAT32 or DTYPE_FLOAT16"));
   }
   if (expected_cols > 0 && static_cast<int64_t>(matrix.cols()) != expected_cols) {

@@ -66,8 +66,8 @@ absl::StatusOr<uint32_t> ParseUint32Flag(absl::string_view flag, absl::string_vi
                                          uint32_t min_value) {
   uint32_t parsed = 0;
   if (!absl::SimpleAtoi(value, &parsed) || parsed < min_value) {
-    return absl::InvalidArgumentError(absl::StrCat("--", flag, " expects an integer ≥ ", min_value,
-                                                   ", got '", value, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, " expects an integer ≥ ", min_value, ", got '", value, "'"));
   }
   return parsed;
 }

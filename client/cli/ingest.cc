@@ -51,13 +51,16 @@ absl::StatusOr<PatchLayout> ParseLayout(const Json& layout) {
   PatchLayout result;
   TESSERA_ASSIGN_OR_RETURN(result.rows, LayoutField(layout, "rows", "", true));
   TESSERA_ASSIGN_OR_RETURN(result.cols, LayoutField(layout, "cols", "", true));
-  TESSERA_ASSIGN_OR_RETURN(result.prefix_tokens, LayoutField(layout, "prefix", "prefix_tokens", false));
-  TESSERA_ASSIGN_OR_RETURN(result.suffix_tokens, LayoutField(layout, "suffix", "suffix_tokens", false));
+  TESSERA_ASSIGN_OR_RETURN(result.prefix_tokens,
+                           LayoutField(layout, "prefix", "prefix_tokens", false));
+  TESSERA_ASSIGN_OR_RETURN(result.suffix_tokens,
+                           LayoutField(layout, "suffix", "suffix_tokens", false));
   return result;
 }
 
-absl::StatusOr<AttributeValue> ParseAttribute(const std::string& name, const Json& value,
-                                              const std::map<std::string, v1::AttributeType>& types) {
+absl::StatusOr<AttributeValue> ParseAttribute(
+    const std::string& name, const Json& value,
+    const std::map<std::string, v1::AttributeType>& types) {
   auto type = types.find(name);
   const bool wants_double = type != types.end() && type->second == v1::ATTRIBUTE_TYPE_DOUBLE;
   switch (value.type()) {
@@ -158,8 +161,8 @@ class IngestRun {
       const IngestItem& item = items_[sent[i]];
       const DocumentResult& result = results[i];
       if (result.id != item.id) {
-        rejected.emplace_back(item.id, absl::InternalError(absl::StrCat(
-                                           "the server answered for '", result.id, "' instead")));
+        rejected.emplace_back(item.id, absl::InternalError(absl::StrCat("the server answered for '",
+                                                                        result.id, "' instead")));
       } else if (result.status.ok()) {
         acknowledged.emplace_back(item.id, item.content_hash);
       } else {
@@ -363,16 +366,15 @@ IngestInput PrepareIngestInput(NpzEntries entries, std::map<std::string, Documen
     }
     if (is_integer) {
       input.invalid.emplace_back(
-          name, absl::InvalidArgumentError(absl::StrCat(
-                    "array '", name, "' has dtype ", NpyDtypeName(array.dtype),
-                    "; token matrices are float32, float16 or float64")));
+          name, absl::InvalidArgumentError(
+                    absl::StrCat("array '", name, "' has dtype ", NpyDtypeName(array.dtype),
+                                 "; token matrices are float32, float16 or float64")));
       continue;
     }
     if (array.shape.size() != 2) {
-      input.invalid.emplace_back(
-          name, absl::InvalidArgumentError(absl::StrCat("array '", name, "' has ",
-                                                        array.shape.size(),
-                                                        " dimensions; expected 2 (tokens x dim)")));
+      input.invalid.emplace_back(name, absl::InvalidArgumentError(absl::StrCat(
+                                           "array '", name, "' has ", array.shape.size(),
+                                           " dimensions; expected 2 (tokens x dim)")));
       continue;
     }
     if (array.shape[0] > std::numeric_limits<uint32_t>::max() ||
@@ -492,7 +494,8 @@ absl::StatusOr<IngestSummary> RunIngest(Client& client, const IngestConfig& conf
   if (!would_skip.empty()) {
     const size_t samples = std::min<size_t>(3, would_skip.size());
     for (size_t s = 0; s < samples; ++s) {
-      const std::string& id = would_skip[samples == 1 ? 0 : s * (would_skip.size() - 1) / (samples - 1)];
+      const std::string& id =
+          would_skip[samples == 1 ? 0 : s * (would_skip.size() - 1) / (samples - 1)];
       absl::StatusOr<StoredDocument> stored = client.Get(config.collection, id);
       if (stored.ok()) continue;
       if (!absl::IsNotFound(stored.status())) return stored.status();

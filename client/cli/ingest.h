@@ -68,7 +68,7 @@ struct IngestInput {
   std::vector<IngestItem> items;  // in archive order
   // Arrays that cannot be documents (not 2-D, integer dtype, too large), with why.
   std::vector<std::pair<std::string, absl::Status>> invalid;
-  size_t label_arrays = 0;   // "KEY.labels" integer arrays of tessera-pool output, ignored
+  size_t label_arrays = 0;    // "KEY.labels" integer arrays of tessera-pool output, ignored
   size_t unmatched_meta = 0;  // sidecar lines whose id has no array
 };
 

@@ -253,8 +253,7 @@ absl::StatusOr<std::unique_ptr<IngestJournal>> IngestJournal::Open(const std::st
   }
 
   std::vector<absl::string_view> lines = absl::StrSplit(contents, '\n', absl::SkipEmpty());
-  const std::string expected_header =
-      absl::StrCat(kHeaderPrefix, EscapeJournalId(collection));
+  const std::string expected_header = absl::StrCat(kHeaderPrefix, EscapeJournalId(collection));
   if (lines.empty() || !absl::StartsWith(lines[0], kHeaderPrefix)) {
     return absl::InvalidArgumentError(
         absl::StrCat("'", path, "' is not a tessera ingest journal (its first line is not '",
@@ -295,7 +294,8 @@ absl::StatusOr<std::unique_ptr<IngestJournal>> IngestJournal::Open(const std::st
 absl::Status IngestJournal::ResetLocked() {
   entries_.clear();
   order_.clear();
-  if (::ftruncate(fd_, 0) != 0) return ErrnoStatus(errno, "cannot truncate the ingest journal", path_);
+  if (::ftruncate(fd_, 0) != 0)
+    return ErrnoStatus(errno, "cannot truncate the ingest journal", path_);
   if (::lseek(fd_, 0, SEEK_SET) < 0) return ErrnoStatus(errno, "cannot seek in", path_);
   absl::Status status =
       WriteAll(fd_, absl::StrCat(kHeaderPrefix, EscapeJournalId(collection_), "\n"), path_);

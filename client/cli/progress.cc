@@ -32,8 +32,8 @@ std::string FormatProgressLine(absl::string_view label, uint64_t done, uint64_t 
     eta = FormatEta(absl::Seconds(static_cast<double>(total - done) / rate));
   }
   const double fraction = total == 0 ? 1.0 : std::min(1.0, static_cast<double>(done) / total);
-  const std::string rate_text = rate >= 100 ? absl::StrFormat("%.0f", rate)
-                                            : absl::StrFormat("%.1f", rate);
+  const std::string rate_text =
+      rate >= 100 ? absl::StrFormat("%.0f", rate) : absl::StrFormat("%.1f", rate);
   if (bar_width > 0) {
     const int filled = static_cast<int>(std::floor(fraction * bar_width));
     return absl::StrCat(label, " [", std::string(filled, '#'), std::string(bar_width - filled, ' '),

@@ -107,6 +107,14 @@ absl::StatusOr<std::vector<float>> CandidateVectors(const PooledMatrix& rerank,
   return std::move(pooled.vectors);
 }
 
+// An id as it appears in messages: quoted, and cut short so that an error about a huge id does
+// not become a huge error.
+std::string QuotedId(const std::string& id) {
+  constexpr size_t kShown = 64;
+  return id.size() <= kShown ? absl::StrCat("'", id, "'")
+                             : absl::StrCat("'", id.substr(0, kShown), "…' (", id.size(), " bytes)");
+}
+
 }  // namespace
 
 int ShardOf(const std::string& id, int num_shards) {
@@ -174,7 +182,7 @@ absl::Status CollectionImpl::ValidateDocument(const Document& document) const {
   if (!IsValidUtf8(document.id)) {
     return absl::InvalidArgumentError("document id is not valid UTF-8");
   }
-  const std::string what = absl::StrCat("document '", document.id, "': ");
+  const std::string what = absl::StrCat("document ", QuotedId(document.id), ": ");
   if (document.dim != schema_.dim) {
     return absl::InvalidArgumentError(absl::StrCat(what, "dim ", document.dim, ", collection '",
                                                    schema_.name, "' expects ", schema_.dim));
@@ -225,7 +233,7 @@ absl::StatusOr<DocumentWrite> CollectionImpl::PrepareWrite(const Document& docum
   }
   if (pooled->num_vectors() == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("document '", document.id, "': pooling left no vectors"));
+        absl::StrCat("document ", QuotedId(document.id), ": pooling left no vectors"));
   }
   int64_t candidate_rows = 0;
   TESSERA_ASSIGN_OR_RETURN(std::vector<float> candidates,
@@ -313,8 +321,8 @@ absl::StatusOr<StoredDocument> CollectionImpl::Get(const std::string& id) const 
   const Shard& shard = *shards_[ShardOf(id, schema_.num_shards)];
   absl::StatusOr<uint64_t> iid = shard.store().LookupId(id);
   if (absl::IsNotFound(iid.status())) {
-    return absl::NotFoundError(
-        absl::StrCat("document '", id, "' not found in collection '", schema_.name, "'"));
+    return absl::NotFoundError(absl::StrCat("document ", QuotedId(id), " not found in collection '",
+                                            schema_.name, "'"));
   }
   TESSERA_RETURN_IF_ERROR(iid.status());
   TESSERA_ASSIGN_OR_RETURN(DocumentRecord record, shard.store().GetRecord(*iid));

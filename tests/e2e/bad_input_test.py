@@ -89,7 +89,8 @@ class BadInputTest(e2e_util.ServerTestCase):
     # Documents ---------------------------------------------------------------------------------
 
     def test_wrong_dimension(self):
-        self.rejected(("wrongdim", self.tokens(10, 16)), "b", INVALID, "wrongdim", "dim", "16", "32")
+        self.rejected(("wrongdim", self.tokens(10, 16)), "b", INVALID, "wrongdim", "dim", "16",
+                      "32")
         self.rejected(("wrongdim", self.tokens(10, 33)), "b", INVALID, "dim", "33", "32")
 
     def test_nan_and_inf(self):
@@ -117,19 +118,19 @@ class BadInputTest(e2e_util.ServerTestCase):
             matrix = tessera.encode_matrix(self.tokens(10).astype(dtype))
             matrix.data = matrix.data[:-1]
             expected = 10 * DIM * itemsize
-            self.rejected(ingest_pb2.Document(id="short", tokens=matrix), "b", INVALID, "short",
+            self.rejected(ingest_pb2.Document(id=b"short", tokens=matrix), "b", INVALID, "short",
                           f"{expected - 1} bytes", f"= {expected}")
             matrix.data = matrix.data + b"\0\0\0"
-            self.rejected(ingest_pb2.Document(id="long", tokens=matrix), "b", INVALID,
+            self.rejected(ingest_pb2.Document(id=b"long", tokens=matrix), "b", INVALID,
                           f"{expected + 2} bytes", f"= {expected}")
 
     def test_unknown_dtype(self):
         matrix = tessera.encode_matrix(self.tokens(10))
         matrix.dtype = common_pb2.DTYPE_UNSPECIFIED
-        self.rejected(ingest_pb2.Document(id="nodtype", tokens=matrix), "b", INVALID, "nodtype",
+        self.rejected(ingest_pb2.Document(id=b"nodtype", tokens=matrix), "b", INVALID, "nodtype",
                       "dtype", "DTYPE_UNSPECIFIED", "DTYPE_FLOAT32 or DTYPE_FLOAT16")
         matrix.dtype = 7  # proto3 enums are open: a value this build does not know
-        self.rejected(ingest_pb2.Document(id="dtype7", tokens=matrix), "b", INVALID, "dtype7",
+        self.rejected(ingest_pb2.Document(id=b"dtype7", tokens=matrix), "b", INVALID, "dtype7",
                       "dtype 7", "DTYPE_FLOAT32 or DTYPE_FLOAT16")
         query = tessera.encode_matrix(self.query)
         query.dtype = 7
@@ -169,36 +170,38 @@ class BadInputTest(e2e_util.ServerTestCase):
             self.assertIn(context.exception.code, (INVALID, grpc.StatusCode.NOT_FOUND))
 
     def test_non_utf8_id(self):
-        # Python protobuf cannot put invalid UTF-8 into a string field, so the request is
-        # serialized with a placeholder id and the placeholder's bytes are swapped on the wire.
-        # The server's protobuf runtime refuses to parse such a message (proto3 strings must be
-        # UTF-8) before any handler sees it, so the id check of the engine is not reached.
-        placeholder, invalid = b"ID\xc3\xa9X", b"ID\xff\xfeX"
-        doc = ingest_pb2.Document(id=placeholder.decode(), tokens=tessera.encode_matrix(
-            self.tokens()))
+        # Python protobuf cannot put invalid UTF-8 into a string field, so each request is
+        # serialized with a placeholder id whose bytes are then swapped on the wire (same length).
+        placeholder, invalid = "ID\u00e9X", b"ID\xff\xfeX"
+        wire = placeholder.encode()
+        doc = tessera.encode_document((placeholder, self.tokens()))
         raw = ingest_pb2.UpsertRequest(collection="b", documents=[doc]).SerializeToString()
-        self.assertEqual(raw.count(placeholder), 1)
-        raw = raw.replace(placeholder, invalid)
+        self.assertEqual(raw.count(wire), 1)
+        raw = raw.replace(wire, invalid)
         upsert = self.client.channel.stream_stream(
             "/tessera.v1.IngestService/Upsert",
             response_deserializer=ingest_pb2.UpsertResponse.FromString)
-        try:
-            responses = list(upsert(iter([raw]), timeout=10))
-            # Acceptable: the document is rejected by a per-document INVALID_ARGUMENT result.
-            self.assertEqual(len(responses), 1,
-                             "Upsert ended OK without answering a message it could not parse "
-                             "(one response per request is the protocol)")
-            [result] = responses[0].results
-            self.assertEqual(result.code, INVALID.value[0], result)
-            self.assertIn("utf-8", result.message.lower())
-        except grpc.RpcError as error:  # or the stream fails with a client-error status
-            self.assertIn(error.code(), (INVALID, grpc.StatusCode.INTERNAL), error.details())
-        raw_get = ingest_pb2.GetRequest(collection="b", id=placeholder.decode())
-        raw_get = raw_get.SerializeToString().replace(placeholder, invalid)
-        get = self.client.channel.unary_unary("/tessera.v1.IngestService/Get")
-        with self.assertRaises(grpc.RpcError) as context:
-            get(raw_get, timeout=10)
-        self.assertNotEqual(context.exception.code(), grpc.StatusCode.OK)
+        with self.subTest("Upsert"):
+            try:
+                responses = list(upsert(iter([raw]), timeout=10))
+                # Expected: one response, rejecting the document with INVALID_ARGUMENT.
+                self.assertEqual(len(responses), 1,
+                                 "the Upsert stream ended OK without answering its request")
+                [result] = responses[0].results
+                self.assertEqual(result.code, INVALID.value[0], result)
+                self.assertIn("utf-8", result.message.lower())
+            except grpc.RpcError as error:  # or: the stream fails with INVALID_ARGUMENT
+                self.assertEqual(error.code(), INVALID, error.details())
+                self.assertIn("utf-8", error.details().lower())
+        with self.subTest("Get"):
+            request = ingest_pb2.GetRequest(collection="b")
+            request.id = doc.id  # str or bytes, whichever the protocol uses
+            raw = request.SerializeToString().replace(wire, invalid)
+            get = self.client.channel.unary_unary("/tessera.v1.IngestService/Get")
+            with self.assertRaises(grpc.RpcError) as context:
+                get(raw, timeout=10)
+            self.assertIn(context.exception.code(), (INVALID, grpc.StatusCode.NOT_FOUND),
+                          context.exception.details())
 
     def test_unknown_collection(self):
         calls = {

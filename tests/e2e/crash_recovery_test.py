@@ -5,7 +5,6 @@ duplicated (the collection holds exactly the ingested ids, each once)."""
 import os
 import sys
 import threading
-import time
 
 import numpy as np
 

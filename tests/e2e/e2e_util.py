@@ -1,5 +1,5 @@
-"""Shared helpers of Tessera's end-to-end tests: run the real tessera-server binary, drive it with the
-Python client (client/python), and compare its answers with a NumPy brute-force MaxSim.
+"""Shared helpers of Tessera's end-to-end tests: run the real tessera-server binary, drive it with
+the Python client (client/python), and compare its answers with a NumPy brute-force MaxSim.
 
 Every test script runs as
     /usr/bin/python3 tests/e2e/<name>_test.py --server PATH/TO/tessera-server [unittest args]
@@ -7,6 +7,7 @@ Every test script runs as
 """
 
 import argparse
+import atexit
 import glob
 import os
 import re
@@ -24,11 +25,18 @@ import numpy as np
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO_ROOT, "client", "python"))
 
-import grpc  # noqa: E402
+import grpc  # noqa: E402,F401  (re-exported to the test scripts)
 import tessera  # noqa: E402  (generates the stubs on first import from the source tree)
 
 SERVER_BINARY = None  # set by main()
+_RUNNING = set()  # servers to kill if the interpreter exits with them still up
 _LISTENING = re.compile(r"tessera-server listening on (\S+):(\d+)(?: \(metrics on port (\d+)\))?")
+
+
+@atexit.register
+def _kill_leftovers():
+    for server in list(_RUNNING):
+        server.kill()
 
 
 def _default_server():
@@ -74,7 +82,7 @@ class Server:
 
     # Process control ---------------------------------------------------------------------------
 
-    def start(self, timeout=60.0):
+    def start(self, timeout=60.0, retried=False):
         assert self.process is None, "already running"
         self.starts += 1
         self._log_path = os.path.join(self.work_dir, f"server-{self.starts}.log")
@@ -84,6 +92,7 @@ class Server:
                    *self.extra_args]
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL)
+        _RUNNING.add(self)
         log.close()
         deadline = time.monotonic() + timeout
         while True:
@@ -93,6 +102,12 @@ class Server:
             if self.process.poll() is not None:
                 code = self.process.returncode
                 self.process = None
+                if code in (-signal.SIGTERM, -signal.SIGKILL) and not retried:
+                    # Killed from outside before it could even block signals (e.g. someone's
+                    # `pkill tessera-server` on a shared machine): not the server's fault.
+                    sys.stderr.write(f"tessera-server killed by signal {-code} while starting; "
+                                     "retrying once\n")
+                    return self.start(timeout, retried=True)
                 raise AssertionError(f"tessera-server exited with {code} before listening:\n"
                                      f"{self.log()[-4000:]}")
             if time.monotonic() > deadline:
@@ -130,6 +145,7 @@ class Server:
             self.process.wait()
             code = "timeout"
         self.process = None
+        _RUNNING.discard(self)
         return code
 
     def kill(self):
@@ -137,6 +153,7 @@ class Server:
             self.process.kill()
             self.process.wait()
             self.process = None
+        _RUNNING.discard(self)
 
     def restart(self):
         code = self.stop()
@@ -190,11 +207,13 @@ class ServerTestCase(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.server = Server(*cls.server_args).start()
+        server = Server(*cls.server_args)
+        # Class cleanups run even when a subclass's setUpClass fails after this point.
+        cls.addClassCleanup(cls._stop_server, server)
+        cls.server = server.start()
 
-    @classmethod
-    def tearDownClass(cls):
-        server = cls.server
+    @staticmethod
+    def _stop_server(server):
         try:
             code = server.stop()
             if code not in (0, None):

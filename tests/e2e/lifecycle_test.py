@@ -119,7 +119,7 @@ class LifecycleTest(e2e_util.ServerTestCase):
                 self.assertGreaterEqual(cascade.timings["total_ms"], 0.0)
 
     def test_filters_and_batch_search(self):
-        name, count = "notes", 400
+        name = "notes"
         stored = self.stored(name)
         attributes = {d["id"]: d["attributes"] for d in self.docs[name]}
         rng = np.random.default_rng(11)

@@ -680,8 +680,8 @@ class Client:
         """A stored document: {id, version, num_tokens, layout, attributes, vectors (float32
         n_vectors × dim, decoded from the stored fp16/fp32), dtype, member_offsets, members}.
         NOT_FOUND (as TesseraError) for an unknown id."""
-        response = self._call(self.ingest_stub.Get,
-                              ingest_pb2.GetRequest(collection=collection, id=_wire_id(id)), timeout)
+        request = ingest_pb2.GetRequest(collection=collection, id=_wire_id(id))
+        response = self._call(self.ingest_stub.Get, request, timeout)
         return {
             "id": _python_id(response.id),
             "version": response.version,

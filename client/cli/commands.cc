@@ -1,0 +1,1087 @@
+// The commands of the `tessera` command line and their output.
+#include "client/cli/commands.h"
+
+#include <cstdlib>
+#include <limits>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/cli/ingest.h"
+#include "client/npy/npy.h"
+#include "tessera/status_macros.h"
+
+namespace tessera {
+namespace {
+
+constexpr FlagSpec kFlags[] = {
+    // Global.
+    {"addr", true},
+    {"api-key", true},
+    {"timeout", true},
+    {"tls", false},
+    {"tls-ca", true},
+    {"tls-cert", true},
+    {"tls-key", true},
+    {"tls-server-name", true},
+    {"help", false},
+    // Commands.
+    {"json", false},
+    {"dim", true},
+    {"pool-factor", true},
+    {"pooling", true},
+    {"dtype", true},
+    {"shards", true},
+    {"attribute", true},
+    {"factory", true},
+    {"candidates", true},
+    {"candidate-pool-factor", true},
+    {"protected-tokens", true},
+    {"renormalize", false},
+    {"keep-special-tokens", false},
+    {"meta", true},
+    {"streams", true},
+    {"batch", true},
+    {"batch-bytes", true},
+    {"journal", true},
+    {"no-resume", false},
+    {"max-rate", true},
+    {"no-progress", false},
+    {"query", true},
+    {"k", true},
+    {"num-candidates", true},
+    {"per-token-candidates", true},
+    {"exhaustive", false},
+    {"explain", false},
+    {"filter", true},
+    {"vectors", false},
+};
+
+constexpr const char* kGlobalFlags[] = {"addr",     "api-key", "timeout",         "tls", "tls-ca",
+                                        "tls-cert", "tls-key", "tls-server-name", "help"};
+
+struct CommandSpec {
+  const char* name;  // "collections create", "search", …
+  int positionals;   // after the command words; -1 = one or more
+  std::vector<const char*> flags;
+};
+
+const std::vector<CommandSpec>& Commands() {
+  static const auto* commands = new std::vector<CommandSpec>{
+      {"collections create",
+       1,
+       {"dim", "pool-factor", "pooling", "dtype", "shards", "attribute", "factory", "candidates",
+        "candidate-pool-factor", "protected-tokens", "renormalize", "keep-special-tokens", "json"}},
+      {"collections list", 0, {"json"}},
+      {"collections get", 1, {"json"}},
+      {"collections drop", 1, {}},
+      {"ingest",
+       2,
+       {"meta", "streams", "batch", "batch-bytes", "journal", "no-resume", "max-rate",
+        "no-progress", "json"}},
+      {"search",
+       1,
+       {"query", "k", "num-candidates", "per-token-candidates", "exhaustive", "explain", "filter",
+        "json"}},
+      {"get", 2, {"vectors", "json"}},
+      {"delete", -1, {"json"}},
+      {"stats", 1, {"json"}},
+      {"flush", 1, {}},
+  };
+  return *commands;
+}
+
+absl::Status Usage(absl::string_view message) { return absl::InvalidArgumentError(message); }
+
+std::string AttributeTypeToString(v1::AttributeType type) {
+  switch (type) {
+    case v1::ATTRIBUTE_TYPE_INT64:
+      return "int64";
+    case v1::ATTRIBUTE_TYPE_DOUBLE:
+      return "double";
+    case v1::ATTRIBUTE_TYPE_STRING:
+      return "string";
+    default:
+      return "unspecified";
+  }
+}
+
+std::string DtypeToString(v1::DType dtype) {
+  switch (dtype) {
+    case v1::DTYPE_FLOAT32:
+      return "fp32";
+    case v1::DTYPE_FLOAT16:
+      return "fp16";
+    default:
+      return "unspecified";
+  }
+}
+
+std::string SpatialModeToString(v1::SpatialPooling::Mode mode) {
+  switch (mode) {
+    case v1::SpatialPooling::MODE_ROWS:
+      return "rows";
+    case v1::SpatialPooling::MODE_COLUMNS:
+      return "cols";
+    case v1::SpatialPooling::MODE_TILES:
+      return "tile";
+    case v1::SpatialPooling::MODE_ROW_WINDOWS:
+      return "window";
+    case v1::SpatialPooling::MODE_GLOBAL:
+      return "global";
+    default:
+      return "unspecified";
+  }
+}
+
+std::string Quote(absl::string_view value) { return absl::StrCat("'", value, "'"); }
+
+std::string WithThousands(uint64_t value) {
+  std::string digits = absl::StrCat(value);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
+std::string AttributeValueToString(const AttributeValue& value) {
+  if (const auto* i = std::get_if<int64_t>(&value)) return absl::StrCat(*i);
+  if (const auto* d = std::get_if<double>(&value)) return Json(*d).Dump();
+  return JsonQuote(std::get<std::string>(value));
+}
+
+// Splits "a, 'b,c', d" at commas outside quotes.
+std::vector<std::string> SplitValues(absl::string_view text) {
+  std::vector<std::string> values;
+  std::string current;
+  char quote = 0;
+  for (char c : text) {
+    if (quote != 0) {
+      current.push_back(c);
+      if (c == quote) quote = 0;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+      current.push_back(c);
+    } else if (c == ',') {
+      values.push_back(current);
+      current.clear();
+    } else {
+      current.push_back(c);
+    }
+  }
+  values.push_back(current);
+  return values;
+}
+
+absl::StatusOr<AttributeValue> ParseFilterValue(
+    absl::string_view field, absl::string_view raw,
+    const std::map<std::string, v1::AttributeType>& fields) {
+  absl::string_view text = absl::StripAsciiWhitespace(raw);
+  const bool quoted = text.size() >= 2 && (text.front() == '"' || text.front() == '\'') &&
+                      text.back() == text.front();
+  if (quoted) text = text.substr(1, text.size() - 2);
+  if (text.empty() && !quoted) {
+    return absl::InvalidArgumentError(absl::StrCat("--filter on '", field, "' has an empty value"));
+  }
+  auto type = fields.find(std::string(field));
+  const v1::AttributeType declared =
+      type == fields.end() ? v1::ATTRIBUTE_TYPE_UNSPECIFIED : type->second;
+  int64_t i = 0;
+  double d = 0;
+  switch (declared) {
+    case v1::ATTRIBUTE_TYPE_INT64:
+      if (!absl::SimpleAtoi(text, &i)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--filter: field '", field, "' is int64, and '", text, "' is not an integer"));
+      }
+      return AttributeValue(i);
+    case v1::ATTRIBUTE_TYPE_DOUBLE:
+      if (!absl::SimpleAtod(text, &d)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--filter: field '", field, "' is double, and '", text, "' is not a number"));
+      }
+      return AttributeValue(d);
+    case v1::ATTRIBUTE_TYPE_STRING:
+      return AttributeValue(std::string(text));
+    default:
+      if (quoted) return AttributeValue(std::string(text));
+      if (absl::SimpleAtoi(text, &i)) return AttributeValue(i);
+      if (absl::SimpleAtod(text, &d)) return AttributeValue(d);
+      return AttributeValue(std::string(text));
+  }
+}
+
+absl::StatusOr<TokenMatrix> LoadQuery(const std::string& path) {
+  TESSERA_ASSIGN_OR_RETURN(NpyArray array, ReadNpyFile(path));
+  int64_t rows = 0;
+  int64_t cols = 0;
+  if (array.shape.size() == 2) {
+    rows = array.shape[0];
+    cols = array.shape[1];
+  } else if (array.shape.size() == 1) {
+    rows = 1;
+    cols = array.shape[0];
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat("query '", path, "' has ", array.shape.size(),
+                                                   " dimensions; expected 2 (tokens x dim)"));
+  }
+  if (rows > std::numeric_limits<uint32_t>::max() || cols > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat("query '", path, "' is too large"));
+  }
+  switch (array.dtype) {
+    case NpyDtype::kFloat32:
+    case NpyDtype::kFloat16:
+      return TokenMatrix::FromPackedBytes(
+          static_cast<uint32_t>(rows), static_cast<uint32_t>(cols),
+          array.dtype == NpyDtype::kFloat16 ? v1::DTYPE_FLOAT16 : v1::DTYPE_FLOAT32,
+          std::string(reinterpret_cast<const char*>(array.data.data()), array.data.size()));
+    case NpyDtype::kFloat64: {
+      TESSERA_ASSIGN_OR_RETURN(std::vector<float> values, array.ToFloat32());
+      return TokenMatrix::FromFloat32(static_cast<uint32_t>(rows), static_cast<uint32_t>(cols),
+                                      values);
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat("query '", path, "' has dtype ",
+                                                     NpyDtypeName(array.dtype),
+                                                     "; expected float32, float16 or float64"));
+  }
+}
+
+std::string DescribeLayout(const std::optional<PatchLayout>& layout) {
+  if (!layout.has_value()) return "none";
+  return absl::StrCat(layout->rows, "x", layout->cols, " patches, ", layout->prefix_tokens,
+                      " prefix + ", layout->suffix_tokens, " suffix tokens");
+}
+
+// ---- The commands. Each returns OK or a Failure. ----
+
+class Cli {
+ public:
+  Cli(const ParsedArgs& args, std::ostream& out, std::ostream& err)
+      : args_(args), out_(out), err_(err), json_(args.Has("json")) {}
+
+  absl::Status Connect() {
+    ClientOptions options;
+    if (auto addr = args_.Get("addr")) options.address = *addr;
+    if (auto key = args_.Get("api-key")) {
+      options.api_key = *key;
+    } else if (const char* env = std::getenv("TESSERA_API_KEY"); env != nullptr) {
+      options.api_key = env;
+    }
+    if (auto timeout = args_.Get("timeout")) {
+      TESSERA_ASSIGN_OR_RETURN(options.timeout, ParseTimeoutFlag("timeout", *timeout));
+    }
+    options.connect_timeout =
+        options.timeout == absl::InfiniteDuration() ? absl::Seconds(30) : options.timeout;
+    options.use_tls = args_.Has("tls");
+    options.tls_root_cert_file = args_.Get("tls-ca").value_or("");
+    options.tls_client_cert_file = args_.Get("tls-cert").value_or("");
+    options.tls_client_key_file = args_.Get("tls-key").value_or("");
+    options.tls_server_name = args_.Get("tls-server-name").value_or("");
+    TESSERA_ASSIGN_OR_RETURN(client_, Client::Connect(options));
+    return absl::OkStatus();
+  }
+
+  absl::Status CollectionsCreate(const std::string& name, const v1::CollectionSchema& schema) {
+    TESSERA_ASSIGN_OR_RETURN(v1::CollectionSchema created, client_->CreateCollection(schema));
+    if (json_) {
+      out_ << SchemaToJsonLine(created);
+    } else {
+      out_ << "created collection " << Quote(created.name()) << ": "
+           << internal::DescribeSchema(created) << "\n";
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CollectionsList() {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> names, client_->ListCollections());
+    if (json_) {
+      Json list = Json::Array();
+      for (const std::string& name : names) list.Push(name);
+      Json json = Json::Object();
+      json.Set("collections", std::move(list));
+      out_ << json.Dump() << "\n";
+    } else {
+      for (const std::string& name : names) out_ << name << "\n";
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CollectionsGet(const std::string& name) {
+    TESSERA_ASSIGN_OR_RETURN(CollectionInfo info, client_->GetCollection(name));
+    if (json_) {
+      Json json = Json::Object();
+      json.Set("schema", internal::SchemaToJson(info.schema));
+      json.Set("stats", internal::StatsToJson(name, info.stats));
+      out_ << json.Dump() << "\n";
+    } else {
+      out_ << "collection " << Quote(info.schema.name()) << ": "
+           << internal::DescribeSchema(info.schema) << "\n";
+      PrintStats(info.stats);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CollectionsDrop(const std::string& name) {
+    TESSERA_RETURN_IF_ERROR(client_->DropCollection(name));
+    out_ << "dropped collection " << Quote(name) << "\n";
+    return absl::OkStatus();
+  }
+
+  absl::Status Ingest(const IngestConfig& config) {
+    TESSERA_ASSIGN_OR_RETURN(IngestSummary summary, RunIngest(*client_, config, err_));
+    if (json_) {
+      out_ << summary.ToJson().Dump() << "\n";
+    } else {
+      out_ << absl::StrFormat(
+          "ingest %s: %d documents: %d stored, %d skipped (already acknowledged), %d failed, "
+          "%d unacknowledged; %.2f s, %.1f docs/s\n",
+          Quote(config.collection), summary.documents, summary.stored, summary.skipped,
+          summary.failures.size(), summary.unacknowledged, summary.seconds,
+          summary.seconds > 0 ? summary.stored / summary.seconds : 0.0);
+    }
+    constexpr size_t kShown = 20;
+    for (size_t i = 0; i < summary.failures.size() && i < kShown; ++i) {
+      const auto& [id, status] = summary.failures[i];
+      err_ << "tessera: document " << Quote(id) << ": " << absl::StatusCodeToString(status.code())
+           << ": " << status.message() << "\n";
+    }
+    if (summary.failures.size() > kShown) {
+      err_ << "tessera: … and " << summary.failures.size() - kShown << " more failed documents\n";
+    }
+    if (summary.ok()) return absl::OkStatus();
+    if (!summary.error.ok()) {
+      return absl::Status(
+          summary.error.code(),
+          absl::StrCat(summary.error.message(), " (", summary.unacknowledged,
+                       " documents unacknowledged; rerun the same command to resume)"));
+    }
+    if (summary.unacknowledged > 0) {
+      return absl::UnavailableError(absl::StrCat(summary.unacknowledged,
+                                                 " documents unacknowledged; rerun the same "
+                                                 "command to resume"));
+    }
+    const absl::Status& first = summary.failures.front().second;
+    return absl::Status(first.code(), absl::StrCat(summary.failures.size(), " of ",
+                                                   summary.documents, " documents failed"));
+  }
+
+  absl::Status Search(const std::string& collection, const std::string& query_path,
+                      SearchOptions options, const std::vector<std::string>& filters) {
+    TESSERA_ASSIGN_OR_RETURN(TokenMatrix query, LoadQuery(query_path));
+    if (!filters.empty()) {
+      // Filter values take the types the schema declares.
+      TESSERA_ASSIGN_OR_RETURN(CollectionInfo info, client_->GetCollection(collection));
+      const std::map<std::string, v1::AttributeType> fields(info.schema.attributes().begin(),
+                                                            info.schema.attributes().end());
+      for (const std::string& expression : filters) {
+        TESSERA_ASSIGN_OR_RETURN(FilterCondition condition,
+                                 internal::ParseFilterExpression(expression, fields));
+        options.filter.all_of.push_back(std::move(condition));
+      }
+    }
+    TESSERA_ASSIGN_OR_RETURN(SearchResult result, client_->Search(collection, query, options));
+    if (json_) {
+      out_ << internal::SearchResultToJson(result, options.explain).Dump() << "\n";
+      return absl::OkStatus();
+    }
+    if (result.hits.empty()) out_ << "no results\n";
+    size_t id_width = 2;
+    for (const SearchHit& hit : result.hits) id_width = std::max(id_width, hit.id.size());
+    if (!result.hits.empty()) {
+      out_ << absl::StrFormat("%4s  %-*s  %12s  %s\n", "rank", static_cast<int>(id_width), "id",
+                              "score", "version");
+    }
+    for (size_t i = 0; i < result.hits.size(); ++i) {
+      const SearchHit& hit = result.hits[i];
+      out_ << absl::StrFormat("%4d  %-*s  %12.6f  %d\n", i + 1, static_cast<int>(id_width), hit.id,
+                              hit.score, hit.version);
+      for (const TokenMatch& match : hit.explanation) {
+        out_ << absl::StrFormat("        query token %d -> vector %d (tokens %s)  %.4f\n",
+                                match.query_token, match.document_vector,
+                                absl::StrJoin(match.covered_tokens, ","), match.similarity);
+      }
+    }
+    out_ << absl::StrFormat(
+        "%d documents scored%s; candidates %.3f ms, fetch %.3f ms, rerank %.3f ms, total %.3f ms\n",
+        result.documents_scored, result.exhaustive ? " (exhaustive)" : "",
+        result.timings.candidates_ms, result.timings.fetch_ms, result.timings.rerank_ms,
+        result.timings.total_ms);
+    return absl::OkStatus();
+  }
+
+  absl::Status Get(const std::string& collection, const std::string& id) {
+    TESSERA_ASSIGN_OR_RETURN(StoredDocument document, client_->Get(collection, id));
+    const bool vectors = args_.Has("vectors");
+    if (json_) {
+      out_ << internal::StoredDocumentToJson(document, vectors).Dump() << "\n";
+      return absl::OkStatus();
+    }
+    out_ << "id          " << document.id << "\n";
+    out_ << "version     " << document.version << "\n";
+    out_ << "tokens      " << document.num_tokens << "\n";
+    out_ << "vectors     " << document.num_vectors << " x " << document.dim << " ("
+         << DtypeToString(document.stored_dtype) << ")\n";
+    out_ << "layout      " << DescribeLayout(document.layout) << "\n";
+    out_ << "attributes ";
+    if (document.attributes.empty()) out_ << " none";
+    for (const auto& [name, value] : document.attributes) {
+      out_ << " " << name << "=" << AttributeValueToString(value);
+    }
+    out_ << "\n";
+    if (vectors) {
+      for (uint32_t v = 0; v < document.num_vectors; ++v) {
+        out_ << absl::StrFormat("[%d]", v);
+        for (uint32_t c = 0; c < document.dim; ++c) {
+          out_ << " " << Json(document.vectors[static_cast<size_t>(v) * document.dim + c]).Dump();
+        }
+        out_ << "\n";
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Delete(const std::string& collection, const std::vector<std::string>& ids) {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<bool> existed, client_->Delete(collection, ids));
+    size_t count = 0;
+    for (bool e : existed) count += e ? 1 : 0;
+    if (json_) {
+      Json json = Json::Object();
+      json.Set("deleted", static_cast<uint64_t>(count));
+      Json flags = Json::Object();
+      for (size_t i = 0; i < ids.size(); ++i) flags.Set(ids[i], static_cast<bool>(existed[i]));
+      json.Set("existed", std::move(flags));
+      out_ << json.Dump() << "\n";
+    } else {
+      out_ << "deleted " << count << " of " << ids.size() << " documents\n";
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Stats(const std::string& collection) {
+    TESSERA_ASSIGN_OR_RETURN(CollectionInfo info, client_->GetCollection(collection));
+    if (json_) {
+      out_ << internal::StatsToJson(collection, info.stats).Dump() << "\n";
+    } else {
+      out_ << "collection " << Quote(collection) << "\n";
+      PrintStats(info.stats);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Flush(const std::string& collection) {
+    TESSERA_RETURN_IF_ERROR(client_->Flush(collection));
+    out_ << "flushed collection " << Quote(collection) << "\n";
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string SchemaToJsonLine(const v1::CollectionSchema& schema) {
+    return internal::SchemaToJson(schema).Dump() + "\n";
+  }
+
+  void PrintStats(const v1::CollectionStats& stats) {
+    out_ << absl::StrFormat("  documents           %s\n", WithThousands(stats.documents()));
+    out_ << absl::StrFormat("  original tokens     %s\n", WithThousands(stats.original_tokens()));
+    out_ << absl::StrFormat("  rerank vectors      %s (%.2f per document)\n",
+                            WithThousands(stats.rerank_vectors()), stats.vectors_per_document());
+    out_ << absl::StrFormat("  candidate vectors   %s\n", WithThousands(stats.candidate_vectors()));
+    out_ << absl::StrFormat(
+        "  disk bytes          %s (%.1f per original token, %.1f per rerank vector)\n",
+        WithThousands(stats.disk_bytes()), stats.disk_bytes_per_original_token(),
+        stats.disk_bytes_per_rerank_vector());
+    out_ << "  candidate indexes   "
+         << (stats.candidate_indexes().empty() ? "none"
+                                               : absl::StrJoin(stats.candidate_indexes(), ", "))
+         << "\n";
+  }
+
+  const ParsedArgs& args_;
+  std::ostream& out_;
+  std::ostream& err_;
+  const bool json_;
+  std::unique_ptr<Client> client_;
+};
+
+absl::StatusOr<IngestConfig> IngestConfigFromArgs(const ParsedArgs& args) {
+  IngestConfig config;
+  config.collection = args.positionals[1];
+  config.npz_path = args.positionals[2];
+  config.meta_path = args.Get("meta").value_or("");
+  config.journal_path = args.Get("journal").value_or("");
+  if (auto v = args.Get("streams")) {
+    TESSERA_ASSIGN_OR_RETURN(uint32_t streams, ParseUint32Flag("streams", *v, 1));
+    config.streams = static_cast<int>(std::min<uint32_t>(streams, 256));
+  }
+  if (auto v = args.Get("batch")) {
+    TESSERA_ASSIGN_OR_RETURN(uint32_t batch, ParseUint32Flag("batch", *v, 1));
+    config.batch_documents = batch;
+  }
+  if (auto v = args.Get("batch-bytes")) {
+    TESSERA_ASSIGN_OR_RETURN(uint32_t bytes, ParseUint32Flag("batch-bytes", *v, 1));
+    config.batch_bytes = bytes;
+  }
+  if (auto v = args.Get("max-rate")) {
+    TESSERA_ASSIGN_OR_RETURN(config.max_rate, ParseDoubleFlag("max-rate", *v));
+  }
+  config.resume = !args.Has("no-resume");
+  config.progress = !args.Has("no-progress");
+  return config;
+}
+
+absl::StatusOr<SearchOptions> SearchOptionsFromArgs(const ParsedArgs& args) {
+  SearchOptions options;
+  if (auto v = args.Get("k")) {
+    TESSERA_ASSIGN_OR_RETURN(options.k, ParseUint32Flag("k", *v, 1));
+  }
+  if (auto v = args.Get("num-candidates")) {
+    TESSERA_ASSIGN_OR_RETURN(options.num_candidates, ParseUint32Flag("num-candidates", *v, 1));
+  }
+  if (auto v = args.Get("per-token-candidates")) {
+    TESSERA_ASSIGN_OR_RETURN(options.per_token_candidates,
+                             ParseUint32Flag("per-token-candidates", *v, 1));
+  }
+  options.exhaustive = args.Has("exhaustive");
+  options.explain = args.Has("explain");
+  return options;
+}
+
+}  // namespace
+
+std::string TesseraUsage() {
+  return R"(usage: tessera [GLOBAL FLAGS] COMMAND [ARGS] [FLAGS]
+
+Global flags:
+  --addr HOST:PORT        server address (default 127.0.0.1:50051)
+  --api-key KEY           API key (default: $TESSERA_API_KEY), sent as "authorization: Bearer KEY"
+  --timeout DURATION      deadline of each call: 30s, 500ms, 2m or seconds; 0 = none (default 30s);
+                          ingest streams have no deadline
+  --tls, --tls-ca FILE, --tls-cert FILE --tls-key FILE, --tls-server-name NAME
+                          TLS (with --tls-ca: that root certificate) and mutual TLS
+
+Commands:
+  collections create NAME --dim D [--pool-factor P] [--pooling MODE] [--dtype fp16|fp32]
+          [--shards S] [--attribute NAME:int64|double|string ...] [--factory F]
+          [--candidates pooled|global] [--candidate-pool-factor P] [--protected-tokens N]
+          [--renormalize] [--keep-special-tokens] [--json]
+      MODE: ward (default) | reference | rows | cols | tile:AxB | window:W:S | global
+  collections list [--json]
+  collections get NAME [--json]                  schema and statistics
+  collections drop NAME
+  ingest NAME FILE.npz [--meta FILE.jsonl] [--streams N] [--batch B] [--batch-bytes BYTES]
+          [--journal PATH] [--no-resume] [--max-rate DOCS_PER_S] [--no-progress] [--json]
+      FILE.npz holds one 2-D float array (tokens x dim) per document, keyed by its id; each line
+      of FILE.jsonl is {"id":…,"attributes":{…},"layout":{"rows":R,"cols":C,"prefix":K,"suffix":K}}.
+      Acknowledged documents are recorded in FILE.npz.tessera-ingest (or --journal PATH); a rerun
+      skips those whose content is unchanged (--no-resume sends everything again).
+  search NAME --query Q.npy [--k K] [--num-candidates N] [--per-token-candidates N]
+          [--exhaustive] [--explain] [--filter EXPR ...] [--json]
+      EXPR: FIELD==V, FIELD!=V, FIELD<V, FIELD<=V, FIELD>V, FIELD>=V, or "FIELD in V1,V2,…"
+  get NAME ID [--vectors] [--json]
+  delete NAME ID... [--json]
+  stats NAME [--json]
+  flush NAME                                     snapshot the collection's candidate indexes
+
+Exit status: 0 success, 1 failure ("tessera: CODE: message" on stderr), 2 usage error.
+)";
+}
+
+int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& err) {
+  auto usage_error = [&](absl::string_view message) {
+    err << "tessera: " << message << "\n(run 'tessera --help' for usage)\n";
+    return kExitUsage;
+  };
+  absl::StatusOr<ParsedArgs> parsed = ParseArgs(arguments, kFlags);
+  if (!parsed.ok()) return usage_error(parsed.status().message());
+  const ParsedArgs& args = *parsed;
+  if (args.Has("help")) {
+    out << TesseraUsage();
+    return kExitOk;
+  }
+  if (args.positionals.empty()) return usage_error("no command given");
+
+  // Find the command: one word, or "collections" and a second word.
+  const CommandSpec* command = nullptr;
+  size_t words = 1;
+  std::string name = args.positionals[0];
+  if (name == "collections") {
+    if (args.positionals.size() < 2) return usage_error("collections needs create|list|get|drop");
+    name = absl::StrCat(name, " ", args.positionals[1]);
+    words = 2;
+  }
+  for (const CommandSpec& spec : Commands()) {
+    if (name == spec.name) command = &spec;
+  }
+  if (command == nullptr) return usage_error(absl::StrCat("unknown command '", name, "'"));
+  const size_t given = args.positionals.size() - words;
+  if (command->positionals >= 0 && given != static_cast<size_t>(command->positionals)) {
+    return usage_error(
+        absl::StrCat("'", name, "' takes ", command->positionals, " argument(s), got ", given));
+  }
+  if (command->positionals < 0 && given < 2) {
+    return usage_error(absl::StrCat("'", name, "' takes a collection and one or more ids"));
+  }
+  for (const auto& [flag, values] : args.flags) {
+    bool allowed = false;
+    for (const char* global : kGlobalFlags) allowed = allowed || flag == global;
+    for (const char* own : command->flags) allowed = allowed || flag == own;
+    if (!allowed) return usage_error(absl::StrCat("--", flag, " is not a flag of '", name, "'"));
+  }
+  if (auto timeout = args.Get("timeout")) {
+    absl::StatusOr<absl::Duration> parsed_timeout = ParseTimeoutFlag("timeout", *timeout);
+    if (!parsed_timeout.ok()) return usage_error(parsed_timeout.status().message());
+  }
+  const std::vector<std::string> operands(args.positionals.begin() + words, args.positionals.end());
+
+  // Everything that can be checked without the server is a usage error.
+  v1::CollectionSchema schema;
+  IngestConfig ingest;
+  SearchOptions search;
+  if (name == "collections create") {
+    absl::StatusOr<v1::CollectionSchema> built = internal::SchemaFromArgs(operands[0], args);
+    if (!built.ok()) return usage_error(built.status().message());
+    schema = *std::move(built);
+  } else if (name == "ingest") {
+    absl::StatusOr<IngestConfig> config = IngestConfigFromArgs(args);
+    if (!config.ok()) return usage_error(config.status().message());
+    ingest = *std::move(config);
+  } else if (name == "search") {
+    if (!args.Has("query")) return usage_error("search needs --query Q.npy");
+    absl::StatusOr<SearchOptions> options = SearchOptionsFromArgs(args);
+    if (!options.ok()) return usage_error(options.status().message());
+    search = *std::move(options);
+  }
+
+  Cli cli(args, out, err);
+  absl::Status status = cli.Connect();
+  if (status.ok()) {
+    if (name == "collections create") {
+      status = cli.CollectionsCreate(operands[0], schema);
+    } else if (name == "collections list") {
+      status = cli.CollectionsList();
+    } else if (name == "collections get") {
+      status = cli.CollectionsGet(operands[0]);
+    } else if (name == "collections drop") {
+      status = cli.CollectionsDrop(operands[0]);
+    } else if (name == "ingest") {
+      status = cli.Ingest(ingest);
+    } else if (name == "search") {
+      status = cli.Search(operands[0], *args.Get("query"), search, args.GetAll("filter"));
+    } else if (name == "get") {
+      status = cli.Get(operands[0], operands[1]);
+    } else if (name == "delete") {
+      status =
+          cli.Delete(operands[0], std::vector<std::string>(operands.begin() + 1, operands.end()));
+    } else if (name == "stats") {
+      status = cli.Stats(operands[0]);
+    } else if (name == "flush") {
+      status = cli.Flush(operands[0]);
+    }
+  }
+  out.flush();
+  if (status.ok()) return kExitOk;
+  err << "tessera: " << absl::StatusCodeToString(status.code()) << ": " << status.message() << "\n";
+  return kExitError;
+}
+
+namespace internal {
+
+absl::StatusOr<v1::CollectionSchema> SchemaFromArgs(const std::string& name,
+                                                    const ParsedArgs& args) {
+  v1::CollectionSchema schema;
+  schema.set_name(name);
+  auto dim = args.Get("dim");
+  if (!dim.has_value()) return Usage("collections create needs --dim D");
+  TESSERA_ASSIGN_OR_RETURN(uint32_t dim_value, ParseUint32Flag("dim", *dim, 1));
+  schema.set_dim(dim_value);
+
+  const std::string dtype = absl::AsciiStrToLower(args.Get("dtype").value_or("fp16"));
+  if (dtype == "fp16" || dtype == "float16") {
+    schema.set_dtype(v1::DTYPE_FLOAT16);
+  } else if (dtype == "fp32" || dtype == "float32") {
+    schema.set_dtype(v1::DTYPE_FLOAT32);
+  } else {
+    return Usage(absl::StrCat("--dtype expects fp16 or fp32, got '", dtype, "'"));
+  }
+
+  const std::string pooling = args.Get("pooling").value_or("ward");
+  const bool hierarchical = pooling == "ward" || pooling == "reference";
+  if (hierarchical) {
+    v1::HierarchicalPooling* h = schema.mutable_hierarchical();
+    h->set_method(pooling == "ward" ? v1::HierarchicalPooling::METHOD_WARD
+                                    : v1::HierarchicalPooling::METHOD_REFERENCE);
+    h->set_pool_factor(2);
+    if (auto p = args.Get("pool-factor")) {
+      TESSERA_ASSIGN_OR_RETURN(uint32_t factor, ParseUint32Flag("pool-factor", *p, 1));
+      h->set_pool_factor(factor);
+    }
+    if (auto p = args.Get("protected-tokens")) {
+      TESSERA_ASSIGN_OR_RETURN(uint32_t tokens, ParseUint32Flag("protected-tokens", *p));
+      h->set_protected_tokens(tokens);
+    }
+    h->set_renormalize(args.Has("renormalize"));
+    if (args.Has("keep-special-tokens")) {
+      return Usage(
+          "--keep-special-tokens applies to spatial pooling (rows, cols, tile, window, "
+          "global)");
+    }
+  } else {
+    v1::SpatialPooling* s = schema.mutable_spatial();
+    const std::vector<std::string> parts = absl::StrSplit(pooling, ':');
+    auto number = [&](const std::string& text, absl::string_view what) -> absl::StatusOr<uint32_t> {
+      uint32_t value = 0;
+      if (!absl::SimpleAtoi(text, &value) || value == 0) {
+        return Usage(
+            absl::StrCat("--pooling ", pooling, ": ", what, " must be a positive integer"));
+      }
+      return value;
+    };
+    if (pooling == "rows") {
+      s->set_mode(v1::SpatialPooling::MODE_ROWS);
+    } else if (pooling == "cols" || pooling == "columns") {
+      s->set_mode(v1::SpatialPooling::MODE_COLUMNS);
+    } else if (pooling == "global") {
+      s->set_mode(v1::SpatialPooling::MODE_GLOBAL);
+    } else if (parts[0] == "tile" && parts.size() == 2) {
+      const std::vector<std::string> sizes = absl::StrSplit(parts[1], 'x');
+      if (sizes.size() != 2) return Usage("--pooling tile:AxB needs two sizes, as in tile:2x2");
+      s->set_mode(v1::SpatialPooling::MODE_TILES);
+      TESSERA_ASSIGN_OR_RETURN(uint32_t rows, number(sizes[0], "A"));
+      TESSERA_ASSIGN_OR_RETURN(uint32_t cols, number(sizes[1], "B"));
+      s->set_tile_rows(rows);
+      s->set_tile_cols(cols);
+    } else if (parts[0] == "window" && parts.size() == 3) {
+      s->set_mode(v1::SpatialPooling::MODE_ROW_WINDOWS);
+      TESSERA_ASSIGN_OR_RETURN(uint32_t rows, number(parts[1], "W"));
+      TESSERA_ASSIGN_OR_RETURN(uint32_t stride, number(parts[2], "S"));
+      s->set_window_rows(rows);
+      s->set_window_stride(stride);
+    } else {
+      return Usage(
+          absl::StrCat("--pooling expects ward, reference, rows, cols, tile:AxB, "
+                       "window:W:S or global, got '",
+                       pooling, "'"));
+    }
+    s->set_keep_special_tokens(args.Has("keep-special-tokens"));
+    s->set_renormalize(args.Has("renormalize"));
+    if (args.Has("pool-factor") || args.Has("protected-tokens")) {
+      return Usage("--pool-factor and --protected-tokens apply to ward and reference pooling");
+    }
+  }
+
+  if (args.Has("candidates") || args.Has("candidate-pool-factor") || args.Has("factory")) {
+    v1::CandidateVectors* candidates = schema.mutable_candidates();
+    const std::string kind = args.Get("candidates").value_or("pooled");
+    if (kind == "pooled") {
+      candidates->set_kind(v1::CandidateVectors::KIND_POOLED);
+    } else if (kind == "global" || kind == "global-mean") {
+      candidates->set_kind(v1::CandidateVectors::KIND_GLOBAL_MEAN);
+      if (args.Has("candidate-pool-factor")) {
+        return Usage("--candidate-pool-factor applies to --candidates pooled");
+      }
+    } else {
+      return Usage(absl::StrCat("--candidates expects pooled or global, got '", kind, "'"));
+    }
+    if (auto p = args.Get("candidate-pool-factor")) {
+      TESSERA_ASSIGN_OR_RETURN(uint32_t factor, ParseUint32Flag("candidate-pool-factor", *p, 1));
+      candidates->set_pool_factor(factor);
+    }
+    candidates->set_factory(args.Get("factory").value_or(""));
+  }
+
+  if (auto shards = args.Get("shards")) {
+    TESSERA_ASSIGN_OR_RETURN(uint32_t count, ParseUint32Flag("shards", *shards, 1));
+    schema.set_num_shards(count);
+  }
+  for (const std::string& attribute : args.GetAll("attribute")) {
+    const size_t colon = attribute.rfind(':');
+    if (colon == std::string::npos || colon == 0) {
+      return Usage(
+          absl::StrCat("--attribute expects NAME:int64|double|string, got '", attribute, "'"));
+    }
+    const std::string field = attribute.substr(0, colon);
+    const std::string type = absl::AsciiStrToLower(attribute.substr(colon + 1));
+    v1::AttributeType parsed;
+    if (type == "int64" || type == "int") {
+      parsed = v1::ATTRIBUTE_TYPE_INT64;
+    } else if (type == "double" || type == "float") {
+      parsed = v1::ATTRIBUTE_TYPE_DOUBLE;
+    } else if (type == "string" || type == "str") {
+      parsed = v1::ATTRIBUTE_TYPE_STRING;
+    } else {
+      return Usage(
+          absl::StrCat("--attribute ", attribute, ": the type must be int64, double or string"));
+    }
+    if (schema.attributes().count(field) > 0) {
+      return Usage(absl::StrCat("--attribute ", field, " is given twice"));
+    }
+    (*schema.mutable_attributes())[field] = parsed;
+  }
+  return schema;
+}
+
+absl::StatusOr<FilterCondition> ParseFilterExpression(
+    absl::string_view expression, const std::map<std::string, v1::AttributeType>& fields) {
+  FilterCondition condition;
+  absl::string_view field;
+  absl::string_view rest;
+  const size_t op_at = expression.find_first_of("=!<>");
+  const size_t in_at = expression.find(" in ");
+  if (in_at != absl::string_view::npos && (op_at == absl::string_view::npos || in_at < op_at)) {
+    field = expression.substr(0, in_at);
+    rest = absl::StripAsciiWhitespace(expression.substr(in_at + 4));
+    condition.op = FilterCondition::Op::kIn;
+    if (rest.size() >= 2 && ((rest.front() == '[' && rest.back() == ']') ||
+                             (rest.front() == '(' && rest.back() == ')'))) {
+      rest = rest.substr(1, rest.size() - 2);
+    }
+  } else if (op_at != absl::string_view::npos) {
+    field = expression.substr(0, op_at);
+    const absl::string_view tail = expression.substr(op_at);
+    struct {
+      absl::string_view text;
+      FilterCondition::Op op;
+    } static constexpr kOps[] = {
+        {"==", FilterCondition::Op::kEq}, {"!=", FilterCondition::Op::kNe},
+        {"<=", FilterCondition::Op::kLe}, {">=", FilterCondition::Op::kGe},
+        {"<", FilterCondition::Op::kLt},  {">", FilterCondition::Op::kGt},
+        {"=", FilterCondition::Op::kEq},
+    };
+    bool matched = false;
+    for (const auto& candidate : kOps) {
+      if (absl::StartsWith(tail, candidate.text)) {
+        condition.op = candidate.op;
+        rest = tail.substr(candidate.text.size());
+        matched = true;
+        break;
+      }
+    }
+    if (!matched) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--filter '", expression, "': unknown operator"));
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--filter '", expression,
+                     "' has no operator; expected FIELD==V, !=, <, <=, >, >= or 'FIELD in V1,V2'"));
+  }
+  field = absl::StripAsciiWhitespace(field);
+  if (field.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--filter '", expression, "' names no field"));
+  }
+  condition.field = std::string(field);
+  if (condition.op == FilterCondition::Op::kIn) {
+    for (const std::string& raw : SplitValues(rest)) {
+      TESSERA_ASSIGN_OR_RETURN(AttributeValue value, ParseFilterValue(field, raw, fields));
+      condition.values.push_back(std::move(value));
+    }
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(AttributeValue value, ParseFilterValue(field, rest, fields));
+    condition.values.push_back(std::move(value));
+  }
+  return condition;
+}
+
+Json AttributesToJson(const Attributes& attributes) {
+  Json json = Json::Object();
+  for (const auto& [name, value] : attributes) {
+    if (const auto* i = std::get_if<int64_t>(&value)) {
+      json.Set(name, *i);
+    } else if (const auto* d = std::get_if<double>(&value)) {
+      json.Set(name, *d);
+    } else {
+      json.Set(name, std::get<std::string>(value));
+    }
+  }
+  return json;
+}
+
+Json SearchResultToJson(const SearchResult& result, bool explain) {
+  Json results = Json::Array();
+  for (const SearchHit& hit : result.hits) {
+    Json entry = Json::Object();
+    entry.Set("id", hit.id);
+    entry.Set("score", hit.score);
+    entry.Set("version", hit.version);
+    if (explain) {
+      Json matches = Json::Array();
+      for (const TokenMatch& match : hit.explanation) {
+        Json m = Json::Object();
+        m.Set("query_token", match.query_token);
+        m.Set("document_vector", match.document_vector);
+        m.Set("similarity", match.similarity);
+        Json covered = Json::Array();
+        for (uint32_t token : match.covered_tokens) covered.Push(token);
+        m.Set("covered_tokens", std::move(covered));
+        matches.Push(std::move(m));
+      }
+      entry.Set("explanation", std::move(matches));
+    }
+    results.Push(std::move(entry));
+  }
+  Json timings = Json::Object();
+  timings.Set("candidates", result.timings.candidates_ms);
+  timings.Set("fetch", result.timings.fetch_ms);
+  timings.Set("rerank", result.timings.rerank_ms);
+  timings.Set("total", result.timings.total_ms);
+  Json json = Json::Object();
+  json.Set("results", std::move(results));
+  json.Set("timings_ms", std::move(timings));
+  json.Set("documents_scored", result.documents_scored);
+  json.Set("exhaustive", result.exhaustive);
+  return json;
+}
+
+Json StoredDocumentToJson(const StoredDocument& document, bool with_vectors) {
+  Json json = Json::Object();
+  json.Set("id", document.id);
+  json.Set("version", document.version);
+  json.Set("num_tokens", document.num_tokens);
+  json.Set("num_vectors", document.num_vectors);
+  json.Set("dim", document.dim);
+  json.Set("dtype", DtypeToString(document.stored_dtype));
+  json.Set("attributes", AttributesToJson(document.attributes));
+  if (document.layout.has_value()) {
+    Json layout = Json::Object();
+    layout.Set("rows", document.layout->rows);
+    layout.Set("cols", document.layout->cols);
+    layout.Set("prefix", document.layout->prefix_tokens);
+    layout.Set("suffix", document.layout->suffix_tokens);
+    json.Set("layout", std::move(layout));
+  } else {
+    json.Set("layout", Json());
+  }
+  if (with_vectors) {
+    Json vectors = Json::Array();
+    for (uint32_t v = 0; v < document.num_vectors; ++v) {
+      Json row = Json::Array();
+      for (uint32_t c = 0; c < document.dim; ++c) {
+        row.Push(document.vectors[static_cast<size_t>(v) * document.dim + c]);
+      }
+      vectors.Push(std::move(row));
+    }
+    json.Set("vectors", std::move(vectors));
+    Json members = Json::Array();
+    for (size_t v = 0; v + 1 < document.member_offsets.size(); ++v) {
+      Json covered = Json::Array();
+      for (uint32_t m = document.member_offsets[v];
+           m < document.member_offsets[v + 1] && m < document.members.size(); ++m) {
+        covered.Push(document.members[m]);
+      }
+      members.Push(std::move(covered));
+    }
+    json.Set("members", std::move(members));
+  }
+  return json;
+}
+
+Json StatsToJson(const std::string& collection, const v1::CollectionStats& stats) {
+  Json json = Json::Object();
+  json.Set("collection", collection);
+  json.Set("documents", stats.documents());
+  json.Set("original_tokens", stats.original_tokens());
+  json.Set("rerank_vectors", stats.rerank_vectors());
+  json.Set("candidate_vectors", stats.candidate_vectors());
+  json.Set("disk_bytes", stats.disk_bytes());
+  json.Set("vectors_per_document", stats.vectors_per_document());
+  json.Set("disk_bytes_per_original_token", stats.disk_bytes_per_original_token());
+  json.Set("disk_bytes_per_rerank_vector", stats.disk_bytes_per_rerank_vector());
+  Json indexes = Json::Array();
+  for (const std::string& index : stats.candidate_indexes()) indexes.Push(index);
+  json.Set("candidate_indexes", std::move(indexes));
+  return json;
+}
+
+Json SchemaToJson(const v1::CollectionSchema& schema) {
+  Json json = Json::Object();
+  json.Set("name", schema.name());
+  json.Set("dim", schema.dim());
+  json.Set("dtype", DtypeToString(schema.dtype()));
+  Json pooling = Json::Object();
+  if (schema.has_spatial()) {
+    const v1::SpatialPooling& s = schema.spatial();
+    pooling.Set("kind", "spatial");
+    pooling.Set("mode", SpatialModeToString(s.mode()));
+    if (s.mode() == v1::SpatialPooling::MODE_TILES) {
+      pooling.Set("tile_rows", s.tile_rows());
+      pooling.Set("tile_cols", s.tile_cols());
+    }
+    if (s.mode() == v1::SpatialPooling::MODE_ROW_WINDOWS) {
+      pooling.Set("window_rows", s.window_rows());
+      pooling.Set("window_stride", s.window_stride());
+    }
+    pooling.Set("keep_special_tokens", s.keep_special_tokens());
+    pooling.Set("renormalize", s.renormalize());
+  } else {
+    const v1::HierarchicalPooling& h = schema.hierarchical();
+    pooling.Set("kind", "hierarchical");
+    pooling.Set("method",
+                h.method() == v1::HierarchicalPooling::METHOD_REFERENCE ? "reference" : "ward");
+    pooling.Set("pool_factor", schema.has_hierarchical() ? h.pool_factor() : 2u);
+    pooling.Set("protected_tokens", h.protected_tokens());
+    pooling.Set("renormalize", h.renormalize());
+  }
+  json.Set("pooling", std::move(pooling));
+  Json candidates = Json::Object();
+  candidates.Set("kind", schema.candidates().kind() == v1::CandidateVectors::KIND_GLOBAL_MEAN
+                             ? "global"
+                             : "pooled");
+  candidates.Set("pool_factor", schema.candidates().pool_factor());
+  candidates.Set("factory", schema.candidates().factory());
+  json.Set("candidates", std::move(candidates));
+  Json attributes = Json::Object();
+  std::map<std::string, v1::AttributeType> sorted(schema.attributes().begin(),
+                                                  schema.attributes().end());
+  for (const auto& [name, type] : sorted) attributes.Set(name, AttributeTypeToString(type));
+  json.Set("attributes", std::move(attributes));
+  json.Set("num_shards", schema.num_shards() == 0 ? 1u : schema.num_shards());
+  return json;
+}
+
+std::string DescribeSchema(const v1::CollectionSchema& schema) {
+  std::string text = absl::StrCat("dim ", schema.dim(), ", ", DtypeToString(schema.dtype()));
+  if (schema.has_spatial()) {
+    const v1::SpatialPooling& s = schema.spatial();
+    absl::StrAppend(&text, ", spatial pooling ", SpatialModeToString(s.mode()));
+    if (s.mode() == v1::SpatialPooling::MODE_TILES) {
+      absl::StrAppend(&text, ":", s.tile_rows(), "x", s.tile_cols());
+    }
+    if (s.mode() == v1::SpatialPooling::MODE_ROW_WINDOWS) {
+      absl::StrAppend(&text, ":", s.window_rows(), ":", s.window_stride());
+    }
+  } else {
+    const v1::HierarchicalPooling& h = schema.hierarchical();
+    absl::StrAppend(&text, ", ",
+                    h.method() == v1::HierarchicalPooling::METHOD_REFERENCE ? "reference" : "ward",
+                    " pooling p=", schema.has_hierarchical() ? h.pool_factor() : 2u);
+  }
+  const v1::CandidateVectors& c = schema.candidates();
+  if (c.kind() == v1::CandidateVectors::KIND_GLOBAL_MEAN) {
+    absl::StrAppend(&text, ", candidates global mean");
+  } else {
+    absl::StrAppend(&text, ", candidates pooled p=", c.pool_factor() == 0 ? 4u : c.pool_factor());
+  }
+  absl::StrAppend(&text, " (", c.factory().empty() ? "auto" : c.factory(), ")");
+  const uint32_t shards = schema.num_shards() == 0 ? 1 : schema.num_shards();
+  absl::StrAppend(&text, ", ", shards, shards == 1 ? " shard" : " shards");
+  if (!schema.attributes().empty()) {
+    std::map<std::string, v1::AttributeType> sorted(schema.attributes().begin(),
+                                                    schema.attributes().end());
+    std::vector<std::string> fields;
+    for (const auto& [name, type] : sorted) {
+      fields.push_back(absl::StrCat(name, ":", AttributeTypeToString(type)));
+    }
+    absl::StrAppend(&text, ", attributes ", absl::StrJoin(fields, " "));
+  }
+  return text;
+}
+
+}  // namespace internal
+}  // namespace tessera
