@@ -97,6 +97,10 @@ std::string Metrics::Render() const {
                   "# HELP tessera_pooling_ratio Original tokens per stored vector since start.\n",
                   "# TYPE tessera_pooling_ratio gauge\n", "tessera_pooling_ratio ",
                   vectors == 0 ? 0.0 : static_cast<double>(tokens) / vectors, "\n");
+  absl::StrAppend(
+      &out, "# HELP tessera_rerank_fallback_total GPU MaxSim calls redone on the CPU.\n",
+      "# TYPE tessera_rerank_fallback_total counter\n", "tessera_rerank_fallback_total ",
+      rerank_fallbacks_.load(std::memory_order_relaxed), "\n");
   for (const auto& [key, value] : gauges_) {
     const std::vector<std::string> parts = absl::StrSplit(key, '\t');
     absl::StrAppend(&out, parts[0], parts[1].empty() ? "" : absl::StrCat("{", parts[1], "}"), " ",

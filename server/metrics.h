@@ -43,6 +43,8 @@ class Metrics {
   void RecordSearchStages(double candidates_ms, double fetch_ms, double rerank_ms);
   void RecordDocuments(int64_t accepted, int64_t rejected, int64_t original_tokens,
                        int64_t stored_vectors);
+  // A GPU MaxSim call that failed and was redone on the CPU.
+  void RecordRerankFallback() { rerank_fallbacks_.fetch_add(1, std::memory_order_relaxed); }
   // Index-wide gauges, refreshed by the caller before rendering.
   void SetGauge(const std::string& name, const std::string& labels, double value);
   std::string Render() const;
@@ -56,6 +58,7 @@ class Metrics {
   Histogram stage_candidates_, stage_fetch_, stage_rerank_;
   std::atomic<uint64_t> documents_accepted_{0}, documents_rejected_{0};
   std::atomic<uint64_t> original_tokens_{0}, stored_vectors_{0};
+  std::atomic<uint64_t> rerank_fallbacks_{0};
 };
 
 // Serves GET /metrics (render() output) and GET /healthz ("ok") over HTTP/1.0 on one thread.

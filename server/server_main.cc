@@ -16,6 +16,7 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/services.h"
+#include "tessera/cuda_maxsim.h"
 #include "tessera/engine.h"
 
 namespace tessera::server {
@@ -46,6 +47,35 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const Serve
   return grpc::SslServerCredentials(options);
 }
 
+// The exact scorer for --rerank_device, and a name for logs. auto: the GPU when one is visible,
+// else the CPU; cuda: the GPU or an error. A GPU scorer falls back to the CPU per call when the
+// device fails; each fallback is logged and counted.
+absl::StatusOr<std::pair<std::shared_ptr<const MaxSimScorer>, std::string>> RerankScorer(
+    const ServerConfig& config, Metrics* metrics) {
+  CpuMaxSimOptions cpu_options;
+  cpu_options.num_threads = config.threads;
+  absl::StatusOr<std::unique_ptr<MaxSimScorer>> cpu = NewCpuMaxSimScorer(cpu_options);
+  if (!cpu.ok()) return cpu.status();
+  std::shared_ptr<const MaxSimScorer> cpu_scorer = std::move(*cpu);
+  if (config.rerank_device == "cpu") return std::make_pair(cpu_scorer, std::string("cpu"));
+  absl::StatusOr<std::unique_ptr<MaxSimScorer>> gpu = NewCudaMaxSimScorer();
+  if (!gpu.ok()) {
+    if (config.rerank_device == "cuda") {
+      return absl::Status(gpu.status().code(),
+                          absl::StrCat("--rerank_device cuda: ", gpu.status().message()));
+    }
+    Log("info", "exact MaxSim on the CPU", {{"reason", std::string(gpu.status().message())}});
+    return std::make_pair(cpu_scorer, std::string("cpu"));
+  }
+  std::shared_ptr<const MaxSimScorer> gpu_scorer = std::move(*gpu);
+  auto scorer = NewFallbackMaxSimScorer(gpu_scorer, cpu_scorer, [metrics](const absl::Status& s) {
+    metrics->RecordRerankFallback();
+    Log("warning", "GPU MaxSim failed; scored on the CPU", {{"error", std::string(s.message())}});
+  });
+  return std::make_pair(std::shared_ptr<const MaxSimScorer>(std::move(scorer)),
+                        std::string("cuda"));
+}
+
 int Fail(const absl::Status& status) {
   Log("error", std::string(status.message()), {{"code", absl::StatusCodeToString(status.code())}});
   return 1;
@@ -65,11 +95,12 @@ int Run(const ServerConfig& config) {
     if (!loaded.ok()) return Fail(loaded.status());
     keys = std::move(*loaded);
   }
-  if (config.rerank_device == "cuda") {
-    return Fail(absl::UnimplementedError(
-        "--rerank_device cuda: this build has no CUDA MaxSim backend; use auto or cpu"));
-  }
+  Metrics metrics;
   EngineOptions engine_options;
+  auto scorer = RerankScorer(config, &metrics);
+  if (!scorer.ok()) return Fail(scorer.status());
+  engine_options.scorer = std::move(scorer->first);
+  const std::string rerank_device = scorer->second;
   engine_options.threads = config.threads;
   engine_options.sync_writes = config.sync_writes;
   engine_options.limits.max_tokens_per_document = config.max_tokens_per_document;
@@ -81,9 +112,8 @@ int Run(const ServerConfig& config) {
   Log("info", "engine open",
       {{"data_dir", config.data_dir},
        {"collections", std::to_string((*engine)->ListCollections().size())},
-       {"rerank_device", "cpu"}});
+       {"rerank_device", rerank_device}});
 
-  Metrics metrics;
   ServiceContext context{engine->get(), &keys, &metrics, config};
   AdminServiceImpl admin(&context);
   IngestServiceImpl ingest(&context);

@@ -63,8 +63,8 @@ TEST(FlagValues, ParseNumbersAndDurations) {
   EXPECT_THAT(ParseTimeoutFlag("timeout", "soon").status().message(), HasSubstr("--timeout"));
 }
 
-int Run(const std::vector<std::string>& args, std::string* out = nullptr,
-        std::string* err = nullptr) {
+int RunCli(const std::vector<std::string>& args, std::string* out = nullptr,
+           std::string* err = nullptr) {
   std::ostringstream out_stream;
   std::ostringstream err_stream;
   const int code = RunTesseraCli(args, out_stream, err_stream);
@@ -76,7 +76,7 @@ int Run(const std::vector<std::string>& args, std::string* out = nullptr,
 TEST(RunTesseraCli, UsageErrorsExitWithTwoBeforeConnecting) {
   std::string out;
   std::string err;
-  EXPECT_EQ(Run({"--help"}, &out), kExitOk);
+  EXPECT_EQ(RunCli({"--help"}, &out), kExitOk);
   EXPECT_THAT(out, HasSubstr("collections create NAME --dim D"));
   const std::vector<std::vector<std::string>> bad = {
       {},
@@ -97,7 +97,7 @@ TEST(RunTesseraCli, UsageErrorsExitWithTwoBeforeConnecting) {
       {"--bogus", "stats", "a"},
   };
   for (const auto& args : bad) {
-    EXPECT_EQ(Run(args, &out, &err), kExitUsage) << ::testing::PrintToString(args);
+    EXPECT_EQ(RunCli(args, &out, &err), kExitUsage) << ::testing::PrintToString(args);
     EXPECT_THAT(err, HasSubstr("tessera: ")) << ::testing::PrintToString(args);
   }
 }
@@ -106,7 +106,7 @@ TEST(RunTesseraCli, ServerErrorsExitWithOneAndTheCode) {
   std::string err;
   // Nothing listens on port 1.
   EXPECT_EQ(
-      Run({"--addr", "127.0.0.1:1", "--timeout", "300ms", "collections", "list"}, nullptr, &err),
+      RunCli({"--addr", "127.0.0.1:1", "--timeout", "300ms", "collections", "list"}, nullptr, &err),
       kExitError);
   EXPECT_THAT(err, HasSubstr("tessera: UNAVAILABLE: "));
 }

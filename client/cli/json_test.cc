@@ -96,7 +96,7 @@ TEST(Json, DumpsCompactly) {
   json.Set("list", std::move(list));
   EXPECT_EQ(json.Dump(),
             R"({"id":"doc \"1\"\n","score":12.5,"small":0.1,"two":2.0,"n":-3,)"
-            R"("big":1.8446744073709552e+19,"nan":null,"inf":null,"list":[true,null,"\u0001"]})");
+            R"("big":18446744073709551616.0,"nan":null,"inf":null,"list":[true,null,"\u0001"]})");
   json.Set("n", 4);  // replaces in place
   EXPECT_EQ(json.members()[4].second.int_value(), 4);
 }

@@ -5,6 +5,7 @@
 #define TESSERA_MAXSIM_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -89,6 +90,13 @@ absl::StatusOr<std::unique_ptr<MaxSimScorer>> NewCpuMaxSimScorer(
 
 // The best instruction set this CPU supports (never kAuto).
 CpuIsa DetectCpuIsa();
+
+// Scores with `primary` and, when a call fails with anything but INVALID_ARGUMENT (a device error,
+// device memory exhausted), passes the failure to `on_fallback` (may be null) and scores the call
+// with `fallback` instead. Thread-safe if both scorers and on_fallback are.
+std::unique_ptr<MaxSimScorer> NewFallbackMaxSimScorer(
+    std::shared_ptr<const MaxSimScorer> primary, std::shared_ptr<const MaxSimScorer> fallback,
+    std::function<void(const absl::Status&)> on_fallback);
 
 }  // namespace tessera
 

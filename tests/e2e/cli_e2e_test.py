@@ -1,0 +1,314 @@
+"""End-to-end test of the `tessera` command line against the real tessera-server.
+
+Starts tessera-server on a loopback port it picks itself (--listen 127.0.0.1:0, read back from its
+"tessera-server listening on HOST:PORT" line) with a temporary data dir, then drives only the CLI:
+collections create/list/get/drop, ingest of a generated .npz of 300 documents with a JSONL sidecar
+over 2 streams, search/get/stats --json, a SIGKILL of the CLI halfway through an ingest followed by
+a rerun that the resume journal turns into "send only the rest" (the final count is exact), a
+changed document being resent, and exit codes.
+
+    /usr/bin/python3 tests/e2e/cli_e2e_test.py --server build/bin/tessera-server \
+        --cli build/bin/tessera [unittest args]
+
+Needs Debian's python3 with python3-numpy; nothing else (not the Python client).
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import numpy as np
+
+SERVER = None
+CLI = None
+NUM_DOCS = 300
+DIM = 32
+_LISTENING = re.compile(r"tessera-server listening on (\S+):(\d+)")
+
+
+def make_corpus(directory, seed=7):
+    """Writes docs.npz (one 2-D array per document; every fifth one float16) and docs.jsonl (its
+    attributes and patch layouts: prefix 1, rows x 4 patches, suffix 0 or 1); returns the arrays
+    and the sidecar entries by id."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    meta = {}
+    for i in range(NUM_DOCS):
+        doc_id = f"doc-{i:03d}"
+        rows, cols, prefix, suffix = int(rng.integers(2, 5)), 4, 1, i % 2
+        tokens = prefix + rows * cols + suffix
+        matrix = rng.standard_normal((tokens, DIM)).astype(np.float32)
+        matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+        arrays[doc_id] = matrix.astype(np.float16) if i % 5 == 0 else matrix
+        meta[doc_id] = {
+            "id": doc_id,
+            "attributes": {"group": i % 3, "title": f"document {i}", "weight": i / 10},
+            "layout": {"rows": rows, "cols": cols, "prefix": prefix, "suffix": suffix},
+        }
+    np.savez(os.path.join(directory, "docs.npz"), **arrays)
+    write_jsonl(os.path.join(directory, "docs.jsonl"), meta.values())
+    return arrays, meta
+
+
+def write_jsonl(path, entries):
+    with open(path, "w", encoding="utf-8") as f:
+        for entry in entries:
+            f.write(json.dumps(entry) + "\n")
+
+
+def journal_entries(path):
+    """The (id, hash) lines of an ingest journal, header excluded, torn last line ignored (a
+    journal still without its whole header line has none)."""
+    with open(path, "rb") as f:
+        data = f.read().decode("utf-8", "replace")
+    lines = data.split("\n")[:-1]  # the part after the last newline is torn or empty
+    if not lines:
+        return []
+    assert lines[0].startswith("# tessera-ingest journal v1 collection="), lines[0]
+    return [tuple(line.split(" ")) for line in lines[1:]]
+
+
+class CliEndToEndTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp(prefix="tessera-cli-e2e-")
+        cls.arrays, cls.meta = make_corpus(cls.work)
+        cls.server_log = os.path.join(cls.work, "server.log")
+        log = open(cls.server_log, "wb")
+        cls.server = subprocess.Popen(
+            [SERVER, "--data_dir", os.path.join(cls.work, "data"), "--listen", "127.0.0.1:0",
+             "--metrics_listen", "127.0.0.1:0", "--threads", "2"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        deadline = time.monotonic() + 60
+        while True:
+            match = _LISTENING.search(cls.read_server_log())
+            if match:
+                break
+            if cls.server.poll() is not None or time.monotonic() > deadline:
+                cls.server.kill()
+                raise AssertionError("tessera-server did not start:\n" +
+                                     cls.read_server_log()[-4000:])
+            time.sleep(0.05)
+        cls.addr = f"{match.group(1)}:{match.group(2)}"
+        # Serving once a call succeeds.
+        while cls.cli_raw(["collections", "list"]).returncode != 0:
+            if time.monotonic() > deadline:
+                raise AssertionError("tessera-server not answering:\n" +
+                                     cls.read_server_log()[-4000:])
+            time.sleep(0.1)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.kill()
+        cls.server.wait()
+        shutil.rmtree(cls.work, ignore_errors=True)
+
+    @classmethod
+    def read_server_log(cls):
+        with open(cls.server_log, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    @classmethod
+    def cli_command(cls, args):
+        return [CLI, "--addr", cls.addr, "--timeout", "60s", *args]
+
+    @classmethod
+    def cli_raw(cls, args, timeout=120):
+        return subprocess.run(cls.cli_command(args), capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def cli(self, *args, expect=0):
+        result = self.cli_raw(list(args))
+        self.assertEqual(result.returncode, expect,
+                         f"tessera {' '.join(args)}\nstdout: {result.stdout}\n"
+                         f"stderr: {result.stderr}\nserver: {self.read_server_log()[-2000:]}")
+        return result
+
+    def cli_json(self, *args):
+        return json.loads(self.cli(*args, "--json").stdout)
+
+    def create(self, name):
+        self.cli("collections", "create", name, "--dim", str(DIM), "--pool-factor", "2",
+                 "--attribute", "group:int64", "--attribute", "title:string",
+                 "--attribute", "weight:double")
+
+    def query_file(self, doc_id):
+        path = os.path.join(self.work, f"query-{doc_id}.npy")
+        np.save(path, self.arrays[doc_id].astype(np.float32))
+        return path
+
+    # ---------------------------------------------------------------------------------------
+
+    def test_ingest_search_get_stats_drop(self):
+        self.create("papers")
+        self.assertIn("papers", self.cli_json("collections", "list")["collections"])
+        npz = os.path.join(self.work, "docs.npz")
+        journal = os.path.join(self.work, "papers.journal")
+        summary = self.cli_json("ingest", "papers", npz, "--meta",
+                                os.path.join(self.work, "docs.jsonl"), "--streams", "2",
+                                "--batch", "16", "--journal", journal)
+        self.assertEqual(summary["documents"], NUM_DOCS)
+        self.assertEqual(summary["stored"], NUM_DOCS)
+        self.assertEqual(summary["skipped"], 0)
+        self.assertEqual(summary["failed"], 0)
+        self.assertEqual(summary["unacknowledged"], 0)
+        self.assertIsNone(summary["error"])
+        self.assertEqual(len(journal_entries(journal)), NUM_DOCS)
+
+        stats = self.cli_json("stats", "papers")
+        self.assertEqual(stats["documents"], NUM_DOCS)
+        self.assertEqual(stats["original_tokens"], sum(a.shape[0] for a in self.arrays.values()))
+        for field in ("rerank_vectors", "candidate_vectors", "disk_bytes", "vectors_per_document",
+                      "disk_bytes_per_original_token", "disk_bytes_per_rerank_vector",
+                      "candidate_indexes"):
+            self.assertIn(field, stats)
+        self.assertLess(stats["rerank_vectors"], stats["original_tokens"])  # pooled (p=2)
+
+        # A document's own tokens find it first, by the cascade and exhaustively.
+        for doc_id in ("doc-017", "doc-100", "doc-299"):
+            for extra in ([], ["--exhaustive"]):
+                result = self.cli_json("search", "papers", "--query", self.query_file(doc_id),
+                                       "--k", "5", *extra)
+                self.assertEqual(len(result["results"]), 5, result)
+                self.assertEqual(result["results"][0]["id"], doc_id, result)
+                scores = [hit["score"] for hit in result["results"]]
+                self.assertEqual(scores, sorted(scores, reverse=True))
+                self.assertEqual(set(result["timings_ms"]),
+                                 {"candidates", "fetch", "rerank", "total"})
+        explained = self.cli_json("search", "papers", "--query", self.query_file("doc-017"),
+                                  "--k", "2", "--explain")
+        explanation = explained["results"][0]["explanation"]
+        self.assertEqual(len(explanation), self.arrays["doc-017"].shape[0])
+        self.assertEqual({"query_token", "document_vector", "similarity", "covered_tokens"},
+                         set(explanation[0]))
+        # Filters take the schema's types: doc-017 is in group 2.
+        filtered = self.cli_json("search", "papers", "--query", self.query_file("doc-017"),
+                                 "--k", "10", "--filter", "group==1", "--filter", "weight>=10")
+        self.assertTrue(filtered["results"])
+        for hit in filtered["results"]:
+            i = int(hit["id"].split("-")[1])
+            self.assertEqual(i % 3, 1)
+            self.assertGreaterEqual(i / 10, 10)
+        human = self.cli("search", "papers", "--query", self.query_file("doc-017"), "--k", "3")
+        self.assertIn("doc-017", human.stdout.splitlines()[1])
+
+        document = self.cli_json("get", "papers", "doc-017")
+        self.assertEqual(document["id"], "doc-017")
+        self.assertEqual(document["version"], 1)
+        self.assertEqual(document["num_tokens"], self.arrays["doc-017"].shape[0])
+        self.assertEqual(document["num_vectors"], self.arrays["doc-017"].shape[0] // 2)
+        self.assertEqual(document["attributes"], self.meta["doc-017"]["attributes"])
+        self.assertEqual(document["layout"], self.meta["doc-017"]["layout"])
+        self.assertNotIn("vectors", document)
+        with_vectors = self.cli_json("get", "papers", "doc-017", "--vectors")
+        vectors = np.array(with_vectors["vectors"], dtype=np.float32)
+        self.assertEqual(vectors.shape, (document["num_vectors"], DIM))
+        covered = sorted(t for members in with_vectors["members"] for t in members)
+        self.assertEqual(covered, list(range(document["num_tokens"])))
+
+        # A rerun sends nothing; a changed document (new attribute value) is sent again.
+        again = self.cli_json("ingest", "papers", npz, "--meta",
+                              os.path.join(self.work, "docs.jsonl"), "--journal", journal)
+        self.assertEqual((again["stored"], again["skipped"], again["failed"]), (0, NUM_DOCS, 0))
+        changed = dict(self.meta)
+        changed["doc-042"] = json.loads(json.dumps(self.meta["doc-042"]))
+        changed["doc-042"]["attributes"]["title"] = "a new title"
+        changed_path = os.path.join(self.work, "changed.jsonl")
+        write_jsonl(changed_path, changed.values())
+        resent = self.cli_json("ingest", "papers", npz, "--meta", changed_path,
+                               "--journal", journal)
+        self.assertEqual((resent["stored"], resent["skipped"]), (1, NUM_DOCS - 1))
+        updated = self.cli_json("get", "papers", "doc-042")
+        self.assertEqual(updated["attributes"]["title"], "a new title")
+        self.assertEqual(updated["version"], 2)
+        self.assertEqual(self.cli_json("stats", "papers")["documents"], NUM_DOCS)
+
+        self.cli("collections", "drop", "papers")
+        self.assertNotIn("papers", self.cli_json("collections", "list")["collections"])
+
+    def test_killed_ingest_resumes_without_duplicates(self):
+        self.create("resume")
+        npz = os.path.join(self.work, "docs.npz")
+        journal = os.path.join(self.work, "resume.journal")
+        meta = os.path.join(self.work, "docs.jsonl")
+        # Throttled so that it is surely still running when killed.
+        process = subprocess.Popen(
+            self.cli_command(["ingest", "resume", npz, "--meta", meta, "--streams", "2",
+                              "--batch", "4", "--journal", journal, "--max-rate", "150"]),
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while True:
+            entries = journal_entries(journal) if os.path.exists(journal) else []
+            if len(entries) >= 60:
+                break
+            self.assertIsNone(process.poll(), "the ingest ended before it could be killed")
+            self.assertLess(time.monotonic(), deadline, "the ingest made no progress")
+            time.sleep(0.01)
+        process.send_signal(signal.SIGKILL)
+        self.assertEqual(process.wait(), -signal.SIGKILL)
+
+        acknowledged = journal_entries(journal)
+        self.assertGreaterEqual(len(acknowledged), 60)
+        self.assertLess(len(acknowledged), NUM_DOCS, "the ingest finished before the kill")
+        stored_before = self.cli_json("stats", "resume")["documents"]
+        self.assertGreaterEqual(stored_before, len(acknowledged))
+
+        summary = self.cli_json("ingest", "resume", npz, "--meta", meta, "--streams", "2",
+                                "--journal", journal)
+        self.assertEqual(summary["skipped"], len(acknowledged))
+        self.assertEqual(summary["stored"], NUM_DOCS - len(acknowledged))
+        self.assertEqual(summary["failed"], 0)
+        self.assertEqual(summary["unacknowledged"], 0)
+        self.assertEqual(self.cli_json("stats", "resume")["documents"], NUM_DOCS)
+        self.assertEqual(len({doc_id for doc_id, _ in journal_entries(journal)}), NUM_DOCS)
+        # Documents acknowledged before the kill were not sent again.
+        for doc_id, _ in (acknowledged[0], acknowledged[len(acknowledged) // 2], acknowledged[-1]):
+            self.assertEqual(self.cli_json("get", "resume", doc_id)["version"], 1, doc_id)
+        self.cli("collections", "drop", "resume")
+
+    def test_errors_and_exit_codes(self):
+        result = self.cli("stats", "no-such-collection", expect=1)
+        self.assertTrue(result.stderr.startswith("tessera: NOT_FOUND: "), result.stderr)
+        result = self.cli("collections", "create", "x", "--dim", "8", "--pooling", "diag",
+                          expect=2)
+        self.assertIn("--pooling", result.stderr)
+        self.cli("frobnicate", expect=2)
+        # A collection of another dimension rejects every document; each is reported.
+        self.cli("collections", "create", "narrow", "--dim", "16")
+        result = self.cli("ingest", "narrow", os.path.join(self.work, "docs.npz"),
+                          "--journal", os.path.join(self.work, "narrow.journal"), "--json",
+                          expect=1)
+        summary = json.loads(result.stdout)
+        self.assertEqual(summary["failed"], NUM_DOCS)
+        self.assertEqual(summary["stored"], 0)
+        self.assertEqual(summary["failures"][0]["code"], "INVALID_ARGUMENT")
+        self.assertIn("tessera: document 'doc-000': INVALID_ARGUMENT:", result.stderr)
+        self.assertEqual(journal_entries(os.path.join(self.work, "narrow.journal")), [])
+        self.cli("collections", "drop", "narrow")
+
+
+def main():
+    global SERVER, CLI
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--cli", required=True)
+    args, rest = parser.parse_known_args()
+    SERVER, CLI = os.path.abspath(args.server), os.path.abspath(args.cli)
+    for binary in (SERVER, CLI):
+        if not os.access(binary, os.X_OK):
+            sys.stderr.write(f"{binary} is not an executable\n")
+            sys.exit(1)
+    unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
