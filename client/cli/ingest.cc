@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -538,6 +539,12 @@ absl::StatusOr<IngestSummary> RunIngest(Client& client, const IngestConfig& conf
   IngestSummary outcome;
   run.Collect(&outcome);
   summary.stored = outcome.stored;
+  // Streams finish in any order; report failures in the archive's.
+  absl::flat_hash_map<std::string, size_t> position;
+  for (size_t i = 0; i < input.items.size(); ++i) position[input.items[i].id] = i;
+  std::stable_sort(
+      outcome.failures.begin(), outcome.failures.end(),
+      [&](const auto& a, const auto& b) { return position[a.first] < position[b.first]; });
   for (auto& failure : outcome.failures) summary.failures.push_back(std::move(failure));
   summary.unacknowledged = outcome.unacknowledged;
   summary.error = outcome.error;

@@ -51,19 +51,48 @@ double LiveRowMin(const double* row, const double* size, int32_t n) {
 
 // Row y of the merged cluster: SciPy's `_ward(d_xi, d_yi, d_xy, size_x, size_y, size_i)` for every
 // live cluster i, in SciPy's association order (vector division and square root are correctly
-// rounded, so every clone gives SciPy's bits); entries of dropped clusters (size 0) become +inf.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void WardUpdateRow(
-    const double* row_x, double* row_y, const double* size, int32_t n, double d_xy, double size_x,
-    double size_y) {
-#pragma omp simd
-  for (int32_t i = 0; i < n; ++i) {
-    const double size_i = size[i];
-    const double t = 1.0 / (size_x + size_y + size_i);
-    const double radicand = (size_i + size_x) * t * row_x[i] * row_x[i] +
-                            (size_i + size_y) * t * row_y[i] * row_y[i] - size_i * t * d_xy * d_xy;
-    const double updated = radicand > 0.0 ? std::sqrt(radicand) : 0.0;
-    row_y[i] = size_i == 0.0 ? kInf : updated;
+// rounded, so every instruction set gives SciPy's bits); entries of dropped clusters (size 0)
+// become +inf. Compiled once per instruction set and chosen at run time (not with target_clones:
+// its ifunc resolvers run before sanitizer runtimes start).
+#define TESSERA_WARD_UPDATE_ROW_BODY                                      \
+  _Pragma("omp simd") for (int32_t i = 0; i < n; ++i) {                   \
+    const double size_i = size[i];                                        \
+    const double t = 1.0 / (size_x + size_y + size_i);                    \
+    const double radicand = (size_i + size_x) * t * row_x[i] * row_x[i] + \
+                            (size_i + size_y) * t * row_y[i] * row_y[i] - \
+                            size_i * t * d_xy * d_xy;                     \
+    const double updated = radicand > 0.0 ? std::sqrt(radicand) : 0.0;    \
+    row_y[i] = size_i == 0.0 ? kInf : updated;                            \
   }
+
+__attribute__((target("avx512f"))) void WardUpdateRowAvx512(const double* row_x, double* row_y,
+                                                            const double* size, int32_t n,
+                                                            double d_xy, double size_x,
+                                                            double size_y) {
+  TESSERA_WARD_UPDATE_ROW_BODY
+}
+
+__attribute__((target("avx2"))) void WardUpdateRowAvx2(const double* row_x, double* row_y,
+                                                       const double* size, int32_t n, double d_xy,
+                                                       double size_x, double size_y) {
+  TESSERA_WARD_UPDATE_ROW_BODY
+}
+
+void WardUpdateRowPortable(const double* row_x, double* row_y, const double* size, int32_t n,
+                           double d_xy, double size_x, double size_y) {
+  TESSERA_WARD_UPDATE_ROW_BODY
+}
+
+#undef TESSERA_WARD_UPDATE_ROW_BODY
+
+void WardUpdateRow(const double* row_x, double* row_y, const double* size, int32_t n, double d_xy,
+                   double size_x, double size_y) {
+  static const int isa = __builtin_cpu_supports("avx512f") ? 2
+                         : __builtin_cpu_supports("avx2")  ? 1
+                                                           : 0;
+  if (isa == 2) return WardUpdateRowAvx512(row_x, row_y, size, n, d_xy, size_x, size_y);
+  if (isa == 1) return WardUpdateRowAvx2(row_x, row_y, size, n, d_xy, size_x, size_y);
+  WardUpdateRowPortable(row_x, row_y, size, n, d_xy, size_x, size_y);
 }
 
 }  // namespace
