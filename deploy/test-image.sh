@@ -103,7 +103,7 @@ if ! { probe -- || probe -- "${limits[@]}" ||
 fi
 log "podman options: ${PODMAN[*]:1} run ${RUN_OPTS[*]}"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 GRPC_PORT="$(free_port)"
 METRICS_PORT="$(free_port)"
 while [ "$METRICS_PORT" = "$GRPC_PORT" ]; do METRICS_PORT="$(free_port)"; done
@@ -286,7 +286,7 @@ def main():
 if __name__ == "__main__":
     main()
 PY
-py() { PYTHONPATH="$TMP/stubs" python3 "$TMP/check.py" "$@"; }
+py() { PYTHONPATH="$TMP/stubs" /usr/bin/python3 "$TMP/check.py" "$@"; }
 py generate "$TMP/in" "$DOCS" "$DIM" || fail "generating test data (python3-numpy?)"
 phase_done "data"
 
@@ -340,7 +340,7 @@ if [ "$CLIENT" = cli ]; then
   cli collections create "$COLLECTION" --dim "$DIM" || fail "tessera collections create"
   cli ingest "$COLLECTION" /in/docs.npz </dev/null 2>&1 | tail -n 3 >&2
   [ "${PIPESTATUS[0]}" -eq 0 ] || fail "tessera ingest"
-  for q in $(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))))' "$TMP/in/expected.json"); do
+  for q in $(/usr/bin/python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))))' "$TMP/in/expected.json"); do
     cli search "$COLLECTION" --query "/in/$q" --k "$K" --json >"$TMP/in/cli-$q.json" ||
       fail "tessera search --query $q"
   done

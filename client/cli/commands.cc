@@ -278,8 +278,9 @@ class Cli {
     if (auto timeout = args_.Get("timeout")) {
       TESSERA_ASSIGN_OR_RETURN(options.timeout, ParseTimeoutFlag("timeout", *timeout));
     }
-    options.connect_timeout =
-        options.timeout == absl::InfiniteDuration() ? absl::Seconds(30) : options.timeout;
+    // Connect lazily: a call to a server that is down then fails at once with UNAVAILABLE (and
+    // the transport's reason) instead of waiting out a connect timeout.
+    options.connect_timeout = absl::ZeroDuration();
     options.use_tls = args_.Has("tls");
     options.tls_root_cert_file = args_.Get("tls-ca").value_or("");
     options.tls_client_cert_file = args_.Get("tls-cert").value_or("");
@@ -577,8 +578,9 @@ Commands:
   collections drop NAME
   ingest NAME FILE.npz [--meta FILE.jsonl] [--streams N] [--batch B] [--batch-bytes BYTES]
           [--journal PATH] [--no-resume] [--max-rate DOCS_PER_S] [--no-progress] [--json]
-      FILE.npz holds one 2-D float array (tokens x dim) per document, keyed by its id; each line
-      of FILE.jsonl is {"id":…,"attributes":{…},"layout":{"rows":R,"cols":C,"prefix":K,"suffix":K}}.
+      FILE.npz holds one 2-D float array (tokens x dim) per document, keyed by its id (a .npy
+      file is one document named by its stem); each line of FILE.jsonl is
+      {"id":…,"attributes":{…},"layout":{"rows":R,"cols":C,"prefix":K,"suffix":K}}.
       Acknowledged documents are recorded in FILE.npz.tessera-ingest (or --journal PATH); a rerun
       skips those whose content is unchanged (--no-resume sends everything again).
   search NAME --query Q.npy [--k K] [--num-candidates N] [--per-token-candidates N]

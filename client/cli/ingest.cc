@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <deque>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -466,7 +467,14 @@ absl::StatusOr<IngestSummary> RunIngest(Client& client, const IngestConfig& conf
     TESSERA_ASSIGN_OR_RETURN(std::string text, ReadTextFile(config.meta_path, "sidecar"));
     TESSERA_ASSIGN_OR_RETURN(meta, ParseMetaJsonl(text, config.meta_path, attribute_types));
   }
-  TESSERA_ASSIGN_OR_RETURN(NpzEntries entries, ReadNpzFile(config.npz_path));
+  NpzEntries entries;
+  if (absl::EndsWith(config.npz_path, ".npy")) {
+    // One document, named by the file's stem (as tessera-pool does).
+    TESSERA_ASSIGN_OR_RETURN(NpyArray array, ReadNpyFile(config.npz_path));
+    entries.emplace_back(std::filesystem::path(config.npz_path).stem().string(), std::move(array));
+  } else {
+    TESSERA_ASSIGN_OR_RETURN(entries, ReadNpzFile(config.npz_path));
+  }
   IngestInput input = PrepareIngestInput(std::move(entries), std::move(meta));
   if (input.unmatched_meta > 0) {
     err << "tessera: warning: " << input.unmatched_meta << " sidecar entries name no array of "

@@ -26,7 +26,7 @@ namespace tessera {
 
 struct IngestConfig {
   std::string collection;
-  std::string npz_path;
+  std::string npz_path;      // .npz (one array per document), or .npy (one document: its stem)
   std::string meta_path;     // JSONL sidecar; empty for none
   std::string journal_path;  // empty: npz_path + ".tessera-ingest"
   int streams = 2;

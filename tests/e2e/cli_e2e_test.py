@@ -4,8 +4,9 @@ Starts tessera-server on a loopback port it picks itself (--listen 127.0.0.1:0, 
 "tessera-server listening on HOST:PORT" line) with a temporary data dir, then drives only the CLI:
 collections create/list/get/drop, ingest of a generated .npz of 300 documents with a JSONL sidecar
 over 2 streams, search/get/stats --json, a SIGKILL of the CLI halfway through an ingest followed by
-a rerun that the resume journal turns into "send only the rest" (the final count is exact), a
-changed document being resent, and exit codes.
+a rerun that the resume journal turns into "send only the rest" (the final count is exact), the
+same after a SIGKILL of the server and its restart, a changed document being resent, and exit
+codes.
 
     /usr/bin/python3 tests/e2e/cli_e2e_test.py --server build/bin/tessera-server \
         --cli build/bin/tessera [unittest args]
@@ -76,46 +77,69 @@ def journal_entries(path):
     return [tuple(line.split(" ")) for line in lines[1:]]
 
 
-class CliEndToEndTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.work = tempfile.mkdtemp(prefix="tessera-cli-e2e-")
-        cls.arrays, cls.meta = make_corpus(cls.work)
-        cls.server_log = os.path.join(cls.work, "server.log")
-        log = open(cls.server_log, "wb")
-        cls.server = subprocess.Popen(
-            [SERVER, "--data_dir", os.path.join(cls.work, "data"), "--listen", "127.0.0.1:0",
+class Server:
+    """One tessera-server process on a loopback port of its choosing, over `data_dir`."""
+
+    def __init__(self, data_dir, log_path):
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.process = None
+        self.addr = None
+
+    def start(self):
+        log = open(self.log_path, "ab")
+        offset = log.tell()
+        self.process = subprocess.Popen(
+            [SERVER, "--data_dir", self.data_dir, "--listen", "127.0.0.1:0",
              "--metrics_listen", "127.0.0.1:0", "--threads", "2"],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
         deadline = time.monotonic() + 60
         while True:
-            match = _LISTENING.search(cls.read_server_log())
+            match = _LISTENING.search(self.log()[offset:])
             if match:
                 break
-            if cls.server.poll() is not None or time.monotonic() > deadline:
-                cls.server.kill()
-                raise AssertionError("tessera-server did not start:\n" +
-                                     cls.read_server_log()[-4000:])
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.kill()
+                raise AssertionError("tessera-server did not start:\n" + self.log()[-4000:])
             time.sleep(0.05)
-        cls.addr = f"{match.group(1)}:{match.group(2)}"
+        self.addr = f"{match.group(1)}:{match.group(2)}"
         # Serving once a call succeeds.
-        while cls.cli_raw(["collections", "list"]).returncode != 0:
+        while subprocess.run([CLI, "--addr", self.addr, "collections", "list"],
+                             capture_output=True, stdin=subprocess.DEVNULL).returncode != 0:
             if time.monotonic() > deadline:
-                raise AssertionError("tessera-server not answering:\n" +
-                                     cls.read_server_log()[-4000:])
+                raise AssertionError("tessera-server not answering:\n" + self.log()[-4000:])
             time.sleep(0.1)
+        return self
+
+    def kill(self):
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+
+    def log(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+
+class CliEndToEndTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.work = tempfile.mkdtemp(prefix="tessera-cli-e2e-")
+        cls.arrays, cls.meta = make_corpus(cls.work)
+        cls.server = Server(os.path.join(cls.work, "data"),
+                            os.path.join(cls.work, "server.log")).start()
+        cls.addr = cls.server.addr
 
     @classmethod
     def tearDownClass(cls):
         cls.server.kill()
-        cls.server.wait()
         shutil.rmtree(cls.work, ignore_errors=True)
 
     @classmethod
     def read_server_log(cls):
-        with open(cls.server_log, "rb") as f:
-            return f.read().decode("utf-8", "replace")
+        return cls.server.log()
 
     @classmethod
     def cli_command(cls, args):
@@ -274,6 +298,57 @@ class CliEndToEndTest(unittest.TestCase):
         for doc_id, _ in (acknowledged[0], acknowledged[len(acknowledged) // 2], acknowledged[-1]):
             self.assertEqual(self.cli_json("get", "resume", doc_id)["version"], 1, doc_id)
         self.cli("collections", "drop", "resume")
+
+    def test_server_killed_during_ingest_then_resumed(self):
+        """SIGKILL the server mid-ingest: the CLI reports the unacknowledged documents and exits
+        1; after a restart on the same data dir, a rerun sends the rest and nothing acknowledged
+        is lost or duplicated."""
+        server = Server(os.path.join(self.work, "data-crash"),
+                        os.path.join(self.work, "server-crash.log")).start()
+        try:
+            base = [CLI, "--addr", server.addr, "--timeout", "60s"]
+            subprocess.run(base + ["collections", "create", "crash", "--dim", str(DIM)],
+                           check=True, capture_output=True)
+            npz = os.path.join(self.work, "docs.npz")
+            journal = os.path.join(self.work, "crash.journal")
+            process = subprocess.Popen(
+                base + ["ingest", "crash", npz, "--batch", "4", "--journal", journal,
+                        "--max-rate", "150", "--json"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                stdin=subprocess.DEVNULL)
+            deadline = time.monotonic() + 60
+            while len(journal_entries(journal) if os.path.exists(journal) else []) < 60:
+                self.assertIsNone(process.poll(), "the ingest ended before the server was killed")
+                self.assertLess(time.monotonic(), deadline, "the ingest made no progress")
+                time.sleep(0.01)
+            server.kill()
+            stdout, stderr = process.communicate(timeout=60)
+            self.assertEqual(process.returncode, 1, stderr)
+            summary = json.loads(stdout)
+            self.assertIn("rerun the same command to resume", stderr)
+            self.assertIsNotNone(summary["error"])
+            self.assertEqual(summary["stored"] + summary["unacknowledged"], NUM_DOCS)
+            acknowledged = journal_entries(journal)
+            self.assertEqual(len(acknowledged), summary["stored"])
+
+            server.start()
+            base = [CLI, "--addr", server.addr, "--timeout", "60s"]
+            rerun = subprocess.run(base + ["ingest", "crash", npz, "--journal", journal, "--json"],
+                                   capture_output=True, text=True)
+            self.assertEqual(rerun.returncode, 0, rerun.stderr)
+            again = json.loads(rerun.stdout)
+            self.assertEqual(again["skipped"], len(acknowledged))
+            self.assertEqual(again["stored"], NUM_DOCS - len(acknowledged))
+            stats = json.loads(subprocess.run(base + ["stats", "crash", "--json"], check=True,
+                                              capture_output=True, text=True).stdout)
+            self.assertEqual(stats["documents"], NUM_DOCS)
+            for doc_id, _ in (acknowledged[0], acknowledged[-1]):
+                document = json.loads(subprocess.run(
+                    base + ["get", "crash", doc_id, "--json"], check=True, capture_output=True,
+                    text=True).stdout)
+                self.assertEqual(document["version"], 1, doc_id)
+        finally:
+            server.kill()
 
     def test_errors_and_exit_codes(self):
         result = self.cli("stats", "no-such-collection", expect=1)
