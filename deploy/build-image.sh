@@ -29,7 +29,7 @@ for arg in "$@"; do
   case "$arg" in
     --no-cache) NO_CACHE=(--no-cache) ;;
     --force-base) FORCE_BASE=(--force) ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "build-image.sh: unknown argument '$arg'" >&2; exit 2 ;;
   esac
 done
