@@ -3,7 +3,8 @@
 // at k = 10 with default parameters, recall@10 against exhaustive search, and storage figures.
 //
 //   tessera-bench-index [--docs N] [--tokens T] [--dim D] [--queries Q] [--recall_queries R]
-//                       [--pool_factor P] [--data_dir DIR] [--json FILE] [--threads N]
+//                       [--pool_factor P] [--candidates pooled|global] [--candidate_pool_factor C]
+//                       [--factory F] [--data_dir DIR] [--json FILE] [--threads N]
 //
 // Documents mix four of 1,024 topic directions (token noise of norm 0.6 around them); one in five
 // is a near duplicate of the previous one (noise of norm 0.2). Queries are 32 tokens drawn from a
@@ -39,6 +40,9 @@ struct Flags {
   int recall_queries = 50;
   int pool_factor = 2;
   int threads = 0;
+  std::string candidates = "pooled";  // pooled | global
+  int candidate_pool_factor = 4;
+  std::string factory = "auto";
   std::string data_dir = "/tmp/tessera-bench-index";
   std::string json;
 };
@@ -47,26 +51,34 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
     bool ok = true;
-    if (flag == "--docs")
+    if (flag == "--docs") {
       ok = absl::SimpleAtoi(value, &flags->docs);
-    else if (flag == "--tokens")
+    } else if (flag == "--tokens") {
       ok = absl::SimpleAtoi(value, &flags->tokens);
-    else if (flag == "--dim")
+    } else if (flag == "--dim") {
       ok = absl::SimpleAtoi(value, &flags->dim);
-    else if (flag == "--queries")
+    } else if (flag == "--queries") {
       ok = absl::SimpleAtoi(value, &flags->queries);
-    else if (flag == "--recall_queries")
+    } else if (flag == "--recall_queries") {
       ok = absl::SimpleAtoi(value, &flags->recall_queries);
-    else if (flag == "--pool_factor")
+    } else if (flag == "--pool_factor") {
       ok = absl::SimpleAtoi(value, &flags->pool_factor);
-    else if (flag == "--threads")
+    } else if (flag == "--threads") {
       ok = absl::SimpleAtoi(value, &flags->threads);
-    else if (flag == "--data_dir")
+    } else if (flag == "--candidates") {
+      flags->candidates = value;
+      ok = value == "pooled" || value == "global";
+    } else if (flag == "--candidate_pool_factor") {
+      ok = absl::SimpleAtoi(value, &flags->candidate_pool_factor);
+    } else if (flag == "--factory") {
+      flags->factory = value;
+    } else if (flag == "--data_dir") {
       flags->data_dir = value;
-    else if (flag == "--json")
+    } else if (flag == "--json") {
       flags->json = value;
-    else
+    } else {
       ok = false;
+    }
     if (!ok) {
       std::cerr << "bad flag " << flag << " " << value << "\n";
       return false;
@@ -162,6 +174,10 @@ int Run(const Flags& flags) {
   schema.name = "bench";
   schema.dim = flags.dim;
   schema.pooling.hierarchical->pool_factor = flags.pool_factor;
+  schema.candidates.kind = flags.candidates == "global" ? CandidateSpec::Kind::kGlobalMean
+                                                        : CandidateSpec::Kind::kPooled;
+  schema.candidates.pool_factor = flags.candidate_pool_factor;
+  schema.candidates.factory = flags.factory;
   auto collection = (*engine)->CreateCollection(schema);
   if (!collection.ok()) {
     std::cerr << collection.status() << "\n";
@@ -249,7 +265,9 @@ int Run(const Flags& flags) {
       "{\n  \"documents\": ", flags.docs, ",\n  \"tokens_per_document\": ", flags.tokens,
       ",\n  \"dim\": ", flags.dim, ",\n  \"pool_factor\": ", flags.pool_factor,
       ",\n  \"ingest_docs_per_s\": ", n / ingest_seconds,
-      ",\n  \"vectors_per_document\": ", stats.vectors_per_document, ",\n  \"candidate_index\": \"",
+      ",\n  \"vectors_per_document\": ", stats.vectors_per_document, ",\n  \"candidates\": \"",
+      flags.candidates, "\",\n  \"candidate_vectors\": ", stats.candidate_vectors,
+      ",\n  \"candidate_index\": \"",
       stats.candidate_indexes.empty() ? "" : stats.candidate_indexes[0],
       "\",\n  \"search_qps\": ", flags.queries / search_seconds,
       ",\n  \"latency_ms_p50\": ", Percentile(latencies, 0.50),
@@ -274,7 +292,8 @@ int main(int argc, char** argv) {
   tessera::Flags flags;
   if (!tessera::ParseFlags(argc, argv, &flags)) {
     std::cerr << "usage: tessera-bench-index [--docs N] [--tokens T] [--dim D] [--queries Q] "
-                 "[--recall_queries R] [--pool_factor P] [--threads N] [--data_dir DIR] "
+                 "[--recall_queries R] [--pool_factor P] [--candidates pooled|global] "
+                 "[--candidate_pool_factor C] [--factory F] [--threads N] [--data_dir DIR] "
                  "[--json FILE]\n";
     return 2;
   }

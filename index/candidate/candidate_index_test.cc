@@ -469,9 +469,10 @@ TEST(CandidateIndex, TrainableFactorySearchesExactlyUntilTrained) {
 }
 
 TEST(CandidateIndex, NonSelectorFactoryFiltersExactly) {
-  // IndexPQ rejects IDSelectors; filtered searches go through the exact path.
+  // IndexPQ rejects IDSelectors; filtered searches go through the exact path. (4-bit codes and
+  // "np", no polysemous training, keep training quick.)
   constexpr int64_t kDim = 16;
-  CandidateIndexOptions options = Options(kDim, "PQ4");
+  CandidateIndexOptions options = Options(kDim, "PQ4x4np");
   options.min_training_vectors = 400;
   auto index = MakeIndex(options);
   Corpus corpus(kDim);
