@@ -14,29 +14,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "index/common/errno_status.h"
 
 namespace tessera {
+
+using internal::ErrnoStatus;
+
 namespace {
 
 constexpr absl::string_view kHeaderPrefix = "# tessera-ingest journal v1 collection=";
-
-absl::Status ErrnoStatus(int error, absl::string_view what, const std::string& path) {
-  const std::string message = absl::StrCat(what, " '", path, "': ", std::strerror(error));
-  switch (error) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
 
 absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& path) {
   while (!bytes.empty()) {

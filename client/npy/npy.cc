@@ -19,6 +19,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "index/common/errno_status.h"
 #include "tessera/status_macros.h"
 
 static_assert(
@@ -518,28 +519,6 @@ void Normalize(const NpyHeader& header, NpyArray* array) {
         break;
     }
     array->data = std::move(c_order);
-  }
-}
-
-absl::Status ErrnoStatus(int error, absl::string_view what, const std::string& path) {
-  const std::string message = absl::StrCat(
-      what, " '", path, "': ", std::error_code(error, std::generic_category()).message());
-  switch (error) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-      return absl::ResourceExhaustedError(message);
-    case EISDIR:
-      return absl::InvalidArgumentError(message);
-    default:
-      return absl::InternalError(message);
   }
 }
 
