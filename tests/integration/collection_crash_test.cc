@@ -42,10 +42,14 @@ CollectionSchema Schema() {
   return schema;
 }
 
-// Deterministic content for (id, generation): the parent can recompute what the child wrote.
+// Deterministic content for (id, generation): the parent can recompute what the child wrote. The
+// tokens gather around one direction per (id, generation), so a document's own tokens find it
+// first.
 Document MakeDocument(int id, int64_t generation) {
   std::mt19937 rng(static_cast<uint32_t>(id * 7919 + generation));
   std::normal_distribution<float> normal;
+  std::vector<float> direction(kDim);
+  for (float& v : direction) v = normal(rng);
   Document document;
   document.id = absl::StrCat("doc-", id);
   document.num_tokens = 4 + (id * 13 + generation) % 40;
@@ -54,7 +58,7 @@ Document MakeDocument(int id, int64_t generation) {
   for (int64_t i = 0; i < document.num_tokens; ++i) {
     double norm = 0;
     for (int64_t k = 0; k < kDim; ++k) {
-      const float v = normal(rng);
+      const float v = direction[k] + 0.5f * normal(rng);
       document.tokens[i * kDim + k] = v;
       norm += v * v;
     }
@@ -228,20 +232,27 @@ TEST(CollectionCrash, AcknowledgedWritesSurviveSigkill) {
       EXPECT_EQ((*collection)->Get(absl::StrCat("doc-", key % 1000000)).status().code(),
                 absl::StatusCode::kNotFound);
     }
-    // Nothing half-written: every live document is readable; start the next trial empty.
+    // Nothing half-written: every live document is readable; start the next trial empty. (Searches
+    // return at most max_k = 1000 hits, so empty the collection in rounds.)
+    const int64_t live = (*collection)->Stats().documents;
+    int64_t seen = 0;
     SearchOptions everything;
     everything.exhaustive = true;
     everything.k = 1000;
     const std::vector<float> probe(kDim, 1.0f / std::sqrt(static_cast<float>(kDim)));
-    auto all = (*collection)->Search(FloatMatrixView{probe.data(), 1, kDim}, everything);
-    ASSERT_TRUE(all.ok()) << all.status();
-    std::vector<std::string> ids;
-    for (const SearchHit& hit : all->hits) {
-      EXPECT_TRUE((*collection)->Get(hit.id).ok()) << hit.id;
-      ids.push_back(hit.id);
+    while ((*collection)->Stats().documents > 0) {
+      auto all = (*collection)->Search(FloatMatrixView{probe.data(), 1, kDim}, everything);
+      ASSERT_TRUE(all.ok()) << all.status();
+      ASSERT_FALSE(all->hits.empty());
+      std::vector<std::string> ids;
+      for (const SearchHit& hit : all->hits) {
+        EXPECT_TRUE((*collection)->Get(hit.id).ok()) << hit.id;
+        ids.push_back(hit.id);
+      }
+      seen += static_cast<int64_t>(ids.size());
+      ASSERT_TRUE((*collection)->Delete(ids).ok());
     }
-    EXPECT_EQ(static_cast<int64_t>(ids.size()), (*collection)->Stats().documents);
-    ASSERT_TRUE((*collection)->Delete(ids).ok());
+    EXPECT_EQ(seen, live);
   }
   std::printf("%d acknowledged upserts over 20 SIGKILLed writers, all verified\n",
               total_acknowledged);
