@@ -60,6 +60,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "index/common/errno_status.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::internal {
@@ -108,22 +109,6 @@ absl::Status FaissCall(absl::string_view what, Fn&& fn) {
     return absl::ResourceExhaustedError(absl::StrCat(what, ": out of memory"));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat(what, ": ", e.what()));
-  }
-}
-
-absl::Status ErrnoStatus(int error, absl::string_view what) {
-  std::string message = absl::StrCat(what, ": ", std::strerror(error));
-  switch (error) {
-    case ENOENT:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(message);
-    default:
-      return absl::InternalError(message);
   }
 }
 
@@ -327,7 +312,7 @@ absl::Status WriteAll(int fd, const void* data, size_t size, const std::string& 
     ssize_t n = ::write(fd, p, size);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoStatus(errno, absl::StrCat("writing '", path, "'"));
+      return ErrnoStatus(errno, "writing", path);
     }
     p += n;
     size -= static_cast<size_t>(n);
@@ -340,20 +325,20 @@ absl::Status WriteFileAtomically(const std::string& path,
                                  const std::vector<std::pair<const void*, size_t>>& parts) {
   const std::string tmp = path + ".tmp";
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("creating '", tmp, "'"));
+  if (fd < 0) return ErrnoStatus(errno, "creating", tmp);
   absl::Status status;
   for (const auto& [data, size] : parts) {
     status = WriteAll(fd, data, size, tmp);
     if (!status.ok()) break;
   }
   if (status.ok() && ::fsync(fd) != 0) {
-    status = ErrnoStatus(errno, absl::StrCat("fsync of '", tmp, "'"));
+    status = ErrnoStatus(errno, "fsync of", tmp);
   }
   if (::close(fd) != 0 && status.ok()) {
-    status = ErrnoStatus(errno, absl::StrCat("closing '", tmp, "'"));
+    status = ErrnoStatus(errno, "closing", tmp);
   }
   if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = ErrnoStatus(errno, absl::StrCat("renaming '", tmp, "' to '", path, "'"));
+    status = ErrnoStatus(errno, absl::StrCat("renaming '", tmp, "' to"), path);
   }
   if (!status.ok()) {
     ::unlink(tmp.c_str());
@@ -364,18 +349,18 @@ absl::Status WriteFileAtomically(const std::string& path,
                           : slash == 0               ? "/"
                                                      : path.substr(0, slash);
   int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return ErrnoStatus(errno, absl::StrCat("opening directory '", dir, "'"));
-  if (::fsync(dir_fd) != 0) status = ErrnoStatus(errno, absl::StrCat("fsync of '", dir, "'"));
+  if (dir_fd < 0) return ErrnoStatus(errno, "opening directory", dir);
+  if (::fsync(dir_fd) != 0) status = ErrnoStatus(errno, "fsync of", dir);
   ::close(dir_fd);
   return status;
 }
 
 absl::StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("opening '", path, "'"));
+  if (fd < 0) return ErrnoStatus(errno, "opening", path);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
-    absl::Status status = ErrnoStatus(errno, absl::StrCat("stat of '", path, "'"));
+    absl::Status status = ErrnoStatus(errno, "stat of", path);
     ::close(fd);
     return status;
   }
@@ -385,7 +370,7 @@ absl::StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
     ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      absl::Status status = ErrnoStatus(errno, absl::StrCat("reading '", path, "'"));
+      absl::Status status = ErrnoStatus(errno, "reading", path);
       ::close(fd);
       return status;
     }
