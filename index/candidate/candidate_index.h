@@ -5,8 +5,11 @@
 // back to documents without a lookup table. Similarity is the inner product (vectors are expected
 // to be L2-normalised).
 //
-// Thread-safe: a reader-writer lock lets searches run concurrently with each other; Add, Remove,
-// Save and rebuilds take it exclusively (FAISS indexes are not safe to search while being modified).
+// Thread-safe: a reader-writer lock lets searches (and Save) run concurrently with each other; Add
+// and Remove take it exclusively (FAISS indexes are not safe to search while being modified).
+// Rebuilds (auto switch to HNSW, training, compaction) build the new index under the shared lock and
+// take the exclusive lock only to swap it in. Document ids must be below 2^47; non-finite vector
+// values are INVALID_ARGUMENT.
 #ifndef TESSERA_INDEX_CANDIDATE_CANDIDATE_INDEX_H_
 #define TESSERA_INDEX_CANDIDATE_CANDIDATE_INDEX_H_
 
