@@ -7,9 +7,9 @@
 //
 // Thread-safe: a reader-writer lock lets searches (and Save) run concurrently with each other; Add
 // and Remove take it exclusively (FAISS indexes are not safe to search while being modified).
-// Rebuilds (auto switch to HNSW, training, compaction) build the new index under the shared lock and
-// take the exclusive lock only to swap it in. Document ids must be below 2^47; non-finite vector
-// values are INVALID_ARGUMENT.
+// Rebuilds (auto switch to HNSW, training, compaction) build the new index under the shared lock
+// and take the exclusive lock only to swap it in. Document ids must be below 2^47; non-finite
+// vector values are INVALID_ARGUMENT.
 #ifndef TESSERA_INDEX_CANDIDATE_CANDIDATE_INDEX_H_
 #define TESSERA_INDEX_CANDIDATE_CANDIDATE_INDEX_H_
 
@@ -56,7 +56,8 @@ struct CandidateIndexStats {
 class CandidateIndex {
  public:
   // INVALID_ARGUMENT for dim < 1 or a factory string FAISS rejects (with FAISS's message).
-  static absl::StatusOr<std::unique_ptr<CandidateIndex>> Create(const CandidateIndexOptions& options);
+  static absl::StatusOr<std::unique_ptr<CandidateIndex>> Create(
+      const CandidateIndexOptions& options);
   ~CandidateIndex();
 
   // Adds a document's candidate vectors (rows × dim fp32), replacing any it had.

@@ -111,8 +111,9 @@ absl::StatusOr<std::vector<float>> CandidateVectors(const PooledMatrix& rerank,
 // not become a huge error.
 std::string QuotedId(const std::string& id) {
   constexpr size_t kShown = 64;
-  return id.size() <= kShown ? absl::StrCat("'", id, "'")
-                             : absl::StrCat("'", id.substr(0, kShown), "…' (", id.size(), " bytes)");
+  return id.size() <= kShown
+             ? absl::StrCat("'", id, "'")
+             : absl::StrCat("'", id.substr(0, kShown), "…' (", id.size(), " bytes)");
 }
 
 }  // namespace
@@ -321,8 +322,8 @@ absl::StatusOr<StoredDocument> CollectionImpl::Get(const std::string& id) const 
   const Shard& shard = *shards_[ShardOf(id, schema_.num_shards)];
   absl::StatusOr<uint64_t> iid = shard.store().LookupId(id);
   if (absl::IsNotFound(iid.status())) {
-    return absl::NotFoundError(absl::StrCat("document ", QuotedId(id), " not found in collection '",
-                                            schema_.name, "'"));
+    return absl::NotFoundError(
+        absl::StrCat("document ", QuotedId(id), " not found in collection '", schema_.name, "'"));
   }
   TESSERA_RETURN_IF_ERROR(iid.status());
   TESSERA_ASSIGN_OR_RETURN(DocumentRecord record, shard.store().GetRecord(*iid));

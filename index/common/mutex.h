@@ -1,8 +1,8 @@
 // A reader-writer mutex, its scoped locks and a condition variable, on the C++ standard library
 // and annotated for Clang's thread-safety analysis (ABSL_GUARDED_BY & co.).
 //
-// Why not absl::Mutex: Debian's prebuilt Abseil is not compiled with ThreadSanitizer, so TSan cannot
-// see its happens-before edges and reports false races on everything it guards; the standard
+// Why not absl::Mutex: Debian's prebuilt Abseil is not compiled with ThreadSanitizer, so TSan
+// cannot see its happens-before edges and reports false races on everything it guards; the standard
 // library's primitives are intercepted by TSan.
 #ifndef TESSERA_INDEX_COMMON_MUTEX_H_
 #define TESSERA_INDEX_COMMON_MUTEX_H_
