@@ -319,6 +319,14 @@ def _enum_label(enum_type, number: int):
     return value.name[len(prefix):].lower()
 
 
+def _is_repeated(field) -> bool:
+    # protobuf ≥ 5.28 has FieldDescriptor.is_repeated and 7.x removed `label`; Debian's 3.21 has
+    # only `label`.
+    if hasattr(field, "is_repeated"):
+        return field.is_repeated
+    return field.label == field.LABEL_REPEATED
+
+
 def message_to_dict(message) -> Dict[str, Any]:
     """A message → dict with every field (unset sub-messages are None, enums are short lower-case
     labels, 64-bit integers stay ints)."""
@@ -328,7 +336,7 @@ def message_to_dict(message) -> Dict[str, Any]:
         if field.message_type is not None and field.message_type.GetOptions().map_entry:
             value_field = field.message_type.fields_by_name["value"]
             out[field.name] = {key: _field_value(value_field, item) for key, item in value.items()}
-        elif field.label == field.LABEL_REPEATED:
+        elif _is_repeated(field):
             out[field.name] = [_field_value(field, item) for item in value]
         elif field.message_type is not None and not message.HasField(field.name):
             out[field.name] = None

@@ -1,0 +1,341 @@
+"""Quality and speed of Tessera on a BEIR-layout data set, next to peer engines, in one run.
+
+    scripts/eval --data ../shared/data/scifact [--out DIR] [--server PATH] [--skip-peers]
+
+Starts a tessera-server on a loopback port, creates one collection per configuration, ingests
+the data set's token embeddings (embed.py) through the Python client over gRPC, runs every judged
+query one at a time and scores the runs with pytrec_eval (nDCG@10, recall@100). The peers
+(peers.py) run on the same embeddings in the same process afterwards. Writes results.json,
+results.md and plots (report.py) to --out (default build/eval/<data set name>).
+
+Configurations (all exhaustive unless named "cascade"):
+  full MaxSim          p = 1 (every token stored), fp32 and fp16 storage
+  ward-p / reference-p hierarchical pooling at p = 2, 3, 4, 6 (fp16)
+  cascade              the default collection (ward p = 2, fp16, pooled candidates, FAISS "auto")
+                       searched with the default N = 100, k' = max(N, 64), and a sweep of N / k'
+  cascade-global       p = 1 with one global-mean candidate vector per document
+  page-*               the page simulation (see simulate_pages): spatial pooling of a token grid
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+import pytrec_eval
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "e2e"))  # the e2e tests' server launcher
+
+import e2e_util  # noqa: E402  (also puts client/python on the path)
+import embed  # noqa: E402
+import peers  # noqa: E402
+import report  # noqa: E402
+
+TOP_K = 100  # every run keeps 100 hits so that recall@100 is defined
+WARMUP_QUERIES = 5
+TOKENS_PER_LINE = 16  # page simulation: tokens per grid row
+# Search settings tried per peer besides its defaults ({} = the peer's defaults).
+PEER_SWEEPS = {"fast-plaid": [{}]}
+
+
+@dataclasses.dataclass
+class Search:
+    label: str
+    exhaustive: bool = True
+    num_candidates: int = 0
+    per_token_candidates: int = 0
+
+
+@dataclasses.dataclass
+class Config:
+    """One collection: how it is created, how documents are sent, how it is searched."""
+    name: str
+    group: str  # pooling | dtype | cascade | page
+    create: Dict
+    searches: List[Search]
+    pooling: str = "none"
+    pool_factor: int = 1
+    dtype: str = "fp16"
+    page_layout: bool = False  # send documents as token grids (page simulation)
+    # The configuration whose exhaustive run ranks the same vectors exactly (recall@10 vs exact);
+    # None: this one's own exhaustive search, when it has one.
+    exact: Optional[str] = None
+
+
+EXHAUSTIVE = [Search("exhaustive")]
+# Exhaustive-only collections need no useful candidate index: one global vector is the cheapest.
+NO_STAGE1 = {"kind": "global_mean", "factory": "Flat"}
+
+
+def tessera_configs() -> List[Config]:
+    configs = [
+        Config("full-fp32", "dtype", dict(pool_factor=1, dtype="fp32", candidates=NO_STAGE1),
+               EXHAUSTIVE, "none", 1, "fp32"),
+        Config("full-fp16", "pooling", dict(pool_factor=1, dtype="fp16", candidates=NO_STAGE1),
+               EXHAUSTIVE, "none", 1, "fp16"),
+        Config("ward-2-fp32", "dtype", dict(pool_factor=2, dtype="fp32", candidates=NO_STAGE1),
+               EXHAUSTIVE, "ward", 2, "fp32"),
+    ]
+    for method in ("ward", "reference"):
+        for p in (2, 3, 4, 6):
+            configs.append(Config(f"{method}-{p}", "pooling",
+                                  dict(pool_factor=p, method=method, candidates=NO_STAGE1),
+                                  EXHAUSTIVE, method, p))
+    sweep = [Search("exhaustive"), Search("cascade N=100 (default)", False)]
+    sweep += [Search(f"cascade N={n}", False, n) for n in (20, 50, 200, 500)]
+    sweep += [Search(f"cascade N=100 k'={kp}", False, 100, kp) for kp in (32, 256, 1000)]
+    configs.append(Config("cascade", "cascade", {}, sweep, "ward", 2))
+    configs.append(Config("cascade-global", "cascade",
+                          dict(pool_factor=1, candidates={"kind": "global_mean"}),
+                          [Search(f"cascade N={n}", False, n) for n in (100, 500)], "none", 1,
+                          exact="full-fp16"))
+    # The page simulation: a document's tokens laid out in reading order on a grid of
+    # TOKENS_PER_LINE columns ([CLS] a prefix token, [SEP] a suffix token).
+    page = [("page-rows", dict(spatial="rows")),
+            ("page-tiles-2x4", dict(spatial={"mode": "tiles", "tile_rows": 2, "tile_cols": 4})),
+            ("page-tiles-2x8", dict(spatial={"mode": "tiles", "tile_rows": 2, "tile_cols": 8})),
+            ("page-windows-2:1",
+             dict(spatial={"mode": "row_windows", "window_rows": 2, "window_stride": 1})),
+            ("page-global", dict(spatial="global"))]
+    for name, create in page:
+        mode = create["spatial"] if isinstance(create["spatial"], str) else \
+            create["spatial"]["mode"]
+        configs.append(Config(name, "page", dict(create, candidates=NO_STAGE1), EXHAUSTIVE,
+                              mode, 0, page_layout=True))
+    for p in (4, 8, 16):
+        configs.append(Config(f"page-ward-{p}", "page",
+                              dict(pool_factor=p, candidates=NO_STAGE1), EXHAUSTIVE, "ward", p,
+                              page_layout=True))
+    configs.append(Config("page-global+rerank", "page",
+                          dict(pool_factor=1, candidates={"kind": "global_mean"}),
+                          [Search("cascade N=100", False, 100)], "global+full", 1,
+                          page_layout=True, exact="full-fp16"))
+    return configs
+
+
+def page_document(tokens: np.ndarray):
+    """(tokens, layout) of a document as a page: [CLS] as prefix, [SEP] as suffix, the body in
+    rows of TOKENS_PER_LINE; the last line is completed by repeating its last token, which adds
+    no new direction (MaxSim unchanged, a line's mean weighted toward its last token)."""
+    body = tokens[1:-1]
+    rows = -(-body.shape[0] // TOKENS_PER_LINE)
+    pad = rows * TOKENS_PER_LINE - body.shape[0]
+    if pad:
+        body = np.concatenate([body, np.repeat(body[-1:], pad, axis=0)])
+    return np.concatenate([tokens[:1], body, tokens[-1:]]), (rows, TOKENS_PER_LINE, 1, 1)
+
+
+def documents(dataset, page_layout: bool):
+    corpus = dataset.corpus
+    for i, doc_id in enumerate(corpus.ids):
+        tokens = corpus.matrix(i)
+        if page_layout:
+            grid_tokens, layout = page_document(tokens)
+            yield (doc_id, grid_tokens, layout)
+        else:
+            yield (doc_id, tokens)
+
+
+def evaluate(qrels, run) -> Dict[str, float]:
+    """Mean nDCG@10 and recall@100 over the judged queries (pytrec_eval = trec_eval)."""
+    judged = {q: r for q, r in qrels.items() if q in run}
+    evaluator = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut.10", "recall.100"})
+    per_query = evaluator.evaluate({q: run[q] for q in judged})
+    return {"ndcg@10": float(np.mean([v["ndcg_cut_10"] for v in per_query.values()])),
+            "recall@100": float(np.mean([v["recall_100"] for v in per_query.values()])),
+            "evaluated_queries": len(per_query)}
+
+
+def recall_vs_exact(run, exact_run, k=10) -> float:
+    """Mean fraction of the exact top-k that a run's top-k holds."""
+    def top(ranking):
+        return set(sorted(ranking, key=lambda d: (-ranking[d], d))[:k])
+    return float(np.mean([len(top(run.get(q, {})) & top(exact_run[q])) / min(k, len(exact_run[q]))
+                          for q in exact_run if exact_run[q]]))
+
+
+def latency_summary(latencies_ms: List[float]) -> Dict:
+    values = np.asarray(latencies_ms)
+    return {"qps": float(len(values) / (values.sum() / 1000.0)),
+            "latency_ms": {f"p{q}": float(np.percentile(values, q)) for q in (50, 95, 99)},
+            "latencies_ms": [round(float(v), 3) for v in values]}
+
+
+def run_searches(client, name, dataset, search: Search):
+    queries = dataset.queries
+    # k ≤ N: a sweep point with N < TOP_K returns N hits (its recall@100 counts only those).
+    k = min(TOP_K, search.num_candidates) if search.num_candidates else TOP_K
+    options = dict(k=k, exhaustive=search.exhaustive, num_candidates=search.num_candidates,
+                   per_token_candidates=search.per_token_candidates)
+    for i in range(min(WARMUP_QUERIES, len(queries))):
+        client.search(name, queries.matrix(i), **options)
+    run, latencies, scored, stages = {}, [], [], []
+    for i, query_id in enumerate(queries.ids):
+        start = time.perf_counter()
+        result = client.search(name, queries.matrix(i), **options)
+        latencies.append((time.perf_counter() - start) * 1000.0)
+        run[query_id] = {hit.id: float(hit.score) for hit in result}
+        scored.append(result.documents_scored)
+        stages.append(result.timings)
+    stage_means = {key: float(np.mean([s[key] for s in stages])) for key in stages[0]}
+    return run, latencies, float(np.mean(scored)), stage_means
+
+
+def run_config(client, dataset, config: Config, exact_runs: Dict[str, Dict],
+               log: Callable[[str], None]) -> List[Dict]:
+    """Creates, fills, searches and drops one collection; the exhaustive run is kept in
+    exact_runs[config.name] for the configurations that rerank the same vectors."""
+    client.create_collection(config.name, dim=dataset.corpus.tokens.shape[1], **config.create)
+    summary = client.ingest(config.name, documents(dataset, config.page_layout), batch_size=32,
+                            progress=False, total=len(dataset.corpus), dtype="fp32")
+    if summary.failed:
+        raise RuntimeError(f"{config.name}: {len(summary.failed)} documents rejected, first: "
+                           f"{summary.failed[0]}")
+    client.flush(config.name)
+    stats = client.collection_info(config.name)["stats"]
+    rows = []
+    for search in config.searches:
+        run, latencies, scored, stage_means = run_searches(client, config.name, dataset, search)
+        if search.exhaustive:
+            exact_runs[config.name] = run
+        # Recall vs exact is defined for searches that could miss: not for a lone exhaustive run.
+        alone = search.exhaustive and len(config.searches) == 1
+        exact = None if alone else exact_runs.get(config.exact or config.name)
+        row = dict(system="tessera", name=config.name, search=search.label, group=config.group,
+                   pooling=config.pooling, pool_factor=config.pool_factor, dtype=config.dtype,
+                   exhaustive=search.exhaustive, num_candidates=search.num_candidates,
+                   per_token_candidates=search.per_token_candidates,
+                   vectors_per_document=stats["vectors_per_document"],
+                   bytes_per_token=stats["disk_bytes_per_original_token"],
+                   candidate_indexes=sorted(set(stats["candidate_indexes"])),
+                   ingest_docs_per_s=len(dataset.corpus) / summary.seconds,
+                   documents_scored=scored,
+                   documents_scored_fraction=scored / len(dataset.corpus),
+                   stage_ms=stage_means, **evaluate(dataset.qrels, run),
+                   **{"recall@10_vs_exact": recall_vs_exact(run, exact) if exact else None},
+                   **latency_summary(latencies))
+        log(f"  {config.name:<18} {search.label:<26} nDCG@10 {row['ndcg@10']:.4f}  "
+            f"R@100 {row['recall@100']:.4f}  {row['vectors_per_document']:6.1f} vec/doc  "
+            f"{row['qps']:7.1f} QPS  P95 {row['latency_ms']['p95']:7.1f} ms")
+        rows.append(row)
+    client.drop_collection(config.name)
+    return rows
+
+
+def run_peers(dataset, work_dir, log) -> List[Dict]:
+    """Every peer (and each of its sweep settings); recall@10 vs exact is measured against the
+    first peer, the NumPy brute force."""
+    rows, exact = [], None
+    for name in peers.PEERS:
+        for settings in PEER_SWEEPS.get(name, [{}]):
+            start = time.monotonic()
+            result = peers.run_peer(name, dataset, TOP_K, work_dir, **settings)
+            row = dict(system=name, name=name, group="peer", search=result.get("config", ""),
+                       error=result.get("error"))
+            if not row["error"]:
+                row.update({key: result[key] for key in
+                            ("index_seconds", "ingest_docs_per_s", "index_bytes",
+                             "bytes_per_token", "vectors_per_document", "notes")})
+                row.update(evaluate(dataset.qrels, result["run"]))
+                exact = exact or result["run"]
+                row["recall@10_vs_exact"] = recall_vs_exact(result["run"], exact)
+                row["default"] = not settings
+                row.update(latency_summary(result["latencies_ms"]))
+                log(f"  {name:<18} {row['search'][:26]:<26} nDCG@10 {row['ndcg@10']:.4f}  "
+                    f"R@100 {row['recall@100']:.4f}  {row['qps']:7.1f} QPS  "
+                    f"P95 {row['latency_ms']['p95']:7.1f} ms  "
+                    f"({time.monotonic() - start:.0f} s)")
+            else:
+                log(f"  {name}: not run: {row['error']}")
+            rows.append(row)
+    return rows
+
+
+def machine_description() -> str:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f
+                         if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model or platform.processor()}, {os.cpu_count()} CPUs, {platform.system()} " \
+           f"{platform.release()}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", required=True, help="a folder in BEIR layout")
+    parser.add_argument("--out", help="output folder (default build/eval/<data set name>)")
+    parser.add_argument("--server", help="tessera-server binary (default build/bin)")
+    parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--only", help="comma-separated configuration names to run")
+    args = parser.parse_args()
+
+    started = time.monotonic()
+    dataset = embed.load_dataset(args.data)
+    out_dir = os.path.abspath(args.out or os.path.join(REPO_ROOT, "build", "eval", dataset.name))
+    os.makedirs(out_dir, exist_ok=True)
+    log_file = open(os.path.join(out_dir, "eval.log"), "w")
+
+    def log(line):
+        print(line, flush=True)
+        log_file.write(line + "\n")
+        log_file.flush()
+
+    lengths = dataset.corpus.lengths()
+    log(f"{dataset.name}: {len(dataset.corpus)} documents ({lengths.mean():.1f} tokens each), "
+        f"{len(dataset.queries)} queries; embeddings {'computed in %.0f s' % dataset.embed_seconds if dataset.embed_seconds else 'cached'}")
+
+    e2e_util.SERVER_BINARY = args.server or os.path.join(REPO_ROOT, "build", "bin",
+                                                         "tessera-server")
+    server = e2e_util.Server(threads=os.cpu_count())
+    server.start()
+    rows, exact_runs = [], {}
+    try:
+        with server.client() as client:
+            for config in tessera_configs():
+                if args.only and config.name not in args.only.split(","):
+                    continue
+                config_start = time.monotonic()
+                rows.extend(run_config(client, dataset, config, exact_runs, log))
+                log(f"    ({time.monotonic() - config_start:.0f} s)")
+    finally:
+        code = server.stop()
+        server.cleanup()
+    if code != 0:
+        raise RuntimeError(f"tessera-server exited with {code}")
+    if not args.skip_peers:
+        rows.extend(run_peers(dataset, os.path.join(out_dir, "peers"), log))
+
+    results = dict(
+        dataset=dataset.name, data_dir=os.path.abspath(args.data),
+        command="scripts/eval " + " ".join(sys.argv[1:]),
+        machine=machine_description(),
+        git_commit=subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "--short", "HEAD"],
+                                  capture_output=True, text=True).stdout.strip(),
+        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        model=embed.MODEL_NAME, model_package=embed.MODEL_PACKAGE,
+        doc_max_tokens=embed.DOC_MAX_TOKENS, query_max_tokens=embed.QUERY_MAX_TOKENS,
+        documents=len(dataset.corpus), queries=len(dataset.queries),
+        tokens_per_document=float(lengths.mean()), embed_seconds=dataset.embed_seconds,
+        tokens_per_line=TOKENS_PER_LINE, configurations=rows,
+        seconds=time.monotonic() - started)
+    with open(os.path.join(out_dir, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    report.write(results, out_dir)
+    log(f"wrote {out_dir}/results.json, results.md and plots in "
+        f"{time.monotonic() - started:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
