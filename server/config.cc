@@ -61,6 +61,7 @@ std::map<std::string, Setter> Settings(ServerConfig* config) {
     config->rerank_device = value;
     return absl::OkStatus();
   };
+  integer("resident_rerank_bytes", &config->resident_rerank_bytes, 0);
   integer("max_message_bytes", &config->max_message_bytes, 1024);
   integer("max_tokens_per_document", &config->max_tokens_per_document, 1);
   integer("max_documents_per_batch", &config->max_documents_per_batch, 1);
@@ -155,6 +156,7 @@ std::string ServerUsage() {
   --tls_client_ca FILE           PEM CA: require and verify client certificates (mTLS)
   --threads N                    pooling and MaxSim threads (default 0 = all cores)
   --sync_writes true|false       fsync before acknowledging writes (default true)
+  --resident_rerank_bytes N      per shard, rerank vectors kept in memory (default 4 GiB; 0 = none)
   --rerank_device auto|cpu|cuda  exact MaxSim on the GPU when one is visible (default auto)
   --max_message_bytes N          largest request (default 67108864)
   --max_tokens_per_document N    (default 4096)

@@ -18,10 +18,11 @@ struct ServerConfig {
   std::string api_keys;  // file of "KEY SCOPES" lines; empty: no authentication
   std::string tls_cert;  // PEM; with tls_key enables TLS
   std::string tls_key;
-  std::string tls_client_ca;           // PEM; requires and verifies client certificates (mTLS)
-  int threads = 0;                     // pooling and MaxSim threads; 0 = all cores
-  bool sync_writes = true;             // fsync the WAL before acknowledging
-  std::string rerank_device = "auto";  // auto | cpu | cuda
+  std::string tls_client_ca;  // PEM; requires and verifies client certificates (mTLS)
+  int threads = 0;            // pooling and MaxSim threads; 0 = all cores
+  int64_t resident_rerank_bytes = int64_t{4} << 30;  // per shard; 0 = read from RocksDB
+  bool sync_writes = true;                           // fsync the WAL before acknowledging
+  std::string rerank_device = "auto";                // auto | cpu | cuda
   int64_t max_message_bytes = 64 << 20;
   int64_t max_tokens_per_document = 4096;
   int64_t max_documents_per_batch = 1024;

@@ -205,6 +205,7 @@ void StatsToProto(const CollectionStats& stats, v1::CollectionStats* out) {
   out->set_rerank_vectors(stats.rerank_vectors);
   out->set_candidate_vectors(stats.candidate_vectors);
   out->set_disk_bytes(stats.disk_bytes);
+  out->set_resident_bytes(stats.resident_bytes);
   out->set_vectors_per_document(stats.vectors_per_document);
   out->set_disk_bytes_per_original_token(stats.disk_bytes_per_original_token);
   out->set_disk_bytes_per_rerank_vector(stats.disk_bytes_per_rerank_vector);

@@ -103,6 +103,7 @@ int Run(const ServerConfig& config) {
   const std::string rerank_device = scorer->second;
   engine_options.threads = config.threads;
   engine_options.sync_writes = config.sync_writes;
+  engine_options.resident_rerank_bytes = config.resident_rerank_bytes;
   engine_options.limits.max_tokens_per_document = config.max_tokens_per_document;
   engine_options.limits.max_k = static_cast<int>(config.max_k);
   engine_options.limits.max_num_candidates = static_cast<int>(config.max_num_candidates);

@@ -149,7 +149,8 @@ absl::StatusOr<std::shared_ptr<CollectionImpl>> CollectionImpl::Open(const std::
     char name[32];
     std::snprintf(name, sizeof(name), "/shard-%03d", s);
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard,
-                             Shard::Open(dir + name, schema, collection->context_.store_options));
+                             Shard::Open(dir + name, schema, collection->context_.store_options,
+                                         collection->context_.resident_rerank_bytes));
     auto stored = shard->store().GetMeta("schema");
     if (stored.ok() && *stored != encoded) {
       return absl::DataLossError(absl::StrCat("collection '", schema.name, "' shard ", s,
@@ -383,30 +384,39 @@ absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_bes
                                             const std::vector<std::pair<int, uint64_t>>& documents,
                                             std::vector<Scored>* scored,
                                             SearchTimings* timings) const {
-  // Fetch the rerank vectors (documents replaced or deleted since stage 1 are skipped).
+  // Fetch the rerank vectors: resident ones from the shard's table, the rest from the store
+  // (documents replaced or deleted since stage 1 are skipped).
   Clock::time_point start = Clock::now();
-  std::vector<StoredMatrix> matrices;
+  std::vector<std::shared_ptr<const StoredMatrix>> matrices;
   std::vector<std::pair<int, uint64_t>> fetched;
   matrices.reserve(documents.size());
-  std::vector<std::vector<uint64_t>> by_shard(shards_.size());
-  for (const auto& [shard, iid] : documents) by_shard[shard].push_back(iid);
+  std::vector<std::vector<uint64_t>> missing(shards_.size());
+  for (const auto& [shard, iid] : documents) {
+    std::shared_ptr<const StoredMatrix> resident = shards_[shard]->ResidentRerank(iid);
+    if (resident == nullptr) {
+      missing[shard].push_back(iid);
+      continue;
+    }
+    matrices.push_back(std::move(resident));
+    fetched.emplace_back(shard, iid);
+  }
   for (size_t s = 0; s < shards_.size(); ++s) {
-    if (by_shard[s].empty()) continue;
+    if (missing[s].empty()) continue;
     absl::StatusOr<std::vector<StoredMatrix>> batch =
-        shards_[s]->store().MultiGetRerank(by_shard[s]);
+        shards_[s]->store().MultiGetRerank(missing[s]);
     if (batch.ok()) {
       for (size_t j = 0; j < batch->size(); ++j) {
-        matrices.push_back(std::move((*batch)[j]));
-        fetched.emplace_back(static_cast<int>(s), by_shard[s][j]);
+        matrices.push_back(std::make_shared<const StoredMatrix>(std::move((*batch)[j])));
+        fetched.emplace_back(static_cast<int>(s), missing[s][j]);
       }
       continue;
     }
     if (!absl::IsNotFound(batch.status())) return batch.status();
-    for (uint64_t iid : by_shard[s]) {
+    for (uint64_t iid : missing[s]) {
       absl::StatusOr<StoredMatrix> one = shards_[s]->store().GetRerank(iid);
       if (absl::IsNotFound(one.status())) continue;
       TESSERA_RETURN_IF_ERROR(one.status());
-      matrices.push_back(std::move(*one));
+      matrices.push_back(std::make_shared<const StoredMatrix>(std::move(*one)));
       fetched.emplace_back(static_cast<int>(s), iid);
     }
   }
@@ -415,7 +425,7 @@ absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_bes
   start = Clock::now();
   std::vector<DocumentRef> refs(matrices.size());
   for (size_t d = 0; d < matrices.size(); ++d) {
-    refs[d] = DocumentRef{matrices[d].bytes.data(), matrices[d].rows};
+    refs[d] = DocumentRef{matrices[d]->bytes.data(), matrices[d]->rows};
   }
   DocumentBatch batch{schema_.dtype, schema_.dim, refs};
   MaxSimOptions options;
@@ -430,7 +440,7 @@ absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_bes
     if (want_best_tokens) {
       entry.best_tokens.assign(result.best_tokens.begin() + d * query.rows,
                                result.best_tokens.begin() + (d + 1) * query.rows);
-      entry.vectors = UnpackMatrix(matrices[d]);
+      entry.vectors = UnpackMatrix(*matrices[d]);
     }
     scored->push_back(std::move(entry));
   }
@@ -577,6 +587,7 @@ CollectionStats CollectionImpl::Stats() const {
     stats.rerank_vectors += s.rerank_vectors;
     stats.candidate_vectors += s.candidate_vectors;
     stats.disk_bytes += s.disk_bytes;
+    stats.resident_bytes += s.resident_bytes;
     stats.candidate_indexes.push_back(s.candidate_index);
   }
   if (stats.documents > 0) {

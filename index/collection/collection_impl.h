@@ -21,6 +21,7 @@ struct CollectionContext {
   std::shared_ptr<const MaxSimScorer> scorer;
   CollectionLimits limits;
   ShardStoreOptions store_options;
+  int64_t resident_rerank_bytes = 0;  // per shard (EngineOptions::resident_rerank_bytes)
 };
 
 // The shard a document id belongs to: FNV-1a 64 of its bytes, modulo the shard count. Stable

@@ -505,6 +505,73 @@ TEST(CollectionDurability, ReopenAndSnapshotLossGiveIdenticalResults) {
   check("snapshot truncated");
 }
 
+// Resident rerank vectors (none, part of the collection, all of it) give the results of brute
+// force over Get() through upserts, replacements, deletes and a reopen, and the budget is kept.
+TEST(CollectionSearch, ResidentRerankVectorsEqualStoredOnes) {
+  const int64_t dim = 24;
+  Corpus corpus(dim, 31);
+  std::vector<Document> documents;
+  std::vector<std::string> ids;
+  for (int d = 0; d < 90; ++d) {
+    documents.push_back(corpus.Make(absl::StrCat("d", d), 10 + d % 17));
+    ids.push_back(documents.back().id);
+  }
+  // fp16 rerank vectors, p = 2: ~37 kB in all, so 12 kB per shard holds part of them.
+  for (int64_t budget : {int64_t{0}, int64_t{12000}, int64_t{1} << 30}) {
+    SCOPED_TRACE(absl::StrCat("budget ", budget));
+    TempDir dir;
+    EngineOptions engine_options;
+    engine_options.resident_rerank_bytes = budget;
+    auto check = [&](const Collection& collection, const std::string& what) {
+      const CollectionStats stats = collection.Stats();
+      EXPECT_LE(stats.resident_bytes, budget * 2) << what;  // two shards, a budget each
+      if (budget == 0) EXPECT_EQ(stats.resident_bytes, 0) << what;
+      if (budget > 1000000) {
+        EXPECT_EQ(stats.resident_bytes, stats.rerank_vectors * dim * 2) << what;
+      }
+      if (budget == 12000) {
+        EXPECT_GT(stats.resident_bytes, 0) << what;
+        EXPECT_LT(stats.resident_bytes, stats.rerank_vectors * dim * 2) << what;
+      }
+      for (int q = 0; q < 3; ++q) {
+        const std::vector<float> query = corpus.QueryFrom(documents[q * 13], 6);
+        const auto expected = BruteForce(collection, ids, query, dim);
+        SearchOptions options;
+        options.k = 30;
+        options.exhaustive = true;
+        auto result = collection.Search(FloatMatrixView{query.data(), 6, dim}, options);
+        ASSERT_TRUE(result.ok()) << what << ": " << result.status();
+        ASSERT_EQ(result->hits.size(), 30u) << what;
+        for (size_t h = 0; h < result->hits.size(); ++h) {
+          EXPECT_EQ(result->hits[h].id, expected[h].first) << what << " hit " << h;
+          EXPECT_NEAR(result->hits[h].score, expected[h].second,
+                      1e-5 * std::max(1.0, std::abs(expected[h].second)))
+              << what;
+        }
+      }
+    };
+    {
+      auto engine = Engine::Open(dir.path(), engine_options);
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      CollectionSchema schema = Schema("resident", dim);
+      schema.num_shards = 2;
+      auto collection = (*engine)->CreateCollection(schema);
+      ASSERT_TRUE(collection.ok()) << collection.status();
+      ExpectAllOk((*collection)->Upsert(documents));
+      check(**collection, "after upsert");
+      // Replace documents the queries are drawn from and delete others: resident copies follow.
+      ExpectAllOk((*collection)->Upsert({corpus.Make("d0", 20), corpus.Make("d13", 5)}));
+      ASSERT_TRUE((*collection)->Delete({"d26", "d40"}).ok());
+      check(**collection, "after replace and delete");
+    }
+    auto engine = Engine::Open(dir.path(), engine_options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    auto collection = (*engine)->GetCollection("resident");
+    ASSERT_TRUE(collection.ok());
+    check(**collection, "after reopen");
+  }
+}
+
 TEST(CollectionExplain, PointsAtTheCoveredTokens) {
   TempDir dir;
   auto engine = Engine::Open(dir.path());

@@ -225,6 +225,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& data_dir
   context.pool = std::make_shared<internal::ThreadPool>(options.threads);
   context.limits = options.limits;
   context.store_options.sync = options.sync_writes;
+  context.resident_rerank_bytes = options.resident_rerank_bytes;
   context.scorer = options.scorer;
   if (context.scorer == nullptr) {
     CpuMaxSimOptions cpu;

@@ -5,12 +5,15 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::internal {
 namespace {
 
 constexpr char kSnapshotFile[] = "candidates.snapshot";
+// Documents read per MultiGet when loading resident rerank vectors.
+constexpr size_t kResidentLoadBatch = 256;
 
 FloatMatrixView View(const StoredMatrix& matrix) {
   return FloatMatrixView{reinterpret_cast<const float*>(matrix.bytes.data()), matrix.rows,
@@ -26,12 +29,15 @@ CandidateIndexOptions CandidateOptions(const CollectionSchema& schema) {
 
 }  // namespace
 
-Shard::Shard(std::string dir, std::unique_ptr<ShardStore> store)
-    : dir_(std::move(dir)), store_(std::move(store)) {}
+Shard::Shard(std::string dir, std::unique_ptr<ShardStore> store, int64_t resident_rerank_bytes)
+    : dir_(std::move(dir)),
+      store_(std::move(store)),
+      resident_budget_(std::max<int64_t>(resident_rerank_bytes, 0)) {}
 
 absl::StatusOr<std::unique_ptr<Shard>> Shard::Open(const std::string& dir,
                                                    const CollectionSchema& schema,
-                                                   const ShardStoreOptions& store_options) {
+                                                   const ShardStoreOptions& store_options,
+                                                   int64_t resident_rerank_bytes) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) {
@@ -39,8 +45,9 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Open(const std::string& dir,
   }
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store,
                            ShardStore::Open(dir + "/db", store_options));
-  std::unique_ptr<Shard> shard(new Shard(dir, std::move(store)));
+  std::unique_ptr<Shard> shard(new Shard(dir, std::move(store), resident_rerank_bytes));
   TESSERA_RETURN_IF_ERROR(shard->LoadDocuments());
+  TESSERA_RETURN_IF_ERROR(shard->LoadResidentRerank());
   MutexLock lock(&shard->apply_mu_);
   TESSERA_RETURN_IF_ERROR(shard->LoadOrRebuildCandidates(CandidateOptions(schema)));
   return shard;
@@ -49,6 +56,14 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Open(const std::string& dir,
 void Shard::AddLive(uint64_t iid, LiveDocument document) {
   original_tokens_ += document.num_tokens;
   rerank_vectors_ += document.num_rerank_vectors;
+  if (document.rerank != nullptr) {
+    const int64_t bytes = static_cast<int64_t>(document.rerank->bytes.size());
+    if (resident_bytes_ + bytes <= resident_budget_) {
+      resident_bytes_ += bytes;
+    } else {
+      document.rerank.reset();
+    }
+  }
   live_[iid] = std::move(document);
 }
 
@@ -57,6 +72,9 @@ void Shard::RemoveLive(uint64_t iid) {
   if (it == live_.end()) return;
   original_tokens_ -= it->second.num_tokens;
   rerank_vectors_ -= it->second.num_rerank_vectors;
+  if (it->second.rerank != nullptr) {
+    resident_bytes_ -= static_cast<int64_t>(it->second.rerank->bytes.size());
+  }
   live_.erase(it);
 }
 
@@ -69,6 +87,30 @@ absl::Status Shard::LoadDocuments() {
                          static_cast<int64_t>(record.member_offsets.size()) - 1});
     return absl::OkStatus();
   });
+}
+
+absl::Status Shard::LoadResidentRerank() {
+  if (resident_budget_ == 0) return absl::OkStatus();
+  std::vector<uint64_t> iids;
+  {
+    ReaderMutexLock lock(&table_mu_);
+    iids.reserve(live_.size());
+    for (const auto& [iid, document] : live_) iids.push_back(iid);
+  }
+  std::sort(iids.begin(), iids.end());
+  for (size_t start = 0; start < iids.size(); start += kResidentLoadBatch) {
+    const absl::Span<const uint64_t> batch =
+        absl::MakeConstSpan(iids).subspan(start, kResidentLoadBatch);
+    TESSERA_ASSIGN_OR_RETURN(std::vector<StoredMatrix> matrices, store_->MultiGetRerank(batch));
+    MutexLock lock(&table_mu_);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const int64_t bytes = static_cast<int64_t>(matrices[i].bytes.size());
+      if (resident_bytes_ + bytes > resident_budget_) return absl::OkStatus();
+      resident_bytes_ += bytes;
+      live_[batch[i]].rerank = std::make_shared<const StoredMatrix>(std::move(matrices[i]));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Shard::RebuildCandidates(const CandidateIndexOptions& options) {
@@ -122,6 +164,10 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
     const DocumentRecord& record = write.record;
     documents.push_back(LiveDocument{record.external_id, 0, record.attributes, record.num_tokens,
                                      static_cast<int64_t>(record.member_offsets.size()) - 1});
+    // A copy for memory; AddLive drops it when the budget is spent.
+    if (resident_budget_ > 0) {
+      documents.back().rerank = std::make_shared<const StoredMatrix>(write.rerank);
+    }
     candidates.push_back(write.candidates);
   }
   TESSERA_ASSIGN_OR_RETURN(WriteResult result, store_->Write(std::move(upserts), deletes));
@@ -181,6 +227,12 @@ void Shard::ForEachLive(const Filter& filter,
   }
 }
 
+std::shared_ptr<const StoredMatrix> Shard::ResidentRerank(uint64_t iid) const {
+  ReaderMutexLock lock(&table_mu_);
+  const auto it = live_.find(iid);
+  return it == live_.end() ? nullptr : it->second.rerank;
+}
+
 bool Shard::Describe(uint64_t iid, std::string* external_id, uint64_t* version) const {
   ReaderMutexLock lock(&table_mu_);
   const auto it = live_.find(iid);
@@ -202,6 +254,7 @@ ShardStats Shard::Stats() const {
     stats.documents = static_cast<int64_t>(live_.size());
     stats.original_tokens = original_tokens_;
     stats.rerank_vectors = rerank_vectors_;
+    stats.resident_bytes = resident_bytes_;
   }
   const CandidateIndexStats candidates = candidates_->Stats();
   stats.candidate_vectors = candidates.vectors;

@@ -7,6 +7,11 @@
 // returns. The candidate index is rebuildable: Open() loads its snapshot and adds documents newer
 // than the snapshot and drops deleted ones, or rebuilds it from the store when the snapshot is
 // missing, stale or corrupt.
+//
+// Resident rerank vectors: up to a byte budget, the table also holds each live document's rerank
+// vectors (shared, immutable), loaded at Open() and replaced or dropped with the document in
+// ApplyDerived, so searches that rerank them read no storage and see exactly what the table says
+// is live.
 #ifndef TESSERA_INDEX_COLLECTION_SHARD_H_
 #define TESSERA_INDEX_COLLECTION_SHARD_H_
 
@@ -34,6 +39,8 @@ struct LiveDocument {
   Attributes attributes;
   int64_t num_tokens = 0;
   int64_t num_rerank_vectors = 0;
+  // The stored rerank vectors when resident; null when the budget was spent.
+  std::shared_ptr<const StoredMatrix> rerank;
 };
 
 struct ShardStats {
@@ -42,16 +49,18 @@ struct ShardStats {
   int64_t rerank_vectors = 0;
   int64_t candidate_vectors = 0;
   int64_t disk_bytes = 0;
+  int64_t resident_bytes = 0;  // rerank vectors held in memory
   std::string candidate_index;
 };
 
 class Shard {
  public:
   // Opens (or creates) the shard in `dir`: the store in dir/db, the snapshot at
-  // dir/candidates.snapshot.
+  // dir/candidates.snapshot. Keeps up to `resident_rerank_bytes` of rerank vectors in memory.
   static absl::StatusOr<std::unique_ptr<Shard>> Open(const std::string& dir,
                                                      const CollectionSchema& schema,
-                                                     const ShardStoreOptions& store_options);
+                                                     const ShardStoreOptions& store_options,
+                                                     int64_t resident_rerank_bytes = 0);
 
   ShardStore& store() { return *store_; }
   const ShardStore& store() const { return *store_; }
@@ -69,6 +78,9 @@ class Shard {
                    const std::function<void(uint64_t, const LiveDocument&)>& fn) const;
   // The live document's external id and version; false if iid is no longer live.
   bool Describe(uint64_t iid, std::string* external_id, uint64_t* version) const;
+  // The rerank vectors of a live document when they are resident; null otherwise (not live, or
+  // beyond the budget: read them from the store).
+  std::shared_ptr<const StoredMatrix> ResidentRerank(uint64_t iid) const;
   int64_t num_documents() const;
 
   ShardStats Stats() const;
@@ -76,8 +88,10 @@ class Shard {
   absl::Status Snapshot() const;
 
  private:
-  Shard(std::string dir, std::unique_ptr<ShardStore> store);
+  Shard(std::string dir, std::unique_ptr<ShardStore> store, int64_t resident_rerank_bytes);
   absl::Status LoadDocuments();
+  // Reads the rerank vectors of live documents, in iid order, until the budget is spent.
+  absl::Status LoadResidentRerank();
   absl::Status LoadOrRebuildCandidates(const CandidateIndexOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status RebuildCandidates(const CandidateIndexOptions& options)
@@ -105,6 +119,8 @@ class Shard {
   absl::flat_hash_map<uint64_t, LiveDocument> live_ ABSL_GUARDED_BY(table_mu_);
   int64_t original_tokens_ ABSL_GUARDED_BY(table_mu_) = 0;
   int64_t rerank_vectors_ ABSL_GUARDED_BY(table_mu_) = 0;
+  const int64_t resident_budget_;
+  int64_t resident_bytes_ ABSL_GUARDED_BY(table_mu_) = 0;
 };
 
 }  // namespace tessera::internal
