@@ -27,7 +27,9 @@ def _full_ndcg(rows: List[Dict]) -> Optional[float]:
 def _label(row: Dict) -> str:
     if row["system"] != "tessera":
         return f"{row['system']} ({row['search']})" if row.get("search") else row["system"]
-    return row["name"] if row["search"] == "exhaustive" else f"{row['name']}: {row['search']}"
+    if row["search"] == "exhaustive":
+        return row["name"] if row["group"] != "cascade" else f"{row['name']}: exhaustive"
+    return f"{row['name']}: {row['search']}"
 
 
 def _fmt(value, spec):
@@ -111,7 +113,7 @@ def plot_cascade(results: Dict, path: str):
                              else f"tessera {r['name']}") == system),
                         key=lambda r: r["recall@10_vs_exact"])
         axes.plot([r["recall@10_vs_exact"] for r in points], [r["qps"] for r in points],
-                  marker=marker, label=system)
+                  marker=marker, linestyle="none", label=system)
     axes.set_yscale("log")
     axes.set_xlabel("recall@10 vs exact MaxSim over the same vectors")
     axes.set_ylabel("queries per second (one at a time, log)")
@@ -130,7 +132,7 @@ def _latency_rows(results: Dict) -> List[Dict]:
         if row.get("error"):
             continue
         if row["system"] == "tessera" and (row["name"], row["search"]) in (
-                ("cascade", "cascade N=100 (default)"), ("full-fp16", "exhaustive"),
+                ("cascade", "cascade N=100 (default for k=10)"), ("full-fp16", "exhaustive"),
                 ("cascade", "exhaustive")):
             wanted.append(row)
         elif row["system"] != "tessera" and row.get("default", True):

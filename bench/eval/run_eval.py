@@ -13,6 +13,7 @@ Configurations (all exhaustive unless named "cascade"):
   ward-p / reference-p hierarchical pooling at p = 2, 3, 4, 6 (fp16)
   cascade              the default collection (ward p = 2, fp16, pooled candidates, FAISS "auto")
                        searched with the default N = 100, k' = max(N, 64), and a sweep of N / k'
+  cascade-ivf          the same, stage 1 on FAISS IVF1024,Flat (nprobe 64) instead of "auto"
   cascade-global       p = 1 with one global-mean candidate vector per document
   page-*               the page simulation (see simulate_pages): spatial pooling of a token grid
 """
@@ -89,10 +90,17 @@ def tessera_configs() -> List[Config]:
             configs.append(Config(f"{method}-{p}", "pooling",
                                   dict(pool_factor=p, method=method, candidates=NO_STAGE1),
                                   EXHAUSTIVE, method, p))
-    sweep = [Search("exhaustive"), Search("cascade N=100 (default)", False)]
+    # k = 100 for recall@100, with N set to the server's default for k = 10 (max(10·k, 100)).
+    sweep = [Search("exhaustive"), Search("cascade N=100 (default for k=10)", False, 100)]
     sweep += [Search(f"cascade N={n}", False, n) for n in (20, 50, 200, 500)]
     sweep += [Search(f"cascade N=100 k'={kp}", False, 100, kp) for kp in (32, 256, 1000)]
     configs.append(Config("cascade", "cascade", {}, sweep, "ward", 2))
+    # Stage 1 on an IVF index of the same pooled candidates (FAISS trains it once 50k candidate
+    # vectors exist; smaller collections keep searching them exactly).
+    configs.append(Config("cascade-ivf", "cascade",
+                          dict(candidates={"kind": "pooled", "factory": "IVF1024,Flat"}),
+                          [Search("cascade N=100", False, 100), Search("cascade N=200", False, 200)],
+                          "ward", 2, exact="cascade"))
     configs.append(Config("cascade-global", "cascade",
                           dict(pool_factor=1, candidates={"kind": "global_mean"}),
                           [Search(f"cascade N={n}", False, n) for n in (100, 500)], "none", 1,
@@ -102,7 +110,7 @@ def tessera_configs() -> List[Config]:
     page = [("page-rows", dict(spatial="rows")),
             ("page-tiles-2x4", dict(spatial={"mode": "tiles", "tile_rows": 2, "tile_cols": 4})),
             ("page-tiles-2x8", dict(spatial={"mode": "tiles", "tile_rows": 2, "tile_cols": 8})),
-            ("page-windows-2:1",
+            ("page-windows-2-1",
              dict(spatial={"mode": "row_windows", "window_rows": 2, "window_stride": 1})),
             ("page-global", dict(spatial="global"))]
     for name, create in page:
@@ -114,7 +122,7 @@ def tessera_configs() -> List[Config]:
         configs.append(Config(f"page-ward-{p}", "page",
                               dict(pool_factor=p, candidates=NO_STAGE1), EXHAUSTIVE, "ward", p,
                               page_layout=True))
-    configs.append(Config("page-global+rerank", "page",
+    configs.append(Config("page-global-rerank", "page",
                           dict(pool_factor=1, candidates={"kind": "global_mean"}),
                           [Search("cascade N=100", False, 100)], "global+full", 1,
                           page_layout=True, exact="full-fp16"))

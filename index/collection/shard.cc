@@ -264,6 +264,7 @@ ShardStats Shard::Stats() const {
 }
 
 absl::Status Shard::Snapshot() const {
+  TESSERA_RETURN_IF_ERROR(store_->Flush());
   MutexLock lock(&apply_mu_);
   return candidates_->Save(dir_ + "/" + kSnapshotFile, max_indexed_iid_);
 }

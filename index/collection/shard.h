@@ -84,7 +84,7 @@ class Shard {
   int64_t num_documents() const;
 
   ShardStats Stats() const;
-  // Saves the candidate index with the iid it covers.
+  // Flushes the store's memtables, then saves the candidate index with the iid it covers.
   absl::Status Snapshot() const;
 
  private:

@@ -168,7 +168,9 @@ class Collection {
   virtual absl::StatusOr<SearchResult> Search(FloatMatrixView query,
                                               const SearchOptions& options) const = 0;
   virtual CollectionStats Stats() const = 0;
-  // Writes the candidate index snapshots so the next open need not replay.
+  // Flushes RocksDB's memtables to SST files (the WAL they covered becomes obsolete, so disk
+  // statistics show the steady state) and writes the candidate index snapshots so the next open
+  // need not replay.
   virtual absl::Status Snapshot() = 0;
 };
 
