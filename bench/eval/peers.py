@@ -43,6 +43,7 @@ import numpy as np  # noqa: E402
 import threadpoolctl  # noqa: E402
 
 import embed  # noqa: E402
+import metrics  # noqa: E402
 
 PEERS = ["numpy-brute-force", "maxsim-cpu", "fast-plaid"]
 WARMUP_QUERIES = 3  # searched once before timing, not counted
@@ -113,11 +114,12 @@ def search_all(dataset, search_one, k: int) -> dict:
                 run=run)
 
 
-def index_fields(dataset, index_seconds: float, index_bytes: int) -> dict:
-    """The index_* / *_per_* keys of a result; every peer here scores all tokens."""
+def index_fields(dataset, index_seconds: float, index_bytes: int, builds_index: bool) -> dict:
+    """The index_* / *_per_* keys of a result; every peer here scores all tokens. Brute-force
+    peers build no index: their ingest_docs_per_s is None (index_seconds is a conversion)."""
     lengths = dataset.corpus.lengths()
     return dict(index_seconds=index_seconds,
-                ingest_docs_per_s=len(lengths) / index_seconds,
+                ingest_docs_per_s=len(lengths) / index_seconds if builds_index else None,
                 index_bytes=int(index_bytes),
                 bytes_per_token=index_bytes / int(lengths.sum()),
                 vectors_per_document=float(lengths.mean()))
@@ -143,7 +145,7 @@ def run_numpy_brute_force(dataset, k: int, work_dir: str) -> dict:
         return top_k(maxsim_all(tokens, starts, query), k)
 
     result = dict(config="fp32, exact MaxSim over all tokens", **search_all(dataset, search_one, k))
-    result.update(index_fields(dataset, index_seconds, tokens.nbytes))
+    result.update(index_fields(dataset, index_seconds, tokens.nbytes, builds_index=False))
     result["notes"] = (f"index = fp32 token matrix in memory; index_seconds = fp16→fp32 "
                        f"conversion; NumPy BLAS threads = {THREADS} (threadpoolctl)")
     return result
@@ -187,7 +189,7 @@ def run_maxsim_cpu(dataset, k: int, work_dir: str) -> dict:
     slice_tokens = maxsim_cpu_slice_tokens(tokens.shape[1])
     result = dict(config=f"maxsim_scores_variable, fp32, query sliced by {slice_tokens} tokens",
                   **search_all(dataset, lambda i: top_k(scores_of(i), k), k))
-    result.update(index_fields(dataset, index_seconds, tokens.nbytes))
+    result.update(index_fields(dataset, index_seconds, tokens.nbytes, builds_index=False))
     result["notes"] = (
         f"index = fp32 document views in memory; rayon/OpenMP threads = {THREADS} "
         f"(RAYON_NUM_THREADS, OMP_NUM_THREADS); the query is scored in slices of "
@@ -303,7 +305,8 @@ def run_fast_plaid(dataset, k: int, work_dir: str, **settings) -> dict:
     result["config"] = ", ".join(
         [f"{name}={value}" for name, value in {**build, **search}.items()]
         + [f"centroids={centroids}"])
-    result.update(index_fields(dataset, index_seconds, directory_bytes(index_dir)))
+    result.update(index_fields(dataset, index_seconds, directory_bytes(index_dir),
+                               builds_index=True))
     result["notes"] = (
         f"index = on-disk size of {index_dir}"
         + (" (reused from an earlier build; index_seconds is that build's)" if reused else "")
@@ -344,21 +347,11 @@ def run_peer(name: str, dataset, k: int = 100, work_dir: str = None, **settings)
 
 # ------------------------------------------------------------------------------- reporting
 
-def evaluate(qrels: dict, run: dict) -> tuple:
-    """Mean nDCG@10 and recall@100 over the queries in qrels (absent from run counts as 0)."""
-    import pytrec_eval
-
-    evaluator = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", "recall.100"})
-    per_query = evaluator.evaluate(run)
-    ndcg = sum(per_query.get(q, {}).get("ndcg_cut_10", 0.0) for q in qrels) / len(qrels)
-    recall = sum(per_query.get(q, {}).get("recall_100", 0.0) for q in qrels) / len(qrels)
-    return ndcg, recall
-
-
 def report_line(result: dict, qrels: dict) -> str:
     if result["error"] and "run" not in result:
         return f"{result['system']:18s} ERROR {result['error']}"
-    ndcg, recall = evaluate(qrels, result["run"])
+    quality = metrics.evaluate(qrels, result["run"])
+    ndcg, recall = quality["ndcg@10"], quality["recall@100"]
     p50, p95, p99 = np.percentile(result["latencies_ms"], [50, 95, 99])
     line = (f"{result['system']:18s} nDCG@10 {ndcg:.4f}  R@100 {recall:.4f}  "
             f"QPS {result['qps']:8.1f}  P50/P95/P99 {p50:.2f}/{p95:.2f}/{p99:.2f} ms  "

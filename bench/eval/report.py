@@ -1,6 +1,8 @@
-"""results.json → results.md (tables) and PNG plots (matplotlib), for one data set.
+"""results.json → results.md (tables) and PNG plots (matplotlib), for one data set; and one
+summary table over several.
 
-    python bench/eval/report.py OUT_DIR     (re-renders from OUT_DIR/results.json)
+    python bench/eval/report.py OUT_DIR                 re-renders from OUT_DIR/results.json
+    python bench/eval/report.py --summary DIR [DIR...]  prints the summary table (Markdown)
 """
 
 import json
@@ -26,7 +28,8 @@ def _full_ndcg(rows: List[Dict]) -> Optional[float]:
 
 def _label(row: Dict) -> str:
     if row["system"] != "tessera":
-        return f"{row['system']} ({row['search']})" if row.get("search") else row["system"]
+        return f"{row['system']} ({row['search']})" if row.get("search") not in (None, "defaults") \
+            else row["system"]
     if row["search"] == "exhaustive":
         return row["name"] if row["group"] != "cascade" else f"{row['name']}: exhaustive"
     return f"{row['name']}: {row['search']}"
@@ -133,7 +136,7 @@ def _latency_rows(results: Dict) -> List[Dict]:
             continue
         if row["system"] == "tessera" and (row["name"], row["search"]) in (
                 ("cascade", "cascade N=100 (default for k=10)"), ("full-fp16", "exhaustive"),
-                ("cascade", "exhaustive")):
+                ("cascade-global", "cascade N=100"), ("cascade-global", "cascade N=500")):
             wanted.append(row)
         elif row["system"] != "tessera" and row.get("default", True):
             wanted.append(row)
@@ -158,20 +161,29 @@ def plot_latency(results: Dict, path: str):
 
 
 def plot_peers(results: Dict, path: str):
-    rows = _latency_rows(results)
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4.5))
-    labels = [_label(r) for r in rows]
-    positions = np.arange(len(rows))
-    left.barh(positions, [r["ndcg@10"] for r in rows])
-    left.set_yticks(positions, labels, fontsize=7)
-    left.set_xlabel("nDCG@10")
-    right.barh(positions, [r["qps"] for r in rows])
-    right.set_yticks(positions, [""] * len(rows))
-    right.set_xscale("log")
-    right.set_xlabel("queries per second (log)")
-    figure.suptitle(f"{results['dataset']}: Tessera and peers on the same embeddings")
+    """nDCG@10 against QPS for every search of Tessera (exhaustive page simulations aside) and
+    every peer run: 'equal quality, how fast' read off one picture."""
+    rows = [r for r in results["configurations"] if not r.get("error") and r["group"] != "page"]
+    figure, axes = plt.subplots(figsize=(8, 5))
+    for system, marker in (("tessera", "o"), ("numpy-brute-force", "s"), ("maxsim-cpu", "D"),
+                           ("fast-plaid", "^")):
+        points = [r for r in rows if r["system"] == system]
+        if not points:
+            continue
+        axes.scatter([r["qps"] for r in points], [r["ndcg@10"] for r in points], marker=marker,
+                     label=system, s=30)
+        for r in points:
+            if system != "tessera" or r in _latency_rows(results):
+                axes.annotate(_label(r), (r["qps"], r["ndcg@10"]), fontsize=6,
+                              xytext=(4, 2), textcoords="offset points")
+    axes.set_xscale("log")
+    axes.set_xlabel("queries per second, one at a time (log)")
+    axes.set_ylabel("nDCG@10")
+    axes.set_title(f"{results['dataset']}: Tessera and peers on the same embeddings")
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
     figure.text(0.01, 0.005, _footer(results), fontsize=5)
-    figure.tight_layout(rect=(0, 0.03, 1, 1))
+    figure.tight_layout(rect=(0, 0.02, 1, 1))
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
@@ -192,7 +204,85 @@ def write(results: Dict, out_dir: str):
         f.write("\n".join(f"![{kind}]({name}-{kind}.png)" for kind in plots) + "\n")
 
 
+def _row(results: Dict, name: str, search: str) -> Optional[Dict]:
+    return next((r for r in results["configurations"]
+                 if r["name"] == name and r.get("search") == search and not r.get("error")), None)
+
+
+def summary(all_results: List[Dict]) -> str:
+    """One Markdown table over several data sets: the figures users compare."""
+    lines = ["| | " + " | ".join(r["dataset"] for r in all_results) + " |",
+             "|---|" + "---:|" * len(all_results)]
+
+    def add(label, cell):
+        lines.append(f"| {label} | " + " | ".join(cell(r) for r in all_results) + " |")
+
+    def relative(name, search="exhaustive"):
+        def cell(results):
+            row, full = _row(results, name, search), _full_ndcg(results["configurations"])
+            return "–" if row is None or not full else f"{100 * row['ndcg@10'] / full:.1f}%"
+        return cell
+
+    def figure(name, search, key, spec):
+        def cell(results):
+            row = _row(results, name, search)
+            if row is None:
+                return "–"
+            value = row
+            for part in key.split("."):
+                value = value[part]
+            return format(value, spec)
+        return cell
+
+    add("documents / queries", lambda r: f"{r['documents']:,} / {r['queries']}")
+    add("tokens per document (MiniLM, ≤ 256)", lambda r: f"{r['tokens_per_document']:.0f}")
+    add("full MaxSim nDCG@10 (p = 1, exact)", figure(FULL, "exhaustive", "ndcg@10", ".4f"))
+    for p in (2, 3, 4, 6):
+        add(f"ward p = {p}: vectors per document",
+            figure(f"ward-{p}", "exhaustive", "vectors_per_document", ".0f"))
+        add(f"ward p = {p}: nDCG@10 vs full", relative(f"ward-{p}"))
+        add(f"reference p = {p}: nDCG@10 vs full", relative(f"reference-{p}"))
+    add("bytes on disk per original token: p = 1 fp32 / fp16",
+        lambda r: f"{figure(FULL, 'exhaustive', 'bytes_per_token', '.0f')(r)} / "
+                  f"{figure('full-fp16', 'exhaustive', 'bytes_per_token', '.0f')(r)}")
+    add("bytes on disk per original token: default (ward p = 2, fp16, candidates)",
+        figure("cascade", "exhaustive", "bytes_per_token", ".0f"))
+    default = "cascade N=100 (default for k=10)"
+    add("default cascade: nDCG@10 vs its exhaustive", lambda r: "–" if not _row(r, "cascade", default)
+        else f"{100 * _row(r, 'cascade', default)['ndcg@10'] / _row(r, 'cascade', 'exhaustive')['ndcg@10']:.1f}%")
+    add("default cascade: documents scored exactly",
+        lambda r: f"{100 * _row(r, 'cascade', default)['documents_scored_fraction']:.1f}%"
+        if _row(r, "cascade", default) else "–")
+    add("default cascade: QPS (one query at a time)", figure("cascade", default, "qps", ".1f"))
+    add("default cascade: P50 / P95 / P99 ms", lambda r: " / ".join(
+        figure("cascade", default, f"latency_ms.p{q}", ".1f")(r) for q in (50, 95, 99)))
+    add("global-mean stage 1 + full rerank (N = 100): nDCG@10 vs full",
+        relative("cascade-global", "cascade N=100"))
+    add("global-mean stage 1 + full rerank (N = 100): QPS",
+        figure("cascade-global", "cascade N=100", "qps", ".1f"))
+    add("ingest docs/s (default collection, over gRPC)",
+        figure("cascade", "exhaustive", "ingest_docs_per_s", ".0f"))
+    for peer in ("numpy-brute-force", "maxsim-cpu", "fast-plaid"):
+        def peer_cell(results, peer=peer):
+            row = next((r for r in results["configurations"] if r["system"] == peer
+                        and r.get("default", True)), None)
+            if row is None:
+                return "–"
+            if row.get("error"):
+                return "not run"
+            return f"{row['ndcg@10']:.4f} at {row['qps']:.1f} QPS"
+        add(f"{peer}: nDCG@10 at QPS", peer_cell)
+    return "\n".join(lines)
+
+
 if __name__ == "__main__":
-    directory = sys.argv[1]
-    with open(os.path.join(directory, "results.json")) as f:
-        write(json.load(f), directory)
+    if sys.argv[1] == "--summary":
+        collected = []
+        for directory in sys.argv[2:]:
+            with open(os.path.join(directory, "results.json")) as f:
+                collected.append(json.load(f))
+        print(summary(collected))
+    else:
+        directory = sys.argv[1]
+        with open(os.path.join(directory, "results.json")) as f:
+            write(json.load(f), directory)

@@ -29,7 +29,6 @@ import time
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
-import pytrec_eval
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -37,6 +36,7 @@ sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "e2e"))  # the e2e tests' se
 
 import e2e_util  # noqa: E402  (also puts client/python on the path)
 import embed  # noqa: E402
+from metrics import evaluate, recall_vs_exact  # noqa: E402
 import peers  # noqa: E402
 import report  # noqa: E402
 
@@ -137,8 +137,9 @@ def tessera_configs() -> List[Config]:
 def page_document(tokens: np.ndarray):
     """(tokens, layout) of a document as a page: [CLS] as prefix, [SEP] as suffix, the body in
     rows of TOKENS_PER_LINE; the last line is completed by repeating its last token, which adds
-    no new direction (MaxSim unchanged, a line's mean weighted toward its last token)."""
-    body = tokens[1:-1]
+    no new direction (MaxSim unchanged, a line's mean weighted toward its last token). A
+    document without text ([CLS][SEP] only) becomes one line of its [SEP] vector."""
+    body = tokens[1:-1] if tokens.shape[0] > 2 else tokens[-1:]
     rows = -(-body.shape[0] // TOKENS_PER_LINE)
     pad = rows * TOKENS_PER_LINE - body.shape[0]
     if pad:
@@ -155,24 +156,6 @@ def documents(dataset, page_layout: bool):
             yield (doc_id, grid_tokens, layout)
         else:
             yield (doc_id, tokens)
-
-
-def evaluate(qrels, run) -> Dict[str, float]:
-    """Mean nDCG@10 and recall@100 over the judged queries (pytrec_eval = trec_eval)."""
-    judged = {q: r for q, r in qrels.items() if q in run}
-    evaluator = pytrec_eval.RelevanceEvaluator(judged, {"ndcg_cut.10", "recall.100"})
-    per_query = evaluator.evaluate({q: run[q] for q in judged})
-    return {"ndcg@10": float(np.mean([v["ndcg_cut_10"] for v in per_query.values()])),
-            "recall@100": float(np.mean([v["recall_100"] for v in per_query.values()])),
-            "evaluated_queries": len(per_query)}
-
-
-def recall_vs_exact(run, exact_run, k=10) -> float:
-    """Mean fraction of the exact top-k that a run's top-k holds."""
-    def top(ranking):
-        return set(sorted(ranking, key=lambda d: (-ranking[d], d))[:k])
-    return float(np.mean([len(top(run.get(q, {})) & top(exact_run[q])) / min(k, len(exact_run[q]))
-                          for q in exact_run if exact_run[q]]))
 
 
 def latency_summary(latencies_ms: List[float]) -> Dict:
@@ -251,8 +234,11 @@ def run_peers(dataset, work_dir, log) -> List[Dict]:
         for settings in PEER_SWEEPS.get(name, [{}]):
             start = time.monotonic()
             result = peers.run_peer(name, dataset, TOP_K, work_dir, **settings)
-            row = dict(system=name, name=name, group="peer", search=result.get("config", ""),
-                       error=result.get("error"))
+            # search: the settings of this run (short, for labels); config: every setting used.
+            short = ", ".join(f"{key}={value}" for key, value in settings.items()
+                              if key not in FAST_PLAID_BUILD)
+            row = dict(system=name, name=name, group="peer", search=short or "defaults",
+                       config=result.get("config", ""), error=result.get("error"))
             if not row["error"]:
                 row.update({key: result[key] for key in
                             ("index_seconds", "ingest_docs_per_s", "index_bytes",
