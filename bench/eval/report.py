@@ -97,7 +97,8 @@ def plot_pooling(results: Dict, path: str):
     axes.set_ylabel("nDCG@10 (exhaustive MaxSim)")
     axes.set_title(f"{results['dataset']}: nDCG@10 vs vectors per document")
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
+    if axes.get_legend_handles_labels()[0]:  # a partial run (--only) may leave none
+        axes.legend(fontsize=8)
     figure.text(0.01, 0.005, _footer(results), fontsize=5)
     figure.tight_layout(rect=(0, 0.02, 1, 1))
     figure.savefig(path, dpi=120)
@@ -122,7 +123,8 @@ def plot_cascade(results: Dict, path: str):
     axes.set_ylabel("queries per second (one at a time, log)")
     axes.set_title(f"{results['dataset']}: speed vs recall")
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
+    if axes.get_legend_handles_labels()[0]:  # a partial run (--only) may leave none
+        axes.legend(fontsize=8)
     figure.text(0.01, 0.005, _footer(results), fontsize=5)
     figure.tight_layout(rect=(0, 0.02, 1, 1))
     figure.savefig(path, dpi=120)
@@ -153,7 +155,8 @@ def plot_latency(results: Dict, path: str):
     axes.set_ylabel("fraction of queries")
     axes.set_title(f"{results['dataset']}: latency CDF, one query at a time")
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=7)
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(fontsize=7)
     figure.text(0.01, 0.005, _footer(results), fontsize=5)
     figure.tight_layout(rect=(0, 0.02, 1, 1))
     figure.savefig(path, dpi=120)
@@ -181,7 +184,8 @@ def plot_peers(results: Dict, path: str):
     axes.set_ylabel("nDCG@10")
     axes.set_title(f"{results['dataset']}: Tessera and peers on the same embeddings")
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
+    if axes.get_legend_handles_labels()[0]:  # a partial run (--only) may leave none
+        axes.legend(fontsize=8)
     figure.text(0.01, 0.005, _footer(results), fontsize=5)
     figure.tight_layout(rect=(0, 0.02, 1, 1))
     figure.savefig(path, dpi=120)
