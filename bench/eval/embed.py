@@ -74,7 +74,8 @@ def read_qrels(path):
     with open(path, encoding="utf-8") as f:
         header = f.readline().split("\t")
         if header[0].strip() != "query-id":
-            raise ValueError(f"{path}: header {header!r}, expected query-id<TAB>corpus-id<TAB>score")
+            raise ValueError(f"{path}: header {header!r}, "
+                             "expected query-id<TAB>corpus-id<TAB>score")
         for line in f:
             if not line.strip():
                 continue

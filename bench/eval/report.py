@@ -69,6 +69,22 @@ def _footer(results: Dict) -> str:
             f"{results['machine']}")
 
 
+def _finish(figure, axes, results: Dict, path: str, title: str, xlabel: str, ylabel: str,
+            legend_size: int = 8):
+    """Labels, grid, legend (when something is labelled: a partial run may leave nothing), the
+    footer naming command, commit and machine; then writes the PNG."""
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    axes.set_title(f"{results['dataset']}: {title}")
+    axes.grid(alpha=0.3)
+    if axes.get_legend_handles_labels()[0]:
+        axes.legend(fontsize=legend_size)
+    figure.text(0.01, 0.005, _footer(results), fontsize=5)
+    figure.tight_layout(rect=(0, 0.02, 1, 1))
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
 def plot_pooling(results: Dict, path: str):
     rows = [r for r in results["configurations"]
             if r["system"] == "tessera" and r.get("exhaustive") and r["dtype"] == "fp16"]
@@ -93,16 +109,10 @@ def plot_pooling(results: Dict, path: str):
                 axes.annotate(r["pooling"], (r["vectors_per_document"], r["ndcg@10"]),
                               fontsize=7, xytext=(3, 3), textcoords="offset points")
     axes.set_xscale("log")
-    axes.set_xlabel("vectors per document (log)")
-    axes.set_ylabel("nDCG@10 (exhaustive MaxSim)")
-    axes.set_title(f"{results['dataset']}: nDCG@10 vs vectors per document")
-    axes.grid(alpha=0.3)
-    if axes.get_legend_handles_labels()[0]:  # a partial run (--only) may leave none
-        axes.legend(fontsize=8)
-    figure.text(0.01, 0.005, _footer(results), fontsize=5)
-    figure.tight_layout(rect=(0, 0.02, 1, 1))
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _finish(figure, axes, results, path,
+            "nDCG@10 vs vectors per document",
+            "vectors per document (log)",
+            "nDCG@10 (exhaustive MaxSim)")
 
 
 def plot_cascade(results: Dict, path: str):
@@ -119,16 +129,10 @@ def plot_cascade(results: Dict, path: str):
         axes.plot([r["recall@10_vs_exact"] for r in points], [r["qps"] for r in points],
                   marker=marker, linestyle="none", label=system)
     axes.set_yscale("log")
-    axes.set_xlabel("recall@10 vs exact MaxSim over the same vectors")
-    axes.set_ylabel("queries per second (one at a time, log)")
-    axes.set_title(f"{results['dataset']}: speed vs recall")
-    axes.grid(alpha=0.3)
-    if axes.get_legend_handles_labels()[0]:  # a partial run (--only) may leave none
-        axes.legend(fontsize=8)
-    figure.text(0.01, 0.005, _footer(results), fontsize=5)
-    figure.tight_layout(rect=(0, 0.02, 1, 1))
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _finish(figure, axes, results, path,
+            "speed vs recall",
+            "recall@10 vs exact MaxSim over the same vectors",
+            "queries per second (one at a time, log)")
 
 
 def _latency_rows(results: Dict) -> List[Dict]:
@@ -151,16 +155,10 @@ def plot_latency(results: Dict, path: str):
         values = np.sort(np.asarray(row["latencies_ms"]))
         axes.plot(values, np.arange(1, len(values) + 1) / len(values), label=_label(row))
     axes.set_xscale("log")
-    axes.set_xlabel("latency per query, ms (log)")
-    axes.set_ylabel("fraction of queries")
-    axes.set_title(f"{results['dataset']}: latency CDF, one query at a time")
-    axes.grid(alpha=0.3)
-    if axes.get_legend_handles_labels()[0]:
-        axes.legend(fontsize=7)
-    figure.text(0.01, 0.005, _footer(results), fontsize=5)
-    figure.tight_layout(rect=(0, 0.02, 1, 1))
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _finish(figure, axes, results, path,
+            "latency CDF, one query at a time",
+            "latency per query, ms (log)",
+            "fraction of queries", legend_size=7)
 
 
 def plot_peers(results: Dict, path: str):
@@ -180,16 +178,10 @@ def plot_peers(results: Dict, path: str):
                 axes.annotate(_label(r), (r["qps"], r["ndcg@10"]), fontsize=6,
                               xytext=(4, 2), textcoords="offset points")
     axes.set_xscale("log")
-    axes.set_xlabel("queries per second, one at a time (log)")
-    axes.set_ylabel("nDCG@10")
-    axes.set_title(f"{results['dataset']}: Tessera and peers on the same embeddings")
-    axes.grid(alpha=0.3)
-    if axes.get_legend_handles_labels()[0]:  # a partial run (--only) may leave none
-        axes.legend(fontsize=8)
-    figure.text(0.01, 0.005, _footer(results), fontsize=5)
-    figure.tight_layout(rect=(0, 0.02, 1, 1))
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    _finish(figure, axes, results, path,
+            "Tessera and peers on the same embeddings",
+            "queries per second, one at a time (log)",
+            "nDCG@10")
 
 
 def write(results: Dict, out_dir: str):
@@ -252,8 +244,13 @@ def summary(all_results: List[Dict]) -> str:
     add("bytes on disk per original token: default (ward p = 2, fp16, candidates)",
         figure("cascade", "exhaustive", "bytes_per_token", ".0f"))
     default = "cascade N=100 (default for k=10)"
-    add("default cascade: nDCG@10 vs its exhaustive", lambda r: "–" if not _row(r, "cascade", default)
-        else f"{100 * _row(r, 'cascade', default)['ndcg@10'] / _row(r, 'cascade', 'exhaustive')['ndcg@10']:.1f}%")
+    def cascade_vs_exhaustive(results):
+        row, exhaustive = _row(results, "cascade", default), _row(results, "cascade", "exhaustive")
+        if row is None or exhaustive is None:
+            return "–"
+        return f"{100 * row['ndcg@10'] / exhaustive['ndcg@10']:.1f}%"
+
+    add("default cascade: nDCG@10 vs its exhaustive", cascade_vs_exhaustive)
     add("default cascade: documents scored exactly",
         lambda r: f"{100 * _row(r, 'cascade', default)['documents_scored_fraction']:.1f}%"
         if _row(r, "cascade", default) else "–")

@@ -104,7 +104,8 @@ def tessera_configs() -> List[Config]:
     # vectors exist; smaller collections keep searching them exactly).
     configs.append(Config("cascade-ivf", "cascade",
                           dict(candidates={"kind": "pooled", "factory": "IVF1024,Flat"}),
-                          [Search("cascade N=100", False, 100), Search("cascade N=200", False, 200)],
+                          [Search("cascade N=100", False, 100),
+                           Search("cascade N=200", False, 200)],
                           "ward", 2, exact="cascade"))
     configs.append(Config("cascade-global", "cascade",
                           dict(pool_factor=1, candidates={"kind": "global_mean"}),
@@ -293,7 +294,8 @@ def main():
 
     lengths = dataset.corpus.lengths()
     log(f"{dataset.name}: {len(dataset.corpus)} documents ({lengths.mean():.1f} tokens each), "
-        f"{len(dataset.queries)} queries; embeddings {'computed in %.0f s' % dataset.embed_seconds if dataset.embed_seconds else 'cached'}")
+        f"{len(dataset.queries)} queries; embeddings "
+        + (f"computed in {dataset.embed_seconds:.0f} s" if dataset.embed_seconds else "cached"))
 
     e2e_util.SERVER_BINARY = args.server or os.path.join(REPO_ROOT, "build", "bin",
                                                          "tessera-server")
