@@ -18,24 +18,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "index/storage/record_codec.h"
+#include "index/storage/rocksdb_tsan_suppressions.h"
 #include "rocksdb/db.h"
 #include "tessera/float16.h"
-
-// RocksDB comes from the distribution, built without ThreadSanitizer: the atomics with which it
-// publishes memtable entries to readers are invisible to TSan, so accesses on either side of them
-// look like races. Suppress reports with a RocksDB frame; our own code's locks are pthread ones.
-#if defined(__SANITIZE_THREAD__)
-#define TESSERA_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TESSERA_TSAN 1
-#endif
-#endif
-#ifdef TESSERA_TSAN
-extern "C" const char* __tsan_default_suppressions() { return "race:rocksdb::\n"; }
-// A long history, so that the RocksDB side of such a report still has its stack to match.
-extern "C" const char* __tsan_default_options() { return "history_size=7"; }
-#endif
 
 namespace tessera::internal {
 namespace {
