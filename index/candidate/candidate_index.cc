@@ -51,6 +51,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <new>
 #include <numeric>
@@ -62,6 +63,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "index/common/errno_status.h"
+#include "index/common/thread_pool.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::internal {
@@ -78,8 +80,10 @@ constexpr int kHnswEfConstruction = 40;
 constexpr double kCompactionFraction = 0.2;
 constexpr int64_t kMaxTrainingVectors = 100'000;
 constexpr uint64_t kTrainingSampleSeed = 0x5445535345524131;  // fixed: same input, same index
-// Exact searches gather candidate vectors into blocks of about this size (stays in cache).
-constexpr size_t kExactBlockBytes = size_t{4} << 20;
+// Exact scans score candidate vectors in blocks of about this size (a block and its similarities
+// stay in L2/L3 while its hits are selected), and never in blocks of fewer than kMinScanBlockRows.
+constexpr size_t kScanBlockBytes = size_t{2} << 20;
+constexpr size_t kMinScanBlockRows = 64;
 
 // Snapshot layout (little-endian): a 40-byte header, then the payload it describes.
 //   0 "TSRC" | 4 u32 format version | 8 i64 dim | 16 u64 covered | 24 u64 payload length |
@@ -262,6 +266,47 @@ void KeepBest(std::vector<ScoredId>& hits, size_t k) {
   }
   std::sort(hits.begin(), hits.end(), Better);
 }
+
+// The best k hits of one query row seen so far in an exact scan: a buffer of up to 2k hits and a
+// threshold below which a similarity cannot be among the best k. A scan over n vectors costs one
+// comparison per vector and one nth_element per k hits kept, instead of a heap update per hit.
+class RowTopK {
+ public:
+  explicit RowTopK(size_t k) : k_(k) { hits_.reserve(2 * k); }
+
+  // -inf until k hits are kept, then the k-th best similarity. A similarity equal to it may still
+  // win on id (Better), so callers push similarities >= threshold().
+  float threshold() const { return threshold_; }
+
+  void Push(float similarity, FaissId id) {
+    hits_.push_back({similarity, id});
+    if (hits_.size() >= 2 * k_) Compact();
+  }
+
+  // Adds every hit `other` kept.
+  void Merge(const RowTopK& other) {
+    for (const ScoredId& hit : other.hits_) {
+      if (hit.similarity >= threshold_) Push(hit.similarity, hit.id);
+    }
+  }
+
+  // The best k, best first.
+  std::vector<ScoredId> Take() {
+    KeepBest(hits_, k_);
+    return std::move(hits_);
+  }
+
+ private:
+  void Compact() {
+    std::nth_element(hits_.begin(), hits_.begin() + (k_ - 1), hits_.end(), Better);
+    hits_.resize(k_);
+    threshold_ = hits_[k_ - 1].similarity;
+  }
+
+  const size_t k_;
+  float threshold_ = -std::numeric_limits<float>::infinity();
+  std::vector<ScoredId> hits_;
+};
 
 // Membership by storage position of the inner index (see the file comment).
 class DocumentSelector final : public faiss::IDSelector {
@@ -489,8 +534,8 @@ class CandidateIndex::Impl {
   absl::Status Add(uint64_t doc, FloatMatrixView vectors) ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
   absl::Status Remove(uint64_t doc) ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
   absl::StatusOr<std::vector<std::vector<CandidateHit>>> Search(
-      FloatMatrixView queries, int k, const std::function<bool(uint64_t)>* accept) const
-      ABSL_LOCKS_EXCLUDED(mu_);
+      FloatMatrixView queries, int k, const std::function<bool(uint64_t)>* accept,
+      ThreadPool* pool) const ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<uint64_t> Documents() const ABSL_LOCKS_EXCLUDED(mu_);
   CandidateIndexStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Save(const std::string& path, uint64_t covered) const
@@ -508,12 +553,13 @@ class CandidateIndex::Impl {
   std::vector<FaissId> AcceptedPositions(const std::function<bool(uint64_t)>* accept) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Exact top-k of query rows `rows` over the vectors at `positions` into (*hits)[row].
+  // Splits the scan over `pool` when it is not null.
   absl::Status ExactSearch(FloatMatrixView queries, const std::vector<int64_t>& rows,
-                           const std::vector<FaissId>& positions, int k,
+                           const std::vector<FaissId>& positions, int k, ThreadPool* pool,
                            std::vector<std::vector<ScoredId>>* hits) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   absl::Status SearchLocked(FloatMatrixView queries, int k,
-                            const std::function<bool(uint64_t)>* accept,
+                            const std::function<bool(uint64_t)>* accept, ThreadPool* pool,
                             std::vector<std::vector<ScoredId>>* hits) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
@@ -761,67 +807,112 @@ std::vector<FaissId> CandidateIndex::Impl::AcceptedPositions(
 absl::Status CandidateIndex::Impl::ExactSearch(FloatMatrixView queries,
                                                const std::vector<int64_t>& rows,
                                                const std::vector<FaissId>& positions, int k,
+                                               ThreadPool* pool,
                                                std::vector<std::vector<ScoredId>>* hits) const {
   const size_t d = static_cast<size_t>(options_.dim);
   const size_t nq = rows.size();
+  if (positions.empty()) {
+    for (int64_t row : rows) (*hits)[row].clear();
+    return absl::OkStatus();
+  }
   std::vector<float> query_block(nq * d);
   for (size_t i = 0; i < nq; ++i) {
     std::memcpy(query_block.data() + i * d, queries.data + rows[i] * d, d * sizeof(float));
   }
-  std::vector<std::vector<ScoredId>> best(nq);
   const faiss::Index* inner = index_->index;
   const float* raw = RawVectors(inner);
-  const size_t block_rows = std::max<size_t>(256, kExactBlockBytes / (d * sizeof(float)));
-  std::vector<float> block(std::min(block_rows, positions.size()) * d);
-  std::vector<float> distances;
-  std::vector<FaissId> labels;
-  for (size_t start = 0; start < positions.size(); start += block_rows) {
-    const size_t n = std::min(block_rows, positions.size() - start);
-    const size_t kb = std::min<size_t>(static_cast<size_t>(k), n);
-    distances.resize(nq * kb);
-    labels.resize(nq * kb);
-    TESSERA_RETURN_IF_ERROR(FaissCall("exact candidate search", [&] {
-      for (size_t i = 0; i < n; ++i) {
-        const FaissId pos = positions[start + i];
-        if (raw != nullptr) {
-          std::memcpy(block.data() + i * d, raw + pos * d, d * sizeof(float));
+  const FaissId* id_map = index_->id_map.data();
+  const size_t block_rows = std::max(kMinScanBlockRows, kScanBlockBytes / (d * sizeof(float)));
+  const int64_t num_blocks = static_cast<int64_t>((positions.size() + block_rows - 1) / block_rows);
+  // One part per thread, each a run of blocks with its own RowTopKs, merged at the end.
+  const int64_t num_parts =
+      pool == nullptr ? 1 : std::min<int64_t>(pool->num_threads(), num_blocks);
+  std::vector<std::vector<RowTopK>> part_best(num_parts, std::vector<RowTopK>(nq, RowTopK(k)));
+  std::vector<absl::Status> part_status(num_parts);
+
+  // Scores one part's blocks: a block of vectors (read in place when its positions are
+  // consecutive in raw storage, else gathered) times the queries' transpose in one sgemm, so that
+  // a vector's similarities to all query rows are adjacent and most vectors are passed over after
+  // comparing them with the rows' thresholds.
+  auto scan_part = [&](int64_t part) {
+    std::vector<RowTopK>& best = part_best[part];
+    std::vector<float> gathered;
+    std::vector<float> similarities(block_rows * nq);
+    std::vector<float> thresholds(nq);
+    const int64_t first = part * num_blocks / num_parts;
+    const int64_t last = (part + 1) * num_blocks / num_parts;
+    part_status[part] = FaissCall("exact candidate search", [&] {
+      for (int64_t b = first; b < last; ++b) {
+        const size_t start = static_cast<size_t>(b) * block_rows;
+        const size_t n = std::min(block_rows, positions.size() - start);
+        const FaissId* block_positions = positions.data() + start;
+        const float* vectors;
+        if (raw != nullptr &&
+            block_positions[n - 1] - block_positions[0] == static_cast<FaissId>(n - 1)) {
+          vectors = raw + block_positions[0] * d;
         } else {
-          inner->reconstruct(pos, block.data() + i * d);
+          gathered.resize(n * d);
+          for (size_t i = 0; i < n; ++i) {
+            if (raw != nullptr) {
+              std::memcpy(gathered.data() + i * d, raw + block_positions[i] * d, d * sizeof(float));
+            } else {
+              inner->reconstruct(block_positions[i], gathered.data() + i * d);
+            }
+          }
+          vectors = gathered.data();
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n),
+                    static_cast<int>(nq), static_cast<int>(d), 1.0f, vectors, static_cast<int>(d),
+                    query_block.data(), static_cast<int>(d), 0.0f, similarities.data(),
+                    static_cast<int>(nq));
+        for (size_t q = 0; q < nq; ++q) thresholds[q] = best[q].threshold();
+        for (size_t i = 0; i < n; ++i) {
+          const float* row = similarities.data() + i * nq;
+          bool any = false;
+          for (size_t q = 0; q < nq; ++q) any |= row[q] >= thresholds[q];
+          if (!any) continue;
+          const FaissId id = id_map[block_positions[i]];
+          for (size_t q = 0; q < nq; ++q) {
+            if (row[q] < thresholds[q]) continue;
+            best[q].Push(row[q], id);
+            thresholds[q] = best[q].threshold();
+          }
         }
       }
-      faiss::knn_inner_product(query_block.data(), block.data(), d, nq, n, kb, distances.data(),
-                               labels.data());
-    }));
-    for (size_t q = 0; q < nq; ++q) {
-      for (size_t j = 0; j < kb; ++j) {
-        const FaissId label = labels[q * kb + j];
-        if (label < 0) continue;
-        best[q].push_back({distances[q * kb + j], index_->id_map[positions[start + label]]});
-      }
-      if (best[q].size() >= 2 * static_cast<size_t>(k)) KeepBest(best[q], k);
-    }
+    });
+  };
+  if (num_parts == 1) {
+    scan_part(0);
+  } else {
+    pool->ParallelFor(num_parts, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t part = begin; part < end; ++part) scan_part(part);
+    });
   }
+  for (const absl::Status& status : part_status) TESSERA_RETURN_IF_ERROR(status);
   for (size_t q = 0; q < nq; ++q) {
-    KeepBest(best[q], k);
-    (*hits)[rows[q]] = std::move(best[q]);
+    RowTopK& merged = part_best[0][q];
+    for (int64_t part = 1; part < num_parts; ++part) merged.Merge(part_best[part][q]);
+    (*hits)[rows[q]] = merged.Take();
   }
   return absl::OkStatus();
 }
 
 absl::Status CandidateIndex::Impl::SearchLocked(FloatMatrixView queries, int k,
                                                 const std::function<bool(uint64_t)>* accept,
+                                                ThreadPool* pool,
                                                 std::vector<std::vector<ScoredId>>* hits) const {
   const int64_t nq = queries.rows;
   const bool has_dead = dead_count_ > 0;
   const bool filtered = accept != nullptr || has_dead;
-  if (filtered && kind_ != Kind::kHnsw && kind_ != Kind::kIvf) {
-    // Exhaustive kinds: FAISS 1.7.3 runs a filtered flat search as one full pass per query, and
-    // IndexPQ rejects selectors; gathering the accepted vectors and searching them in blocks (BLAS
-    // for many rows) is exact and much faster for several query rows.
+  if (kind_ == Kind::kFlat || (filtered && kind_ != Kind::kHnsw && kind_ != Kind::kIvf)) {
+    // Flat: our scan (one sgemm per block, threshold selection, split over the pool) instead of
+    // FAISS's single-threaded knn with a heap update per similarity. Other exhaustive kinds when
+    // filtered: FAISS 1.7.3 runs a filtered flat search as one full pass per query, and IndexPQ
+    // rejects selectors.
     const std::vector<FaissId> positions = AcceptedPositions(accept);
     std::vector<int64_t> rows(nq);
     std::iota(rows.begin(), rows.end(), 0);
-    return ExactSearch(queries, rows, positions, k, hits);
+    return ExactSearch(queries, rows, positions, k, pool, hits);
   }
 
   const int64_t kk = std::min<int64_t>(k, index_->ntotal);
@@ -867,11 +958,12 @@ absl::Status CandidateIndex::Impl::SearchLocked(FloatMatrixView queries, int k,
     if ((*hits)[q].size() < reachable) rows.push_back(q);
   }
   if (rows.empty()) return absl::OkStatus();
-  return ExactSearch(queries, rows, positions, k, hits);
+  return ExactSearch(queries, rows, positions, k, pool, hits);
 }
 
 absl::StatusOr<std::vector<std::vector<CandidateHit>>> CandidateIndex::Impl::Search(
-    FloatMatrixView queries, int k, const std::function<bool(uint64_t)>* accept) const {
+    FloatMatrixView queries, int k, const std::function<bool(uint64_t)>* accept,
+    ThreadPool* pool) const {
   if (k < 1) return absl::InvalidArgumentError(absl::StrCat("k ", k, ", expected >= 1"));
   if (queries.rows < 0 || (queries.rows > 0 && queries.data == nullptr)) {
     return absl::InvalidArgumentError(absl::StrCat("query matrix with ", queries.rows, " rows"));
@@ -886,7 +978,7 @@ absl::StatusOr<std::vector<std::vector<CandidateHit>>> CandidateIndex::Impl::Sea
     ScopedSingleOmpThread single_thread;
     SharedLock lock(&mu_, &tsan_tag_);
     if (queries.rows > 0 && live_vectors_ > 0) {
-      TESSERA_RETURN_IF_ERROR(SearchLocked(queries, k, accept, &hits));
+      TESSERA_RETURN_IF_ERROR(SearchLocked(queries, k, accept, pool, &hits));
     }
   }
   std::vector<std::vector<CandidateHit>> result(queries.rows);
@@ -992,8 +1084,9 @@ absl::Status CandidateIndex::Add(uint64_t doc, FloatMatrixView vectors) {
 absl::Status CandidateIndex::Remove(uint64_t doc) { return impl_->Remove(doc); }
 
 absl::StatusOr<std::vector<std::vector<CandidateHit>>> CandidateIndex::Search(
-    FloatMatrixView queries, int k, const std::function<bool(uint64_t doc)>* accept) const {
-  return impl_->Search(queries, k, accept);
+    FloatMatrixView queries, int k, const std::function<bool(uint64_t doc)>* accept,
+    ThreadPool* pool) const {
+  return impl_->Search(queries, k, accept, pool);
 }
 
 std::vector<uint64_t> CandidateIndex::Documents() const { return impl_->Documents(); }

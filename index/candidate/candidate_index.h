@@ -25,6 +25,8 @@
 
 namespace tessera::internal {
 
+class ThreadPool;
+
 inline constexpr int kCandidateSlotBits = 16;
 inline constexpr int64_t kMaxCandidateVectorsPerDocument = int64_t{1} << kCandidateSlotBits;
 
@@ -66,11 +68,15 @@ class CandidateIndex {
   // Removes a document; a no-op for an unknown one.
   absl::Status Remove(uint64_t doc);
 
-  // For each query row (nq × dim), up to k hits with the highest inner product, best first, among
-  // the vectors of documents for which `accept` returns true (null: all); the filter runs inside
-  // the FAISS search, so a filter that matches many documents still yields k hits per row.
+  // For each query row (nq × dim), up to k hits with the highest inner product, best first (ties:
+  // lower document, then slot), among the vectors of documents for which `accept` returns true
+  // (null: all); the filter runs inside the search, so a filter that matches many documents still
+  // yields k hits per row. `accept` is called only on the calling thread. Exact scans (Flat, and
+  // the exact fallbacks of the other kinds) are split over `pool` when it is not null; the caller
+  // works alongside it (ThreadPool::ParallelFor), so calling from inside a pool task is fine.
   absl::StatusOr<std::vector<std::vector<CandidateHit>>> Search(
-      FloatMatrixView queries, int k, const std::function<bool(uint64_t doc)>* accept) const;
+      FloatMatrixView queries, int k, const std::function<bool(uint64_t doc)>* accept,
+      ThreadPool* pool = nullptr) const;
 
   // The documents indexed, ascending.
   std::vector<uint64_t> Documents() const;

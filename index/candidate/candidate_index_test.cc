@@ -20,6 +20,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/common/thread_pool.h"
 
 #if defined(__SANITIZE_THREAD__)
 // OpenBLAS's worker threads synchronise in ways TSan cannot see; see tsan_suppressions.txt here.
@@ -239,6 +240,40 @@ TEST(CandidateIndex, TiesAreOrderedByAscendingDocument) {
   std::vector<uint64_t> docs;
   for (const auto& hit : (*hits)[0]) docs.push_back(hit.doc);
   EXPECT_THAT(docs, ElementsAre(3, 5, 7, 9));
+}
+
+// Flat searches scan blocks of vectors (2 MiB each: 65,536 vectors of dim 8) split over a pool:
+// with three blocks over three threads, hits from every part, ties across parts (one vector
+// stored by a first and a last document), the gathered blocks of a filter and the positions that
+// removals shift must all equal brute force.
+TEST(CandidateIndex, ExactScanSplitOverAPoolMatchesBruteForce) {
+  constexpr int64_t kDim = 8;
+  ThreadPool pool(3);
+  auto index = MakeIndex(Options(kDim, "Flat"));
+  Corpus corpus(kDim);
+  const auto shared = RandomUnitRows(1, kDim, 5);
+  ASSERT_TRUE(corpus.Add(*index, 40'000, shared).ok());
+  corpus.AddRandom(*index, 1, 36'000, 8, 6);
+  ASSERT_TRUE(corpus.Add(*index, 7, shared).ok());  // replaces doc 7: now stored last
+  ASSERT_GT(corpus.vectors(), 2 * 65'536);
+  for (uint64_t doc : {100, 20'000, 35'999}) ASSERT_TRUE(corpus.Remove(*index, doc).ok());
+  auto queries = RandomUnitRows(6, kDim, 8);
+  queries.insert(queries.end(), shared.begin(), shared.end());
+  for (int k : {1, 50, 700}) {
+    auto hits = index->Search(View(queries, kDim), k, nullptr, &pool);
+    ASSERT_TRUE(hits.ok()) << hits.status();
+    ExpectSameHits(*hits, corpus.Search(queries, k), 1e-5f);
+    EXPECT_EQ(hits->back()[0].doc, 7u);  // the tie goes to the lower document
+    EXPECT_EQ(hits->back()[std::min(k, 2) - 1].doc, k == 1 ? 7u : 40'000u);
+  }
+  std::function<bool(uint64_t)> accept = [](uint64_t doc) { return doc % 5 != 0; };
+  auto filtered = index->Search(View(queries, kDim), 50, &accept, &pool);
+  ASSERT_TRUE(filtered.ok()) << filtered.status();
+  ExpectSameHits(*filtered, corpus.Search(queries, 50, accept), 1e-5f);
+  // Without a pool, the same hits.
+  auto alone = index->Search(View(queries, kDim), 50, &accept);
+  ASSERT_TRUE(alone.ok());
+  ExpectSameHits(*alone, *filtered, 0.0f);
 }
 
 // A filter matching 1% of 2,000 documents still yields k hits per row, for every index kind.

@@ -474,8 +474,9 @@ absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
     };
     std::vector<Approximate> approximate;
     for (size_t s = 0; s < shards_.size(); ++s) {
-      TESSERA_ASSIGN_OR_RETURN(std::vector<std::vector<CandidateHit>> hits,
-                               shards_[s]->SearchCandidates(query, per_token, options.filter));
+      TESSERA_ASSIGN_OR_RETURN(
+          std::vector<std::vector<CandidateHit>> hits,
+          shards_[s]->SearchCandidates(query, per_token, options.filter, context_.pool.get()));
       absl::flat_hash_map<uint64_t, std::vector<float>> best;  // doc → per-token best
       std::vector<float> floor(query.rows, 0.0f);
       for (int64_t i = 0; i < query.rows; ++i) {

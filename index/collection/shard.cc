@@ -84,7 +84,7 @@ absl::Status Shard::LoadDocuments() {
     table_mu_.AssertHeld();
     AddLive(record.iid,
             LiveDocument{record.external_id, record.version, record.attributes, record.num_tokens,
-                         static_cast<int64_t>(record.member_offsets.size()) - 1});
+                         static_cast<int64_t>(record.member_offsets.size()) - 1, nullptr});
     return absl::OkStatus();
   });
 }
@@ -163,7 +163,8 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
   for (const DocumentWrite& write : upserts) {
     const DocumentRecord& record = write.record;
     documents.push_back(LiveDocument{record.external_id, 0, record.attributes, record.num_tokens,
-                                     static_cast<int64_t>(record.member_offsets.size()) - 1});
+                                     static_cast<int64_t>(record.member_offsets.size()) - 1,
+                                     nullptr});
     // A copy for memory; AddLive drops it when the budget is spent.
     if (resident_budget_ > 0) {
       documents.back().rerank = std::make_shared<const StoredMatrix>(write.rerank);
@@ -208,15 +209,15 @@ absl::Status Shard::ApplyDerived(std::vector<LiveDocument> documents,
 }
 
 absl::StatusOr<std::vector<std::vector<CandidateHit>>> Shard::SearchCandidates(
-    FloatMatrixView query, int k, const Filter& filter) const {
-  if (filter.empty()) return candidates_->Search(query, k, nullptr);
+    FloatMatrixView query, int k, const Filter& filter, ThreadPool* pool) const {
+  if (filter.empty()) return candidates_->Search(query, k, nullptr, pool);
   ReaderMutexLock lock(&table_mu_);
   const std::function<bool(uint64_t)> accept = [this, &filter](uint64_t iid) {
     table_mu_.AssertReaderHeld();
     const auto it = live_.find(iid);
     return it != live_.end() && FilterMatches(filter, it->second.attributes);
   };
-  return candidates_->Search(query, k, &accept);
+  return candidates_->Search(query, k, &accept, pool);
 }
 
 void Shard::ForEachLive(const Filter& filter,

@@ -69,9 +69,12 @@ class Shard {
   absl::StatusOr<WriteResult> Apply(std::vector<DocumentWrite> upserts,
                                     const std::vector<std::string>& deletes);
 
-  // Stage 1: for each query row, up to k candidate hits among documents `accept`s.
-  absl::StatusOr<std::vector<std::vector<CandidateHit>>> SearchCandidates(
-      FloatMatrixView query, int k, const Filter& filter) const;
+  // Stage 1: for each query row, up to k candidate hits among documents matching `filter`; exact
+  // scans are split over `pool` (see CandidateIndex::Search).
+  absl::StatusOr<std::vector<std::vector<CandidateHit>>> SearchCandidates(FloatMatrixView query,
+                                                                          int k,
+                                                                          const Filter& filter,
+                                                                          ThreadPool* pool) const;
 
   // Calls fn(iid, document) for every live document matching `filter`, under a reader lock.
   void ForEachLive(const Filter& filter,
