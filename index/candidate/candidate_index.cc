@@ -64,6 +64,7 @@
 #include "absl/synchronization/mutex.h"
 #include "index/common/errno_status.h"
 #include "index/common/thread_pool.h"
+#include "index/rerank/cpu_maxsim_scorer.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::internal {
@@ -138,11 +139,11 @@ class ScopedSingleOmpThread {
 
 // Process-wide settings of FAISS and OpenBLAS for serving, applied once before the first index
 // can be searched:
-// - FAISS's flat search takes one sgemm per block of database vectors when at least
-//   distance_compute_blas_threshold (20) query rows come at once, and otherwise computes one inner
-//   product at a time — in Debian's generic build a scalar loop. Queries here are token matrices
-//   of a few to a few dozen rows, and the scalar path was the bulk of stage 1 (medline, 24k × 384
-//   Flat: 45% of the search profile in fvec_inner_product_ref).
+// - FAISS's flat searches (IVF's coarse quantizer; Flat indexes are scanned by ExactSearch) take
+//   one sgemm per block of database vectors when at least distance_compute_blas_threshold (20)
+//   query rows come at once, and otherwise compute one inner product at a time — in Debian's
+//   generic build a scalar loop. Queries here are token matrices of a few to a few dozen rows
+//   (medline, 24k × 384 Flat through FAISS: 45% of the search in fvec_inner_product_ref).
 // - OpenBLAS's own threads split each of those small sgemms (a query's tokens × 1,024 vectors)
 //   and then spin in sched_yield waiting for each other, while the server already runs searches
 //   in parallel; one BLAS thread per search, like one OpenMP thread (ScopedSingleOmpThread).
@@ -831,13 +832,17 @@ absl::Status CandidateIndex::Impl::ExactSearch(FloatMatrixView queries,
   std::vector<absl::Status> part_status(num_parts);
 
   // Scores one part's blocks: a block of vectors (read in place when its positions are
-  // consecutive in raw storage, else gathered) times the queries' transpose in one sgemm, so that
-  // a vector's similarities to all query rows are adjacent and most vectors are passed over after
-  // comparing them with the rows' thresholds.
+  // consecutive in raw storage, else gathered) against the query rows by the MaxSim
+  // micro-kernels (twice OpenBLAS's sgemm on these shapes), which leave a vector's similarities
+  // to all rows adjacent, so most vectors are passed over after comparing them with the rows'
+  // thresholds.
+  const QuerySimilarity similarity(
+      FloatMatrixView{query_block.data(), static_cast<int64_t>(nq), static_cast<int64_t>(d)});
+  const size_t stride = static_cast<size_t>(similarity.stride());
   auto scan_part = [&](int64_t part) {
     std::vector<RowTopK>& best = part_best[part];
     std::vector<float> gathered;
-    std::vector<float> similarities(block_rows * nq);
+    std::vector<float> similarities(block_rows * stride);
     std::vector<float> thresholds(nq);
     const int64_t first = part * num_blocks / num_parts;
     const int64_t last = (part + 1) * num_blocks / num_parts;
@@ -861,13 +866,10 @@ absl::Status CandidateIndex::Impl::ExactSearch(FloatMatrixView queries,
           }
           vectors = gathered.data();
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n),
-                    static_cast<int>(nq), static_cast<int>(d), 1.0f, vectors, static_cast<int>(d),
-                    query_block.data(), static_cast<int>(d), 0.0f, similarities.data(),
-                    static_cast<int>(nq));
+        similarity.Compute(vectors, static_cast<int64_t>(n), similarities.data());
         for (size_t q = 0; q < nq; ++q) thresholds[q] = best[q].threshold();
         for (size_t i = 0; i < n; ++i) {
-          const float* row = similarities.data() + i * nq;
+          const float* row = similarities.data() + i * stride;
           bool any = false;
           for (size_t q = 0; q < nq; ++q) any |= row[q] >= thresholds[q];
           if (!any) continue;

@@ -22,6 +22,8 @@ constexpr int kNj = 6;  // document tokens per micro-kernel
 constexpr int kMaxQv = 2;
 // How far ahead (in panels) document data is prefetched.
 constexpr int kPrefetchPanels = 2;
+// How far ahead (in panels) SimilarityBlock prefetches its contiguous vectors.
+constexpr int kSimilarityPrefetchPanels = 8;
 
 static_assert(kLanes == kAvx2Lanes, "lane count mismatch");
 static_assert(kNj <= kMaxSimPanelTokens, "panel does not fit the scratch");
@@ -77,7 +79,14 @@ class PanelPrefetcher {
   int64_t token_ = 0;
 };
 
-template <int QV, int NJ, bool kBest>
+// What a micro-kernel does with its tile of similarities (as in cpu_maxsim_avx512.cc).
+enum class Epilogue {
+  kMax,       // fold into run_max
+  kMaxIndex,  // fold into run_max and run_idx
+  kStore,     // store: out[j * lanes + lane] (out is passed as run_max; run_idx is unused)
+};
+
+template <int QV, int NJ, Epilogue kEpilogue>
 void MicroKernel(const float* __restrict query_t, int64_t lanes, int64_t dim,
                  const float* __restrict rows, float* __restrict run_max,
                  int32_t* __restrict run_idx, int32_t first_token) {
@@ -100,10 +109,18 @@ void MicroKernel(const float* __restrict query_t, int64_t lanes, int64_t dim,
       for (int v = 0; v < QV; ++v) acc[j][v] = _mm256_fmadd_ps(qv[v], d, acc[j][v]);
     }
   }
+  if (kEpilogue == Epilogue::kStore) {
+#pragma GCC unroll 16
+    for (int j = 0; j < NJ; ++j) {
+#pragma GCC unroll 4
+      for (int v = 0; v < QV; ++v) _mm256_storeu_ps(run_max + j * lanes + v * kLanes, acc[j][v]);
+    }
+    return;
+  }
 #pragma GCC unroll 4
   for (int v = 0; v < QV; ++v) {
     __m256 best = _mm256_load_ps(run_max + v * kLanes);
-    if (kBest) {
+    if (kEpilogue == Epilogue::kMaxIndex) {
       __m256 idx = _mm256_castsi256_ps(
           _mm256_load_si256(reinterpret_cast<const __m256i*>(run_idx + v * kLanes)));
 #pragma GCC unroll 16
@@ -125,26 +142,27 @@ void MicroKernel(const float* __restrict query_t, int64_t lanes, int64_t dim,
 using MicroKernelFn = void (*)(const float*, int64_t, int64_t, const float*, float*, int32_t*,
                                int32_t);
 
-template <bool kBest>
+template <Epilogue kEpilogue>
 struct KernelTable {
   MicroKernelFn fns[kMaxQv][kNj];  // fns[qv - 1][nj - 1]
 };
 
-template <int QV, bool kBest, int... J>
+template <int QV, Epilogue kEpilogue, int... J>
 constexpr void FillRow(MicroKernelFn* row, std::integer_sequence<int, J...>) {
-  ((row[J] = &MicroKernel<QV, J + 1, kBest>), ...);
+  ((row[J] = &MicroKernel<QV, J + 1, kEpilogue>), ...);
 }
 
-template <bool kBest>
-constexpr KernelTable<kBest> MakeTable() {
-  KernelTable<kBest> table{};
-  FillRow<1, kBest>(table.fns[0], std::make_integer_sequence<int, kNj>());
-  FillRow<2, kBest>(table.fns[1], std::make_integer_sequence<int, kNj>());
+template <Epilogue kEpilogue>
+constexpr KernelTable<kEpilogue> MakeTable() {
+  KernelTable<kEpilogue> table{};
+  FillRow<1, kEpilogue>(table.fns[0], std::make_integer_sequence<int, kNj>());
+  FillRow<2, kEpilogue>(table.fns[1], std::make_integer_sequence<int, kNj>());
   return table;
 }
 
-constexpr KernelTable<false> kScoreOnly = MakeTable<false>();
-constexpr KernelTable<true> kWithBest = MakeTable<true>();
+constexpr KernelTable<Epilogue::kMax> kScoreOnly = MakeTable<Epilogue::kMax>();
+constexpr KernelTable<Epilogue::kMaxIndex> kWithBest = MakeTable<Epilogue::kMaxIndex>();
+constexpr KernelTable<Epilogue::kStore> kStore = MakeTable<Epilogue::kStore>();
 
 }  // namespace
 
@@ -193,6 +211,26 @@ void MaxSimAvx2(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* 
     if (want_best) {
       int32_t* out = args.best_tokens + d * args.nq;
       for (int64_t i = 0; i < args.nq; ++i) out[i] = run_idx[i];
+    }
+  }
+}
+
+void SimilarityBlockAvx2(const float* query_t, int64_t lanes, int64_t dim, const float* vectors,
+                         int64_t n, float* out) {
+  // The panel's rows are read a column at a time (kNj streams), which the hardware prefetcher
+  // does not run ahead of: ask for the panel kSimilarityPrefetchPanels ahead (measured on 155k ×
+  // 384 vectors with AVX-512: 51 → 60 GFLOP/s, against 75-85 on a block in cache).
+  for (int64_t j0 = 0; j0 < n; j0 += kNj) {
+    const int nj = static_cast<int>(n - j0 < kNj ? n - j0 : kNj);
+    const float* rows = vectors + j0 * dim;
+    const int64_t ahead = (j0 + kSimilarityPrefetchPanels * kNj) * dim;
+    const int64_t ahead_end = (j0 + (kSimilarityPrefetchPanels + 1) * kNj) * dim;
+    for (int64_t i = ahead; i < ahead_end && i < n * dim; i += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(vectors + i), _MM_HINT_T1);
+    }
+    for (int64_t i0 = 0; i0 < lanes; i0 += kMaxQv * kLanes) {
+      const int qv = (lanes - i0) >= kMaxQv * kLanes ? kMaxQv : 1;
+      kStore.fns[qv - 1][nj - 1](query_t + i0, lanes, dim, rows, out + j0 * lanes + i0, nullptr, 0);
     }
   }
 }

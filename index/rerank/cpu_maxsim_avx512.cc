@@ -39,6 +39,8 @@ constexpr int kNj = 12;  // document tokens per micro-kernel
 constexpr int kMaxQv = 2;
 // How far ahead (in panels) document data is prefetched.
 constexpr int kPrefetchPanels = 2;
+// How far ahead (in panels) SimilarityBlock prefetches its contiguous vectors.
+constexpr int kSimilarityPrefetchPanels = 8;
 
 static_assert(kLanes == kAvx512Lanes, "lane count mismatch");
 static_assert(kNj <= kMaxSimPanelTokens, "panel does not fit the scratch");
@@ -92,10 +94,18 @@ class PanelPrefetcher {
   int64_t token_ = 0;
 };
 
+// What a micro-kernel does with its tile of similarities.
+enum class Epilogue {
+  kMax,       // fold into run_max
+  kMaxIndex,  // fold into run_max and run_idx
+  kStore,     // store: out[j * lanes + lane] (out is passed as run_max; run_idx is unused)
+};
+
 // Similarities of QV×16 query lanes (query_t already offset to the tile) against NJ document
 // tokens rows[j * dim + k], folded into run_max/run_idx (first index wins exact ties because
-// tokens are visited in increasing order and only a strictly greater value replaces the max).
-template <int QV, int NJ, bool kBest>
+// tokens are visited in increasing order and only a strictly greater value replaces the max), or
+// stored (kStore).
+template <int QV, int NJ, Epilogue kEpilogue>
 void MicroKernel(const float* __restrict query_t, int64_t lanes, int64_t dim,
                  const float* __restrict rows, float* __restrict run_max,
                  int32_t* __restrict run_idx, int32_t first_token) {
@@ -118,10 +128,18 @@ void MicroKernel(const float* __restrict query_t, int64_t lanes, int64_t dim,
       for (int v = 0; v < QV; ++v) acc[j][v] = _mm512_fmadd_ps(qv[v], d, acc[j][v]);
     }
   }
+  if (kEpilogue == Epilogue::kStore) {
+#pragma GCC unroll 16
+    for (int j = 0; j < NJ; ++j) {
+#pragma GCC unroll 4
+      for (int v = 0; v < QV; ++v) _mm512_storeu_ps(run_max + j * lanes + v * kLanes, acc[j][v]);
+    }
+    return;
+  }
 #pragma GCC unroll 4
   for (int v = 0; v < QV; ++v) {
     __m512 best = _mm512_load_ps(run_max + v * kLanes);
-    if (kBest) {
+    if (kEpilogue == Epilogue::kMaxIndex) {
       __m512i idx = _mm512_load_si512(run_idx + v * kLanes);
 #pragma GCC unroll 16
       for (int j = 0; j < NJ; ++j) {
@@ -141,27 +159,28 @@ void MicroKernel(const float* __restrict query_t, int64_t lanes, int64_t dim,
 using MicroKernelFn = void (*)(const float*, int64_t, int64_t, const float*, float*, int32_t*,
                                int32_t);
 
-template <bool kBest>
+template <Epilogue kEpilogue>
 struct KernelTable {
   // fns[qv - 1][nj - 1]
   MicroKernelFn fns[kMaxQv][kNj];
 };
 
-template <int QV, bool kBest, int... J>
+template <int QV, Epilogue kEpilogue, int... J>
 constexpr void FillRow(MicroKernelFn* row, std::integer_sequence<int, J...>) {
-  ((row[J] = &MicroKernel<QV, J + 1, kBest>), ...);
+  ((row[J] = &MicroKernel<QV, J + 1, kEpilogue>), ...);
 }
 
-template <bool kBest>
-constexpr KernelTable<kBest> MakeTable() {
-  KernelTable<kBest> table{};
-  FillRow<1, kBest>(table.fns[0], std::make_integer_sequence<int, kNj>());
-  FillRow<2, kBest>(table.fns[1], std::make_integer_sequence<int, kNj>());
+template <Epilogue kEpilogue>
+constexpr KernelTable<kEpilogue> MakeTable() {
+  KernelTable<kEpilogue> table{};
+  FillRow<1, kEpilogue>(table.fns[0], std::make_integer_sequence<int, kNj>());
+  FillRow<2, kEpilogue>(table.fns[1], std::make_integer_sequence<int, kNj>());
   return table;
 }
 
-constexpr KernelTable<false> kScoreOnly = MakeTable<false>();
-constexpr KernelTable<true> kWithBest = MakeTable<true>();
+constexpr KernelTable<Epilogue::kMax> kScoreOnly = MakeTable<Epilogue::kMax>();
+constexpr KernelTable<Epilogue::kMaxIndex> kWithBest = MakeTable<Epilogue::kMaxIndex>();
+constexpr KernelTable<Epilogue::kStore> kStore = MakeTable<Epilogue::kStore>();
 
 }  // namespace
 
@@ -211,6 +230,26 @@ void MaxSimAvx512(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void
     if (want_best) {
       int32_t* out = args.best_tokens + d * args.nq;
       for (int64_t i = 0; i < args.nq; ++i) out[i] = run_idx[i];
+    }
+  }
+}
+
+void SimilarityBlockAvx512(const float* query_t, int64_t lanes, int64_t dim, const float* vectors,
+                           int64_t n, float* out) {
+  // The panel's rows are read a column at a time (kNj streams), which the hardware prefetcher
+  // does not run ahead of: ask for the panel kSimilarityPrefetchPanels ahead (measured on 155k ×
+  // 384 vectors with AVX-512: 51 → 60 GFLOP/s, against 75-85 on a block in cache).
+  for (int64_t j0 = 0; j0 < n; j0 += kNj) {
+    const int nj = static_cast<int>(n - j0 < kNj ? n - j0 : kNj);
+    const float* rows = vectors + j0 * dim;
+    const int64_t ahead = (j0 + kSimilarityPrefetchPanels * kNj) * dim;
+    const int64_t ahead_end = (j0 + (kSimilarityPrefetchPanels + 1) * kNj) * dim;
+    for (int64_t i = ahead; i < ahead_end && i < n * dim; i += 16) {
+      _mm_prefetch(reinterpret_cast<const char*>(vectors + i), _MM_HINT_T1);
+    }
+    for (int64_t i0 = 0; i0 < lanes; i0 += kMaxQv * kLanes) {
+      const int qv = (lanes - i0) >= kMaxQv * kLanes ? kMaxQv : 1;
+      kStore.fns[qv - 1][nj - 1](query_t + i0, lanes, dim, rows, out + j0 * lanes + i0, nullptr, 0);
     }
   }
 }

@@ -47,6 +47,16 @@ void MaxSimAvx512(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void
 void MaxSimAvx2(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* scratch);
 void MaxSimPortable(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* scratch);
 
+// Inner products of `n` fp32 vectors (vectors[j * dim + k]) with every lane of `query_t` (laid out
+// as MaxSimKernelArgs::query_t): out[j * lanes + i] for j < n, i < lanes (0 in padding lanes).
+// Stage 1's exact candidate scans use these: the MaxSim micro-kernels with a store for an epilogue.
+void SimilarityBlockAvx512(const float* query_t, int64_t lanes, int64_t dim, const float* vectors,
+                           int64_t n, float* out);
+void SimilarityBlockAvx2(const float* query_t, int64_t lanes, int64_t dim, const float* vectors,
+                         int64_t n, float* out);
+void SimilarityBlockPortable(const float* query_t, int64_t lanes, int64_t dim, const float* vectors,
+                             int64_t n, float* out);
+
 // Number of document tokens the SIMD kernels convert/process per panel (scratch is sized for it).
 constexpr int64_t kMaxSimPanelTokens = 16;
 

@@ -69,5 +69,19 @@ void MaxSimPortable(const MaxSimKernelArgs& args, int64_t begin, int64_t end, vo
   }
 }
 
+void SimilarityBlockPortable(const float* query_t, int64_t lanes, int64_t dim, const float* vectors,
+                             int64_t n, float* out) {
+  for (int64_t j = 0; j < n; ++j) {
+    const float* row = vectors + j * dim;
+    float* sims = out + j * lanes;
+    std::fill(sims, sims + lanes, 0.0f);
+    for (int64_t k = 0; k < dim; ++k) {
+      const float x = row[k];
+      const float* q = query_t + k * lanes;
+      for (int64_t i = 0; i < lanes; ++i) sims[i] += q[i] * x;
+    }
+  }
+}
+
 }  // namespace internal
 }  // namespace tessera

@@ -22,17 +22,6 @@ constexpr int64_t kMinChunkMultiplyAdds = int64_t{1} << 20;
 // Chunks per thread, so that documents of uneven length still balance.
 constexpr int64_t kChunksPerThread = 4;
 
-struct AlignedFree {
-  void operator()(void* p) const { ::operator delete(p, std::align_val_t(kMaxSimAlignment)); }
-};
-using AlignedBuffer = std::unique_ptr<void, AlignedFree>;
-
-AlignedBuffer AllocateAligned(int64_t bytes) {
-  return AlignedBuffer(
-      ::operator new(static_cast<size_t>(std::max<int64_t>(bytes, kMaxSimAlignment)),
-                     std::align_val_t(kMaxSimAlignment)));
-}
-
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 using KernelFn = void (*)(const MaxSimKernelArgs&, int64_t, int64_t, void*);
@@ -59,7 +48,57 @@ int64_t LanesFor(CpuIsa isa) {
   }
 }
 
+using SimilarityFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*);
+
+SimilarityFn SimilarityKernelFor(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return &SimilarityBlockAvx512;
+    case CpuIsa::kAvx2:
+      return &SimilarityBlockAvx2;
+    default:
+      return &SimilarityBlockPortable;
+  }
+}
+
+// query_t[k * lanes + i] = query[i][k], padding lanes zero: a tile of query rows at one dimension
+// is one aligned vector load in the kernels.
+AlignedBuffer TransposeQuery(FloatMatrixView query, int64_t lanes) {
+  const int64_t nq = query.rows;
+  const int64_t dim = query.cols;
+  AlignedBuffer buffer = AllocateAligned(dim * lanes * int64_t{sizeof(float)});
+  float* query_t = static_cast<float*>(buffer.get());
+  std::memset(query_t, 0, static_cast<size_t>(dim * lanes) * sizeof(float));
+  for (int64_t i = 0; i < nq; ++i) {
+    const float* row = query.data + i * dim;
+    for (int64_t k = 0; k < dim; ++k) query_t[k * lanes + i] = row[k];
+  }
+  return buffer;
+}
+
 }  // namespace
+
+void AlignedFree::operator()(void* p) const {
+  ::operator delete(p, std::align_val_t(kMaxSimAlignment));
+}
+
+AlignedBuffer AllocateAligned(int64_t bytes) {
+  return AlignedBuffer(
+      ::operator new(static_cast<size_t>(std::max<int64_t>(bytes, kMaxSimAlignment)),
+                     std::align_val_t(kMaxSimAlignment)));
+}
+
+QuerySimilarity::QuerySimilarity(FloatMatrixView queries, CpuIsa isa) {
+  if (isa == CpuIsa::kAuto) isa = DetectCpuIsa();
+  dim_ = queries.cols;
+  lanes_ = RoundUp(queries.rows, LanesFor(isa));
+  query_t_ = TransposeQuery(queries, lanes_);
+  kernel_ = SimilarityKernelFor(isa);
+}
+
+void QuerySimilarity::Compute(const float* vectors, int64_t n, float* out) const {
+  kernel_(static_cast<const float*>(query_t_.get()), lanes_, dim_, vectors, n, out);
+}
 
 bool CpuSupportsIsa(CpuIsa isa) {
   __builtin_cpu_init();
@@ -105,18 +144,10 @@ absl::Status CpuMaxSimScorer::ScoreImpl(FloatMatrixView query, const DocumentBat
   const int64_t dim = query.cols;
   const int64_t lanes = RoundUp(nq, lane_multiple_);
 
-  // query_t[k][i] = query[i][k], padding lanes zero: a tile of query tokens at one dimension is
-  // one aligned vector load in the kernels.
-  AlignedBuffer query_t_buffer = AllocateAligned(dim * lanes * int64_t{sizeof(float)});
-  float* query_t = static_cast<float*>(query_t_buffer.get());
-  std::memset(query_t, 0, static_cast<size_t>(dim * lanes) * sizeof(float));
-  for (int64_t i = 0; i < nq; ++i) {
-    const float* row = query.data + i * dim;
-    for (int64_t k = 0; k < dim; ++k) query_t[k * lanes + i] = row[k];
-  }
+  const AlignedBuffer query_t = TransposeQuery(query, lanes);
 
   MaxSimKernelArgs args;
-  args.query_t = query_t;
+  args.query_t = static_cast<const float*>(query_t.get());
   args.lanes = lanes;
   args.nq = nq;
   args.dim = dim;
