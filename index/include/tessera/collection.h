@@ -146,7 +146,7 @@ struct CollectionStats {
   double disk_bytes_per_original_token = 0;
   double disk_bytes_per_rerank_vector = 0;
   std::vector<std::string> candidate_indexes;  // per shard, e.g. "IDMap2,Flat"
-  int64_t resident_bytes = 0;  // rerank vectors held in memory (EngineOptions)
+  int64_t resident_bytes = 0;                  // rerank vectors held in memory (EngineOptions)
 };
 
 // Thread-safe: upserts, deletes, gets and searches may run concurrently; a write is visible to
