@@ -24,40 +24,21 @@ constexpr int64_t kChunksPerThread = 4;
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-using KernelFn = void (*)(const MaxSimKernelArgs&, int64_t, int64_t, void*);
+// One ISA's kernels and the lane multiple they expect the transposed query padded to.
+struct IsaKernels {
+  void (*maxsim)(const MaxSimKernelArgs&, int64_t, int64_t, void*);
+  void (*similarity)(const float*, int64_t, int64_t, const float*, int64_t, float*);
+  int64_t lanes;
+};
 
-KernelFn KernelFor(CpuIsa isa) {
+IsaKernels KernelsFor(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kAvx512:
-      return &MaxSimAvx512;
+      return {&MaxSimAvx512, &SimilarityBlockAvx512, kAvx512Lanes};
     case CpuIsa::kAvx2:
-      return &MaxSimAvx2;
+      return {&MaxSimAvx2, &SimilarityBlockAvx2, kAvx2Lanes};
     default:
-      return &MaxSimPortable;
-  }
-}
-
-int64_t LanesFor(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kAvx512:
-      return kAvx512Lanes;
-    case CpuIsa::kAvx2:
-      return kAvx2Lanes;
-    default:
-      return kPortableLanes;
-  }
-}
-
-using SimilarityFn = void (*)(const float*, int64_t, int64_t, const float*, int64_t, float*);
-
-SimilarityFn SimilarityKernelFor(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kAvx512:
-      return &SimilarityBlockAvx512;
-    case CpuIsa::kAvx2:
-      return &SimilarityBlockAvx2;
-    default:
-      return &SimilarityBlockPortable;
+      return {&MaxSimPortable, &SimilarityBlockPortable, kPortableLanes};
   }
 }
 
@@ -91,9 +72,10 @@ AlignedBuffer AllocateAligned(int64_t bytes) {
 QuerySimilarity::QuerySimilarity(FloatMatrixView queries, CpuIsa isa) {
   if (isa == CpuIsa::kAuto) isa = DetectCpuIsa();
   dim_ = queries.cols;
-  lanes_ = RoundUp(queries.rows, LanesFor(isa));
+  const IsaKernels kernels = KernelsFor(isa);
+  lanes_ = RoundUp(queries.rows, kernels.lanes);
   query_t_ = TransposeQuery(queries, lanes_);
-  kernel_ = SimilarityKernelFor(isa);
+  kernel_ = kernels.similarity;
 }
 
 void QuerySimilarity::Compute(const float* vectors, int64_t n, float* out) const {
@@ -134,8 +116,8 @@ const char* CpuIsaName(CpuIsa isa) {
 CpuMaxSimScorer::CpuMaxSimScorer(CpuIsa isa, int num_threads)
     : isa_(isa),
       name_(absl::StrCat("cpu-", CpuIsaName(isa))),
-      kernel_(KernelFor(isa)),
-      lane_multiple_(LanesFor(isa)),
+      kernel_(KernelsFor(isa).maxsim),
+      lane_multiple_(KernelsFor(isa).lanes),
       pool_(std::make_unique<ThreadPool>(num_threads)) {}
 
 absl::Status CpuMaxSimScorer::ScoreImpl(FloatMatrixView query, const DocumentBatch& docs,
