@@ -525,7 +525,9 @@ TEST(CollectionSearch, ResidentRerankVectorsEqualStoredOnes) {
     auto check = [&](const Collection& collection, const std::string& what) {
       const CollectionStats stats = collection.Stats();
       EXPECT_LE(stats.resident_bytes, budget * 2) << what;  // two shards, a budget each
-      if (budget == 0) EXPECT_EQ(stats.resident_bytes, 0) << what;
+      if (budget == 0) {
+        EXPECT_EQ(stats.resident_bytes, 0) << what;
+      }
       if (budget > 1000000) {
         EXPECT_EQ(stats.resident_bytes, stats.rerank_vectors * dim * 2) << what;
       }
