@@ -34,7 +34,6 @@
 #include <omp.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #if defined(__SANITIZE_THREAD__)
 #define TESSERA_CANDIDATE_TSAN 1
@@ -62,7 +61,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "index/common/crc32.h"
 #include "index/common/errno_status.h"
+#include "index/common/omp_threads.h"
 #include "index/common/thread_pool.h"
 #include "index/rerank/cpu_maxsim_scorer.h"
 #include "tessera/status_macros.h"
@@ -118,24 +119,11 @@ absl::Status FaissCall(absl::string_view what, Fn&& fn) {
   }
 }
 
-// FAISS parallelises its work over OpenMP threads (IndexHNSW::search opens a parallel region even
-// for one query). The server runs many searches at once, so searches, Add and Remove stay on their
-// calling thread; only bulk rebuilds (the auto switch, training, compaction) use OpenMP.
-// omp_set_num_threads changes only the calling thread's ICV, so other threads keep theirs. It also
-// means `accept` is only ever called on the thread that called Search. Measured on a 2-core machine
-// (32 queries × k=100, 1M × 128 Flat): 117 ms with one thread, 879 ms with two (FAISS's per-block
-// OpenMP regions fight OpenBLAS's own threads). ThreadSanitizer cannot see libgomp's
-// synchronisation, so TSan builds run rebuilds on one thread as well.
-class ScopedSingleOmpThread {
- public:
-  ScopedSingleOmpThread() : previous_(omp_get_max_threads()) { omp_set_num_threads(1); }
-  ~ScopedSingleOmpThread() { omp_set_num_threads(previous_); }
-  ScopedSingleOmpThread(const ScopedSingleOmpThread&) = delete;
-  ScopedSingleOmpThread& operator=(const ScopedSingleOmpThread&) = delete;
-
- private:
-  int previous_;
-};
+// Searches, Add and Remove stay on their calling thread (ScopedSingleOmpThread); only bulk rebuilds
+// (the auto switch, training, compaction) use OpenMP. It also means `accept` is only ever called on
+// the thread that called Search. Measured on a 2-core machine (32 queries × k=100, 1M × 128 Flat):
+// 117 ms with one thread, 879 ms with two (FAISS's per-block OpenMP regions fight OpenBLAS's own
+// threads). TSan builds run rebuilds on one thread as well.
 
 // Process-wide settings of FAISS and OpenBLAS for serving, applied once before the first index
 // can be searched:
@@ -369,8 +357,8 @@ void AppendString(std::string& out, const std::string& value) {
   out.append(value);
 }
 
-uint32_t Crc32(uint32_t crc, const void* data, size_t size) {
-  return static_cast<uint32_t>(crc32_z(crc, static_cast<const Bytef*>(data), size));
+absl::string_view AsBytes(const void* data, size_t size) {
+  return absl::string_view(static_cast<const char*>(data), size);
 }
 
 absl::Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
@@ -1023,8 +1011,8 @@ absl::Status CandidateIndex::Impl::Save(const std::string& path, uint64_t covere
   }
   Append(meta, static_cast<uint64_t>(writer.data.size()));
   const uint64_t payload_size = meta.size() + writer.data.size();
-  uint32_t crc = Crc32(0, meta.data(), meta.size());
-  crc = Crc32(crc, writer.data.data(), writer.data.size());
+  uint32_t crc = Crc32(AsBytes(meta.data(), meta.size()));
+  crc = Crc32(AsBytes(writer.data.data(), writer.data.size()), crc);
 
   std::string header;
   header.append(kMagic, sizeof(kMagic));
@@ -1033,7 +1021,7 @@ absl::Status CandidateIndex::Impl::Save(const std::string& path, uint64_t covere
   Append(header, covered);
   Append(header, payload_size);
   Append(header, crc);
-  Append(header, Crc32(0, header.data(), header.size()));
+  Append(header, Crc32(AsBytes(header.data(), header.size())));
   return WriteFileAtomically(path, {{header.data(), header.size()},
                                     {meta.data(), meta.size()},
                                     {writer.data.data(), writer.data.size()}});
@@ -1114,7 +1102,7 @@ absl::StatusOr<std::pair<std::unique_ptr<CandidateIndex>, uint64_t>> CandidateIn
   std::memcpy(&payload_size, bytes.data() + 24, 8);
   std::memcpy(&payload_crc, bytes.data() + 32, 4);
   std::memcpy(&header_crc, bytes.data() + 36, 4);
-  if (Crc32(0, bytes.data(), 36) != header_crc) return corrupt("header checksum mismatch");
+  if (Crc32(AsBytes(bytes.data(), 36)) != header_crc) return corrupt("header checksum mismatch");
   if (version != kFormatVersion) {
     return corrupt(absl::StrCat("format version ", version, ", expected ", kFormatVersion));
   }
@@ -1125,7 +1113,7 @@ absl::StatusOr<std::pair<std::unique_ptr<CandidateIndex>, uint64_t>> CandidateIn
     return corrupt(absl::StrCat("payload of ", bytes.size() - kHeaderSize,
                                 " bytes, the header says ", payload_size, " (truncated?)"));
   }
-  if (Crc32(0, bytes.data() + kHeaderSize, payload_size) != payload_crc) {
+  if (Crc32(AsBytes(bytes.data() + kHeaderSize, payload_size)) != payload_crc) {
     return corrupt("payload checksum mismatch");
   }
 

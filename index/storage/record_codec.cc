@@ -1,7 +1,5 @@
 #include "index/storage/record_codec.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -11,6 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "index/common/crc32.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::internal {
@@ -21,20 +20,6 @@ constexpr uint8_t kAttributeDouble = 1;
 constexpr uint8_t kAttributeString = 2;
 constexpr uint8_t kDtypeFloat32 = 0;
 constexpr uint8_t kDtypeFloat16 = 1;
-
-uint32_t Crc32(absl::string_view bytes) {
-  // zlib's crc32 takes a uInt length: feed it in chunks so that huge values are covered entirely.
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const auto* data = reinterpret_cast<const Bytef*>(bytes.data());
-  size_t left = bytes.size();
-  while (left > 0) {
-    const uInt chunk = static_cast<uInt>(std::min<size_t>(left, 1u << 30));
-    crc = crc32(crc, data, chunk);
-    data += chunk;
-    left -= chunk;
-  }
-  return static_cast<uint32_t>(crc);
-}
 
 void PutU8(std::string* out, uint8_t v) { out->push_back(static_cast<char>(v)); }
 

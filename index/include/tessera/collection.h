@@ -31,9 +31,19 @@ struct CandidateSpec {
   };
   Kind kind = Kind::kPooled;
   int pool_factor = 4;
-  // FAISS index_factory string for the candidate index, or "auto" (exact Flat while small, HNSW32
-  // beyond 200k candidate vectors per shard).
+  // Stage 1 of each shard:
+  //   "auto"      the exact scan of the candidate vectors while the shard holds fewer than
+  //               centroid_min_vectors rerank vectors, the centroid index beyond (trained in the
+  //               background when the shard passes the threshold; it stays once trained);
+  //   "centroid"  the centroid index from the first document on (trained once the shard holds
+  //               centroid_min_training_vectors rerank vectors, exact scan until then);
+  //   otherwise   a FAISS index_factory string for the candidate vectors ("Flat", "HNSW32", …).
   std::string factory = "auto";
+  // The centroid index (DESIGN §5): k-means centroids over the rerank vectors, each vector stored
+  // as its centroid id and a residual code of residual_bits ∈ {2, 4} bits per dimension.
+  int residual_bits = 2;
+  int64_t centroid_min_vectors = 262'144;
+  int64_t centroid_min_training_vectors = 16'384;
 };
 
 struct CollectionSchema {
@@ -72,6 +82,8 @@ struct SearchOptions {
   int num_candidates = 0;
   // k′: candidate vectors fetched per query token in stage 1. 0 = the default, max(N, 64).
   int per_token_candidates = 0;
+  // Centroid index: centroids probed per query token. 0 = the default (see DefaultNprobe).
+  int nprobe = 0;
   Filter filter;
   // Skip stage 1 and score every (matching) document exactly.
   bool exhaustive = false;
@@ -147,6 +159,8 @@ struct CollectionStats {
   double disk_bytes_per_rerank_vector = 0;
   std::vector<std::string> candidate_indexes;  // per shard, e.g. "IDMap2,Flat"
   int64_t resident_bytes = 0;                  // rerank vectors held in memory (EngineOptions)
+  // Memory held by the candidate structures (candidate vectors, or centroids + codes + lists).
+  int64_t candidate_bytes = 0;
 };
 
 // Thread-safe: upserts, deletes, gets and searches may run concurrently; a write is visible to

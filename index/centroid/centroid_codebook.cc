@@ -1,0 +1,303 @@
+#include "index/centroid/centroid_codebook.h"
+
+#include <faiss/IndexHNSW.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "index/common/crc32.h"
+#include "index/common/omp_threads.h"
+#include "index/common/thread_pool.h"
+#include "index/rerank/cpu_maxsim_scorer.h"
+
+namespace tessera::internal {
+namespace {
+
+// Serialized layout (little-endian):
+//   "TSCB" | u32 format version | i64 dim | i64 num_centroids | num_centroids × dim f32 |
+//   ResidualCodec::AppendTo bytes | u32 CRC-32 of everything before it.
+constexpr char kMagic[4] = {'T', 'S', 'C', 'B'};
+constexpr uint32_t kFormatVersion = 1;
+
+// Rows assigned per QuerySimilarity (its lanes run over them) and centroids scored per panel
+// (a panel's similarities, 1,024 × 64 floats, stay in L2 while the maxima are taken).
+constexpr int64_t kAssignRows = 64;
+constexpr int64_t kCentroidPanel = 1024;
+// Rows of the sample the residual codec is trained on.
+constexpr int64_t kCodecTrainingRows = 1 << 16;
+// The assignment graph: HNSW32, and search breadths that find the nearest centroid of a vector
+// almost always (it only affects the residual's size, not correctness).
+constexpr int kHnswM = 32;
+constexpr int kHnswEfConstruction = 80;
+constexpr int kHnswEfSearch = 48;
+
+// For rows [0, n) of `rows` (n ≤ kAssignRows): the index and similarity of the best of the C
+// centroids (ties: the lower index).
+void NearestCentroids(const float* rows, int64_t n, int64_t dim, const float* centroids, int64_t C,
+                      uint32_t* ids, float* best) {
+  const QuerySimilarity similarity(FloatMatrixView{rows, n, dim});
+  const int64_t stride = similarity.stride();
+  std::vector<float> out(kCentroidPanel * stride);
+  std::fill(best, best + n, -std::numeric_limits<float>::infinity());
+  std::fill(ids, ids + n, 0);
+  for (int64_t c0 = 0; c0 < C; c0 += kCentroidPanel) {
+    const int64_t panel = std::min(kCentroidPanel, C - c0);
+    similarity.Compute(centroids + c0 * dim, panel, out.data());
+    for (int64_t j = 0; j < panel; ++j) {
+      const float* sims = &out[j * stride];
+      for (int64_t i = 0; i < n; ++i) {
+        if (sims[i] > best[i]) {
+          best[i] = sims[i];
+          ids[i] = static_cast<uint32_t>(c0 + j);
+        }
+      }
+    }
+  }
+}
+
+// Exact nearest centroid of every row, blocks split over `pool` (may be null).
+void AssignAll(FloatMatrixView vectors, const float* centroids, int64_t C, ThreadPool* pool,
+               uint32_t* ids) {
+  const int64_t blocks = (vectors.rows + kAssignRows - 1) / kAssignRows;
+  auto run = [&](int64_t begin, int64_t end) {
+    float best[kAssignRows];
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t first = b * kAssignRows;
+      const int64_t n = std::min(kAssignRows, vectors.rows - first);
+      NearestCentroids(vectors.data + first * vectors.cols, n, vectors.cols, centroids, C,
+                       ids + first, best);
+    }
+  };
+  if (pool == nullptr) {
+    run(0, blocks);
+  } else {
+    pool->ParallelFor(blocks, 1, run);
+  }
+}
+
+void Normalize(float* v, int64_t dim) {
+  double norm = 0.0;
+  for (int64_t k = 0; k < dim; ++k) norm += static_cast<double>(v[k]) * v[k];
+  if (norm <= 0.0) return;
+  const float scale = static_cast<float>(1.0 / std::sqrt(norm));
+  for (int64_t k = 0; k < dim; ++k) v[k] *= scale;
+}
+
+template <typename T>
+void AppendPod(const T& value, std::string* out) {
+  out->append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+}  // namespace
+
+int64_t DefaultNumCentroids(int64_t vectors, double factor, int64_t min_centroids,
+                            int64_t max_centroids) {
+  const double target = factor * std::sqrt(static_cast<double>(std::max<int64_t>(vectors, 1)));
+  int64_t centroids = 1;
+  while (static_cast<double>(centroids * 2) <= target) centroids *= 2;
+  return std::clamp(centroids, min_centroids, max_centroids);
+}
+
+CentroidCodebook::CentroidCodebook(int64_t dim, std::vector<float> centroids, ResidualCodec codec)
+    : dim_(dim),
+      num_centroids_(static_cast<int64_t>(centroids.size()) / dim),
+      centroids_(std::move(centroids)),
+      codec_(std::move(codec)) {
+  BuildAssigner();
+}
+
+CentroidCodebook::~CentroidCodebook() = default;
+
+void CentroidCodebook::BuildAssigner() {
+  if (num_centroids_ <= kExactAssignmentCentroids) return;
+  // One thread: the graph (and so every assignment) is the same on every machine and run.
+  ScopedSingleOmpThread single_thread;
+  auto graph = std::make_unique<faiss::IndexHNSWFlat>(static_cast<int>(dim_), kHnswM,
+                                                      faiss::METRIC_INNER_PRODUCT);
+  graph->hnsw.efConstruction = kHnswEfConstruction;
+  graph->hnsw.efSearch = kHnswEfSearch;
+  try {
+    graph->add(num_centroids_, centroids_.data());
+    assigner_ = std::move(graph);
+  } catch (const std::exception&) {
+    // Without the graph, Encode assigns exactly: slower, never wrong.
+  }
+}
+
+absl::StatusOr<std::unique_ptr<CentroidCodebook>> CentroidCodebook::Train(
+    FloatMatrixView sample, const CentroidTrainingOptions& options, ThreadPool* pool) {
+  const int64_t n = sample.rows;
+  const int64_t dim = sample.cols;
+  if (n < 1 || dim < 1 || sample.data == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("centroid training: a sample of ", n, " × ", dim, ", expected ≥ 1 × 1"));
+  }
+  if (options.num_centroids < 1 || options.num_centroids > (int64_t{1} << 31)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_centroids ", options.num_centroids, ", expected 1 … 2^31"));
+  }
+  if (options.iterations < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("k-means iterations ", options.iterations, ", expected ≥ 0"));
+  }
+  const int64_t C = std::min(options.num_centroids, n);
+  std::mt19937_64 rng(options.seed);
+
+  // Initial centroids: C distinct sample rows (a partial Fisher–Yates shuffle).
+  std::vector<int64_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  for (int64_t i = 0; i < C; ++i) {
+    std::uniform_int_distribution<int64_t> pick(i, n - 1);
+    std::swap(order[i], order[pick(rng)]);
+  }
+  std::vector<float> centroids(C * dim);
+  for (int64_t c = 0; c < C; ++c) {
+    std::copy_n(sample.data + order[c] * dim, dim, &centroids[c * dim]);
+    Normalize(&centroids[c * dim], dim);
+  }
+
+  std::vector<uint32_t> assignment(n);
+  std::vector<double> sums(C * dim);
+  std::vector<int64_t> counts(C);
+  for (int iteration = 0; iteration < options.iterations; ++iteration) {
+    AssignAll(sample, centroids.data(), C, pool, assignment.data());
+    std::fill(sums.begin(), sums.end(), 0.0);
+    std::fill(counts.begin(), counts.end(), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = sample.data + i * dim;
+      double* sum = &sums[assignment[i] * dim];
+      for (int64_t k = 0; k < dim; ++k) sum[k] += row[k];
+      ++counts[assignment[i]];
+    }
+    std::uniform_int_distribution<int64_t> any_row(0, n - 1);
+    for (int64_t c = 0; c < C; ++c) {
+      float* centroid = &centroids[c * dim];
+      if (counts[c] == 0) {
+        // An empty cluster restarts at a random sample row.
+        std::copy_n(sample.data + any_row(rng) * dim, dim, centroid);
+      } else {
+        for (int64_t k = 0; k < dim; ++k) centroid[k] = static_cast<float>(sums[c * dim + k]);
+      }
+      Normalize(centroid, dim);
+    }
+  }
+  AssignAll(sample, centroids.data(), C, pool, assignment.data());
+
+  // The residual codec, on (a prefix of) the sample's residuals against the final centroids.
+  const int64_t codec_rows = std::min(n, kCodecTrainingRows);
+  std::vector<float> residuals(codec_rows * dim);
+  for (int64_t i = 0; i < codec_rows; ++i) {
+    const float* row = sample.data + i * dim;
+    const float* centroid = &centroids[assignment[i] * dim];
+    for (int64_t k = 0; k < dim; ++k) residuals[i * dim + k] = row[k] - centroid[k];
+  }
+  absl::StatusOr<ResidualCodec> codec =
+      ResidualCodec::Train(residuals.data(), codec_rows, dim, options.nbits);
+  if (!codec.ok()) return codec.status();
+  return std::unique_ptr<CentroidCodebook>(
+      new CentroidCodebook(dim, std::move(centroids), std::move(*codec)));
+}
+
+std::string CentroidCodebook::Serialize() const {
+  std::string out(kMagic, sizeof(kMagic));
+  AppendPod(kFormatVersion, &out);
+  AppendPod(dim_, &out);
+  AppendPod(num_centroids_, &out);
+  out.append(reinterpret_cast<const char*>(centroids_.data()), centroids_.size() * sizeof(float));
+  codec_.AppendTo(&out);
+  AppendPod(Crc32(out), &out);
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<CentroidCodebook>> CentroidCodebook::Parse(
+    absl::string_view bytes) {
+  constexpr size_t kHeader = sizeof(kMagic) + sizeof(uint32_t) + 2 * sizeof(int64_t);
+  if (bytes.size() < kHeader + sizeof(uint32_t) ||
+      std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
+    return absl::DataLossError("centroid codebook: not a codebook (bad magic or too short)");
+  }
+  uint32_t stored_crc = 0;
+  std::memcpy(&stored_crc, bytes.data() + bytes.size() - sizeof(uint32_t), sizeof(uint32_t));
+  const absl::string_view body = bytes.substr(0, bytes.size() - sizeof(uint32_t));
+  if (Crc32(body) != stored_crc) {
+    return absl::DataLossError("centroid codebook: checksum mismatch");
+  }
+  uint32_t version = 0;
+  int64_t dim = 0, count = 0;
+  std::memcpy(&version, body.data() + 4, sizeof(version));
+  std::memcpy(&dim, body.data() + 8, sizeof(dim));
+  std::memcpy(&count, body.data() + 16, sizeof(count));
+  if (version != kFormatVersion) {
+    return absl::DataLossError(absl::StrCat("centroid codebook: format version ", version,
+                                            ", this build reads ", kFormatVersion));
+  }
+  if (dim < 1 || dim > (int64_t{1} << 20) || count < 1 || count > (int64_t{1} << 31) ||
+      static_cast<uint64_t>(count) * dim * sizeof(float) > body.size() - kHeader) {
+    return absl::DataLossError(absl::StrCat("centroid codebook: ", count, " centroids of dim ",
+                                            dim, " do not fit in ", body.size(), " bytes"));
+  }
+  std::vector<float> centroids(count * dim);
+  std::memcpy(centroids.data(), body.data() + kHeader, centroids.size() * sizeof(float));
+  size_t offset = kHeader + centroids.size() * sizeof(float);
+  absl::StatusOr<ResidualCodec> codec = ResidualCodec::Parse(body, &offset);
+  if (!codec.ok()) return codec.status();
+  if (codec->dim() != dim || offset != body.size()) {
+    return absl::DataLossError("centroid codebook: codec does not match the centroids");
+  }
+  return std::unique_ptr<CentroidCodebook>(
+      new CentroidCodebook(dim, std::move(centroids), std::move(*codec)));
+}
+
+void CentroidCodebook::Encode(FloatMatrixView vectors, uint32_t* ids, uint8_t* codes) const {
+  bool assigned = false;
+  if (assigner_ != nullptr) {
+    ScopedSingleOmpThread single_thread;
+    std::vector<float> similarity(vectors.rows);
+    std::vector<faiss::Index::idx_t> labels(vectors.rows);
+    try {
+      assigner_->search(vectors.rows, vectors.data, 1, similarity.data(), labels.data());
+      assigned = true;
+      for (int64_t i = 0; i < vectors.rows; ++i) {
+        if (labels[i] < 0) assigned = false;
+        ids[i] = static_cast<uint32_t>(std::max<faiss::Index::idx_t>(labels[i], 0));
+      }
+    } catch (const std::exception&) {
+      assigned = false;
+    }
+  }
+  if (!assigned) AssignAll(vectors, centroids_.data(), num_centroids_, nullptr, ids);
+  std::vector<float> residual(dim_);
+  for (int64_t i = 0; i < vectors.rows; ++i) {
+    const float* row = vectors.data + i * dim_;
+    const float* centroid = &centroids_[ids[i] * dim_];
+    for (int64_t k = 0; k < dim_; ++k) residual[k] = row[k] - centroid[k];
+    codec_.Encode(residual.data(), codes + i * codec_.code_bytes());
+  }
+}
+
+void CentroidCodebook::Decode(uint32_t id, const uint8_t* code, float* out) const {
+  codec_.Decode(code, out);
+  const float* centroid = &centroids_[static_cast<int64_t>(id) * dim_];
+  for (int64_t k = 0; k < dim_; ++k) out[k] += centroid[k];
+}
+
+void CentroidCodebook::ScoreCentroids(const QuerySimilarity& similarity, float* out) const {
+  similarity.Compute(centroids_.data(), num_centroids_, out);
+}
+
+int64_t CentroidCodebook::MemoryBytes() const {
+  int64_t bytes = static_cast<int64_t>(centroids_.size() * sizeof(float));
+  bytes += dim_ * ((int64_t{1} << codec_.nbits()) * 2 - 1) * static_cast<int64_t>(sizeof(float));
+  if (assigner_ != nullptr) {
+    // The graph's copy of the centroids and about 2·M neighbour ids per node on level 0.
+    bytes += num_centroids_ * (dim_ * static_cast<int64_t>(sizeof(float)) + 2 * kHnswM * 4 + 16);
+  }
+  return bytes;
+}
+
+}  // namespace tessera::internal

@@ -1,0 +1,93 @@
+// The trained part of a centroid index: k-means centroids over a shard's rerank vectors and the
+// residual codec, which together turn a vector into (centroid id, residual code) and back.
+//
+// Training is spherical k-means (inner product, centroids L2-normalised after each step, as the
+// vectors are), on a sample, with the assignment step run by the MaxSim micro-kernels
+// (QuerySimilarity) across a thread pool. Deterministic: the same sample and options give the same
+// codebook, bit for bit, whatever the number of threads.
+//
+// Immutable after Train/Parse: every method is const and may run concurrently.
+#ifndef TESSERA_INDEX_CENTROID_CENTROID_CODEBOOK_H_
+#define TESSERA_INDEX_CENTROID_CENTROID_CODEBOOK_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "index/centroid/residual_codec.h"
+#include "tessera/matrix.h"
+
+namespace faiss {
+struct IndexHNSWFlat;
+}  // namespace faiss
+
+namespace tessera::internal {
+
+class ThreadPool;
+class QuerySimilarity;
+
+struct CentroidTrainingOptions {
+  int64_t num_centroids = 0;  // ≥ 1; at most the sample's row count
+  int nbits = 2;              // residual bits per dimension: 2 or 4
+  int iterations = 8;         // k-means iterations (assignment + update)
+  uint64_t seed = 0x43454e54524f4944;
+};
+
+// PLAID's rule of thumb scaled by `factor`: 2^⌊log2(factor · √vectors)⌋, clamped to
+// [min_centroids, max_centroids].
+int64_t DefaultNumCentroids(int64_t vectors, double factor = 4.0, int64_t min_centroids = 256,
+                            int64_t max_centroids = 16384);
+
+class CentroidCodebook {
+ public:
+  // sample: n × dim fp32 rows (L2-normalised vectors). INVALID_ARGUMENT for a bad option or an
+  // empty sample; num_centroids is reduced to n when the sample is smaller.
+  static absl::StatusOr<std::unique_ptr<CentroidCodebook>> Train(
+      FloatMatrixView sample, const CentroidTrainingOptions& options, ThreadPool* pool);
+  // The bytes Serialize wrote. DATA_LOSS when malformed or when the checksum fails.
+  static absl::StatusOr<std::unique_ptr<CentroidCodebook>> Parse(absl::string_view bytes);
+  // Checksummed, self-describing bytes (format in centroid_codebook.cc).
+  std::string Serialize() const;
+  ~CentroidCodebook();
+
+  int64_t dim() const { return dim_; }
+  int64_t num_centroids() const { return num_centroids_; }
+  const ResidualCodec& codec() const { return codec_; }
+  // num_centroids × dim fp32, row-major, each row L2-normalised (or zero).
+  const float* centroids() const { return centroids_.data(); }
+
+  // For each row of vectors (n × dim): its nearest centroid by inner product (exact for up to
+  // kExactAssignmentCentroids centroids; beyond, an HNSW graph over the centroids finds it, which
+  // may rarely pick the second nearest — a slightly larger residual, never a wrong answer) into
+  // ids[0..n), and its residual code into codes[0 .. n·code_bytes).
+  void Encode(FloatMatrixView vectors, uint32_t* ids, uint8_t* codes) const;
+  // The decoded vector: centroid + decoded residual (dim values).
+  void Decode(uint32_t id, const uint8_t* code, float* out) const;
+
+  // out[c · similarity.stride() + i] = ⟨centroid c, query row i⟩ for every centroid (see
+  // QuerySimilarity::Compute). out: num_centroids × stride values.
+  void ScoreCentroids(const QuerySimilarity& similarity, float* out) const;
+
+  // Resident bytes (centroids, codec tables, the assignment graph).
+  int64_t MemoryBytes() const;
+
+  static constexpr int64_t kExactAssignmentCentroids = 4096;
+
+ private:
+  CentroidCodebook(int64_t dim, std::vector<float> centroids, ResidualCodec codec);
+  void BuildAssigner();
+
+  const int64_t dim_;
+  const int64_t num_centroids_;
+  const std::vector<float> centroids_;
+  const ResidualCodec codec_;
+  // Beyond kExactAssignmentCentroids: an HNSW graph over the centroids for Encode.
+  std::unique_ptr<faiss::IndexHNSWFlat> assigner_;
+};
+
+}  // namespace tessera::internal
+
+#endif  // TESSERA_INDEX_CENTROID_CENTROID_CODEBOOK_H_

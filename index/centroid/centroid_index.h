@@ -1,0 +1,135 @@
+// The centroid index: stage 1 for large shards (DESIGN §5), after PLAID and WARP.
+//
+// Every indexed vector lives in the inverted list of its centroid as (document ordinal, residual
+// code). A search scores the query tokens against all centroids with the MaxSim micro-kernels,
+// probes the `nprobe` best centroids of each token, and scores the codes in those lists without
+// decoding them: ⟨q, centroid + residual⟩ = ⟨q, centroid⟩ + Σ_j lut_q[j][code byte j] (the
+// codec's per-query lookup tables). Per (token, document) it keeps the best such score; a
+// document's approximate MaxSim sums them over the tokens, and a token that found no vector of the
+// document contributes its *missing estimate*: the score of the token's last (nprobe-th) probed
+// centroid — the most a vector of an unprobed list could score, give or take its residual (WARP's
+// imputation). The top documents by that sum go to the exact rerank.
+//
+// Documents are removed by tombstones; the lists are compacted (and ordinals renumbered) once the
+// dead vectors pass kCompactionFraction of all vectors.
+//
+// Thread-safe: searches run concurrently with each other under a shared lock; Add and Remove take
+// it exclusively. The codebook is immutable and shared.
+#ifndef TESSERA_INDEX_CENTROID_CENTROID_INDEX_H_
+#define TESSERA_INDEX_CENTROID_CENTROID_INDEX_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "index/centroid/centroid_codebook.h"
+#include "index/common/mutex.h"
+#include "tessera/matrix.h"
+
+namespace tessera::internal {
+
+class ThreadPool;
+
+// One document's encoded vectors: its centroid ids and residual codes, as stored.
+struct DocumentCodes {
+  std::vector<uint32_t> centroids;  // n
+  std::string codes;                // n × code_bytes
+  int64_t size() const { return static_cast<int64_t>(centroids.size()); }
+};
+
+// Byte form of DocumentCodes (the store adds its own envelope and checksum):
+//   u32 n | n × u32 centroid id | n × code_bytes code bytes.
+std::string SerializeDocumentCodes(const DocumentCodes& codes);
+// DATA_LOSS when the bytes do not hold n codes of code_bytes each, or a centroid id is
+// ≥ num_centroids.
+absl::StatusOr<DocumentCodes> ParseDocumentCodes(absl::string_view bytes, int64_t code_bytes,
+                                                 int64_t num_centroids);
+
+struct CentroidSearchOptions {
+  int nprobe = 8;               // centroids probed per query token (clamped to the count)
+  int64_t num_documents = 100;  // documents returned
+};
+
+struct CentroidHit {
+  uint64_t doc = 0;
+  float score = 0.0f;  // approximate MaxSim (see above)
+};
+
+struct CentroidIndexStats {
+  int64_t documents = 0;
+  int64_t vectors = 0;       // live
+  int64_t dead_vectors = 0;  // tombstoned, not yet compacted
+  int64_t memory_bytes = 0;  // codebook + lists + document tables
+};
+
+class CentroidIndex {
+ public:
+  explicit CentroidIndex(std::shared_ptr<const CentroidCodebook> codebook);
+
+  const CentroidCodebook& codebook() const { return *codebook_; }
+  std::shared_ptr<const CentroidCodebook> shared_codebook() const { return codebook_; }
+
+  // Encodes a document's vectors (rows × dim fp32) with the codebook.
+  DocumentCodes Encode(FloatMatrixView vectors) const;
+
+  // Adds a document's encoded vectors, replacing any it had. INVALID_ARGUMENT for no vectors, a
+  // code size that does not match the codec or a centroid id out of range.
+  absl::Status Add(uint64_t doc, const DocumentCodes& codes);
+  // Tombstones a document (a no-op for an unknown one); may compact the lists.
+  void Remove(uint64_t doc);
+  bool Contains(uint64_t doc) const;
+
+  // The top options.num_documents documents by approximate MaxSim for the query (nq × dim fp32),
+  // best first (ties: lower doc), among those for which `accept` returns true (null: all). Tokens
+  // are split over `pool` when not null (the caller works too); `accept` runs on the calling
+  // thread only. INVALID_ARGUMENT for a query of the wrong dim or no rows.
+  absl::StatusOr<std::vector<CentroidHit>> Search(
+      FloatMatrixView queries, const CentroidSearchOptions& options,
+      const std::function<bool(uint64_t doc)>* accept, ThreadPool* pool) const;
+
+  // The documents indexed, ascending.
+  std::vector<uint64_t> Documents() const;
+  CentroidIndexStats Stats() const;
+
+  static constexpr double kCompactionFraction = 0.2;
+
+ private:
+  struct List {
+    std::vector<uint32_t> ordinals;  // per entry: the document's ordinal
+    std::vector<uint8_t> codes;      // per entry: code_bytes bytes
+  };
+  // Per query token: the deduplicated (ordinal, best score) pairs of its probed lists.
+  struct TokenHits {
+    std::vector<std::pair<uint32_t, float>> hits;
+    float missing = 0.0f;
+  };
+
+  void ScanToken(const float* query, const float* centroid_scores, int64_t stride, int64_t token,
+                 int nprobe, TokenHits* out) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  void CompactLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  int64_t MemoryBytesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  const std::shared_ptr<const CentroidCodebook> codebook_;
+  const int64_t code_bytes_;
+
+  mutable Mutex mu_;
+  std::vector<List> lists_ ABSL_GUARDED_BY(mu_);
+  // Document tables, by ordinal (ordinals are dense; dead ones stay until compaction).
+  std::vector<uint64_t> ordinal_doc_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> ordinal_vectors_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint8_t> ordinal_dead_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, uint32_t> doc_ordinal_ ABSL_GUARDED_BY(mu_);  // live only
+  int64_t live_vectors_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t dead_vectors_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace tessera::internal
+
+#endif  // TESSERA_INDEX_CENTROID_CENTROID_INDEX_H_

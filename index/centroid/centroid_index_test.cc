@@ -1,0 +1,322 @@
+// CentroidCodebook and CentroidIndex against brute-force references: nearest-centroid assignment,
+// deterministic training, the byte form, and search scores equal to a direct evaluation of the
+// documented approximation (and to MaxSim over the decoded vectors when every centroid is
+// probed); tombstones, compaction, replacement and filters.
+#include "index/centroid/centroid_index.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <random>
+#include <set>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "index/common/thread_pool.h"
+
+namespace tessera::internal {
+namespace {
+
+void Normalize(float* v, int64_t dim) {
+  double norm = 0.0;
+  for (int64_t k = 0; k < dim; ++k) norm += double{v[k]} * v[k];
+  for (int64_t k = 0; k < dim; ++k) v[k] = static_cast<float>(v[k] / std::sqrt(norm));
+}
+
+// Unit vectors around `topics` random directions (noise of norm ~0.5); the directions depend on
+// (topics, dim) only, so that samples drawn with different seeds share them.
+std::vector<float> Clustered(int64_t n, int64_t dim, int topics, uint64_t seed) {
+  std::mt19937_64 topic_rng(topics * 1000003 + dim);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> centers(topics * dim);
+  for (float& v : centers) v = normal(topic_rng);
+  for (int t = 0; t < topics; ++t) Normalize(&centers[t * dim], dim);
+  std::uniform_int_distribution<int> topic(0, topics - 1);
+  std::vector<float> x(n * dim);
+  const float noise = 0.5f / std::sqrt(static_cast<float>(dim));
+  for (int64_t i = 0; i < n; ++i) {
+    const int t = topic(rng);
+    for (int64_t k = 0; k < dim; ++k) x[i * dim + k] = centers[t * dim + k] + noise * normal(rng);
+    Normalize(&x[i * dim], dim);
+  }
+  return x;
+}
+
+double Dot(const float* a, const float* b, int64_t dim) {
+  double s = 0.0;
+  for (int64_t k = 0; k < dim; ++k) s += double{a[k]} * b[k];
+  return s;
+}
+
+uint32_t BruteNearest(const CentroidCodebook& codebook, const float* v) {
+  uint32_t best = 0;
+  double best_score = -1e30;
+  for (int64_t c = 0; c < codebook.num_centroids(); ++c) {
+    const double s = Dot(v, codebook.centroids() + c * codebook.dim(), codebook.dim());
+    if (s > best_score) best_score = s, best = static_cast<uint32_t>(c);
+  }
+  return best;
+}
+
+std::unique_ptr<CentroidCodebook> TrainOrDie(const std::vector<float>& sample, int64_t dim,
+                                             int64_t centroids, int nbits, ThreadPool* pool,
+                                             int iterations = 6) {
+  CentroidTrainingOptions options;
+  options.num_centroids = centroids;
+  options.nbits = nbits;
+  options.iterations = iterations;
+  auto codebook = CentroidCodebook::Train(
+      FloatMatrixView{sample.data(), static_cast<int64_t>(sample.size()) / dim, dim}, options,
+      pool);
+  EXPECT_TRUE(codebook.ok()) << codebook.status();
+  return std::move(codebook).value();
+}
+
+TEST(CentroidCodebook, ExactAssignmentIsTheNearestCentroid) {
+  const int64_t dim = 32;
+  const std::vector<float> sample = Clustered(3000, dim, 40, 1);
+  ThreadPool pool(2);
+  auto codebook = TrainOrDie(sample, dim, 64, 2, &pool);
+  ASSERT_EQ(codebook->num_centroids(), 64);
+  const std::vector<float> x = Clustered(500, dim, 40, 2);
+  std::vector<uint32_t> ids(500);
+  std::vector<uint8_t> codes(500 * codebook->codec().code_bytes());
+  codebook->Encode(FloatMatrixView{x.data(), 500, dim}, ids.data(), codes.data());
+  for (int i = 0; i < 500; ++i) ASSERT_EQ(ids[i], BruteNearest(*codebook, &x[i * dim])) << i;
+  // Decoding lands closer to the vector than its centroid alone does.
+  std::vector<float> decoded(dim);
+  double with_residual = 0.0, centroid_only = 0.0;
+  for (int i = 0; i < 500; ++i) {
+    codebook->Decode(ids[i], &codes[i * codebook->codec().code_bytes()], decoded.data());
+    const float* c = codebook->centroids() + ids[i] * dim;
+    for (int64_t k = 0; k < dim; ++k) {
+      with_residual += std::pow(decoded[k] - x[i * dim + k], 2);
+      centroid_only += std::pow(c[k] - x[i * dim + k], 2);
+    }
+  }
+  EXPECT_LT(with_residual, 0.3 * centroid_only);
+}
+
+TEST(CentroidCodebook, GraphAssignmentOfLargeCodebooksAgreesWithBruteForce) {
+  const int64_t dim = 16;
+  const int64_t centroids = CentroidCodebook::kExactAssignmentCentroids * 2;
+  const std::vector<float> sample = Clustered(centroids * 2, dim, 1000, 3);
+  ThreadPool pool(2);
+  auto codebook = TrainOrDie(sample, dim, centroids, 2, &pool, 2);
+  const std::vector<float> x = Clustered(2000, dim, 1000, 4);
+  std::vector<uint32_t> ids(2000);
+  std::vector<uint8_t> codes(2000 * codebook->codec().code_bytes());
+  codebook->Encode(FloatMatrixView{x.data(), 2000, dim}, ids.data(), codes.data());
+  int agree = 0;
+  for (int i = 0; i < 2000; ++i) agree += ids[i] == BruteNearest(*codebook, &x[i * dim]);
+  EXPECT_GE(agree, 0.95 * 2000);
+}
+
+TEST(CentroidCodebook, TrainingIsDeterministicAcrossThreadCountsAndRoundTrips) {
+  const int64_t dim = 24;
+  const std::vector<float> sample = Clustered(2000, dim, 30, 5);
+  ThreadPool one(1), two(2);
+  const std::string a = TrainOrDie(sample, dim, 50, 4, &one)->Serialize();
+  const std::string b = TrainOrDie(sample, dim, 50, 4, &two)->Serialize();
+  EXPECT_EQ(a, b);
+  auto parsed = CentroidCodebook::Parse(a);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ((*parsed)->Serialize(), a);
+  std::string corrupt = a;
+  corrupt[corrupt.size() / 2] ^= 1;
+  EXPECT_EQ(CentroidCodebook::Parse(corrupt).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(CentroidCodebook::Parse(a.substr(0, 20)).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+TEST(CentroidCodebook, RejectsBadOptions) {
+  const std::vector<float> sample = Clustered(100, 8, 4, 6);
+  CentroidTrainingOptions options;
+  options.num_centroids = 0;
+  EXPECT_EQ(CentroidCodebook::Train(FloatMatrixView{sample.data(), 100, 8}, options, nullptr)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  options.num_centroids = 8;
+  options.nbits = 3;
+  EXPECT_EQ(CentroidCodebook::Train(FloatMatrixView{sample.data(), 100, 8}, options, nullptr)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DefaultNumCentroids, FollowsThePowerOfTwoRule) {
+  EXPECT_EQ(DefaultNumCentroids(1'280'000, 4.0, 1, 1 << 20), 4096);  // 4·√1.28M = 4525
+  EXPECT_EQ(DefaultNumCentroids(64'000'000, 16.0, 1, 1 << 20), 65536);  // PLAID's rule
+  EXPECT_EQ(DefaultNumCentroids(10, 4.0, 256, 16384), 256);
+  EXPECT_EQ(DefaultNumCentroids(int64_t{1} << 40, 4.0, 256, 16384), 16384);
+}
+
+// A shard's worth of documents and the brute-force reading of the index's definition.
+class CentroidIndexTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kDim = 32;
+  static constexpr int kTokens = 12;
+
+  void SetUp() override {
+    const std::vector<float> sample = Clustered(4000, kDim, 50, 7);
+    codebook_ = std::shared_ptr<const CentroidCodebook>(TrainOrDie(sample, kDim, 64, 2, &pool_));
+    index_ = std::make_unique<CentroidIndex>(codebook_);
+    for (uint64_t doc = 1; doc <= 300; ++doc) AddDocument(*index_, doc, doc);
+  }
+
+  void AddDocument(CentroidIndex& index, uint64_t doc, uint64_t seed) {
+    std::vector<float> vectors = Clustered(kTokens, kDim, 50, 1000 + seed);
+    DocumentCodes codes = index.Encode(FloatMatrixView{vectors.data(), kTokens, kDim});
+    ASSERT_TRUE(index.Add(doc, codes).ok());
+    docs_[doc] = codes;
+  }
+
+  // The documented score: Σ_i (best over the document's vectors in token i's probed lists of
+  // ⟨q_i, decoded⟩, or token i's last probed centroid score when there is none).
+  std::vector<CentroidHit> Reference(const std::vector<float>& query, int nprobe, size_t n,
+                                     const std::function<bool(uint64_t)>& accept) const {
+    const int64_t nq = static_cast<int64_t>(query.size()) / kDim;
+    const int64_t C = codebook_->num_centroids();
+    std::vector<std::set<uint32_t>> probed(nq);
+    std::vector<double> missing(nq);
+    for (int64_t i = 0; i < nq; ++i) {
+      std::vector<std::pair<double, uint32_t>> ranked;
+      for (int64_t c = 0; c < C; ++c) {
+        ranked.push_back({Dot(&query[i * kDim], codebook_->centroids() + c * kDim, kDim),
+                          static_cast<uint32_t>(c)});
+      }
+      std::sort(ranked.begin(), ranked.end(), [](auto& a, auto& b) {
+        return a.first != b.first ? a.first > b.first : a.second < b.second;
+      });
+      for (int p = 0; p < nprobe; ++p) probed[i].insert(ranked[p].second);
+      missing[i] = ranked[nprobe - 1].first;
+    }
+    std::vector<CentroidHit> hits;
+    std::vector<float> decoded(kDim);
+    const int64_t code_bytes = codebook_->codec().code_bytes();
+    for (const auto& [doc, codes] : docs_) {
+      if (!accept(doc)) continue;
+      double total = 0.0;
+      bool found_any = false;
+      for (int64_t i = 0; i < nq; ++i) {
+        double best = -1e30;
+        for (int64_t v = 0; v < codes.size(); ++v) {
+          if (!probed[i].count(codes.centroids[v])) continue;
+          codebook_->Decode(codes.centroids[v],
+                            reinterpret_cast<const uint8_t*>(codes.codes.data()) + v * code_bytes,
+                            decoded.data());
+          best = std::max(best, Dot(&query[i * kDim], decoded.data(), kDim));
+        }
+        found_any |= best > -1e30;
+        total += best > -1e30 ? best : missing[i];
+      }
+      if (found_any) hits.push_back(CentroidHit{doc, static_cast<float>(total)});
+    }
+    std::sort(hits.begin(), hits.end(), [](const CentroidHit& a, const CentroidHit& b) {
+      return a.score != b.score ? a.score > b.score : a.doc < b.doc;
+    });
+    if (hits.size() > n) hits.resize(n);
+    return hits;
+  }
+
+  void ExpectMatchesReference(const CentroidIndex& index, int nprobe,
+                              const std::function<bool(uint64_t)>* accept, uint64_t seed) {
+    const std::vector<float> query = Clustered(8, kDim, 50, seed);
+    CentroidSearchOptions options;
+    options.nprobe = nprobe;
+    options.num_documents = 40;
+    absl::StatusOr<std::vector<CentroidHit>> hits =
+        index.Search(FloatMatrixView{query.data(), 8, kDim}, options, accept, &pool_);
+    ASSERT_TRUE(hits.ok()) << hits.status();
+    const std::vector<CentroidHit> expected =
+        Reference(query, nprobe, 40, accept ? *accept : [](uint64_t) { return true; });
+    ASSERT_EQ(hits->size(), expected.size());
+    for (size_t r = 0; r < expected.size(); ++r) {
+      // Scores agree to fp32 rounding; near-ties may swap places.
+      EXPECT_NEAR((*hits)[r].score, expected[r].score, 2e-4) << "rank " << r;
+      if (std::abs(expected[r].score - (r + 1 < expected.size() ? expected[r + 1].score : -1e9)) >
+              1e-3 &&
+          (r == 0 || std::abs(expected[r].score - expected[r - 1].score) > 1e-3)) {
+        EXPECT_EQ((*hits)[r].doc, expected[r].doc) << "rank " << r;
+      }
+    }
+  }
+
+  ThreadPool pool_{2};
+  std::shared_ptr<const CentroidCodebook> codebook_;
+  std::unique_ptr<CentroidIndex> index_;
+  std::map<uint64_t, DocumentCodes> docs_;
+};
+
+TEST_F(CentroidIndexTest, ProbingEveryCentroidGivesMaxSimOverDecodedVectors) {
+  // With nprobe = C no token misses a document: the score is exact MaxSim over the decoded
+  // vectors, which the reference computes directly.
+  ExpectMatchesReference(*index_, static_cast<int>(codebook_->num_centroids()), nullptr, 11);
+}
+
+TEST_F(CentroidIndexTest, FewProbesMatchTheDocumentedApproximation) {
+  for (int nprobe : {1, 3, 8}) ExpectMatchesReference(*index_, nprobe, nullptr, 20 + nprobe);
+}
+
+TEST_F(CentroidIndexTest, FiltersRunInsideTheSearch) {
+  const std::function<bool(uint64_t)> odd = [](uint64_t doc) { return doc % 2 == 1; };
+  ExpectMatchesReference(*index_, 4, &odd, 31);
+}
+
+TEST_F(CentroidIndexTest, RemovedAndReplacedDocumentsAreNeverReturned) {
+  // Remove 30% (past the compaction fraction) and replace 20 others with new content.
+  for (uint64_t doc = 1; doc <= 300; doc += 3) {
+    index_->Remove(doc);
+    docs_.erase(doc);
+  }
+  for (uint64_t doc = 2; doc <= 60; doc += 3) AddDocument(*index_, doc, 5000 + doc);
+  const CentroidIndexStats stats = index_->Stats();
+  EXPECT_EQ(stats.documents, static_cast<int64_t>(docs_.size()));
+  EXPECT_EQ(stats.vectors, static_cast<int64_t>(docs_.size()) * kTokens);
+  EXPECT_LE(stats.dead_vectors,
+            CentroidIndex::kCompactionFraction * (stats.vectors + stats.dead_vectors));
+  for (int nprobe : {2, 64}) ExpectMatchesReference(*index_, nprobe, nullptr, 40 + nprobe);
+  std::vector<uint64_t> expected;
+  for (const auto& [doc, codes] : docs_) expected.push_back(doc);
+  EXPECT_EQ(index_->Documents(), expected);
+  EXPECT_FALSE(index_->Contains(1));
+  EXPECT_TRUE(index_->Contains(2));
+}
+
+TEST_F(CentroidIndexTest, RejectsMalformedInput) {
+  DocumentCodes bad;
+  EXPECT_EQ(index_->Add(1000, bad).code(), absl::StatusCode::kInvalidArgument);
+  bad.centroids = {static_cast<uint32_t>(codebook_->num_centroids())};
+  bad.codes.assign(codebook_->codec().code_bytes(), 0);
+  EXPECT_EQ(index_->Add(1000, bad).code(), absl::StatusCode::kInvalidArgument);
+  bad.centroids = {0};
+  bad.codes.assign(1, 0);
+  EXPECT_EQ(index_->Add(1000, bad).code(), absl::StatusCode::kInvalidArgument);
+  const std::vector<float> query(kDim + 1, 0.1f);
+  EXPECT_EQ(
+      index_->Search(FloatMatrixView{query.data(), 1, kDim + 1}, {}, nullptr, nullptr)
+          .status()
+          .code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+TEST(DocumentCodes, ByteFormRoundTripsAndRejectsDamage) {
+  DocumentCodes codes;
+  codes.centroids = {3, 0, 7};
+  codes.codes = std::string("abcdefghijkl", 12);
+  const std::string bytes = SerializeDocumentCodes(codes);
+  absl::StatusOr<DocumentCodes> parsed = ParseDocumentCodes(bytes, 4, 8);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->centroids, codes.centroids);
+  EXPECT_EQ(parsed->codes, codes.codes);
+  EXPECT_EQ(ParseDocumentCodes(bytes, 4, 7).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ParseDocumentCodes(bytes.substr(1), 4, 8).status().code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ParseDocumentCodes(bytes, 5, 8).status().code(), absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace tessera::internal

@@ -1,0 +1,144 @@
+#include "index/centroid/residual_codec.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera::internal {
+namespace {
+
+template <typename T>
+void AppendPod(const T& value, std::string* out) {
+  out->append(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+template <typename T>
+bool ReadPod(absl::string_view bytes, size_t* offset, T* value) {
+  if (*offset > bytes.size() || bytes.size() - *offset < sizeof(T)) return false;
+  std::memcpy(value, bytes.data() + *offset, sizeof(T));
+  *offset += sizeof(T);
+  return true;
+}
+
+}  // namespace
+
+ResidualCodec::ResidualCodec(int64_t dim, int nbits, std::vector<float> cutoffs,
+                             std::vector<float> weights)
+    : dim_(dim),
+      nbits_(nbits),
+      code_bytes_((dim * nbits + 7) / 8),
+      cutoffs_(std::move(cutoffs)),
+      weights_(std::move(weights)) {}
+
+absl::StatusOr<ResidualCodec> ResidualCodec::Train(const float* residuals, int64_t n, int64_t dim,
+                                                   int nbits) {
+  if (nbits != 2 && nbits != 4) {
+    return absl::InvalidArgumentError(absl::StrCat("residual nbits ", nbits, ", expected 2 or 4"));
+  }
+  if (dim < 1 || n < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("residual codec training: ", n, " × ", dim, " residuals, expected ≥ 1 × 1"));
+  }
+  const int buckets = 1 << nbits;
+  std::vector<float> cutoffs(dim * (buckets - 1));
+  std::vector<float> weights(dim * buckets);
+  std::vector<float> column(n);
+  for (int64_t d = 0; d < dim; ++d) {
+    for (int64_t i = 0; i < n; ++i) column[i] = residuals[i * dim + d];
+    std::sort(column.begin(), column.end());
+    float* cut = &cutoffs[d * (buckets - 1)];
+    for (int b = 1; b < buckets; ++b) cut[b - 1] = column[std::min<int64_t>(n - 1, b * n / buckets)];
+    // The weight of a bucket is the mean of the values Encode would put in it (value ≥ cutoff
+    // goes up), so that decoding is unbiased on the training sample.
+    int64_t begin = 0;
+    for (int b = 0; b < buckets; ++b) {
+      int64_t end = b + 1 < buckets
+                        ? std::lower_bound(column.begin() + begin, column.end(), cut[b]) -
+                              column.begin()
+                        : n;
+      double sum = 0.0;
+      for (int64_t i = begin; i < end; ++i) sum += column[i];
+      float weight;
+      if (end > begin) {
+        weight = static_cast<float>(sum / static_cast<double>(end - begin));
+      } else {
+        // An empty bucket (repeated values): its cutoff is as good a value as any.
+        weight = b == 0 ? cut[0] : cut[b - 1];
+      }
+      weights[d * buckets + b] = weight;
+      begin = end;
+    }
+  }
+  return ResidualCodec(dim, nbits, std::move(cutoffs), std::move(weights));
+}
+
+void ResidualCodec::AppendTo(std::string* out) const {
+  AppendPod(static_cast<int64_t>(dim_), out);
+  AppendPod(static_cast<int32_t>(nbits_), out);
+  out->append(reinterpret_cast<const char*>(cutoffs_.data()), cutoffs_.size() * sizeof(float));
+  out->append(reinterpret_cast<const char*>(weights_.data()), weights_.size() * sizeof(float));
+}
+
+absl::StatusOr<ResidualCodec> ResidualCodec::Parse(absl::string_view bytes, size_t* offset) {
+  int64_t dim = 0;
+  int32_t nbits = 0;
+  if (!ReadPod(bytes, offset, &dim) || !ReadPod(bytes, offset, &nbits) || dim < 1 ||
+      dim > (int64_t{1} << 20) || (nbits != 2 && nbits != 4)) {
+    return absl::DataLossError("residual codec: malformed header");
+  }
+  const int buckets = 1 << nbits;
+  std::vector<float> cutoffs(dim * (buckets - 1));
+  std::vector<float> weights(dim * buckets);
+  const size_t need = (cutoffs.size() + weights.size()) * sizeof(float);
+  if (*offset > bytes.size() || bytes.size() - *offset < need) {
+    return absl::DataLossError(absl::StrCat("residual codec: ", bytes.size() - *offset,
+                                            " bytes of tables, expected ", need));
+  }
+  std::memcpy(cutoffs.data(), bytes.data() + *offset, cutoffs.size() * sizeof(float));
+  *offset += cutoffs.size() * sizeof(float);
+  std::memcpy(weights.data(), bytes.data() + *offset, weights.size() * sizeof(float));
+  *offset += weights.size() * sizeof(float);
+  return ResidualCodec(dim, nbits, std::move(cutoffs), std::move(weights));
+}
+
+void ResidualCodec::Encode(const float* residual, uint8_t* code) const {
+  std::memset(code, 0, code_bytes_);
+  const int cuts = buckets() - 1;
+  for (int64_t d = 0; d < dim_; ++d) {
+    const float* cut = cutoffs(d);
+    const float value = residual[d];
+    int bucket = 0;
+    while (bucket < cuts && value >= cut[bucket]) ++bucket;
+    const int64_t bit = d * nbits_;
+    code[bit >> 3] |= static_cast<uint8_t>(bucket << (bit & 7));
+  }
+}
+
+void ResidualCodec::Decode(const uint8_t* code, float* out) const {
+  const int mask = buckets() - 1;
+  for (int64_t d = 0; d < dim_; ++d) {
+    const int64_t bit = d * nbits_;
+    out[d] = weights(d)[(code[bit >> 3] >> (bit & 7)) & mask];
+  }
+}
+
+void ResidualCodec::BuildLookupTable(const float* query, float* lut) const {
+  const int per_byte = 8 / nbits_;
+  const int mask = buckets() - 1;
+  for (int64_t j = 0; j < code_bytes_; ++j) {
+    float* row = lut + j * kLookupTableWidth;
+    std::fill(row, row + kLookupTableWidth, 0.0f);
+    for (int t = 0; t < per_byte; ++t) {
+      const int64_t d = j * per_byte + t;
+      if (d >= dim_) break;
+      const float* w = weights(d);
+      const float q = query[d];
+      const int shift = t * nbits_;
+      for (int b = 0; b < kLookupTableWidth; ++b) row[b] += q * w[(b >> shift) & mask];
+    }
+  }
+}
+
+}  // namespace tessera::internal

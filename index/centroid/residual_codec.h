@@ -1,0 +1,69 @@
+// The residual quantiser of the centroid index: a vector is stored as its centroid and the residual
+// (vector − centroid) coded in `nbits` ∈ {2, 4} bits per dimension.
+//
+// Each dimension has its own 2^nbits buckets: cutoffs at the quantiles of that dimension's training
+// residuals, and a decoded value (weight) per bucket equal to the mean training residual that fell
+// in it. ColBERTv2 shares one set of cutoffs and weights across dimensions; per-dimension buckets
+// cost nothing at search time (the lookup tables below absorb them) and follow each dimension's
+// spread, which varies by an order of magnitude in real embeddings.
+//
+// Codes are packed little-endian within a byte: dimension d occupies bits
+// [(d·nbits) mod 8, +nbits) of byte ⌊d·nbits / 8⌋; unused trailing bits are zero.
+//
+// Immutable after Train/Parse; every method is const and thread-safe.
+#ifndef TESSERA_INDEX_CENTROID_RESIDUAL_CODEC_H_
+#define TESSERA_INDEX_CENTROID_RESIDUAL_CODEC_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace tessera::internal {
+
+class ResidualCodec {
+ public:
+  // residuals: n × dim fp32, row-major, n ≥ 1. INVALID_ARGUMENT for nbits ∉ {2, 4}, dim < 1 or
+  // n < 1.
+  static absl::StatusOr<ResidualCodec> Train(const float* residuals, int64_t n, int64_t dim,
+                                             int nbits);
+  // The bytes AppendTo wrote, starting at *offset (advanced past them). DATA_LOSS when malformed.
+  static absl::StatusOr<ResidualCodec> Parse(absl::string_view bytes, size_t* offset);
+  void AppendTo(std::string* out) const;
+
+  int64_t dim() const { return dim_; }
+  int nbits() const { return nbits_; }
+  // Bytes of one vector's code: ⌈dim · nbits / 8⌉.
+  int64_t code_bytes() const { return code_bytes_; }
+  // 2^nbits − 1 ascending cutoffs of dimension d, and 2^nbits weights (decoded values).
+  const float* cutoffs(int64_t d) const { return &cutoffs_[d * (buckets() - 1)]; }
+  const float* weights(int64_t d) const { return &weights_[d * buckets()]; }
+
+  // residual: dim values → code: code_bytes() bytes.
+  void Encode(const float* residual, uint8_t* code) const;
+  // code → out: dim values, the decoded residual.
+  void Decode(const uint8_t* code, float* out) const;
+
+  // The per-byte lookup table of a query row for scoring codes without decoding them:
+  // lut: code_bytes() × 256 values, lut[j·256 + b] = Σ over the dimensions d packed in byte j of
+  // query[d] · weight(d, bits of d in b). Then ⟨query, decoded residual of code⟩ =
+  // Σ_j lut[j·256 + code[j]] (up to fp32 rounding order).
+  void BuildLookupTable(const float* query, float* lut) const;
+  static constexpr int kLookupTableWidth = 256;
+
+ private:
+  ResidualCodec(int64_t dim, int nbits, std::vector<float> cutoffs, std::vector<float> weights);
+  int buckets() const { return 1 << nbits_; }
+
+  int64_t dim_ = 0;
+  int nbits_ = 0;
+  int64_t code_bytes_ = 0;
+  std::vector<float> cutoffs_;  // dim × (2^nbits − 1)
+  std::vector<float> weights_;  // dim × 2^nbits
+};
+
+}  // namespace tessera::internal
+
+#endif  // TESSERA_INDEX_CENTROID_RESIDUAL_CODEC_H_

@@ -1,0 +1,136 @@
+// ResidualCodec against direct computation: bucket assignment by the cutoffs, decoding to the
+// bucket means, lookup-table scores equal to inner products with the decoded residual, and the
+// byte form.
+#include "index/centroid/residual_codec.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tessera::internal {
+namespace {
+
+std::vector<float> Gaussian(int64_t n, int64_t dim, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<float> v(n * dim);
+  // Each dimension its own spread, as in real embeddings.
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t d = 0; d < dim; ++d) {
+      std::normal_distribution<float> normal(0.0f, 0.02f * (1 + d % 7));
+      v[i * dim + d] = normal(rng);
+    }
+  }
+  return v;
+}
+
+class ResidualCodecTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ResidualCodecTest, BucketsAreQuantilesAndWeightsAreBucketMeans) {
+  const int nbits = GetParam();
+  const int64_t n = 4000, dim = 10;  // dim 10: the last byte is partly used
+  const std::vector<float> x = Gaussian(n, dim, 1);
+  absl::StatusOr<ResidualCodec> codec = ResidualCodec::Train(x.data(), n, dim, nbits);
+  ASSERT_TRUE(codec.ok()) << codec.status();
+  EXPECT_EQ(codec->code_bytes(), (dim * nbits + 7) / 8);
+  const int buckets = 1 << nbits;
+  std::vector<uint8_t> code(codec->code_bytes());
+  std::vector<double> sum(dim * buckets, 0.0);
+  std::vector<int64_t> count(dim * buckets, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    codec->Encode(&x[i * dim], code.data());
+    for (int64_t d = 0; d < dim; ++d) {
+      const int bucket = (code[d * nbits / 8] >> (d * nbits % 8)) & (buckets - 1);
+      // The bucket is the number of cutoffs at or below the value.
+      int expected = 0;
+      for (int b = 0; b + 1 < buckets; ++b) expected += x[i * dim + d] >= codec->cutoffs(d)[b];
+      ASSERT_EQ(bucket, expected);
+      sum[d * buckets + bucket] += x[i * dim + d];
+      ++count[d * buckets + bucket];
+    }
+  }
+  for (int64_t d = 0; d < dim; ++d) {
+    for (int b = 0; b < buckets; ++b) {
+      // Quantile cutoffs: every bucket holds about n / buckets training values.
+      EXPECT_NEAR(count[d * buckets + b], n / buckets, n / buckets * 0.05 + 2) << d << " " << b;
+      EXPECT_NEAR(codec->weights(d)[b], sum[d * buckets + b] / count[d * buckets + b], 1e-6);
+    }
+  }
+}
+
+TEST_P(ResidualCodecTest, LookupTableScoresEqualInnerProductsWithDecodedResiduals) {
+  const int nbits = GetParam();
+  const int64_t n = 2000, dim = 128;
+  const std::vector<float> x = Gaussian(n, dim, 2);
+  absl::StatusOr<ResidualCodec> codec = ResidualCodec::Train(x.data(), n, dim, nbits);
+  ASSERT_TRUE(codec.ok()) << codec.status();
+  const std::vector<float> queries = Gaussian(8, dim, 3);
+  std::vector<float> lut(codec->code_bytes() * ResidualCodec::kLookupTableWidth);
+  std::vector<uint8_t> code(codec->code_bytes());
+  std::vector<float> decoded(dim);
+  double error = 0.0, energy = 0.0;
+  for (int q = 0; q < 8; ++q) {
+    codec->BuildLookupTable(&queries[q * dim], lut.data());
+    for (int64_t i = 0; i < 200; ++i) {
+      codec->Encode(&x[i * dim], code.data());
+      codec->Decode(code.data(), decoded.data());
+      double direct = 0.0, table = 0.0;
+      for (int64_t d = 0; d < dim; ++d) direct += double{queries[q * dim + d]} * decoded[d];
+      for (int64_t j = 0; j < codec->code_bytes(); ++j) table += lut[j * 256 + code[j]];
+      ASSERT_NEAR(table, direct, 1e-5);
+      if (q == 0) {
+        for (int64_t d = 0; d < dim; ++d) {
+          error += std::pow(decoded[d] - x[i * dim + d], 2);
+          energy += std::pow(x[i * dim + d], 2);
+        }
+      }
+    }
+  }
+  // Quantisation keeps most of the residual: a Gaussian's optimal 2-bit quantiser leaves 11.8%
+  // of its energy, 4 bits 0.95%; equal-mass buckets with mean weights leave about 14.3% and 2.3%.
+  EXPECT_LT(error / energy, nbits == 2 ? 0.15 : 0.03);
+}
+
+TEST_P(ResidualCodecTest, ByteFormRoundTrips) {
+  const int nbits = GetParam();
+  const std::vector<float> x = Gaussian(500, 16, 4);
+  absl::StatusOr<ResidualCodec> codec = ResidualCodec::Train(x.data(), 500, 16, nbits);
+  ASSERT_TRUE(codec.ok());
+  std::string bytes = "prefix";
+  codec->AppendTo(&bytes);
+  size_t offset = 6;
+  absl::StatusOr<ResidualCodec> parsed = ResidualCodec::Parse(bytes, &offset);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(offset, bytes.size());
+  std::vector<uint8_t> a(codec->code_bytes()), b(codec->code_bytes());
+  for (int i = 0; i < 500; ++i) {
+    codec->Encode(&x[i * 16], a.data());
+    parsed->Encode(&x[i * 16], b.data());
+    ASSERT_EQ(a, b);
+  }
+  offset = 6;
+  EXPECT_EQ(ResidualCodec::Parse(bytes.substr(0, bytes.size() - 1), &offset).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+INSTANTIATE_TEST_SUITE_P(Bits, ResidualCodecTest, ::testing::Values(2, 4));
+
+TEST(ResidualCodec, RejectsBadArguments) {
+  const std::vector<float> x(16, 0.5f);
+  EXPECT_EQ(ResidualCodec::Train(x.data(), 4, 4, 3).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResidualCodec::Train(x.data(), 0, 4, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Constant values: every cutoff equal, nothing divides by zero.
+  absl::StatusOr<ResidualCodec> codec = ResidualCodec::Train(x.data(), 4, 4, 2);
+  ASSERT_TRUE(codec.ok());
+  std::vector<uint8_t> code(codec->code_bytes());
+  std::vector<float> decoded(4);
+  codec->Encode(x.data(), code.data());
+  codec->Decode(code.data(), decoded.data());
+  for (float v : decoded) EXPECT_FLOAT_EQ(v, 0.5f);
+}
+
+}  // namespace
+}  // namespace tessera::internal
