@@ -988,6 +988,16 @@ CandidateIndexStats CandidateIndex::Impl::Stats() const {
   stats.documents = static_cast<int64_t>(docs_.size());
   stats.description = description_;
   stats.trained = trained_;
+  // Per stored vector: its code (raw floats for Flat), HNSW's level-0 links, and IDMap2's id in
+  // both directions.
+  const faiss::Index* inner = index_->index;
+  int64_t per_vector = index_->d * static_cast<int64_t>(sizeof(float));
+  if (const auto* codes = dynamic_cast<const faiss::IndexFlatCodes*>(inner)) {
+    per_vector = static_cast<int64_t>(codes->code_size);
+  } else if (const auto* hnsw = dynamic_cast<const faiss::IndexHNSW*>(inner)) {
+    per_vector += hnsw->hnsw.nb_neighbors(0) * static_cast<int64_t>(sizeof(int32_t));
+  }
+  stats.memory_bytes = index_->ntotal * (per_vector + 3 * static_cast<int64_t>(sizeof(FaissId)));
   return stats;
 }
 

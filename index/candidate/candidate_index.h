@@ -53,6 +53,7 @@ struct CandidateIndexStats {
   int64_t documents = 0;
   std::string description;  // the factory string in use, e.g. "IDMap2,Flat"
   bool trained = true;
+  int64_t memory_bytes = 0;  // estimated resident bytes of the FAISS index (tombstones included)
 };
 
 class CandidateIndex {

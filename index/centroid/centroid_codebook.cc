@@ -214,8 +214,7 @@ std::string CentroidCodebook::Serialize() const {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<CentroidCodebook>> CentroidCodebook::Parse(
-    absl::string_view bytes) {
+absl::StatusOr<std::unique_ptr<CentroidCodebook>> CentroidCodebook::Parse(absl::string_view bytes) {
   constexpr size_t kHeader = sizeof(kMagic) + sizeof(uint32_t) + 2 * sizeof(int64_t);
   if (bytes.size() < kHeader + sizeof(uint32_t) ||
       std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) != 0) {
@@ -238,8 +237,8 @@ absl::StatusOr<std::unique_ptr<CentroidCodebook>> CentroidCodebook::Parse(
   }
   if (dim < 1 || dim > (int64_t{1} << 20) || count < 1 || count > (int64_t{1} << 31) ||
       static_cast<uint64_t>(count) * dim * sizeof(float) > body.size() - kHeader) {
-    return absl::DataLossError(absl::StrCat("centroid codebook: ", count, " centroids of dim ",
-                                            dim, " do not fit in ", body.size(), " bytes"));
+    return absl::DataLossError(absl::StrCat("centroid codebook: ", count, " centroids of dim ", dim,
+                                            " do not fit in ", body.size(), " bytes"));
   }
   std::vector<float> centroids(count * dim);
   std::memcpy(centroids.data(), body.data() + kHeader, centroids.size() * sizeof(float));

@@ -95,8 +95,8 @@ absl::StatusOr<DocumentCodes> ParseDocumentCodes(absl::string_view bytes, int64_
   std::memcpy(codes.centroids.data(), bytes.data() + 4, n * size_t{4});
   for (uint32_t id : codes.centroids) {
     if (id >= num_centroids) {
-      return absl::DataLossError(absl::StrCat("document codes: centroid ", id, ", expected < ",
-                                              num_centroids));
+      return absl::DataLossError(
+          absl::StrCat("document codes: centroid ", id, ", expected < ", num_centroids));
     }
   }
   codes.codes.assign(bytes.data() + 4 + n * size_t{4}, n * static_cast<size_t>(code_bytes));
@@ -128,8 +128,7 @@ absl::Status CentroidIndex::Add(uint64_t doc, const DocumentCodes& codes) {
   for (uint32_t id : codes.centroids) {
     if (id >= codebook_->num_centroids()) {
       return absl::InvalidArgumentError(absl::StrCat("document ", doc, ": centroid ", id,
-                                                     ", expected < ",
-                                                     codebook_->num_centroids()));
+                                                     ", expected < ", codebook_->num_centroids()));
     }
   }
   MutexLock lock(&mu_);
@@ -354,8 +353,8 @@ int64_t CentroidIndex::MemoryBytesLocked() const {
                                 ordinal_vectors_.capacity() * sizeof(uint32_t) +
                                 ordinal_dead_.capacity());
   // flat_hash_map: one control byte and one slot per bucket.
-  bytes += static_cast<int64_t>(doc_ordinal_.capacity() *
-                                (1 + sizeof(std::pair<uint64_t, uint32_t>)));
+  bytes +=
+      static_cast<int64_t>(doc_ordinal_.capacity() * (1 + sizeof(std::pair<uint64_t, uint32_t>)));
   return bytes;
 }
 

@@ -90,9 +90,10 @@ class CentroidIndex {
   // best first (ties: lower doc), among those for which `accept` returns true (null: all). Tokens
   // are split over `pool` when not null (the caller works too); `accept` runs on the calling
   // thread only. INVALID_ARGUMENT for a query of the wrong dim or no rows.
-  absl::StatusOr<std::vector<CentroidHit>> Search(
-      FloatMatrixView queries, const CentroidSearchOptions& options,
-      const std::function<bool(uint64_t doc)>* accept, ThreadPool* pool) const;
+  absl::StatusOr<std::vector<CentroidHit>> Search(FloatMatrixView queries,
+                                                  const CentroidSearchOptions& options,
+                                                  const std::function<bool(uint64_t doc)>* accept,
+                                                  ThreadPool* pool) const;
 
   // The documents indexed, ascending.
   std::vector<uint64_t> Documents() const;

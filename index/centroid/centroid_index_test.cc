@@ -127,8 +127,7 @@ TEST(CentroidCodebook, TrainingIsDeterministicAcrossThreadCountsAndRoundTrips) {
   std::string corrupt = a;
   corrupt[corrupt.size() / 2] ^= 1;
   EXPECT_EQ(CentroidCodebook::Parse(corrupt).status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(CentroidCodebook::Parse(a.substr(0, 20)).status().code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(CentroidCodebook::Parse(a.substr(0, 20)).status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST(CentroidCodebook, RejectsBadOptions) {
@@ -148,7 +147,7 @@ TEST(CentroidCodebook, RejectsBadOptions) {
 }
 
 TEST(DefaultNumCentroids, FollowsThePowerOfTwoRule) {
-  EXPECT_EQ(DefaultNumCentroids(1'280'000, 4.0, 1, 1 << 20), 4096);  // 4·√1.28M = 4525
+  EXPECT_EQ(DefaultNumCentroids(1'280'000, 4.0, 1, 1 << 20), 4096);     // 4·√1.28M = 4525
   EXPECT_EQ(DefaultNumCentroids(64'000'000, 16.0, 1, 1 << 20), 65536);  // PLAID's rule
   EXPECT_EQ(DefaultNumCentroids(10, 4.0, 256, 16384), 256);
   EXPECT_EQ(DefaultNumCentroids(int64_t{1} << 40, 4.0, 256, 16384), 16384);
@@ -231,8 +230,8 @@ class CentroidIndexTest : public ::testing::Test {
     absl::StatusOr<std::vector<CentroidHit>> hits =
         index.Search(FloatMatrixView{query.data(), 8, kDim}, options, accept, &pool_);
     ASSERT_TRUE(hits.ok()) << hits.status();
-    const std::vector<CentroidHit> expected =
-        Reference(query, nprobe, 40, accept ? *accept : [](uint64_t) { return true; });
+    const std::vector<CentroidHit> expected = Reference(
+        query, nprobe, 40, accept ? *accept : [](uint64_t) { return true; });
     ASSERT_EQ(hits->size(), expected.size());
     for (size_t r = 0; r < expected.size(); ++r) {
       // Scores agree to fp32 rounding; near-ties may swap places.
@@ -296,11 +295,10 @@ TEST_F(CentroidIndexTest, RejectsMalformedInput) {
   bad.codes.assign(1, 0);
   EXPECT_EQ(index_->Add(1000, bad).code(), absl::StatusCode::kInvalidArgument);
   const std::vector<float> query(kDim + 1, 0.1f);
-  EXPECT_EQ(
-      index_->Search(FloatMatrixView{query.data(), 1, kDim + 1}, {}, nullptr, nullptr)
-          .status()
-          .code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(index_->Search(FloatMatrixView{query.data(), 1, kDim + 1}, {}, nullptr, nullptr)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(DocumentCodes, ByteFormRoundTripsAndRejectsDamage) {
@@ -313,8 +311,7 @@ TEST(DocumentCodes, ByteFormRoundTripsAndRejectsDamage) {
   EXPECT_EQ(parsed->centroids, codes.centroids);
   EXPECT_EQ(parsed->codes, codes.codes);
   EXPECT_EQ(ParseDocumentCodes(bytes, 4, 7).status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(ParseDocumentCodes(bytes.substr(1), 4, 8).status().code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ParseDocumentCodes(bytes.substr(1), 4, 8).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(ParseDocumentCodes(bytes, 5, 8).status().code(), absl::StatusCode::kDataLoss);
 }
 

@@ -49,15 +49,16 @@ absl::StatusOr<ResidualCodec> ResidualCodec::Train(const float* residuals, int64
     for (int64_t i = 0; i < n; ++i) column[i] = residuals[i * dim + d];
     std::sort(column.begin(), column.end());
     float* cut = &cutoffs[d * (buckets - 1)];
-    for (int b = 1; b < buckets; ++b) cut[b - 1] = column[std::min<int64_t>(n - 1, b * n / buckets)];
+    for (int b = 1; b < buckets; ++b)
+      cut[b - 1] = column[std::min<int64_t>(n - 1, b * n / buckets)];
     // The weight of a bucket is the mean of the values Encode would put in it (value ≥ cutoff
     // goes up), so that decoding is unbiased on the training sample.
     int64_t begin = 0;
     for (int b = 0; b < buckets; ++b) {
-      int64_t end = b + 1 < buckets
-                        ? std::lower_bound(column.begin() + begin, column.end(), cut[b]) -
-                              column.begin()
-                        : n;
+      int64_t end =
+          b + 1 < buckets
+              ? std::lower_bound(column.begin() + begin, column.end(), cut[b]) - column.begin()
+              : n;
       double sum = 0.0;
       for (int64_t i = begin; i < end; ++i) sum += column[i];
       float weight;

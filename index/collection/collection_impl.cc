@@ -56,30 +56,6 @@ bool IsValidUtf8(const std::string& text) {
   return true;
 }
 
-StoredMatrix PackMatrix(const std::vector<float>& values, int64_t rows, int64_t cols,
-                        VectorDtype dtype) {
-  StoredMatrix matrix{dtype, rows, cols, {}};
-  if (dtype == VectorDtype::kFloat32) {
-    matrix.bytes.assign(reinterpret_cast<const char*>(values.data()),
-                        values.size() * sizeof(float));
-  } else {
-    matrix.bytes.resize(values.size() * sizeof(Float16));
-    FloatToHalf(values.data(), values.size(), reinterpret_cast<Float16*>(matrix.bytes.data()));
-  }
-  return matrix;
-}
-
-std::vector<float> UnpackMatrix(const StoredMatrix& matrix) {
-  std::vector<float> values(matrix.rows * matrix.cols);
-  if (matrix.dtype == VectorDtype::kFloat32) {
-    std::copy_n(reinterpret_cast<const float*>(matrix.bytes.data()), values.size(), values.data());
-  } else {
-    HalfToFloat(reinterpret_cast<const Float16*>(matrix.bytes.data()), values.size(),
-                values.data());
-  }
-  return values;
-}
-
 // The candidate vectors of a document from its rerank vectors (fp32, as pooled), L2-normalised.
 absl::StatusOr<std::vector<float>> CandidateVectors(const PooledMatrix& rerank,
                                                     const CandidateSpec& spec, int64_t* rows) {
@@ -148,15 +124,19 @@ absl::StatusOr<std::shared_ptr<CollectionImpl>> CollectionImpl::Open(const std::
   for (int s = 0; s < schema.num_shards; ++s) {
     char name[32];
     std::snprintf(name, sizeof(name), "/shard-%03d", s);
-    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<Shard> shard,
-                             Shard::Open(dir + name, schema, collection->context_.store_options,
-                                         collection->context_.resident_rerank_bytes));
-    auto stored = shard->store().GetMeta("schema");
-    if (stored.ok() && *stored != encoded) {
+    TESSERA_ASSIGN_OR_RETURN(
+        std::unique_ptr<Shard> shard,
+        Shard::Open(dir + name, schema, collection->context_.store_options,
+                    collection->context_.resident_rerank_bytes, collection->context_.pool));
+    auto stored = shard->GetMeta("schema");
+    // Compared decoded, so that a schema written before a field existed matches its defaults.
+    absl::StatusOr<CollectionSchema> stored_schema =
+        stored.ok() ? DecodeSchema(*stored) : absl::StatusOr<CollectionSchema>(stored.status());
+    if (stored.ok() && (!stored_schema.ok() || EncodeSchema(*stored_schema) != encoded)) {
       return absl::DataLossError(absl::StrCat("collection '", schema.name, "' shard ", s,
                                               ": its stored schema differs from ", dir, "/schema"));
     }
-    if (!stored.ok()) TESSERA_RETURN_IF_ERROR(shard->store().PutMeta("schema", encoded));
+    if (!stored.ok()) TESSERA_RETURN_IF_ERROR(shard->PutMeta("schema", encoded));
     collection->shards_.push_back(std::move(shard));
   }
   return collection;
@@ -167,6 +147,14 @@ CollectionImpl::~CollectionImpl() {
   shards_.clear();  // close the databases before removing their files
   std::error_code ignored;
   std::filesystem::remove_all(dropped_dir_, ignored);
+}
+
+void CollectionImpl::SetTrainingHookForTesting(const std::function<void()>& hook) {
+  for (const auto& shard : shards_) shard->SetTrainingHookForTesting(hook);
+}
+
+void CollectionImpl::WaitForTrainingForTesting() const {
+  for (const auto& shard : shards_) shard->WaitForTrainingForTesting();
 }
 
 void CollectionImpl::MarkDropped(std::string moved_dir) {
@@ -237,9 +225,13 @@ absl::StatusOr<DocumentWrite> CollectionImpl::PrepareWrite(const Document& docum
     return absl::InvalidArgumentError(
         absl::StrCat("document ", QuotedId(document.id), ": pooling left no vectors"));
   }
+  // A shard whose stage 1 is the centroid index encodes the rerank vectors themselves.
   int64_t candidate_rows = 0;
-  TESSERA_ASSIGN_OR_RETURN(std::vector<float> candidates,
-                           CandidateVectors(*pooled, schema_.candidates, &candidate_rows));
+  std::vector<float> candidates;
+  if (shards_[ShardOf(document.id, schema_.num_shards)]->NeedsCandidateVectors()) {
+    TESSERA_ASSIGN_OR_RETURN(candidates,
+                             CandidateVectors(*pooled, schema_.candidates, &candidate_rows));
+  }
   DocumentWrite write;
   write.record.external_id = document.id;
   write.record.num_tokens = document.num_tokens;
@@ -253,8 +245,10 @@ absl::StatusOr<DocumentWrite> CollectionImpl::PrepareWrite(const Document& docum
   }
   write.record.member_offsets = std::move(pooled->member_offsets);
   write.record.members = std::move(pooled->members);
-  write.rerank = PackMatrix(pooled->vectors, pooled->num_vectors(), pooled->dim, schema_.dtype);
-  write.candidates = PackMatrix(candidates, candidate_rows, schema_.dim, VectorDtype::kFloat32);
+  write.rerank =
+      MatrixFromFloat(pooled->vectors, pooled->num_vectors(), pooled->dim, schema_.dtype);
+  write.candidates =
+      MatrixFromFloat(candidates, candidate_rows, schema_.dim, VectorDtype::kFloat32);
   return write;
 }
 
@@ -321,14 +315,20 @@ absl::StatusOr<std::vector<bool>> CollectionImpl::Delete(const std::vector<std::
 
 absl::StatusOr<StoredDocument> CollectionImpl::Get(const std::string& id) const {
   const Shard& shard = *shards_[ShardOf(id, schema_.num_shards)];
-  absl::StatusOr<uint64_t> iid = shard.store().LookupId(id);
+  absl::StatusOr<uint64_t> iid = shard.LookupId(id);
   if (absl::IsNotFound(iid.status())) {
     return absl::NotFoundError(
         absl::StrCat("document ", QuotedId(id), " not found in collection '", schema_.name, "'"));
   }
   TESSERA_RETURN_IF_ERROR(iid.status());
-  TESSERA_ASSIGN_OR_RETURN(DocumentRecord record, shard.store().GetRecord(*iid));
-  TESSERA_ASSIGN_OR_RETURN(StoredMatrix rerank, shard.store().GetRerank(*iid));
+  TESSERA_ASSIGN_OR_RETURN(DocumentRecord record, shard.GetRecord(*iid));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> fetched,
+                           shard.FetchRerank({*iid}));
+  if (fetched[0] == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("document ", QuotedId(id), " not found in collection '", schema_.name, "'"));
+  }
+  const StoredMatrix& rerank = *fetched[0];
   StoredDocument document;
   document.id = std::move(record.external_id);
   document.version = record.version;
@@ -337,7 +337,7 @@ absl::StatusOr<StoredDocument> CollectionImpl::Get(const std::string& id) const 
   document.attributes = std::move(record.attributes);
   document.dtype = rerank.dtype;
   document.dim = rerank.cols;
-  document.vectors = UnpackMatrix(rerank);
+  document.vectors = MatrixToFloat(rerank);
   document.member_offsets = std::move(record.member_offsets);
   document.members = std::move(record.members);
   return document;
@@ -380,44 +380,71 @@ absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
   return ValidateFilter(options.filter, schema_.attributes);
 }
 
+CollectionImpl::SearchPlan CollectionImpl::Plan(const SearchOptions& options) const {
+  SearchPlan plan;
+  plan.num_candidates =
+      options.num_candidates > 0 ? options.num_candidates : std::max(10 * options.k, 100);
+  plan.per_token = options.per_token_candidates > 0 ? options.per_token_candidates
+                                                    : std::max(plan.num_candidates, 64);
+  plan.nprobe = options.nprobe > 0 ? options.nprobe : kDefaultNprobe;
+  return plan;
+}
+
+absl::StatusOr<std::vector<std::pair<int, uint64_t>>> CollectionImpl::NominateCandidates(
+    FloatMatrixView query, const SearchPlan& plan, const Filter& filter,
+    SearchTimings* timings) const {
+  const Clock::time_point start = Clock::now();
+  struct Nominee {
+    float score;
+    int shard;
+    uint64_t iid;
+  };
+  std::vector<Nominee> nominees;
+  Stage1Request request;
+  request.query = query;
+  request.num_documents = plan.num_candidates;
+  request.per_token = plan.per_token;
+  request.nprobe = plan.nprobe;
+  request.filter = &filter;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<Stage1Hit> hits, shards_[s]->SearchCandidates(request));
+    for (const Stage1Hit& hit : hits) {
+      nominees.push_back(Nominee{hit.score, static_cast<int>(s), hit.iid});
+    }
+  }
+  const size_t keep = std::min<size_t>(plan.num_candidates, nominees.size());
+  std::partial_sort(nominees.begin(), nominees.begin() + keep, nominees.end(),
+                    [](const Nominee& a, const Nominee& b) {
+                      return a.score != b.score ? a.score > b.score : a.iid < b.iid;
+                    });
+  std::vector<std::pair<int, uint64_t>> selected;
+  selected.reserve(keep);
+  for (size_t d = 0; d < keep; ++d) selected.emplace_back(nominees[d].shard, nominees[d].iid);
+  timings->candidates_ms = MillisecondsSince(start);
+  return selected;
+}
+
 absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_best_tokens,
                                             const std::vector<std::pair<int, uint64_t>>& documents,
                                             std::vector<Scored>* scored,
                                             SearchTimings* timings) const {
-  // Fetch the rerank vectors: resident ones from the shard's table, the rest from the store
-  // (documents replaced or deleted since stage 1 are skipped).
+  // Fetch the rerank vectors per shard (resident ones from memory); documents replaced or
+  // deleted since stage 1 come back null and are skipped.
   Clock::time_point start = Clock::now();
+  std::vector<std::vector<uint64_t>> by_shard(shards_.size());
+  for (const auto& [shard, iid] : documents) by_shard[shard].push_back(iid);
   std::vector<std::shared_ptr<const StoredMatrix>> matrices;
   std::vector<std::pair<int, uint64_t>> fetched;
   matrices.reserve(documents.size());
-  std::vector<std::vector<uint64_t>> missing(shards_.size());
-  for (const auto& [shard, iid] : documents) {
-    std::shared_ptr<const StoredMatrix> resident = shards_[shard]->ResidentRerank(iid);
-    if (resident == nullptr) {
-      missing[shard].push_back(iid);
-      continue;
-    }
-    matrices.push_back(std::move(resident));
-    fetched.emplace_back(shard, iid);
-  }
+  fetched.reserve(documents.size());
   for (size_t s = 0; s < shards_.size(); ++s) {
-    if (missing[s].empty()) continue;
-    absl::StatusOr<std::vector<StoredMatrix>> batch =
-        shards_[s]->store().MultiGetRerank(missing[s]);
-    if (batch.ok()) {
-      for (size_t j = 0; j < batch->size(); ++j) {
-        matrices.push_back(std::make_shared<const StoredMatrix>(std::move((*batch)[j])));
-        fetched.emplace_back(static_cast<int>(s), missing[s][j]);
-      }
-      continue;
-    }
-    if (!absl::IsNotFound(batch.status())) return batch.status();
-    for (uint64_t iid : missing[s]) {
-      absl::StatusOr<StoredMatrix> one = shards_[s]->store().GetRerank(iid);
-      if (absl::IsNotFound(one.status())) continue;
-      TESSERA_RETURN_IF_ERROR(one.status());
-      matrices.push_back(std::make_shared<const StoredMatrix>(std::move(*one)));
-      fetched.emplace_back(static_cast<int>(s), iid);
+    if (by_shard[s].empty()) continue;
+    TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> batch,
+                             shards_[s]->FetchRerank(by_shard[s]));
+    for (size_t j = 0; j < batch.size(); ++j) {
+      if (batch[j] == nullptr) continue;
+      matrices.push_back(std::move(batch[j]));
+      fetched.emplace_back(static_cast<int>(s), by_shard[s][j]);
     }
   }
   timings->fetch_ms += MillisecondsSince(start);
@@ -440,7 +467,7 @@ absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_bes
     if (want_best_tokens) {
       entry.best_tokens.assign(result.best_tokens.begin() + d * query.rows,
                                result.best_tokens.begin() + (d + 1) * query.rows);
-      entry.vectors = UnpackMatrix(*matrices[d]);
+      entry.vectors = MatrixToFloat(*matrices[d]);
     }
     scored->push_back(std::move(entry));
   }
@@ -448,97 +475,23 @@ absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_bes
   return absl::OkStatus();
 }
 
-absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
-                                                    const SearchOptions& options) const {
-  const Clock::time_point search_start = Clock::now();
-  TESSERA_RETURN_IF_ERROR(ValidateQuery(query, options));
-  const int num_candidates =
-      options.num_candidates > 0 ? options.num_candidates : std::max(10 * options.k, 100);
-  const int per_token = options.per_token_candidates > 0 ? options.per_token_candidates
-                                                         : std::max(num_candidates, 64);
-  int64_t total_documents = 0;
-  for (const auto& shard : shards_) total_documents += shard->num_documents();
-
-  SearchResult result;
-  std::vector<std::pair<int, uint64_t>> selected;
-  result.exhaustive = options.exhaustive || num_candidates >= total_documents;
-  if (!result.exhaustive) {
-    // Stage 1: per query token, the k′ most similar candidate vectors; a document's approximate
-    // score sums, over query tokens, its best candidate similarity, or — when none of its vectors
-    // made the token's top k′ — that token's k′-th similarity (an upper bound on what it missed).
-    const Clock::time_point start = Clock::now();
-    struct Approximate {
-      float score;
-      int shard;
-      uint64_t iid;
-    };
-    std::vector<Approximate> approximate;
-    for (size_t s = 0; s < shards_.size(); ++s) {
-      TESSERA_ASSIGN_OR_RETURN(
-          std::vector<std::vector<CandidateHit>> hits,
-          shards_[s]->SearchCandidates(query, per_token, options.filter, context_.pool.get()));
-      absl::flat_hash_map<uint64_t, std::vector<float>> best;  // doc → per-token best
-      std::vector<float> floor(query.rows, 0.0f);
-      for (int64_t i = 0; i < query.rows; ++i) {
-        if (hits[i].empty()) continue;
-        floor[i] = hits[i].back().similarity;
-        for (const CandidateHit& hit : hits[i]) {
-          std::vector<float>& per_token_best = best[hit.doc];
-          if (per_token_best.empty()) {
-            per_token_best.assign(query.rows, -std::numeric_limits<float>::infinity());
-          }
-          per_token_best[i] = std::max(per_token_best[i], hit.similarity);
-        }
-      }
-      for (const auto& [iid, per_token_best] : best) {
-        float score = 0.0f;
-        for (int64_t i = 0; i < query.rows; ++i) {
-          score += std::isinf(per_token_best[i]) ? floor[i] : per_token_best[i];
-        }
-        approximate.push_back(Approximate{score, static_cast<int>(s), iid});
-      }
-    }
-    const size_t keep = std::min<size_t>(num_candidates, approximate.size());
-    std::partial_sort(approximate.begin(), approximate.begin() + keep, approximate.end(),
-                      [](const Approximate& a, const Approximate& b) {
-                        return a.score != b.score ? a.score > b.score : a.iid < b.iid;
-                      });
-    for (size_t d = 0; d < keep; ++d)
-      selected.emplace_back(approximate[d].shard, approximate[d].iid);
-    result.timings.candidates_ms = MillisecondsSince(start);
-    // Too few nominees (a selective filter, a tiny collection): score every matching document, so
-    // that k matching documents always yield k results.
-    if (static_cast<int64_t>(selected.size()) < std::min<int64_t>(options.k, total_documents)) {
-      result.exhaustive = true;
-      selected.clear();
-    }
-  }
-  auto check_deadline = [&options](const char* stage) {
-    return Clock::now() > options.deadline
-               ? absl::DeadlineExceededError(absl::StrCat("search deadline passed ", stage))
-               : absl::OkStatus();
-  };
-  TESSERA_RETURN_IF_ERROR(check_deadline("after candidate generation"));
-  if (result.exhaustive) {
-    for (size_t s = 0; s < shards_.size(); ++s) {
-      shards_[s]->ForEachLive(options.filter, [&](uint64_t iid, const LiveDocument&) {
-        selected.emplace_back(static_cast<int>(s), iid);
-      });
-    }
-  }
-
-  // Stage 2: exact MaxSim in chunks (bounded memory for exhaustive scans), keeping the best k.
+absl::StatusOr<std::vector<CollectionImpl::Scored>> CollectionImpl::RankExactly(
+    FloatMatrixView query, const std::vector<std::pair<int, uint64_t>>& selected,
+    const SearchOptions& options, SearchResult* result) const {
+  // Exact MaxSim in chunks (bounded memory for exhaustive scans), keeping the best k.
   auto better = [](const Scored& a, const Scored& b) {
     return a.score != b.score ? a.score > b.score : a.id < b.id;
   };
   std::vector<Scored> top;
   constexpr size_t kChunk = 4096;
   for (size_t begin = 0; begin < selected.size(); begin += kChunk) {
-    TESSERA_RETURN_IF_ERROR(check_deadline("during exact scoring"));
+    if (Clock::now() > options.deadline) {
+      return absl::DeadlineExceededError("search deadline passed during exact scoring");
+    }
     const std::vector<std::pair<int, uint64_t>> chunk(
         selected.begin() + begin, selected.begin() + std::min(selected.size(), begin + kChunk));
-    TESSERA_RETURN_IF_ERROR(ScoreDocuments(query, options.explain, chunk, &top, &result.timings));
-    result.documents_scored += static_cast<int64_t>(chunk.size());
+    TESSERA_RETURN_IF_ERROR(ScoreDocuments(query, options.explain, chunk, &top, &result->timings));
+    result->documents_scored += static_cast<int64_t>(chunk.size());
     if (top.size() > static_cast<size_t>(options.k)) {
       std::partial_sort(top.begin(), top.begin() + options.k, top.end(), better);
       top.resize(options.k);
@@ -546,33 +499,73 @@ absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
   }
   std::sort(top.begin(), top.end(), better);
   if (top.size() > static_cast<size_t>(options.k)) top.resize(options.k);
+  return top;
+}
 
+absl::StatusOr<std::vector<TokenMatch>> CollectionImpl::Explain(FloatMatrixView query,
+                                                                const Scored& entry) const {
+  TESSERA_ASSIGN_OR_RETURN(DocumentRecord record, shards_[entry.shard]->GetRecord(entry.iid));
+  std::vector<TokenMatch> explanation;
+  for (int64_t i = 0; i < query.rows; ++i) {
+    TokenMatch match;
+    match.query_token = static_cast<int32_t>(i);
+    match.document_vector = entry.best_tokens[i];
+    double similarity = 0.0;
+    for (int64_t k = 0; k < query.cols; ++k) {
+      similarity += static_cast<double>(query.data[i * query.cols + k]) *
+                    entry.vectors[match.document_vector * query.cols + k];
+    }
+    match.similarity = static_cast<float>(similarity);
+    const int32_t v = match.document_vector;
+    if (v + 1 < static_cast<int32_t>(record.member_offsets.size())) {
+      match.covered_tokens.assign(record.members.begin() + record.member_offsets[v],
+                                  record.members.begin() + record.member_offsets[v + 1]);
+    }
+    explanation.push_back(std::move(match));
+  }
+  return explanation;
+}
+
+absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
+                                                    const SearchOptions& options) const {
+  const Clock::time_point search_start = Clock::now();
+  TESSERA_RETURN_IF_ERROR(ValidateQuery(query, options));
+  const SearchPlan plan = Plan(options);
+  int64_t total_documents = 0;
+  for (const auto& shard : shards_) total_documents += shard->num_documents();
+
+  SearchResult result;
+  std::vector<std::pair<int, uint64_t>> selected;
+  result.exhaustive = options.exhaustive || plan.num_candidates >= total_documents;
+  if (!result.exhaustive) {
+    TESSERA_ASSIGN_OR_RETURN(selected,
+                             NominateCandidates(query, plan, options.filter, &result.timings));
+    // Too few nominees (a selective filter, a tiny collection): score every matching document, so
+    // that k matching documents always yield k results.
+    if (static_cast<int64_t>(selected.size()) < std::min<int64_t>(options.k, total_documents)) {
+      result.exhaustive = true;
+      selected.clear();
+    }
+  }
+  if (Clock::now() > options.deadline) {
+    return absl::DeadlineExceededError("search deadline passed after candidate generation");
+  }
+  if (result.exhaustive) {
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      shards_[s]->ForEachLive(options.filter, [&](uint64_t iid, const LiveDocument&) {
+        selected.emplace_back(static_cast<int>(s), iid);
+      });
+    }
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<Scored> top, RankExactly(query, selected, options, &result));
   for (Scored& entry : top) {
     SearchHit hit;
+    if (options.explain) {
+      TESSERA_ASSIGN_OR_RETURN(hit.explanation, Explain(query, entry));
+    }
     hit.id = std::move(entry.id);
     hit.score = entry.score;
     hit.version = entry.version;
-    if (options.explain) {
-      absl::StatusOr<DocumentRecord> record = shards_[entry.shard]->store().GetRecord(entry.iid);
-      TESSERA_RETURN_IF_ERROR(record.status());
-      for (int64_t i = 0; i < query.rows; ++i) {
-        TokenMatch match;
-        match.query_token = static_cast<int32_t>(i);
-        match.document_vector = entry.best_tokens[i];
-        double similarity = 0.0;
-        for (int64_t k = 0; k < query.cols; ++k) {
-          similarity += static_cast<double>(query.data[i * query.cols + k]) *
-                        entry.vectors[match.document_vector * query.cols + k];
-        }
-        match.similarity = static_cast<float>(similarity);
-        const int32_t v = match.document_vector;
-        if (v + 1 < static_cast<int32_t>(record->member_offsets.size())) {
-          match.covered_tokens.assign(record->members.begin() + record->member_offsets[v],
-                                      record->members.begin() + record->member_offsets[v + 1]);
-        }
-        hit.explanation.push_back(std::move(match));
-      }
-    }
     result.hits.push_back(std::move(hit));
   }
   result.timings.total_ms = MillisecondsSince(search_start);
@@ -589,6 +582,7 @@ CollectionStats CollectionImpl::Stats() const {
     stats.candidate_vectors += s.candidate_vectors;
     stats.disk_bytes += s.disk_bytes;
     stats.resident_bytes += s.resident_bytes;
+    stats.candidate_bytes += s.candidate_bytes;
     stats.candidate_indexes.push_back(s.candidate_index);
   }
   if (stats.documents > 0) {

@@ -4,6 +4,7 @@
 #define TESSERA_INDEX_COLLECTION_COLLECTION_IMPL_H_
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,9 @@ struct CollectionContext {
 // across processes and versions (it decides where data lives on disk).
 int ShardOf(const std::string& id, int num_shards);
 
+// Centroids probed per query token when SearchOptions::nprobe is 0.
+inline constexpr int kDefaultNprobe = 8;
+
 class CollectionImpl : public Collection {
  public:
   // Opens (or creates) the shards under `dir`. The schema must be valid.
@@ -47,6 +51,11 @@ class CollectionImpl : public Collection {
   CollectionStats Stats() const override;
   absl::Status Snapshot() override;
 
+  // See Shard::SetTrainingHookForTesting (every shard gets the hook) and
+  // Shard::WaitForTrainingForTesting (waits for every shard).
+  void SetTrainingHookForTesting(const std::function<void()>& hook);
+  void WaitForTrainingForTesting() const;
+
   // Marks the collection dropped: its directory (already moved aside by the engine) is deleted
   // when the last reference goes away.
   void MarkDropped(std::string moved_dir);
@@ -59,6 +68,25 @@ class CollectionImpl : public Collection {
   // Pools a valid document into its store write.
   absl::StatusOr<DocumentWrite> PrepareWrite(const Document& document) const;
   absl::Status ValidateQuery(FloatMatrixView query, const SearchOptions& options) const;
+
+  // A search's options with their defaults resolved.
+  struct SearchPlan {
+    int num_candidates = 0;  // N
+    int per_token = 0;       // k′
+    int nprobe = 0;
+  };
+  SearchPlan Plan(const SearchOptions& options) const;
+  // Stage 1 over every shard: the plan's N best (shard, iid) by approximate score.
+  absl::StatusOr<std::vector<std::pair<int, uint64_t>>> NominateCandidates(
+      FloatMatrixView query, const SearchPlan& plan, const Filter& filter,
+      SearchTimings* timings) const;
+  // Stage 2: exact MaxSim over `selected`, the best options.k (score desc, id asc); adds the
+  // documents scored and the fetch/rerank timings to `result`.
+  absl::StatusOr<std::vector<Scored>> RankExactly(
+      FloatMatrixView query, const std::vector<std::pair<int, uint64_t>>& selected,
+      const SearchOptions& options, SearchResult* result) const;
+  // Per query token, the best document vector of a scored hit and the tokens it covers.
+  absl::StatusOr<std::vector<TokenMatch>> Explain(FloatMatrixView query, const Scored& entry) const;
   // Exact MaxSim of the query against the given (shard, iid) documents, appended to `scored`.
   absl::Status ScoreDocuments(FloatMatrixView query, bool want_best_tokens,
                               const std::vector<std::pair<int, uint64_t>>& documents,

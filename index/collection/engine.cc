@@ -201,15 +201,28 @@ absl::Status ValidateSchema(const CollectionSchema& schema) {
   }
   if (schema.candidates.factory.empty() ||
       schema.candidates.factory.find_first_of(" \n\t") != std::string::npos) {
-    return absl::InvalidArgumentError(absl::StrCat("candidate index factory '",
-                                                   schema.candidates.factory,
-                                                   "', expected a FAISS factory string or auto"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("candidate index factory '", schema.candidates.factory,
+                     "', expected auto, centroid or a FAISS factory string"));
   }
-  // Let FAISS judge the factory string now rather than at the first write.
-  internal::CandidateIndexOptions options;
-  options.dim = schema.dim;
-  options.factory = schema.candidates.factory;
-  TESSERA_RETURN_IF_ERROR(internal::CandidateIndex::Create(options).status());
+  if (schema.candidates.factory != "centroid") {
+    // Let FAISS judge the factory string now rather than at the first write.
+    internal::CandidateIndexOptions options;
+    options.dim = schema.dim;
+    options.factory = schema.candidates.factory;
+    TESSERA_RETURN_IF_ERROR(internal::CandidateIndex::Create(options).status());
+  }
+  if (schema.candidates.residual_bits != 2 && schema.candidates.residual_bits != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "candidate residual_bits ", schema.candidates.residual_bits, ", expected 2 or 4"));
+  }
+  if (schema.candidates.centroid_min_vectors < 1 ||
+      schema.candidates.centroid_min_training_vectors < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("candidate centroid_min_vectors ", schema.candidates.centroid_min_vectors,
+                     " and centroid_min_training_vectors ",
+                     schema.candidates.centroid_min_training_vectors, ", expected ≥ 1"));
+  }
   for (const auto& [field, type] : schema.attributes) {
     if (!IsValidName(field)) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -60,6 +60,9 @@ std::string EncodeSchema(const CollectionSchema& schema) {
   absl::StrAppend(&out, "candidates ",
                   schema.candidates.kind == CandidateSpec::Kind::kPooled ? "pooled" : "global", " ",
                   schema.candidates.pool_factor, " ", schema.candidates.factory, "\n");
+  absl::StrAppend(&out, "centroid ", schema.candidates.residual_bits, " ",
+                  schema.candidates.centroid_min_vectors, " ",
+                  schema.candidates.centroid_min_training_vectors, "\n");
   for (const auto& [field, type] : schema.attributes) {
     absl::StrAppend(&out, "attribute ", field, " ", AttributeTypeName(type), "\n");
   }
@@ -118,6 +121,11 @@ absl::StatusOr<CollectionSchema> DecodeSchema(const std::string& text) {
           f[1] == "pooled" ? CandidateSpec::Kind::kPooled : CandidateSpec::Kind::kGlobalMean;
       ok = absl::SimpleAtoi(f[2], &schema.candidates.pool_factor);
       schema.candidates.factory = f[3];
+    } else if (key == "centroid" && f.size() == 4) {
+      // Absent in schemas written before the centroid index: they take the defaults.
+      ok = absl::SimpleAtoi(f[1], &schema.candidates.residual_bits) &&
+           absl::SimpleAtoi(f[2], &schema.candidates.centroid_min_vectors) &&
+           absl::SimpleAtoi(f[3], &schema.candidates.centroid_min_training_vectors);
     } else if (key == "attribute" && f.size() == 3) {
       if (f[2] == "int64") {
         schema.attributes[f[1]] = AttributeType::kInt64;

@@ -1,19 +1,37 @@
 #include "index/collection/shard.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <limits>
+#include <random>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/types/span.h"
+#include "absl/strings/str_split.h"
+#include "index/common/thread_pool.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::internal {
 namespace {
 
 constexpr char kSnapshotFile[] = "candidates.snapshot";
-// Documents read per MultiGet when loading resident rerank vectors.
-constexpr size_t kResidentLoadBatch = 256;
+// Meta keys of the centroid index: "<generation> <trained vectors>", and each generation's
+// codebook.
+constexpr char kGenerationKey[] = "centroid_generation";
+std::string CodebookKey(uint32_t generation) { return absl::StrCat("codebook/", generation); }
+// Documents read per MultiGet when loading resident rerank vectors or encoding for a training.
+constexpr size_t kReadBatch = 256;
+// Training samples about this many vectors per centroid (k-means quality flattens beyond ~30).
+constexpr int64_t kSampleVectorsPerCentroid = 32;
+// A training catches up without holding the write path until fewer documents than this were
+// written since its last pass; the rest it encodes with writes held.
+constexpr size_t kCatchUpDocuments = 512;
+// A shard retrains once it holds this many times the vectors its codebook was trained on.
+constexpr int64_t kRetrainGrowth = 2;
+constexpr uint64_t kSampleSeed = 0x53414d504c453031;
 
 FloatMatrixView View(const StoredMatrix& matrix) {
   return FloatMatrixView{reinterpret_cast<const float*>(matrix.bytes.data()), matrix.rows,
@@ -23,21 +41,37 @@ FloatMatrixView View(const StoredMatrix& matrix) {
 CandidateIndexOptions CandidateOptions(const CollectionSchema& schema) {
   CandidateIndexOptions options;
   options.dim = schema.dim;
-  options.factory = schema.candidates.factory;
+  options.factory = schema.candidates.factory == "centroid" ? "auto" : schema.candidates.factory;
   return options;
+}
+
+// Whether the schema lets a shard of `rerank_vectors` vectors move to the centroid index.
+bool WantsCentroidIndex(const CandidateSpec& spec, int64_t rerank_vectors) {
+  if (spec.factory == "auto") return rerank_vectors >= spec.centroid_min_vectors;
+  if (spec.factory == "centroid") return rerank_vectors >= spec.centroid_min_training_vectors;
+  return false;
 }
 
 }  // namespace
 
-Shard::Shard(std::string dir, std::unique_ptr<ShardStore> store, int64_t resident_rerank_bytes)
+Shard::Shard(std::string dir, const CollectionSchema& schema, std::unique_ptr<ShardStore> store,
+             int64_t resident_rerank_bytes, std::shared_ptr<ThreadPool> pool)
     : dir_(std::move(dir)),
+      schema_(schema),
       store_(std::move(store)),
+      pool_(std::move(pool)),
       resident_budget_(std::max<int64_t>(resident_rerank_bytes, 0)) {}
+
+Shard::~Shard() {
+  stopping_.store(true, std::memory_order_release);
+  if (trainer_.joinable()) trainer_.join();
+}
 
 absl::StatusOr<std::unique_ptr<Shard>> Shard::Open(const std::string& dir,
                                                    const CollectionSchema& schema,
                                                    const ShardStoreOptions& store_options,
-                                                   int64_t resident_rerank_bytes) {
+                                                   int64_t resident_rerank_bytes,
+                                                   std::shared_ptr<ThreadPool> pool) {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) {
@@ -45,12 +79,22 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Open(const std::string& dir,
   }
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store,
                            ShardStore::Open(dir + "/db", store_options));
-  std::unique_ptr<Shard> shard(new Shard(dir, std::move(store), resident_rerank_bytes));
+  std::unique_ptr<Shard> shard(
+      new Shard(dir, schema, std::move(store), resident_rerank_bytes, std::move(pool)));
   TESSERA_RETURN_IF_ERROR(shard->LoadDocuments());
   TESSERA_RETURN_IF_ERROR(shard->LoadResidentRerank());
   MutexLock lock(&shard->apply_mu_);
-  TESSERA_RETURN_IF_ERROR(shard->LoadOrRebuildCandidates(CandidateOptions(schema)));
+  TESSERA_RETURN_IF_ERROR(shard->LoadStage1());
+  shard->MaybeStartTraining();
   return shard;
+}
+
+absl::Status Shard::PutMeta(const std::string& key, const std::string& value) {
+  return store_->PutMeta(key, value);
+}
+
+absl::StatusOr<std::string> Shard::GetMeta(const std::string& key) const {
+  return store_->GetMeta(key);
 }
 
 void Shard::AddLive(uint64_t iid, LiveDocument document) {
@@ -91,16 +135,9 @@ absl::Status Shard::LoadDocuments() {
 
 absl::Status Shard::LoadResidentRerank() {
   if (resident_budget_ == 0) return absl::OkStatus();
-  std::vector<uint64_t> iids;
-  {
-    ReaderMutexLock lock(&table_mu_);
-    iids.reserve(live_.size());
-    for (const auto& [iid, document] : live_) iids.push_back(iid);
-  }
-  std::sort(iids.begin(), iids.end());
-  for (size_t start = 0; start < iids.size(); start += kResidentLoadBatch) {
-    const absl::Span<const uint64_t> batch =
-        absl::MakeConstSpan(iids).subspan(start, kResidentLoadBatch);
+  std::vector<uint64_t> iids = LiveIidsAbove(0);
+  for (size_t start = 0; start < iids.size(); start += kReadBatch) {
+    const absl::Span<const uint64_t> batch = absl::MakeConstSpan(iids).subspan(start, kReadBatch);
     TESSERA_ASSIGN_OR_RETURN(std::vector<StoredMatrix> matrices, store_->MultiGetRerank(batch));
     MutexLock lock(&table_mu_);
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -113,30 +150,116 @@ absl::Status Shard::LoadResidentRerank() {
   return absl::OkStatus();
 }
 
+std::vector<uint64_t> Shard::LiveIidsAbove(uint64_t after) const {
+  std::vector<uint64_t> iids;
+  {
+    ReaderMutexLock lock(&table_mu_);
+    for (const auto& [iid, document] : live_) {
+      if (iid > after) iids.push_back(iid);
+    }
+  }
+  std::sort(iids.begin(), iids.end());
+  return iids;
+}
+
+absl::Status Shard::LoadStage1() {
+  absl::StatusOr<std::string> generation = store_->GetMeta(kGenerationKey);
+  if (absl::IsNotFound(generation.status())) {
+    return LoadOrRebuildCandidates(CandidateOptions(schema_));
+  }
+  TESSERA_RETURN_IF_ERROR(generation.status());
+  const std::vector<std::string> fields = absl::StrSplit(*generation, ' ');
+  uint32_t number = 0;
+  if (fields.size() != 2 || !absl::SimpleAtoi(fields[0], &number) || number == 0 ||
+      !absl::SimpleAtoi(fields[1], &trained_vectors_)) {
+    return absl::DataLossError(absl::StrCat("shard '", dir_, "': meta key ", kGenerationKey,
+                                            " holds '", *generation, "', expected two numbers"));
+  }
+  return LoadCentroids(number);
+}
+
+absl::Status Shard::LoadCentroids(uint32_t generation) {
+  TESSERA_ASSIGN_OR_RETURN(std::string bytes, store_->GetMeta(CodebookKey(generation)));
+  absl::StatusOr<std::unique_ptr<CentroidCodebook>> codebook = CentroidCodebook::Parse(bytes);
+  if (!codebook.ok()) {
+    return absl::DataLossError(absl::StrCat("shard '", dir_, "': meta key ",
+                                            CodebookKey(generation), ": ",
+                                            codebook.status().message()));
+  }
+  if ((*codebook)->dim() != schema_.dim) {
+    return absl::DataLossError(absl::StrCat("shard '", dir_, "': codebook of dim ",
+                                            (*codebook)->dim(), ", the schema has ", schema_.dim));
+  }
+  auto index = std::make_shared<CentroidIndex>(std::move(*codebook));
+  const int64_t code_bytes = index->codebook().codec().code_bytes();
+  const int64_t num_centroids = index->codebook().num_centroids();
+  std::vector<uint64_t> orphans;
+  {
+    ReaderMutexLock lock(&table_mu_);
+    TESSERA_RETURN_IF_ERROR(
+        store_->ForEachCodes(generation, [&](uint64_t iid, std::string bytes) -> absl::Status {
+          table_mu_.AssertReaderHeld();
+          if (!live_.contains(iid)) {
+            orphans.push_back(iid);
+            return absl::OkStatus();
+          }
+          absl::StatusOr<DocumentCodes> codes =
+              ParseDocumentCodes(bytes, code_bytes, num_centroids);
+          if (!codes.ok()) {
+            return absl::DataLossError(absl::StrCat("shard '", dir_, "': codes of iid ", iid, ": ",
+                                                    codes.status().message()));
+          }
+          return index->Add(iid, *codes);
+        }));
+  }
+  // Live documents without codes (written by no path we know of, but cheap to heal): encode them.
+  std::vector<uint64_t> missing;
+  for (uint64_t iid : LiveIidsAbove(0)) {
+    if (!index->Contains(iid)) missing.push_back(iid);
+  }
+  std::vector<std::pair<uint64_t, std::string>> healed;
+  TESSERA_RETURN_IF_ERROR(EncodeDocuments(missing, index.get(), &healed));
+  if (!healed.empty() || !orphans.empty()) {
+    TESSERA_RETURN_IF_ERROR(store_->PutCodes(generation, healed, orphans));
+  }
+  // A training that did not finish left a newer generation; an older one may not be dropped yet.
+  TESSERA_RETURN_IF_ERROR(store_->DropCodeGenerationsExcept(generation));
+  store_->SetCodeGenerations({generation});
+  std::error_code ignored;
+  std::filesystem::remove(dir_ + "/" + kSnapshotFile, ignored);
+  MutexLock lock(&stage1_mu_);
+  stage1_ = Stage1{nullptr, std::move(index), generation};
+  return absl::OkStatus();
+}
+
 absl::Status Shard::RebuildCandidates(const CandidateIndexOptions& options) {
-  TESSERA_ASSIGN_OR_RETURN(candidates_, CandidateIndex::Create(options));
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<CandidateIndex> index, CandidateIndex::Create(options));
   max_indexed_iid_ = 0;
-  return store_->ForEachCandidates(0, [this](uint64_t iid, const StoredMatrix& vectors) {
-    apply_mu_.AssertHeld();
-    max_indexed_iid_ = std::max(max_indexed_iid_, iid);
-    return candidates_->Add(iid, View(vectors));
-  });
+  TESSERA_RETURN_IF_ERROR(
+      store_->ForEachCandidates(0, [this, &index](uint64_t iid, const StoredMatrix& vectors) {
+        apply_mu_.AssertHeld();
+        max_indexed_iid_ = std::max(max_indexed_iid_, iid);
+        return index->Add(iid, View(vectors));
+      }));
+  MutexLock lock(&stage1_mu_);
+  stage1_ = Stage1{std::move(index), nullptr, 0};
+  return absl::OkStatus();
 }
 
 absl::Status Shard::LoadOrRebuildCandidates(const CandidateIndexOptions& options) {
   auto loaded = CandidateIndex::Load(dir_ + "/" + kSnapshotFile, options);
   if (!loaded.ok()) return RebuildCandidates(options);
-  candidates_ = std::move(loaded->first);
+  std::shared_ptr<CandidateIndex> index = std::move(loaded->first);
   const uint64_t covered = loaded->second;
   // Reconcile with the store: drop documents deleted since, and check that every live document
   // the snapshot claims to cover is in it; anything else means a stale or foreign snapshot.
-  std::vector<uint64_t> indexed = candidates_->Documents();
+  std::vector<uint64_t> indexed = index->Documents();
   bool consistent = true;
   {
     ReaderMutexLock lock(&table_mu_);
     for (uint64_t iid : indexed) {
       if (iid > covered) consistent = false;
-      if (!live_.contains(iid)) TESSERA_RETURN_IF_ERROR(candidates_->Remove(iid));
+      if (!live_.contains(iid)) TESSERA_RETURN_IF_ERROR(index->Remove(iid));
     }
     for (const auto& [iid, document] : live_) {
       if (iid <= covered && !std::binary_search(indexed.begin(), indexed.end(), iid)) {
@@ -146,55 +269,120 @@ absl::Status Shard::LoadOrRebuildCandidates(const CandidateIndexOptions& options
   }
   if (!consistent) return RebuildCandidates(options);
   max_indexed_iid_ = covered;
-  return store_->ForEachCandidates(covered + 1, [this](uint64_t iid, const StoredMatrix& vectors) {
-    apply_mu_.AssertHeld();
-    max_indexed_iid_ = std::max(max_indexed_iid_, iid);
-    return candidates_->Add(iid, View(vectors));
-  });
+  TESSERA_RETURN_IF_ERROR(
+      store_->ForEachCandidates(covered + 1, [this, &index](uint64_t iid, const StoredMatrix& v) {
+        apply_mu_.AssertHeld();
+        max_indexed_iid_ = std::max(max_indexed_iid_, iid);
+        return index->Add(iid, View(v));
+      }));
+  MutexLock lock(&stage1_mu_);
+  stage1_ = Stage1{std::move(index), nullptr, 0};
+  return absl::OkStatus();
 }
+
+Shard::Stage1 Shard::CurrentStage1() const {
+  ReaderMutexLock lock(&stage1_mu_);
+  return stage1_;
+}
+
+bool Shard::NeedsCandidateVectors() const { return CurrentStage1().centroids == nullptr; }
 
 absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
                                          const std::vector<std::string>& deletes) {
   // What indexing needs, kept before the store takes ownership of the writes.
   std::vector<LiveDocument> documents;
   std::vector<StoredMatrix> candidates;
+  std::vector<DocumentCodes> codes;
   documents.reserve(upserts.size());
   candidates.reserve(upserts.size());
-  for (const DocumentWrite& write : upserts) {
-    const DocumentRecord& record = write.record;
-    documents.push_back(LiveDocument{record.external_id, 0, record.attributes, record.num_tokens,
-                                     static_cast<int64_t>(record.member_offsets.size()) - 1,
-                                     nullptr});
-    // A copy for memory; AddLive drops it when the budget is spent.
-    if (resident_budget_ > 0) {
-      documents.back().rerank = std::make_shared<const StoredMatrix>(write.rerank);
+  codes.reserve(upserts.size());
+  WriteResult result;
+  Stage1 stage1;
+  {
+    ReaderMutexLock encoding(&encode_mu_);
+    stage1 = CurrentStage1();
+    for (DocumentWrite& write : upserts) {
+      const DocumentRecord& record = write.record;
+      // Checks that indexing would otherwise fail on after the durable write.
+      if (write.rerank.rows < 1 || write.rerank.cols != schema_.dim) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("document '", record.external_id, "': ", write.rerank.rows, " × ",
+                         write.rerank.cols, " rerank vectors, expected ≥ 1 × ", schema_.dim));
+      }
+      if (stage1.centroids == nullptr &&
+          (write.candidates.rows < 1 || write.candidates.rows > kMaxCandidateVectorsPerDocument ||
+           write.candidates.cols != schema_.dim ||
+           write.candidates.dtype != VectorDtype::kFloat32)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("document '", record.external_id, "': ", write.candidates.rows, " × ",
+                         write.candidates.cols, " candidate vectors, expected 1 … ",
+                         kMaxCandidateVectorsPerDocument, " fp32 rows of dim ", schema_.dim));
+      }
+      documents.push_back(LiveDocument{record.external_id, 0, record.attributes, record.num_tokens,
+                                       static_cast<int64_t>(record.member_offsets.size()) - 1,
+                                       nullptr});
+      // A copy for memory; AddLive drops it when the budget is spent.
+      if (resident_budget_ > 0) {
+        documents.back().rerank = std::make_shared<const StoredMatrix>(write.rerank);
+      }
+      if (stage1.centroids != nullptr) {
+        // The index holds the vectors as stored (fp16-rounded when the schema stores fp16), so
+        // a document encodes the same here as in a training.
+        const std::vector<float> vectors = MatrixToFloat(write.rerank);
+        codes.push_back(stage1.centroids->Encode(
+            FloatMatrixView{vectors.data(), write.rerank.rows, write.rerank.cols}));
+        write.codes = SerializeDocumentCodes(codes.back());
+        write.code_generation = stage1.generation;
+        write.candidates = StoredMatrix{VectorDtype::kFloat32, 0, schema_.dim, {}};
+        candidates.emplace_back();
+      } else {
+        candidates.push_back(write.candidates);
+        codes.emplace_back();
+      }
     }
-    candidates.push_back(write.candidates);
+    TESSERA_ASSIGN_OR_RETURN(result, store_->Write(std::move(upserts), deletes));
+    uint64_t seen = max_commit_seen_.load(std::memory_order_relaxed);
+    while (seen < result.commit_index &&
+           !max_commit_seen_.compare_exchange_weak(seen, result.commit_index)) {
+    }
   }
-  TESSERA_ASSIGN_OR_RETURN(WriteResult result, store_->Write(std::move(upserts), deletes));
 
   // Index in the store's commit order: concurrent Apply calls committed in one group wait here
-  // for their turn.
+  // for their turn. A training cannot swap its index in between (it waits for this turn too), so
+  // `stage1` is still the index in use.
   MutexLock lock(&apply_mu_);
   while (next_commit_ != result.commit_index) applied_.Wait(&apply_mu_);
-  const absl::Status status = ApplyDerived(std::move(documents), candidates, result);
+  const absl::Status status = ApplyDerived(stage1, std::move(documents), candidates, codes, result);
   ++next_commit_;
   applied_.SignalAll();
+  MaybeStartTraining();
   TESSERA_RETURN_IF_ERROR(status);
   return result;
 }
 
-absl::Status Shard::ApplyDerived(std::vector<LiveDocument> documents,
+absl::Status Shard::ApplyDerived(const Stage1& stage1, std::vector<LiveDocument> documents,
                                  const std::vector<StoredMatrix>& candidates,
+                                 const std::vector<DocumentCodes>& codes,
                                  const WriteResult& result) {
   for (size_t i = 0; i < documents.size(); ++i) {
     const uint64_t replaced = result.replaced_iids[i];
-    if (replaced != 0) TESSERA_RETURN_IF_ERROR(candidates_->Remove(replaced));
-    TESSERA_RETURN_IF_ERROR(candidates_->Add(result.upserted_iids[i], View(candidates[i])));
-    max_indexed_iid_ = std::max(max_indexed_iid_, result.upserted_iids[i]);
+    const uint64_t iid = result.upserted_iids[i];
+    if (stage1.centroids != nullptr) {
+      if (replaced != 0) stage1.centroids->Remove(replaced);
+      TESSERA_RETURN_IF_ERROR(stage1.centroids->Add(iid, codes[i]));
+    } else {
+      if (replaced != 0) TESSERA_RETURN_IF_ERROR(stage1.candidates->Remove(replaced));
+      TESSERA_RETURN_IF_ERROR(stage1.candidates->Add(iid, View(candidates[i])));
+    }
+    max_indexed_iid_ = std::max(max_indexed_iid_, iid);
   }
   for (uint64_t deleted : result.deleted_iids) {
-    if (deleted != 0) TESSERA_RETURN_IF_ERROR(candidates_->Remove(deleted));
+    if (deleted == 0) continue;
+    if (stage1.centroids != nullptr) {
+      stage1.centroids->Remove(deleted);
+    } else {
+      TESSERA_RETURN_IF_ERROR(stage1.candidates->Remove(deleted));
+    }
   }
   MutexLock lock(&table_mu_);
   for (size_t i = 0; i < documents.size(); ++i) {
@@ -208,16 +396,239 @@ absl::Status Shard::ApplyDerived(std::vector<LiveDocument> documents,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::vector<CandidateHit>>> Shard::SearchCandidates(
-    FloatMatrixView query, int k, const Filter& filter, ThreadPool* pool) const {
-  if (filter.empty()) return candidates_->Search(query, k, nullptr, pool);
-  ReaderMutexLock lock(&table_mu_);
-  const std::function<bool(uint64_t)> accept = [this, &filter](uint64_t iid) {
-    table_mu_.AssertReaderHeld();
-    const auto it = live_.find(iid);
-    return it != live_.end() && FilterMatches(filter, it->second.attributes);
-  };
-  return candidates_->Search(query, k, &accept, pool);
+void Shard::MaybeStartTraining() {
+  if (training_ || stopping_.load(std::memory_order_acquire)) return;
+  int64_t vectors = 0;
+  {
+    ReaderMutexLock lock(&table_mu_);
+    vectors = rerank_vectors_;
+  }
+  const bool trained = trained_vectors_ > 0;
+  const bool start = trained ? vectors >= kRetrainGrowth * trained_vectors_
+                             : WantsCentroidIndex(schema_.candidates, vectors);
+  if (!start) return;
+  training_ = true;
+  // The previous training's thread has finished (training_ was false); reap it.
+  if (trainer_.joinable()) trainer_.join();
+  trainer_ = std::thread([this] { TrainingThread(); });
+}
+
+void Shard::TrainingThread() {
+  const absl::Status status = Train();
+  if (!status.ok() && !stopping_.load(std::memory_order_acquire)) {
+    // Stage 1 stays as it was; the next write that finds the shard outgrown tries again.
+    std::fprintf(stderr, "tessera: shard '%s': centroid training failed: %s\n", dir_.c_str(),
+                 std::string(status.message()).c_str());
+  }
+  MutexLock lock(&apply_mu_);
+  training_ = false;
+  applied_.SignalAll();
+}
+
+absl::Status Shard::EncodeDocuments(absl::Span<const uint64_t> iids, CentroidIndex* index,
+                                    std::vector<std::pair<uint64_t, std::string>>* codes) const {
+  for (size_t start = 0; start < iids.size(); start += kReadBatch) {
+    if (stopping_.load(std::memory_order_acquire)) {
+      return absl::CancelledError("the shard is closing");
+    }
+    const absl::Span<const uint64_t> batch = iids.subspan(start, kReadBatch);
+    TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> matrices,
+                             FetchRerank(batch));
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (matrices[i] == nullptr) continue;  // removed since
+      const std::vector<float> vectors = MatrixToFloat(*matrices[i]);
+      DocumentCodes document =
+          index->Encode(FloatMatrixView{vectors.data(), matrices[i]->rows, matrices[i]->cols});
+      TESSERA_RETURN_IF_ERROR(index->Add(batch[i], document));
+      codes->emplace_back(batch[i], SerializeDocumentCodes(document));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Shard::Train() {
+  uint32_t generation = 0;
+  {
+    ReaderMutexLock lock(&stage1_mu_);
+    generation = stage1_.generation + 1;
+  }
+  // 1. A sample: all vectors of documents taken in a seeded random order.
+  std::vector<uint64_t> iids = LiveIidsAbove(0);
+  int64_t total_vectors = 0;
+  {
+    ReaderMutexLock lock(&table_mu_);
+    for (uint64_t iid : iids) {
+      const auto it = live_.find(iid);
+      if (it != live_.end()) total_vectors += it->second.num_rerank_vectors;
+    }
+  }
+  if (iids.empty() || total_vectors == 0) return absl::OkStatus();
+  const int64_t num_centroids = DefaultNumCentroids(total_vectors);
+  const int64_t want = std::min(total_vectors, num_centroids * kSampleVectorsPerCentroid);
+  std::vector<uint64_t> order = iids;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(kSampleSeed));
+  std::vector<float> sample;
+  sample.reserve(want * schema_.dim);
+  for (size_t start = 0;
+       start < order.size() && static_cast<int64_t>(sample.size()) < want * schema_.dim;
+       start += kReadBatch) {
+    if (stopping_.load(std::memory_order_acquire)) return absl::CancelledError("closing");
+    TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> matrices,
+                             FetchRerank(absl::MakeConstSpan(order).subspan(start, kReadBatch)));
+    for (const auto& matrix : matrices) {
+      if (matrix == nullptr) continue;
+      const std::vector<float> vectors = MatrixToFloat(*matrix);
+      sample.insert(sample.end(), vectors.begin(), vectors.end());
+    }
+  }
+  CentroidTrainingOptions options;
+  options.num_centroids = num_centroids;
+  options.nbits = schema_.candidates.residual_bits;
+  const int64_t sample_rows = static_cast<int64_t>(sample.size()) / schema_.dim;
+  TESSERA_ASSIGN_OR_RETURN(
+      std::unique_ptr<CentroidCodebook> codebook,
+      CentroidCodebook::Train(FloatMatrixView{sample.data(), sample_rows, schema_.dim}, options,
+                              pool_.get()));
+  std::vector<float>().swap(sample);
+  TESSERA_RETURN_IF_ERROR(store_->PutMeta(CodebookKey(generation), codebook->Serialize()));
+  auto index = std::make_shared<CentroidIndex>(std::move(codebook));
+
+  // 2. Encode every live document into the new index and generation, while writes go on against
+  // the old index. Removals delete codes of both generations from now on.
+  if (generation > 1) {
+    store_->SetCodeGenerations({generation - 1, generation});
+  } else {
+    store_->SetCodeGenerations({generation});
+  }
+  uint64_t covered = 0;
+  std::vector<uint64_t> pending = std::move(iids);
+  do {
+    std::vector<std::pair<uint64_t, std::string>> codes;
+    TESSERA_RETURN_IF_ERROR(EncodeDocuments(pending, index.get(), &codes));
+    TESSERA_RETURN_IF_ERROR(store_->PutCodes(generation, codes, {}));
+    if (!pending.empty()) covered = std::max(covered, pending.back());
+    pending = LiveIidsAbove(covered);
+  } while (pending.size() >= kCatchUpDocuments);
+  std::function<void()> hook;
+  {
+    MutexLock lock(&apply_mu_);
+    hook = training_hook_;
+  }
+  if (hook) hook();
+
+  // 3. Catch up with the write path held: no write is between encoding and commit, and every
+  // committed write has been applied, so the table is exactly the store.
+  MutexLock encoding(&encode_mu_);
+  MutexLock lock(&apply_mu_);
+  while (next_commit_ <= max_commit_seen_.load(std::memory_order_acquire)) {
+    applied_.Wait(&apply_mu_);
+  }
+  if (stopping_.load(std::memory_order_acquire)) return absl::CancelledError("closing");
+  std::vector<std::pair<uint64_t, std::string>> codes;
+  TESSERA_RETURN_IF_ERROR(EncodeDocuments(LiveIidsAbove(covered), index.get(), &codes));
+  std::vector<uint64_t> removed;
+  {
+    ReaderMutexLock table(&table_mu_);
+    for (uint64_t iid : index->Documents()) {
+      if (!live_.contains(iid)) removed.push_back(iid);
+    }
+  }
+  for (uint64_t iid : removed) index->Remove(iid);
+  TESSERA_RETURN_IF_ERROR(store_->PutCodes(generation, codes, removed));
+  // The commit point: from here on the new generation is the shard's stage 1.
+  TESSERA_RETURN_IF_ERROR(
+      store_->PutMeta(kGenerationKey, absl::StrCat(generation, " ", total_vectors)));
+  trained_vectors_ = total_vectors;
+  {
+    MutexLock swap(&stage1_mu_);
+    stage1_ = Stage1{nullptr, index, generation};
+  }
+  store_->SetCodeGenerations({generation});
+  // What the old stage 1 left on disk: its codes, the candidate index snapshot.
+  TESSERA_RETURN_IF_ERROR(store_->DropCodeGenerationsExcept(generation));
+  if (generation > 1) {
+    // The store has no meta delete; an empty value frees the old codebook's bytes.
+    TESSERA_RETURN_IF_ERROR(store_->PutMeta(CodebookKey(generation - 1), ""));
+  }
+  std::error_code ignored;
+  std::filesystem::remove(dir_ + "/" + kSnapshotFile, ignored);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Stage1Hit>> Shard::SearchCandidates(const Stage1Request& request) const {
+  const Stage1 stage1 = CurrentStage1();
+  if (stage1.centroids == nullptr) return SearchCandidateIndex(*stage1.candidates, request);
+  CentroidSearchOptions options;
+  options.nprobe = request.nprobe;
+  options.num_documents = request.num_documents;
+  absl::StatusOr<std::vector<CentroidHit>> hits;
+  if (request.filter == nullptr || request.filter->empty()) {
+    hits = stage1.centroids->Search(request.query, options, nullptr, pool_.get());
+  } else {
+    ReaderMutexLock lock(&table_mu_);
+    const std::function<bool(uint64_t)> accept = [this, &request](uint64_t iid) {
+      table_mu_.AssertReaderHeld();
+      const auto it = live_.find(iid);
+      return it != live_.end() && FilterMatches(*request.filter, it->second.attributes);
+    };
+    hits = stage1.centroids->Search(request.query, options, &accept, pool_.get());
+  }
+  TESSERA_RETURN_IF_ERROR(hits.status());
+  std::vector<Stage1Hit> out;
+  out.reserve(hits->size());
+  for (const CentroidHit& hit : *hits) out.push_back(Stage1Hit{hit.doc, hit.score});
+  return out;
+}
+
+absl::StatusOr<std::vector<Stage1Hit>> Shard::SearchCandidateIndex(
+    const CandidateIndex& index, const Stage1Request& request) const {
+  // Per query token, the k′ most similar candidate vectors; a document's approximate score sums,
+  // over query tokens, its best candidate similarity, or — when none of its vectors made the
+  // token's top k′ — that token's k′-th similarity (an upper bound on what it missed).
+  const FloatMatrixView query = request.query;
+  absl::StatusOr<std::vector<std::vector<CandidateHit>>> hits;
+  if (request.filter == nullptr || request.filter->empty()) {
+    hits = index.Search(query, request.per_token, nullptr, pool_.get());
+  } else {
+    ReaderMutexLock lock(&table_mu_);
+    const std::function<bool(uint64_t)> accept = [this, &request](uint64_t iid) {
+      table_mu_.AssertReaderHeld();
+      const auto it = live_.find(iid);
+      return it != live_.end() && FilterMatches(*request.filter, it->second.attributes);
+    };
+    hits = index.Search(query, request.per_token, &accept, pool_.get());
+  }
+  TESSERA_RETURN_IF_ERROR(hits.status());
+  absl::flat_hash_map<uint64_t, std::vector<float>> best;  // doc → per-token best
+  std::vector<float> floor(query.rows, 0.0f);
+  for (int64_t i = 0; i < query.rows; ++i) {
+    const std::vector<CandidateHit>& token = (*hits)[i];
+    if (token.empty()) continue;
+    floor[i] = token.back().similarity;
+    for (const CandidateHit& hit : token) {
+      std::vector<float>& per_token_best = best[hit.doc];
+      if (per_token_best.empty()) {
+        per_token_best.assign(query.rows, -std::numeric_limits<float>::infinity());
+      }
+      per_token_best[i] = std::max(per_token_best[i], hit.similarity);
+    }
+  }
+  std::vector<Stage1Hit> out;
+  out.reserve(best.size());
+  for (const auto& [iid, per_token_best] : best) {
+    float score = 0.0f;
+    for (int64_t i = 0; i < query.rows; ++i) {
+      score += std::isinf(per_token_best[i]) ? floor[i] : per_token_best[i];
+    }
+    out.push_back(Stage1Hit{iid, score});
+  }
+  const size_t keep = std::min<size_t>(std::max(request.num_documents, 0), out.size());
+  std::partial_sort(out.begin(), out.begin() + keep, out.end(),
+                    [](const Stage1Hit& a, const Stage1Hit& b) {
+                      return a.score != b.score ? a.score > b.score : a.iid < b.iid;
+                    });
+  out.resize(keep);
+  return out;
 }
 
 void Shard::ForEachLive(const Filter& filter,
@@ -228,10 +639,48 @@ void Shard::ForEachLive(const Filter& filter,
   }
 }
 
-std::shared_ptr<const StoredMatrix> Shard::ResidentRerank(uint64_t iid) const {
-  ReaderMutexLock lock(&table_mu_);
-  const auto it = live_.find(iid);
-  return it == live_.end() ? nullptr : it->second.rerank;
+absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> Shard::FetchRerank(
+    absl::Span<const uint64_t> iids) const {
+  std::vector<std::shared_ptr<const StoredMatrix>> matrices(iids.size());
+  std::vector<uint64_t> missing;
+  std::vector<size_t> missing_at;
+  {
+    ReaderMutexLock lock(&table_mu_);
+    for (size_t i = 0; i < iids.size(); ++i) {
+      const auto it = live_.find(iids[i]);
+      if (it != live_.end() && it->second.rerank != nullptr) {
+        matrices[i] = it->second.rerank;
+      } else {
+        missing.push_back(iids[i]);
+        missing_at.push_back(i);
+      }
+    }
+  }
+  if (missing.empty()) return matrices;
+  absl::StatusOr<std::vector<StoredMatrix>> batch = store_->MultiGetRerank(missing);
+  if (batch.ok()) {
+    for (size_t j = 0; j < missing.size(); ++j) {
+      matrices[missing_at[j]] = std::make_shared<const StoredMatrix>(std::move((*batch)[j]));
+    }
+    return matrices;
+  }
+  if (!absl::IsNotFound(batch.status())) return batch.status();
+  // Some were removed since: read one by one and leave those null.
+  for (size_t j = 0; j < missing.size(); ++j) {
+    absl::StatusOr<StoredMatrix> one = store_->GetRerank(missing[j]);
+    if (absl::IsNotFound(one.status())) continue;
+    TESSERA_RETURN_IF_ERROR(one.status());
+    matrices[missing_at[j]] = std::make_shared<const StoredMatrix>(std::move(*one));
+  }
+  return matrices;
+}
+
+absl::StatusOr<uint64_t> Shard::LookupId(const std::string& external_id) const {
+  return store_->LookupId(external_id);
+}
+
+absl::StatusOr<DocumentRecord> Shard::GetRecord(uint64_t iid) const {
+  return store_->GetRecord(iid);
 }
 
 bool Shard::Describe(uint64_t iid, std::string* external_id, uint64_t* version) const {
@@ -257,9 +706,20 @@ ShardStats Shard::Stats() const {
     stats.rerank_vectors = rerank_vectors_;
     stats.resident_bytes = resident_bytes_;
   }
-  const CandidateIndexStats candidates = candidates_->Stats();
-  stats.candidate_vectors = candidates.vectors;
-  stats.candidate_index = candidates.description;
+  const Stage1 stage1 = CurrentStage1();
+  if (stage1.centroids != nullptr) {
+    const CentroidIndexStats centroids = stage1.centroids->Stats();
+    const CentroidCodebook& codebook = stage1.centroids->codebook();
+    stats.candidate_vectors = centroids.vectors;
+    stats.candidate_bytes = centroids.memory_bytes;
+    stats.candidate_index = absl::StrCat("Centroid", codebook.num_centroids(), ",Residual",
+                                         codebook.codec().nbits(), "bit");
+  } else {
+    const CandidateIndexStats candidates = stage1.candidates->Stats();
+    stats.candidate_vectors = candidates.vectors;
+    stats.candidate_bytes = candidates.memory_bytes;
+    stats.candidate_index = candidates.description;
+  }
   stats.disk_bytes = store_->Stats().disk_bytes;
   return stats;
 }
@@ -267,7 +727,20 @@ ShardStats Shard::Stats() const {
 absl::Status Shard::Snapshot() const {
   TESSERA_RETURN_IF_ERROR(store_->Flush());
   MutexLock lock(&apply_mu_);
-  return candidates_->Save(dir_ + "/" + kSnapshotFile, max_indexed_iid_);
+  const Stage1 stage1 = CurrentStage1();
+  // The centroid index needs no snapshot: its codes are in the store.
+  if (stage1.candidates == nullptr) return absl::OkStatus();
+  return stage1.candidates->Save(dir_ + "/" + kSnapshotFile, max_indexed_iid_);
+}
+
+void Shard::WaitForTrainingForTesting() const {
+  MutexLock lock(&apply_mu_);
+  while (training_) applied_.Wait(&apply_mu_);
+}
+
+void Shard::SetTrainingHookForTesting(std::function<void()> hook) {
+  MutexLock lock(&apply_mu_);
+  training_hook_ = std::move(hook);
 }
 
 }  // namespace tessera::internal

@@ -1,8 +1,27 @@
-// One shard of a collection: its ShardStore (RocksDB), its CandidateIndex (FAISS) and an in-memory
-// table of its live documents (external id, attributes, sizes) used for filtering and statistics.
+// One shard of a collection: its ShardStore (RocksDB), its stage-1 index and an in-memory table of
+// its live documents (external id, attributes, sizes) used for filtering and statistics.
+//
+// Stage 1 is one of two indexes (DESIGN §5):
+// - the exact/FAISS CandidateIndex over each document's candidate vectors, while the shard is
+//   small (or when the schema names a FAISS factory);
+// - the CentroidIndex over the rerank vectors themselves (centroid id + residual code each), once
+//   the shard holds CandidateSpec::centroid_min_vectors rerank vectors (factory "auto"). Training
+//   runs on a background thread: it trains a codebook on a sample, encodes every live document
+//   into a new index while writes go on, then — holding the write path for the few documents
+//   written meanwhile — catches up and swaps the new index in. The shard retrains the same way
+//   once it holds twice the vectors its codebook was trained on. A shard never goes back to the
+//   candidate index; documents written with the centroid index carry codes and no candidate
+//   vectors.
+//
+// Durability of the centroid index: each trained codebook is generation g (meta keys
+// "centroid_generation" and "codebook/<g>"), and every document's codes are stored under g in
+// the same WriteBatch as the document. A retrain writes generation g+1 beside g and commits by
+// writing "centroid_generation" = g+1; a crash before that leaves g intact (the partial g+1 is
+// dropped at open). At open the lists are rebuilt from the codes of the current generation
+// (documents missing codes are encoded from their rerank vectors, orphans deleted).
 //
 // Consistency: Apply() writes to the store (durably, group-committed with concurrent writers) and
-// then updates the candidate index and the table in the store's commit order (commit_index), so the
+// then updates the stage-1 index and the table in the store's commit order (commit_index), so the
 // derived state always equals replaying the store. A write is visible to searches once Apply()
 // returns. The candidate index is rebuildable: Open() loads its snapshot and adds documents newer
 // than the snapshot and drops deleted ones, or rebuilds it from the store when the snapshot is
@@ -12,25 +31,33 @@
 // vectors (shared, immutable), loaded at Open() and replaced or dropped with the document in
 // ApplyDerived, so searches that rerank them read no storage and see exactly what the table says
 // is live.
+//
+// Lock order: encode_mu_ → apply_mu_ → stage1_mu_ → table_mu_.
 #ifndef TESSERA_INDEX_COLLECTION_SHARD_H_
 #define TESSERA_INDEX_COLLECTION_SHARD_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "index/candidate/candidate_index.h"
+#include "index/centroid/centroid_index.h"
 #include "index/common/mutex.h"
 #include "index/storage/shard_store.h"
 #include "tessera/collection.h"
 
 namespace tessera::internal {
+
+class ThreadPool;
 
 // What the shard keeps in memory per live document.
 struct LiveDocument {
@@ -48,74 +75,152 @@ struct ShardStats {
   int64_t original_tokens = 0;
   int64_t rerank_vectors = 0;
   int64_t candidate_vectors = 0;
+  int64_t candidate_bytes = 0;  // memory of the stage-1 index
   int64_t disk_bytes = 0;
   int64_t resident_bytes = 0;  // rerank vectors held in memory
   std::string candidate_index;
 };
 
+// Stage 1 of one query on one shard.
+struct Stage1Request {
+  FloatMatrixView query;    // nq × dim fp32
+  int num_documents = 100;  // N: documents nominated
+  int per_token = 100;      // k′: candidate vectors per query token (candidate index)
+  int nprobe = 8;           // centroids probed per query token (centroid index)
+  const Filter* filter = nullptr;
+};
+
+// A nominated document and its approximate MaxSim.
+struct Stage1Hit {
+  uint64_t iid = 0;
+  float score = 0.0f;
+};
+
 class Shard {
  public:
-  // Opens (or creates) the shard in `dir`: the store in dir/db, the snapshot at
+  // Opens (or creates) the shard in `dir`: the store in dir/db, the candidate index snapshot at
   // dir/candidates.snapshot. Keeps up to `resident_rerank_bytes` of rerank vectors in memory.
+  // `pool` (not null) runs training and stage-1 scans.
   static absl::StatusOr<std::unique_ptr<Shard>> Open(const std::string& dir,
                                                      const CollectionSchema& schema,
                                                      const ShardStoreOptions& store_options,
-                                                     int64_t resident_rerank_bytes = 0);
+                                                     int64_t resident_rerank_bytes,
+                                                     std::shared_ptr<ThreadPool> pool);
+  // Stops a background training (its partial work is discarded) and closes the store.
+  ~Shard();
 
-  ShardStore& store() { return *store_; }
-  const ShardStore& store() const { return *store_; }
+  // Opaque metadata in the store.
+  absl::Status PutMeta(const std::string& key, const std::string& value);
+  absl::StatusOr<std::string> GetMeta(const std::string& key) const;
 
-  // Durably writes upserts and deletes, then indexes them. Returns the store's result.
+  // Whether documents written now need candidate vectors (false once stage 1 is the centroid
+  // index; it never goes back).
+  bool NeedsCandidateVectors() const;
+
+  // Checks, then durably writes upserts and deletes, then indexes them. Nothing is written when a
+  // check fails (INVALID_ARGUMENT naming the document). Returns the store's result.
   absl::StatusOr<WriteResult> Apply(std::vector<DocumentWrite> upserts,
                                     const std::vector<std::string>& deletes);
 
-  // Stage 1: for each query row, up to k candidate hits among documents matching `filter`; exact
-  // scans are split over `pool` (see CandidateIndex::Search).
-  absl::StatusOr<std::vector<std::vector<CandidateHit>>> SearchCandidates(FloatMatrixView query,
-                                                                          int k,
-                                                                          const Filter& filter,
-                                                                          ThreadPool* pool) const;
+  // Stage 1: up to request.num_documents live documents matching the filter, best approximate
+  // score first (ties: lower iid). Scans are split over the shard's pool.
+  absl::StatusOr<std::vector<Stage1Hit>> SearchCandidates(const Stage1Request& request) const;
 
   // Calls fn(iid, document) for every live document matching `filter`, under a reader lock.
   void ForEachLive(const Filter& filter,
                    const std::function<void(uint64_t, const LiveDocument&)>& fn) const;
   // The live document's external id and version; false if iid is no longer live.
   bool Describe(uint64_t iid, std::string* external_id, uint64_t* version) const;
-  // The rerank vectors of a live document when they are resident; null otherwise (not live, or
-  // beyond the budget: read them from the store).
-  std::shared_ptr<const StoredMatrix> ResidentRerank(uint64_t iid) const;
+  // The rerank vectors of each iid: resident ones from memory, the others read from the store;
+  // null for an iid that is no longer stored.
+  absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> FetchRerank(
+      absl::Span<const uint64_t> iids) const;
+  // The live iid of an external id (NOT_FOUND when none), and its stored record.
+  absl::StatusOr<uint64_t> LookupId(const std::string& external_id) const;
+  absl::StatusOr<DocumentRecord> GetRecord(uint64_t iid) const;
   int64_t num_documents() const;
 
   ShardStats Stats() const;
-  // Flushes the store's memtables, then saves the candidate index with the iid it covers.
+  // Flushes the store's memtables, then saves the candidate index (when in use) with the iid it
+  // covers.
   absl::Status Snapshot() const;
 
+  // Blocks until no training runs (none may be starting either).
+  void WaitForTrainingForTesting() const;
+  // Called by a training after it has encoded the shard's documents, before it catches up with
+  // the writes made meanwhile and swaps its index in (the test may write, delete and search).
+  void SetTrainingHookForTesting(std::function<void()> hook);
+
  private:
-  Shard(std::string dir, std::unique_ptr<ShardStore> store, int64_t resident_rerank_bytes);
+  // The stage-1 index in use (a consistent pair: exactly one is set).
+  struct Stage1 {
+    std::shared_ptr<CandidateIndex> candidates;
+    std::shared_ptr<CentroidIndex> centroids;
+    uint32_t generation = 0;  // of the centroid codes; 0 with the candidate index
+  };
+
+  Shard(std::string dir, const CollectionSchema& schema, std::unique_ptr<ShardStore> store,
+        int64_t resident_rerank_bytes, std::shared_ptr<ThreadPool> pool);
   absl::Status LoadDocuments();
   // Reads the rerank vectors of live documents, in iid order, until the budget is spent.
   absl::Status LoadResidentRerank();
+  // Opens the centroid index of the stored generation, or else the candidate index.
+  absl::Status LoadStage1() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  absl::Status LoadCentroids(uint32_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status LoadOrRebuildCandidates(const CandidateIndexOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status RebuildCandidates(const CandidateIndexOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
-  // Applies one committed write to the candidate index and the table.
-  absl::Status ApplyDerived(std::vector<LiveDocument> documents,
-                            const std::vector<StoredMatrix>& candidates, const WriteResult& result)
+  Stage1 CurrentStage1() const;
+  // Applies one committed write to the stage-1 index and the table.
+  absl::Status ApplyDerived(const Stage1& stage1, std::vector<LiveDocument> documents,
+                            const std::vector<StoredMatrix>& candidates,
+                            const std::vector<DocumentCodes>& codes, const WriteResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   void AddLive(uint64_t iid, LiveDocument document) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_mu_);
   void RemoveLive(uint64_t iid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_mu_);
 
+  // Starts a background training when the shard has outgrown its stage 1.
+  void MaybeStartTraining() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  // The training thread's body: Train(), then clears training_.
+  void TrainingThread();
+  absl::Status Train();
+  // Encodes the given live documents (read from memory or the store) into `index`, and their
+  // codes into `codes`; documents no longer stored are skipped.
+  absl::Status EncodeDocuments(absl::Span<const uint64_t> iids, CentroidIndex* index,
+                               std::vector<std::pair<uint64_t, std::string>>* codes) const;
+  // Live iids above `after`, ascending.
+  std::vector<uint64_t> LiveIidsAbove(uint64_t after) const;
+
+  absl::StatusOr<std::vector<Stage1Hit>> SearchCandidateIndex(const CandidateIndex& index,
+                                                              const Stage1Request& request) const;
+
   const std::string dir_;
-  std::unique_ptr<ShardStore> store_;
-  std::unique_ptr<CandidateIndex> candidates_;
+  const CollectionSchema schema_;
+  const std::unique_ptr<ShardStore> store_;
+  const std::shared_ptr<ThreadPool> pool_;
+
+  // Held shared by Apply from encoding a write to its commit, and exclusively by a training's
+  // swap, so that no write encoded for the old index commits after the swap.
+  Mutex encode_mu_;
+  // The highest commit_index a write has seen from the store (set under encode_mu_, shared).
+  std::atomic<uint64_t> max_commit_seen_{0};
 
   // Serialises ApplyDerived in commit order, and snapshots against it.
   mutable Mutex apply_mu_;
-  CondVar applied_;  // signalled after each ApplyDerived
+  mutable CondVar applied_;  // signalled after each ApplyDerived and when a training ends
   uint64_t next_commit_ ABSL_GUARDED_BY(apply_mu_) = 1;
   // The highest iid the candidate index reflects (what a snapshot covers).
   uint64_t max_indexed_iid_ ABSL_GUARDED_BY(apply_mu_) = 0;
+  bool training_ ABSL_GUARDED_BY(apply_mu_) = false;
+  // Rerank vectors the current codebook was trained on (0: no codebook).
+  int64_t trained_vectors_ ABSL_GUARDED_BY(apply_mu_) = 0;
+  std::function<void()> training_hook_ ABSL_GUARDED_BY(apply_mu_);
+  std::thread trainer_;
+  std::atomic<bool> stopping_{false};
+
+  mutable Mutex stage1_mu_;
+  Stage1 stage1_ ABSL_GUARDED_BY(stage1_mu_);
 
   // The live-document table. Written only inside ApplyDerived (apply_mu_ held, then table_mu_).
   mutable Mutex table_mu_;

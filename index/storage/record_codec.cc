@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "index/common/crc32.h"
+#include "tessera/float16.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::internal {
@@ -440,6 +441,64 @@ absl::StatusOr<std::string> DecodeMetaValue(absl::string_view value, absl::strin
   TESSERA_ASSIGN_OR_RETURN(absl::string_view payload,
                            OpenEnvelope(value, RecordKind::kMeta, KeyWhat("meta", "key", key)));
   return std::string(payload);
+}
+
+std::string EncodeCodesKey(uint32_t generation, uint64_t iid) {
+  std::string key(12, '\0');
+  for (int i = 0; i < 4; ++i) key[i] = static_cast<char>(generation >> (24 - 8 * i));
+  for (int i = 0; i < 8; ++i) key[4 + i] = static_cast<char>(iid >> (56 - 8 * i));
+  return key;
+}
+
+bool DecodeCodesKey(absl::string_view key, uint32_t* generation, uint64_t* iid) {
+  if (key.size() != 12) return false;
+  *generation = 0;
+  *iid = 0;
+  for (int i = 0; i < 4; ++i) *generation = (*generation << 8) | static_cast<uint8_t>(key[i]);
+  for (int i = 0; i < 8; ++i) *iid = (*iid << 8) | static_cast<uint8_t>(key[4 + i]);
+  return true;
+}
+
+std::string EncodeCodesValue(absl::string_view codes) {
+  std::string out;
+  out.reserve(codes.size() + kRecordOverheadBytes);
+  const size_t start = BeginEnvelope(RecordKind::kCodes, &out);
+  out.append(codes.data(), codes.size());
+  FinishEnvelope(start, &out);
+  return out;
+}
+
+absl::StatusOr<std::string> DecodeCodesValue(absl::string_view value, uint32_t generation,
+                                             uint64_t iid) {
+  TESSERA_ASSIGN_OR_RETURN(
+      absl::string_view payload,
+      OpenEnvelope(value, RecordKind::kCodes,
+                   absl::StrCat("codes CF generation ", generation, " iid ", iid)));
+  return std::string(payload);
+}
+
+std::vector<float> MatrixToFloat(const StoredMatrix& matrix) {
+  std::vector<float> values(matrix.rows * matrix.cols);
+  if (matrix.dtype == VectorDtype::kFloat32) {
+    std::memcpy(values.data(), matrix.bytes.data(), values.size() * sizeof(float));
+  } else {
+    HalfToFloat(reinterpret_cast<const Float16*>(matrix.bytes.data()), values.size(),
+                values.data());
+  }
+  return values;
+}
+
+StoredMatrix MatrixFromFloat(const std::vector<float>& values, int64_t rows, int64_t cols,
+                             VectorDtype dtype) {
+  StoredMatrix matrix{dtype, rows, cols, {}};
+  if (dtype == VectorDtype::kFloat32) {
+    matrix.bytes.assign(reinterpret_cast<const char*>(values.data()),
+                        values.size() * sizeof(float));
+  } else {
+    matrix.bytes.resize(values.size() * sizeof(Float16));
+    FloatToHalf(values.data(), values.size(), reinterpret_cast<Float16*>(matrix.bytes.data()));
+  }
+  return matrix;
 }
 
 }  // namespace tessera::internal

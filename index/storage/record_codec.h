@@ -5,6 +5,8 @@
 //   docs, rerank, candidates   iid as 8 bytes big-endian, so that RocksDB's bytewise order is the
 //                              numeric order of iids (iid 0 is never stored: 0 means "none").
 //   ids                        the external id's bytes.
+//   codes                      code generation as 4 bytes big-endian, then the iid as 8 bytes
+//                              big-endian: one generation's codes are one contiguous key range.
 //   meta                       "u/" + the caller's key for PutMeta/GetMeta, "s/" + name for the
 //                              store's own counters.
 //
@@ -28,6 +30,7 @@
 //   kId         u64 iid
 //   kCounter    u64 value
 //   kMeta       the caller's opaque bytes
+//   kCodes      a document's centroid codes, opaque here (see index/centroid/centroid_index.h)
 #ifndef TESSERA_INDEX_STORAGE_RECORD_CODEC_H_
 #define TESSERA_INDEX_STORAGE_RECORD_CODEC_H_
 
@@ -52,10 +55,18 @@ enum class RecordKind : uint8_t {
   kId = 3,
   kCounter = 4,
   kMeta = 5,
+  kCodes = 6,
 };
 
 // Bytes per value of `dtype` (4 or 2).
 size_t DtypeSize(VectorDtype dtype);
+
+// The codes CF key of (generation, iid), and its inverse (false for a key of another length).
+std::string EncodeCodesKey(uint32_t generation, uint64_t iid);
+bool DecodeCodesKey(absl::string_view key, uint32_t* generation, uint64_t* iid);
+std::string EncodeCodesValue(absl::string_view codes);
+absl::StatusOr<std::string> DecodeCodesValue(absl::string_view value, uint32_t generation,
+                                             uint64_t iid);
 
 // OK when rows, cols ≥ 0, rows·cols·itemsize does not overflow and equals bytes.size();
 // INVALID_ARGUMENT naming `what` otherwise.

@@ -34,6 +34,7 @@ constexpr char kDocsCf[] = "docs";
 constexpr char kIdsCf[] = "ids";
 constexpr char kRerankCf[] = "rerank";
 constexpr char kCandidatesCf[] = "candidates";
+constexpr char kCodesCf[] = "codes";
 
 // Meta keys: the caller's under "u/", the store's own under "s/" (see record_codec.h).
 constexpr char kUserMetaPrefix[] = "u/";
@@ -126,7 +127,9 @@ rocksdb::ColumnFamilyOptions CfOptions(const std::shared_ptr<rocksdb::Cache>& ca
 struct PreparedUpsert {
   DocumentRecord record;
   std::string rerank_value;
-  std::string candidates_value;
+  std::string candidates_value;  // empty: no candidates row
+  std::string codes_value;       // empty: no codes row
+  uint32_t code_generation = 0;
 };
 
 }  // namespace
@@ -150,6 +153,16 @@ class ShardStore::Impl {
   absl::Status ForEachDocument(const std::function<absl::Status(const DocumentRecord&)>& fn) const;
   absl::Status ForEachCandidates(
       uint64_t min_iid, const std::function<absl::Status(uint64_t, const StoredMatrix&)>& fn) const;
+  void SetCodeGenerations(std::vector<uint32_t> generations) {
+    std::lock_guard<std::mutex> lock(mu_);
+    code_generations_ = std::move(generations);
+  }
+  absl::Status PutCodes(uint32_t generation,
+                        const std::vector<std::pair<uint64_t, std::string>>& codes,
+                        absl::Span<const uint64_t> removed);
+  absl::Status DropCodeGenerationsExcept(uint32_t keep);
+  absl::Status ForEachCodes(uint32_t generation,
+                            const std::function<absl::Status(uint64_t, std::string)>& fn) const;
   uint64_t LatestSequence() const { return db_->GetLatestSequenceNumber(); }
   ShardStoreStats Stats() const;
   absl::Status Flush();
@@ -198,7 +211,8 @@ class ShardStore::Impl {
     if (!decoded.ok()) return InShard(decoded.status(), dir_);
     return decoded;
   }
-  void DeleteRows(rocksdb::WriteBatch* batch, uint64_t iid);
+  void DeleteRows(rocksdb::WriteBatch* batch, uint64_t iid,
+                  const std::vector<uint32_t>& code_generations);
 
   const std::string dir_;
   const ShardStoreOptions options_;
@@ -210,6 +224,7 @@ class ShardStore::Impl {
   rocksdb::ColumnFamilyHandle* ids_ = nullptr;
   rocksdb::ColumnFamilyHandle* rerank_ = nullptr;
   rocksdb::ColumnFamilyHandle* candidates_ = nullptr;
+  rocksdb::ColumnFamilyHandle* codes_ = nullptr;
 
   // A std::mutex rather than absl::Mutex: the distribution's abseil is not built with
   // ThreadSanitizer, which then cannot see absl::Mutex's happens-before edges (pthread ones it
@@ -217,11 +232,14 @@ class ShardStore::Impl {
   std::mutex mu_;
   // Queued writers; the front one is the leader, all others wait on their cv. Guarded by mu_.
   std::deque<Writer*> writers_;
+  // See SetCodeGenerations. Guarded by mu_; the leader copies it when it forms its group.
+  std::vector<uint32_t> code_generations_;
 
   // Owned by the current leader (the writer at the front of writers_, which it leaves only after
   // publishing these under mu_), so they are read and written without holding mu_.
   uint64_t next_iid_ = 1;
   uint64_t next_commit_index_ = 1;
+  std::vector<uint32_t> group_code_generations_;
   int64_t live_documents_ = 0;
 
   // Copies for lock-free readers.
@@ -276,6 +294,7 @@ absl::Status ShardStore::Impl::Open() {
       {kIdsCf, CfOptions(cache, 16 << 20, 4 << 10, true, true)},
       {kRerankCf, CfOptions(cache, 128 << 20, 64 << 10, false, false)},
       {kCandidatesCf, CfOptions(cache, 64 << 20, 32 << 10, false, false)},
+      {kCodesCf, CfOptions(cache, 64 << 20, 32 << 10, false, false)},
   };
   if (exists) {
     // RocksDB refuses to open a database without all of its column families.
@@ -298,6 +317,7 @@ absl::Status ShardStore::Impl::Open() {
   ids_ = handles_[3];
   rerank_ = handles_[4];
   candidates_ = handles_[5];
+  codes_ = handles_[6];
 
   // Format version: written once, checked on every open.
   const std::string format_key = kFormatVersionKey;
@@ -401,11 +421,15 @@ absl::StatusOr<WriteResult> ShardStore::Impl::Write(std::vector<DocumentWrite> u
         ValidateMatrix(write.candidates, absl::StrCat(what, ": candidate vectors")));
     PreparedUpsert prepared;
     EncodeStoredMatrix(write.rerank, &prepared.rerank_value);
-    EncodeStoredMatrix(write.candidates, &prepared.candidates_value);
+    if (write.candidates.rows > 0) EncodeStoredMatrix(write.candidates, &prepared.candidates_value);
+    if (!write.codes.empty()) prepared.codes_value = EncodeCodesValue(write.codes);
+    prepared.code_generation = write.code_generation;
     std::string().swap(write.rerank.bytes);
     std::string().swap(write.candidates.bytes);
+    std::string().swap(write.codes);
     prepared.record = std::move(write.record);
-    w.bytes += prepared.rerank_value.size() + prepared.candidates_value.size() + id.size();
+    w.bytes += prepared.rerank_value.size() + prepared.candidates_value.size() +
+               prepared.codes_value.size() + id.size();
     w.upserts.push_back(std::move(prepared));
   }
   for (const std::string& id : deletes) w.bytes += id.size();
@@ -422,6 +446,7 @@ void ShardStore::Impl::Commit(Writer* w) {
     while (!w->done && w != writers_.front()) w->cv.wait(lock);
     if (w->done) return;
     // Leader: take queued requests from the front while the group stays within bounds.
+    group_code_generations_ = code_generations_;
     size_t documents = 0;
     size_t bytes = 0;
     for (Writer* next : writers_) {
@@ -477,11 +502,15 @@ absl::Status ShardStore::Impl::ReadVersion(const std::string& external_id, uint6
   return absl::OkStatus();
 }
 
-void ShardStore::Impl::DeleteRows(rocksdb::WriteBatch* batch, uint64_t iid) {
+void ShardStore::Impl::DeleteRows(rocksdb::WriteBatch* batch, uint64_t iid,
+                                  const std::vector<uint32_t>& code_generations) {
   const std::string key = EncodeIidKey(iid);
   batch->Delete(docs_, key);
   batch->Delete(rerank_, key);
   batch->Delete(candidates_, key);
+  for (uint32_t generation : code_generations) {
+    batch->Delete(codes_, EncodeCodesKey(generation, iid));
+  }
 }
 
 void ShardStore::Impl::CommitGroup(const std::vector<Writer*>& group) {
@@ -543,7 +572,7 @@ void ShardStore::Impl::CommitGroup(const std::vector<Writer*>& group) {
       const uint64_t iid = next_iid++;
       const uint64_t version = state.iid != 0 ? state.version + 1 : 1;
       if (state.iid != 0) {
-        DeleteRows(&batch, state.iid);
+        DeleteRows(&batch, state.iid, group_code_generations_);
       } else {
         ++live;
       }
@@ -552,10 +581,14 @@ void ShardStore::Impl::CommitGroup(const std::vector<Writer*>& group) {
       const std::string key = EncodeIidKey(iid);
       batch.Put(docs_, key, EncodeDocumentRecord(u.record));
       batch.Put(rerank_, key, u.rerank_value);
-      batch.Put(candidates_, key, u.candidates_value);
+      if (!u.candidates_value.empty()) batch.Put(candidates_, key, u.candidates_value);
+      if (!u.codes_value.empty()) {
+        batch.Put(codes_, EncodeCodesKey(u.code_generation, iid), u.codes_value);
+      }
       batch.Put(ids_, u.record.external_id, EncodeIdValue(iid));
       std::string().swap(u.rerank_value);
       std::string().swap(u.candidates_value);
+      std::string().swap(u.codes_value);
       result.upserted_iids.push_back(iid);
       result.versions.push_back(version);
       result.replaced_iids.push_back(state.iid);
@@ -567,7 +600,7 @@ void ShardStore::Impl::CommitGroup(const std::vector<Writer*>& group) {
         IdState& state = states[id];
         result.deleted_iids.push_back(state.iid);
         if (state.iid == 0) continue;
-        DeleteRows(&batch, state.iid);
+        DeleteRows(&batch, state.iid, group_code_generations_);
         batch.Delete(ids_, id);
         --live;
         state = IdState{};
@@ -710,6 +743,60 @@ absl::Status ShardStore::Impl::ForEachCandidates(
   return Rocks(it->status(), "scanning candidates");
 }
 
+absl::Status ShardStore::Impl::PutCodes(uint32_t generation,
+                                        const std::vector<std::pair<uint64_t, std::string>>& codes,
+                                        absl::Span<const uint64_t> removed) {
+  rocksdb::WriteBatch batch;
+  for (const auto& [iid, bytes] : codes) {
+    batch.Put(codes_, EncodeCodesKey(generation, iid), EncodeCodesValue(bytes));
+  }
+  for (uint64_t iid : removed) batch.Delete(codes_, EncodeCodesKey(generation, iid));
+  rocksdb::WriteOptions write_options;
+  write_options.sync = options_.sync;
+  return Rocks(db_->Write(write_options, &batch), "writing centroid codes");
+}
+
+absl::Status ShardStore::Impl::DropCodeGenerationsExcept(uint32_t keep) {
+  rocksdb::WriteBatch batch;
+  const std::string first = EncodeCodesKey(0, 0);
+  const std::string keep_begin = EncodeCodesKey(keep, 0);
+  // One past every key: 13 bytes of 0xff sort after any 12-byte key.
+  const std::string end(13, '\xff');
+  if (keep > 0) batch.DeleteRange(codes_, first, keep_begin);
+  batch.DeleteRange(codes_, keep == UINT32_MAX ? end : EncodeCodesKey(keep + 1, 0), end);
+  rocksdb::WriteOptions write_options;
+  write_options.sync = options_.sync;
+  return Rocks(db_->Write(write_options, &batch), "dropping old centroid codes");
+}
+
+absl::Status ShardStore::Impl::ForEachCodes(
+    uint32_t generation, const std::function<absl::Status(uint64_t, std::string)>& fn) const {
+  rocksdb::ManagedSnapshot snapshot(db_.get());
+  rocksdb::ReadOptions read_options;
+  read_options.snapshot = snapshot.snapshot();
+  read_options.fill_cache = false;
+  const std::string upper = EncodeCodesKey(generation + 1, 0);
+  rocksdb::Slice upper_slice(upper);
+  if (generation != UINT32_MAX) read_options.iterate_upper_bound = &upper_slice;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, codes_));
+  for (it->Seek(EncodeCodesKey(generation, 0)); it->Valid(); it->Next()) {
+    uint32_t key_generation = 0;
+    uint64_t iid = 0;
+    if (!DecodeCodesKey(absl::string_view(it->key().data(), it->key().size()), &key_generation,
+                        &iid)) {
+      return absl::DataLossError(
+          absl::StrCat("shard '", dir_, "': codes CF has a key of ", it->key().size(), " bytes"));
+    }
+    if (key_generation != generation) break;
+    TESSERA_ASSIGN_OR_RETURN(
+        std::string codes,
+        Codec(DecodeCodesValue(absl::string_view(it->value().data(), it->value().size()),
+                               generation, iid)));
+    TESSERA_RETURN_IF_ERROR(fn(iid, std::move(codes)));
+  }
+  return Rocks(it->status(), "scanning centroid codes");
+}
+
 ShardStoreStats ShardStore::Impl::Stats() const {
   ShardStoreStats stats;
   stats.documents = live_documents_snapshot_.load(std::memory_order_relaxed);
@@ -733,7 +820,8 @@ ShardStoreStats ShardStore::Impl::Stats() const {
 absl::Status ShardStore::Impl::Flush() {
   rocksdb::FlushOptions flush_options;
   flush_options.wait = true;
-  return Rocks(db_->Flush(flush_options, {meta_, docs_, ids_, rerank_, candidates_}), "flushing");
+  return Rocks(db_->Flush(flush_options, {meta_, docs_, ids_, rerank_, candidates_, codes_}),
+               "flushing");
 }
 
 // ShardStore: forwards to Impl.
@@ -786,6 +874,25 @@ absl::Status ShardStore::ForEachDocument(
 absl::Status ShardStore::ForEachCandidates(
     uint64_t min_iid, const std::function<absl::Status(uint64_t, const StoredMatrix&)>& fn) const {
   return impl_->ForEachCandidates(min_iid, fn);
+}
+
+void ShardStore::SetCodeGenerations(std::vector<uint32_t> generations) {
+  impl_->SetCodeGenerations(std::move(generations));
+}
+
+absl::Status ShardStore::PutCodes(uint32_t generation,
+                                  const std::vector<std::pair<uint64_t, std::string>>& codes,
+                                  absl::Span<const uint64_t> removed) {
+  return impl_->PutCodes(generation, codes, removed);
+}
+
+absl::Status ShardStore::DropCodeGenerationsExcept(uint32_t keep) {
+  return impl_->DropCodeGenerationsExcept(keep);
+}
+
+absl::Status ShardStore::ForEachCodes(
+    uint32_t generation, const std::function<absl::Status(uint64_t, std::string)>& fn) const {
+  return impl_->ForEachCodes(generation, fn);
 }
 
 uint64_t ShardStore::LatestSequence() const { return impl_->LatestSequence(); }

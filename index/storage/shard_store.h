@@ -5,7 +5,10 @@
 //               pooled-vector coverage)
 //   ids         external id → iid
 //   rerank      iid → StoredMatrix (the pooled rerank vectors, fp16 or fp32)
-//   candidates  iid → StoredMatrix (the candidate vectors, fp32)
+//   candidates  iid → StoredMatrix (the candidate vectors, fp32; absent for documents written
+//               while stage 1 was a centroid index)
+//   codes       (generation, iid) → a document's centroid codes, opaque here: one generation per
+//               trained codebook, so a retrain writes the next generation beside the current one
 //
 // Every value carries a format version and a checksum (see shard_store.cc for the byte layout).
 // Internal ids (iids) are assigned by the store, increase monotonically and are never reused: an
@@ -42,6 +45,11 @@ struct StoredMatrix {
   std::string bytes;  // rows * cols * (2 or 4) bytes
 };
 
+// fp32 from fp16/fp32 values (rows × cols), and back (fp16 rounds to nearest).
+std::vector<float> MatrixToFloat(const StoredMatrix& matrix);
+StoredMatrix MatrixFromFloat(const std::vector<float>& values, int64_t rows, int64_t cols,
+                             VectorDtype dtype);
+
 struct DocumentRecord {
   uint64_t iid = 0;
   std::string external_id;
@@ -60,7 +68,10 @@ struct DocumentRecord {
 struct DocumentWrite {
   DocumentRecord record;
   StoredMatrix rerank;
-  StoredMatrix candidates;  // fp32
+  StoredMatrix candidates;  // fp32; no rows: none stored
+  // The document's centroid codes under code_generation (opaque); empty: none stored.
+  std::string codes;
+  uint32_t code_generation = 0;
 };
 
 struct WriteResult {
@@ -123,6 +134,21 @@ class ShardStore {
   // Calls fn(iid, candidates) for every live document with iid ≥ min_iid, in iid order.
   absl::Status ForEachCandidates(
       uint64_t min_iid, const std::function<absl::Status(uint64_t, const StoredMatrix&)>& fn) const;
+
+  // Removing a document (delete or replacement) deletes its codes under these generations (the
+  // current one, and the next while a retrain writes it). Initially none.
+  void SetCodeGenerations(std::vector<uint32_t> generations);
+  // Writes codes of documents under `generation` and deletes those of `removed`, in one durable
+  // WriteBatch (outside the writer queue: no document or counter changes).
+  absl::Status PutCodes(uint32_t generation,
+                        const std::vector<std::pair<uint64_t, std::string>>& codes,
+                        absl::Span<const uint64_t> removed);
+  // Deletes the codes of every generation but `keep`.
+  absl::Status DropCodeGenerationsExcept(uint32_t keep);
+  // Calls fn(iid, codes) for every document with codes under `generation`, in iid order, from a
+  // consistent snapshot (documents removed since may still have codes: see SetCodeGenerations).
+  absl::Status ForEachCodes(uint32_t generation,
+                            const std::function<absl::Status(uint64_t, std::string)>& fn) const;
 
   uint64_t LatestSequence() const;
   ShardStoreStats Stats() const;

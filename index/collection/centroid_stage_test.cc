@@ -1,0 +1,273 @@
+// Collections whose stage 1 is the centroid index: the switch from the exact candidate scan when a
+// shard passes its threshold, recall against exhaustive search, filters and explain, and writes
+// made while a training runs (before and after its swap, across a retrain and a reopen).
+#include <chrono>
+#include <future>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "index/collection/collection_impl.h"
+#include "index/collection/collection_test_util.h"
+#include "tessera/engine.h"
+
+namespace tessera {
+namespace {
+
+constexpr int64_t kDim = 48;
+
+internal::CollectionImpl& Impl(Collection& collection) {
+  return dynamic_cast<internal::CollectionImpl&>(collection);
+}
+
+std::string StageOf(const Collection& collection) {
+  return collection.Stats().candidate_indexes.at(0);
+}
+
+// The collection of DefaultCascadeRecallAgainstExhaustive, larger: families of paraphrases and
+// unrelated documents.
+std::vector<Document> FamiliesAndNoise(Corpus& corpus, int families, int noise,
+                                       std::vector<Document>* sources) {
+  std::vector<Document> documents;
+  std::uniform_int_distribution<int64_t> length(16, 64);
+  for (int f = 0; f < families; ++f) {
+    sources->push_back(corpus.Make(absl::StrCat("f", f, "-0"), length(corpus.rng())));
+    documents.push_back(sources->back());
+    for (int m = 1; m < 8; ++m) {
+      documents.push_back(
+          corpus.Paraphrase(sources->back(), absl::StrCat("f", f, "-", m), 0.1f * m));
+    }
+  }
+  for (int d = 0; d < noise; ++d) {
+    documents.push_back(corpus.Make(absl::StrCat("d", d), length(corpus.rng())));
+  }
+  std::shuffle(documents.begin(), documents.end(), corpus.rng());
+  return documents;
+}
+
+void UpsertAll(Collection& collection, const std::vector<Document>& documents) {
+  for (size_t begin = 0; begin < documents.size(); begin += 256) {
+    const size_t end = std::min(documents.size(), begin + 256);
+    ExpectAllOk(collection.Upsert(
+        std::vector<Document>(documents.begin() + begin, documents.begin() + end)));
+  }
+}
+
+TEST(CentroidStage, SwitchesPastTheThresholdAndKeepsRecall) {
+  TempDir dir;
+  auto engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok());
+  CollectionSchema schema = Schema("switch", kDim);
+  schema.candidates.centroid_min_vectors = 30'000;
+  auto collection = (*engine)->CreateCollection(schema);
+  ASSERT_TRUE(collection.ok());
+  Corpus corpus(kDim, 17);
+  std::vector<Document> sources;
+  std::vector<Document> documents = FamiliesAndNoise(corpus, 200, 2400, &sources);
+  for (Document& document : documents) {
+    document.attributes["group"] = static_cast<int64_t>(document.id.size() % 3);
+  }
+  UpsertAll(**collection, std::vector<Document>(documents.begin(), documents.begin() + 300));
+  EXPECT_EQ(StageOf(**collection), "IDMap2,Flat");
+  UpsertAll(**collection, std::vector<Document>(documents.begin() + 300, documents.end()));
+  Impl(**collection).WaitForTrainingForTesting();
+  const CollectionStats stats = (*collection)->Stats();
+  ASSERT_TRUE(absl::StartsWith(stats.candidate_indexes[0], "Centroid"))
+      << stats.candidate_indexes[0];
+  EXPECT_EQ(stats.candidate_vectors, stats.rerank_vectors);
+  // 2-bit residuals of dim 48 are 12 bytes, plus the ordinal; the codebook is amortised.
+  EXPECT_LT(stats.candidate_bytes, stats.rerank_vectors * 40);
+
+  double recall = 0, filtered_recall = 0;
+  const int queries = 40;
+  for (int q = 0; q < queries; ++q) {
+    const std::vector<float> query = corpus.QueryFrom(sources[q * 5], 24);
+    const FloatMatrixView view{query.data(), 24, kDim};
+    SearchOptions options;
+    auto fast = (*collection)->Search(view, options);
+    options.exhaustive = true;
+    auto exact = (*collection)->Search(view, options);
+    ASSERT_TRUE(fast.ok() && exact.ok()) << fast.status() << exact.status();
+    EXPECT_FALSE(fast->exhaustive);
+    EXPECT_LE(fast->documents_scored, 100);
+    std::set<std::string> truth;
+    for (const SearchHit& hit : exact->hits) truth.insert(hit.id);
+    for (const SearchHit& hit : fast->hits) recall += truth.count(hit.id) / 10.0;
+
+    SearchOptions filtered;
+    filtered.filter.all_of.push_back(
+        FilterCondition{"group", FilterCondition::Op::kEq, {int64_t{1}}});
+    filtered.explain = true;
+    auto fast_filtered = (*collection)->Search(view, filtered);
+    filtered.exhaustive = true;
+    auto exact_filtered = (*collection)->Search(view, filtered);
+    ASSERT_TRUE(fast_filtered.ok() && exact_filtered.ok());
+    ASSERT_EQ(fast_filtered->hits.size(), 10u);
+    std::set<std::string> filtered_truth;
+    for (const SearchHit& hit : exact_filtered->hits) filtered_truth.insert(hit.id);
+    for (const SearchHit& hit : fast_filtered->hits) {
+      EXPECT_EQ(hit.id.size() % 3, 1u) << hit.id;
+      EXPECT_EQ(hit.explanation.size(), 24u);
+      filtered_recall += filtered_truth.count(hit.id) / 10.0;
+    }
+  }
+  recall /= queries;
+  filtered_recall /= queries;
+  std::cout << "centroid stage recall@10 " << recall << ", filtered " << filtered_recall << "\n";
+  EXPECT_GE(recall, 0.95);
+  EXPECT_GE(filtered_recall, 0.95);
+}
+
+// Arms a training hook that blocks the training (after it encoded the shard, before it catches up
+// and swaps) until Release().
+class TrainingGate {
+ public:
+  explicit TrainingGate(internal::CollectionImpl& collection) {
+    collection.SetTrainingHookForTesting([this] {
+      if (!armed_.exchange(false)) return;
+      reached_.set_value();
+      released_.wait();
+    });
+  }
+  void Arm() {
+    reached_ = std::promise<void>();
+    release_ = std::promise<void>();
+    released_ = release_.get_future().share();
+    armed_ = true;
+  }
+  // True when a training reached the hook within the timeout.
+  bool WaitReached() {
+    return reached_.get_future().wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  }
+  void Release() { release_.set_value(); }
+
+ private:
+  std::atomic<bool> armed_{false};
+  std::promise<void> reached_;
+  std::promise<void> release_;
+  std::shared_future<void> released_;
+};
+
+// Documents written, replaced and deleted while a training runs, and the checks that they are
+// found (by their own tokens) or never returned.
+class LiveWrites {
+ public:
+  LiveWrites(Collection& collection, Corpus& corpus) : collection_(collection), corpus_(corpus) {}
+
+  void WriteRound(int round) {
+    std::vector<Document> batch;
+    for (int i = 0; i < 60; ++i) {
+      batch.push_back(corpus_.Make(absl::StrCat("live", round, "-", i), 40));
+    }
+    // Replace some of the previous round's documents and delete others.
+    for (int i = 0; i < 20 && !found_.empty(); ++i) {
+      const std::string id = found_.begin()->first;
+      found_.erase(found_.begin());
+      batch.push_back(corpus_.Make(id, 40));
+    }
+    std::vector<std::string> deletes;
+    for (int i = 0; i < 20 && !found_.empty(); ++i) {
+      deletes.push_back(found_.begin()->first);
+      deleted_[found_.begin()->first] = found_.begin()->second;
+      found_.erase(found_.begin());
+    }
+    for (const Document& document : batch) {
+      found_[document.id] = document;
+      deleted_.erase(document.id);
+    }
+    ExpectAllOk(collection_.Upsert(batch));
+    ASSERT_TRUE(collection_.Delete(deletes).ok());
+  }
+
+  void Check() {
+    for (const auto& [id, document] : found_) {
+      auto result = collection_.Search(
+          FloatMatrixView{document.tokens.data(), document.num_tokens, document.dim}, {});
+      ASSERT_TRUE(result.ok()) << result.status();
+      ASSERT_FALSE(result->hits.empty());
+      EXPECT_EQ(result->hits[0].id, id) << "an acknowledged upsert is not found first";
+    }
+    for (const auto& [id, document] : deleted_) {
+      EXPECT_EQ(collection_.Get(id).status().code(), absl::StatusCode::kNotFound) << id;
+      SearchOptions options;
+      options.k = 50;
+      auto result = collection_.Search(
+          FloatMatrixView{document.tokens.data(), document.num_tokens, document.dim}, options);
+      ASSERT_TRUE(result.ok());
+      for (const SearchHit& hit : result->hits) EXPECT_NE(hit.id, id) << "a deleted document";
+    }
+  }
+
+ private:
+  Collection& collection_;
+  Corpus& corpus_;
+  std::map<std::string, Document> found_;
+  std::map<std::string, Document> deleted_;
+};
+
+TEST(CentroidStage, WritesDuringTrainingAndRetrainingAreFoundAndDeletesNeverReturned) {
+  TempDir dir;
+  Corpus corpus(kDim, 23);
+  std::vector<Document> sources;
+  const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 1000, &sources);
+  {
+    auto engine = Engine::Open(dir.path());
+    ASSERT_TRUE(engine.ok());
+    CollectionSchema schema = Schema("live", kDim);
+    schema.candidates.factory = "centroid";
+    schema.candidates.centroid_min_training_vectors = 8'000;
+    auto collection = (*engine)->CreateCollection(schema);
+    ASSERT_TRUE(collection.ok());
+    TrainingGate gate(Impl(**collection));
+    LiveWrites live(**collection, corpus);
+
+    // The first training: from the exact candidate scan to the centroid index.
+    gate.Arm();
+    UpsertAll(**collection, std::vector<Document>(documents.begin(), documents.begin() + 500));
+    ASSERT_TRUE(gate.WaitReached());
+    EXPECT_EQ(StageOf(**collection), "IDMap2,Flat");
+    for (int round = 0; round < 3; ++round) live.WriteRound(round);
+    live.Check();
+    gate.Release();
+    Impl(**collection).WaitForTrainingForTesting();
+    ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid")) << StageOf(**collection);
+    live.Check();
+
+    // A retrain once the shard has doubled, with writes going on against the old index.
+    gate.Arm();
+    UpsertAll(**collection, std::vector<Document>(documents.begin() + 500, documents.end()));
+    ASSERT_TRUE(gate.WaitReached());
+    for (int round = 3; round < 6; ++round) live.WriteRound(round);
+    live.Check();
+    gate.Release();
+    Impl(**collection).WaitForTrainingForTesting();
+    live.Check();
+    for (int round = 6; round < 8; ++round) live.WriteRound(round);
+    live.Check();
+    ASSERT_TRUE((*collection)->Snapshot().ok());
+  }
+  // Reopened: the lists come back from the stored codes.
+  auto engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok());
+  auto collection = (*engine)->GetCollection("live");
+  ASSERT_TRUE(collection.ok());
+  ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid"));
+  const CollectionStats stats = (*collection)->Stats();
+  EXPECT_EQ(stats.candidate_vectors, stats.rerank_vectors);
+  for (int q = 0; q < 20; ++q) {
+    const std::vector<float> query = corpus.QueryFrom(sources[q], 24);
+    SearchOptions options;
+    auto fast = (*collection)->Search(FloatMatrixView{query.data(), 24, kDim}, options);
+    ASSERT_TRUE(fast.ok());
+    EXPECT_EQ(fast->hits.size(), 10u);
+  }
+}
+
+}  // namespace
+}  // namespace tessera
