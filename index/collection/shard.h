@@ -79,6 +79,7 @@ struct ShardStats {
   int64_t disk_bytes = 0;
   int64_t resident_bytes = 0;  // rerank vectors held in memory
   std::string candidate_index;
+  bool training = false;  // a centroid training runs in the background
 };
 
 // Stage 1 of one query on one shard.
@@ -212,7 +213,9 @@ class Shard {
   uint64_t next_commit_ ABSL_GUARDED_BY(apply_mu_) = 1;
   // The highest iid the candidate index reflects (what a snapshot covers).
   uint64_t max_indexed_iid_ ABSL_GUARDED_BY(apply_mu_) = 0;
-  bool training_ ABSL_GUARDED_BY(apply_mu_) = false;
+  // Set and cleared under apply_mu_; atomic so that Stats() reads it without waiting for a
+  // training's catch-up, which holds apply_mu_.
+  std::atomic<bool> training_{false};
   // Rerank vectors the current codebook was trained on (0: no codebook).
   int64_t trained_vectors_ ABSL_GUARDED_BY(apply_mu_) = 0;
   std::function<void()> training_hook_ ABSL_GUARDED_BY(apply_mu_);

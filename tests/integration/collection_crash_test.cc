@@ -2,19 +2,24 @@
 // through the Engine API and reports every acknowledged write on a pipe; the parent SIGKILLs it at
 // a random moment, reopens the engine and checks that every acknowledged document is present and
 // byte-identical to what pooling its content gives, that acknowledged deletes stuck, that nothing
-// half-written is visible, and that searches find the documents. 20 trials.
+// half-written is visible, and that searches find the documents: 20 trials at random moments, and
+// 6 more killed inside a background training of the centroid index.
 //
 // The binary re-executes itself with --child=DIR for the writer (a fresh process, so RocksDB's
 // threads start cleanly), hence its own main().
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <random>
 #include <set>
 #include <sstream>
@@ -23,6 +28,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "index/collection/collection_impl.h"
 #include "tessera/engine.h"
 #include "tessera/float16.h"
 
@@ -39,6 +45,16 @@ CollectionSchema Schema() {
   schema.dim = kDim;
   schema.num_shards = 2;
   schema.attributes = {{"generation", AttributeType::kInt64}};
+  return schema;
+}
+
+// Stage 1 is the centroid index from 2,000 rerank vectors per shard on, retrained at every
+// doubling: the writers are killed while a training runs.
+CollectionSchema CentroidSchema() {
+  CollectionSchema schema = Schema();
+  schema.name = "crash_centroid";
+  schema.candidates.factory = "centroid";
+  schema.candidates.centroid_min_training_vectors = 2000;
   return schema;
 }
 
@@ -71,11 +87,23 @@ Document MakeDocument(int id, int64_t generation) {
 // Writer: batches of new documents, rewrites of earlier ones (generation + 1) and deletes of ids it
 // never touches again. One line per acknowledged operation: "U id generation" or "D id", and
 // "P id" before a delete starts (pending: it may or may not land if the kill comes first).
-int RunChild(const std::string& dir, int seed) {
+// With `announce_training` = n > 0, the n-th training of a shard, once it has encoded the shard,
+// reports "T" and then takes 300 ms more before it swaps its index in, so that the parent can kill
+// the writer inside it.
+int RunChild(const std::string& dir, const std::string& name, int seed, int announce_training) {
   auto engine = Engine::Open(dir);
   if (!engine.ok()) return 3;
-  auto collection = (*engine)->GetCollection("crash");
+  auto collection = (*engine)->GetCollection(name);
   if (!collection.ok()) return 4;
+  if (announce_training > 0) {
+    auto trainings = std::make_shared<std::atomic<int>>(0);
+    dynamic_cast<internal::CollectionImpl&>(**collection)
+        .SetTrainingHookForTesting([trainings, announce_training] {
+          if (++*trainings != announce_training) return;
+          if (::write(STDOUT_FILENO, "T\n", 2) != 2) ::_exit(8);
+          ::usleep(300 * 1000);
+        });
+  }
   std::mt19937 rng(seed);
   std::map<int, int64_t> generation;
   int next_id = 0;
@@ -128,14 +156,31 @@ int RunChild(const std::string& dir, int seed) {
   return 0;
 }
 
-TEST(CollectionCrash, AcknowledgedWritesSurviveSigkill) {
-  const fs::path dir =
-      fs::path(::testing::TempDir()) / absl::StrCat("collection_crash_", ::getpid());
+// Reads the child's reports until a line "T" arrives (true) or the child exits or 60 s pass.
+bool ReadUntilTraining(int fd, std::string* lines) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  char buffer[4096];
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd poll_fd{fd, POLLIN, 0};
+    if (::poll(&poll_fd, 1, 100) <= 0) continue;
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n <= 0) return false;
+    lines->append(buffer, n);
+    if (lines->find("T\n") != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Trials of: start a writer on the collection `schema` names, SIGKILL it, verify what it
+// acknowledged. With `during_training`, the kill lands within a training of the centroid index.
+void RunTrials(const CollectionSchema& schema, int trials, bool during_training) {
+  const fs::path dir = fs::path(::testing::TempDir()) /
+                       absl::StrCat("collection_crash_", schema.name, "_", ::getpid());
   fs::remove_all(dir);
   {
     auto engine = Engine::Open(dir.string());
     ASSERT_TRUE(engine.ok()) << engine.status();
-    ASSERT_TRUE((*engine)->CreateCollection(Schema()).ok());
+    ASSERT_TRUE((*engine)->CreateCollection(schema).ok());
   }
   std::mt19937 rng(2026);
   // What the children acknowledged, across all trials (each trial continues the same collection).
@@ -143,7 +188,15 @@ TEST(CollectionCrash, AcknowledgedWritesSurviveSigkill) {
   std::map<int, bool> deleted;
   std::set<int> pending_delete;
   int total_acknowledged = 0;
-  for (int trial = 0; trial < 20; ++trial) {
+  int killed_in_training = 0;
+  for (int trial = 0; trial < trials; ++trial) {
+    if (during_training) {
+      // A fresh collection, so that its trainings come at the same sizes in every trial.
+      auto engine = Engine::Open(dir.string());
+      ASSERT_TRUE(engine.ok()) << engine.status();
+      ASSERT_TRUE((*engine)->DropCollection(schema.name).ok());
+      ASSERT_TRUE((*engine)->CreateCollection(schema).ok());
+    }
     int fds[2];
     ASSERT_EQ(::pipe(fds), 0);
     const pid_t pid = ::fork();
@@ -152,24 +205,36 @@ TEST(CollectionCrash, AcknowledgedWritesSurviveSigkill) {
       ::dup2(fds[1], STDOUT_FILENO);
       ::close(fds[0]);
       const std::string child = absl::StrCat("--child=", dir.string());
+      const std::string name = absl::StrCat("--collection=", schema.name);
       const std::string seed = absl::StrCat("--seed=", 1000 + trial);
-      ::execl(g_self, g_self, child.c_str(), seed.c_str(), static_cast<char*>(nullptr));
+      // Alternately the first training (candidate scan → centroid index) and a retraining.
+      const std::string announce =
+          absl::StrCat("--announce_training=", during_training ? 1 + trial % 2 : 0);
+      ::execl(g_self, g_self, child.c_str(), name.c_str(), seed.c_str(), announce.c_str(),
+              static_cast<char*>(nullptr));
       ::_exit(127);
     }
     ::close(fds[1]);
-    const int delay_ms = 100 + static_cast<int>(rng() % 500);
-    ::usleep(delay_ms * 1000);
+    std::string lines;
+    if (during_training) {
+      ASSERT_TRUE(ReadUntilTraining(fds[0], &lines)) << "trial " << trial << ": no training";
+      ++killed_in_training;
+      ::usleep(static_cast<int>(rng() % 400) * 1000);
+    } else {
+      ::usleep((100 + static_cast<int>(rng() % 500)) * 1000);
+    }
     ::kill(pid, SIGKILL);
     int status = 0;
     ::waitpid(pid, &status, 0);
     ASSERT_TRUE(WIFSIGNALED(status)) << "the writer exited early with " << WEXITSTATUS(status);
-    std::string lines;
     char buffer[4096];
     for (ssize_t n; (n = ::read(fds[0], buffer, sizeof(buffer))) > 0;) lines.append(buffer, n);
     ::close(fds[0]);
     // Only whole lines count: the child may die after a partial write (it writes one report per
     // acknowledged batch, so a torn report can only be the last).
-    std::istringstream in(lines.substr(0, lines.rfind('\n') + 1));
+    std::string whole = lines.substr(0, lines.rfind('\n') + 1);
+    for (size_t at; (at = whole.find("T\n")) != std::string::npos;) whole.erase(at, 2);
+    std::istringstream in(whole);
     std::string op;
     int id;
     // Ids are per child run; keep them apart across trials.
@@ -193,7 +258,7 @@ TEST(CollectionCrash, AcknowledgedWritesSurviveSigkill) {
     // collection before the next child starts.
     auto engine = Engine::Open(dir.string());
     ASSERT_TRUE(engine.ok()) << engine.status();
-    auto collection = (*engine)->GetCollection("crash");
+    auto collection = (*engine)->GetCollection(schema.name);
     ASSERT_TRUE(collection.ok());
     int64_t present = 0;
     for (const auto& [key, g] : acknowledged) {
@@ -208,7 +273,7 @@ TEST(CollectionCrash, AcknowledgedWritesSurviveSigkill) {
       const Document expected_source = MakeDocument(local, found);
       auto pooled = PoolDocument(
           FloatMatrixView{expected_source.tokens.data(), expected_source.num_tokens, kDim},
-          std::nullopt, Schema().pooling);
+          std::nullopt, schema.pooling);
       ASSERT_TRUE(pooled.ok());
       std::vector<Float16> half(pooled->vectors.size());
       FloatToHalf(pooled->vectors.data(), pooled->vectors.size(), half.data());
@@ -254,10 +319,18 @@ TEST(CollectionCrash, AcknowledgedWritesSurviveSigkill) {
     }
     EXPECT_EQ(seen, live);
   }
-  std::printf("%d acknowledged upserts over 20 SIGKILLed writers, all verified\n",
-              total_acknowledged);
+  std::printf(
+      "%s: %d acknowledged upserts over %d SIGKILLed writers (%d inside a training), all "
+      "verified\n",
+      schema.name.c_str(), total_acknowledged, trials, killed_in_training);
   EXPECT_GT(total_acknowledged, 100);
   fs::remove_all(dir);
+}
+
+TEST(CollectionCrash, AcknowledgedWritesSurviveSigkill) { RunTrials(Schema(), 20, false); }
+
+TEST(CollectionCrash, AcknowledgedWritesSurviveSigkillDuringCentroidTraining) {
+  RunTrials(CentroidSchema(), 6, true);
 }
 
 }  // namespace
@@ -265,8 +338,10 @@ TEST(CollectionCrash, AcknowledgedWritesSurviveSigkill) {
 
 int main(int argc, char** argv) {
   tessera::g_self = argv[0];
-  if (argc == 3 && std::strncmp(argv[1], "--child=", 8) == 0) {
-    return tessera::RunChild(argv[1] + 8, std::atoi(argv[2] + 7));
+  if (argc == 5 && std::strncmp(argv[1], "--child=", 8) == 0) {
+    return tessera::RunChild(argv[1] + 8, argv[2] + std::strlen("--collection="),
+                             std::atoi(argv[3] + std::strlen("--seed=")),
+                             std::atoi(argv[4] + std::strlen("--announce_training=")));
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
