@@ -1,14 +1,20 @@
 // End-to-end index benchmark through the public engine API (not a Google Benchmark: it measures a
-// whole workload). Ingests synthetic ColBERT-like documents, then measures search latency and QPS
-// at k = 10 with default parameters, recall@10 against exhaustive search, and storage figures.
+// whole workload; scripts/bench-scale and scripts/bench-index run it). Builds one collection
+// (ingest, the shard's background training, a flush), then runs the queries one at a time with
+// default options (latency, QPS) and exhaustively (recall@10 of the default against exact MaxSim
+// over every document, and the exhaustive latency), and reports build, memory and storage figures
+// as JSON. --nprobe / --num_candidates measure more search settings on the same collection (every
+// combination; the first is the one the top-level keys report).
 //
-//   tessera-bench-index [--docs N] [--tokens T] [--dim D] [--queries Q] [--recall_queries R]
-//                       [--pool_factor P] [--candidates pooled|global] [--candidate_pool_factor C]
-//                       [--factory F] [--data_dir DIR] [--json FILE] [--threads N]
+//   tessera-bench-index [--docs N] [--tokens T] [--dim D] [--queries Q] [--pool_factor P]
+//                       [--candidates pooled|global] [--candidate_pool_factor C] [--factory F]
+//                       [--resample_from DIR] [--data_dir DIR] [--json FILE] [--threads N]
+//                       [--nprobe P1,P2,...] [--num_candidates N1,N2,...]
 //
-// Documents mix four of 1,024 topic directions (token noise of norm 0.6 around them); one in five
-// is a near duplicate of the previous one (noise of norm 0.2). Queries are 32 tokens drawn from a
-// random document with noise of norm 0.4.
+// Synthetic corpus (default): documents mix four of 1,024 topic directions (token noise of norm
+// 0.6 around them); one in five is a near duplicate of the previous one (noise of norm 0.2).
+// Queries are 32 tokens drawn from a random document with noise of norm 0.4. With
+// --resample_from, documents and queries come from real token embeddings (ResampledCorpus).
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -18,14 +24,20 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/npy/npy.h"
 #include "tessera/engine.h"
+#include "tessera/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -36,13 +48,15 @@ struct Flags {
   int64_t docs = 100000;
   int64_t tokens = 128;
   int64_t dim = 128;
-  int queries = 500;
-  int recall_queries = 50;
+  int queries = 200;
   int pool_factor = 2;
   int threads = 0;
+  std::vector<int> nprobes = {0};  // search settings measured, each against exhaustive
+  std::vector<int> num_candidates = {0};
   std::string candidates = "pooled";  // pooled | global
   int candidate_pool_factor = 4;
   std::string factory = "auto";
+  std::string resample_from;  // resample_source.py output
   std::string data_dir = "/tmp/tessera-bench-index";
   std::string json;
 };
@@ -59,10 +73,16 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       ok = absl::SimpleAtoi(value, &flags->dim);
     } else if (flag == "--queries") {
       ok = absl::SimpleAtoi(value, &flags->queries);
-    } else if (flag == "--recall_queries") {
-      ok = absl::SimpleAtoi(value, &flags->recall_queries);
     } else if (flag == "--pool_factor") {
       ok = absl::SimpleAtoi(value, &flags->pool_factor);
+    } else if (flag == "--nprobe" || flag == "--num_candidates") {
+      std::vector<int>& list = flag == "--nprobe" ? flags->nprobes : flags->num_candidates;
+      list.clear();
+      for (absl::string_view item : absl::StrSplit(value, ',')) {
+        int parsed = 0;
+        ok = ok && absl::SimpleAtoi(item, &parsed) && parsed >= 0;
+        list.push_back(parsed);
+      }
     } else if (flag == "--threads") {
       ok = absl::SimpleAtoi(value, &flags->threads);
     } else if (flag == "--candidates") {
@@ -72,6 +92,8 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       ok = absl::SimpleAtoi(value, &flags->candidate_pool_factor);
     } else if (flag == "--factory") {
       flags->factory = value;
+    } else if (flag == "--resample_from") {
+      flags->resample_from = value;
     } else if (flag == "--data_dir") {
       flags->data_dir = value;
     } else if (flag == "--json") {
@@ -85,6 +107,15 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
     }
   }
   return argc % 2 == 1;
+}
+
+// Each row of v (rows × dim) scaled to unit L2 norm.
+void NormalizeRows(std::vector<float>& v, int64_t dim) {
+  for (size_t r = 0; r < v.size() / dim; ++r) {
+    double s = 0;
+    for (int64_t k = 0; k < dim; ++k) s += v[r * dim + k] * v[r * dim + k];
+    for (int64_t k = 0; k < dim; ++k) v[r * dim + k] /= std::sqrt(s);
+  }
 }
 
 class Generator {
@@ -132,19 +163,85 @@ class Generator {
   }
 
  private:
-  void Normalize(std::vector<float>& v) {
-    for (size_t r = 0; r < v.size() / dim_; ++r) {
-      double s = 0;
-      for (int64_t k = 0; k < dim_; ++k) s += v[r * dim_ + k] * v[r * dim_ + k];
-      for (int64_t k = 0; k < dim_; ++k) v[r * dim_ + k] /= std::sqrt(s);
-    }
-  }
+  void Normalize(std::vector<float>& v) { NormalizeRows(v, dim_); }
 
   int64_t dim_;
   float scale_;  // noise levels are norms relative to unit vectors: per-coordinate σ = level/√dim
   std::mt19937 rng_;
   std::normal_distribution<float> normal_;
   std::vector<float> topics_;
+};
+
+// Documents made of spans of real token embeddings (scripts/bench-scale --corpus resampled):
+// each document concatenates spans of up to kSpan consecutive tokens of random source documents,
+// adds noise of norm kNoise per token and renormalises; queries are the source's real queries.
+class ResampledCorpus {
+ public:
+  static constexpr int64_t kSpan = 32;
+  static constexpr float kNoise = 0.1f;
+
+  static absl::StatusOr<ResampledCorpus> Load(const std::string& dir, int64_t dim) {
+    ResampledCorpus corpus(dim);
+    TESSERA_RETURN_IF_ERROR(LoadSide(dir, "doc", dim, &corpus.doc_tokens_, &corpus.doc_offsets_));
+    TESSERA_RETURN_IF_ERROR(
+        LoadSide(dir, "query", dim, &corpus.query_tokens_, &corpus.query_offsets_));
+    return corpus;
+  }
+
+  std::vector<float> Document(int64_t tokens) {
+    std::uniform_int_distribution<int64_t> source(0, doc_offsets_.size() - 2);
+    std::vector<float> out;
+    out.reserve(tokens * dim_);
+    while (static_cast<int64_t>(out.size()) < tokens * dim_) {
+      const int64_t d = source(rng_);
+      const int64_t length = doc_offsets_[d + 1] - doc_offsets_[d];
+      const int64_t span =
+          std::min({kSpan, length, tokens - static_cast<int64_t>(out.size()) / dim_});
+      const int64_t first =
+          doc_offsets_[d] + std::uniform_int_distribution<int64_t>(0, length - span)(rng_);
+      out.insert(out.end(), doc_tokens_.begin() + first * dim_,
+                 doc_tokens_.begin() + (first + span) * dim_);
+    }
+    const float sigma = kNoise / std::sqrt(static_cast<float>(dim_));
+    for (float& v : out) v += sigma * normal_(rng_);
+    NormalizeRows(out, dim_);
+    return out;
+  }
+
+  int64_t num_queries() const { return static_cast<int64_t>(query_offsets_.size()) - 1; }
+  std::vector<float> Query(int64_t q) const {
+    return std::vector<float>(query_tokens_.begin() + query_offsets_[q] * dim_,
+                              query_tokens_.begin() + query_offsets_[q + 1] * dim_);
+  }
+
+ private:
+  explicit ResampledCorpus(int64_t dim) : dim_(dim), rng_(42) {}
+
+  static absl::Status LoadSide(const std::string& dir, const std::string& side, int64_t dim,
+                               std::vector<float>* tokens, std::vector<int64_t>* offsets) {
+    TESSERA_ASSIGN_OR_RETURN(NpyArray token_array,
+                             ReadNpyFile(absl::StrCat(dir, "/", side, "_tokens.npy")));
+    TESSERA_ASSIGN_OR_RETURN(NpyArray offset_array,
+                             ReadNpyFile(absl::StrCat(dir, "/", side, "_offsets.npy")));
+    if (token_array.shape.size() != 2 || token_array.shape[1] != dim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir, "/", side, "_tokens.npy: expected rows × ", dim));
+    }
+    TESSERA_ASSIGN_OR_RETURN(*tokens, token_array.ToFloat32());
+    TESSERA_ASSIGN_OR_RETURN(*offsets, offset_array.ToInt64());
+    if (offsets->size() < 2 || offsets->front() != 0 || offsets->back() != token_array.shape[0] ||
+        !std::is_sorted(offsets->begin(), offsets->end())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(dir, "/", side, "_offsets.npy does not partition the tokens"));
+    }
+    return absl::OkStatus();
+  }
+
+  int64_t dim_;
+  std::mt19937 rng_;
+  std::normal_distribution<float> normal_;
+  std::vector<float> doc_tokens_, query_tokens_;
+  std::vector<int64_t> doc_offsets_, query_offsets_;
 };
 
 int64_t DirectoryBytes(const std::string& path) {
@@ -161,15 +258,27 @@ double Percentile(std::vector<double> values, double p) {
   return values[index];
 }
 
+double Since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+int Fail(const absl::Status& status) {
+  std::cerr << status << "\n";
+  return 1;
+}
+
 int Run(const Flags& flags) {
+  std::optional<ResampledCorpus> resampled;
+  if (!flags.resample_from.empty()) {
+    auto loaded = ResampledCorpus::Load(flags.resample_from, flags.dim);
+    if (!loaded.ok()) return Fail(loaded.status());
+    resampled = std::move(*loaded);
+  }
   std::filesystem::remove_all(flags.data_dir);
   EngineOptions options;
   options.threads = flags.threads;
   auto engine = Engine::Open(flags.data_dir, options);
-  if (!engine.ok()) {
-    std::cerr << engine.status() << "\n";
-    return 1;
-  }
+  if (!engine.ok()) return Fail(engine.status());
   CollectionSchema schema;
   schema.name = "bench";
   schema.dim = flags.dim;
@@ -179,107 +288,134 @@ int Run(const Flags& flags) {
   schema.candidates.pool_factor = flags.candidate_pool_factor;
   schema.candidates.factory = flags.factory;
   auto collection = (*engine)->CreateCollection(schema);
-  if (!collection.ok()) {
-    std::cerr << collection.status() << "\n";
-    return 1;
-  }
+  if (!collection.ok()) return Fail(collection.status());
+
+  // Build: ingest, the background training the shard started, and a flush.
   Generator generator(flags.dim, 42);
-  // Keep a sample of documents to draw queries from.
-  std::vector<std::vector<float>> sample;
+  std::vector<std::vector<float>> sample;  // synthetic queries are drawn from these documents
+  const int64_t sample_every = std::max<int64_t>(1, flags.docs / 1000);
   std::vector<float> previous;
-  const Clock::time_point ingest_start = Clock::now();
+  const Clock::time_point build_start = Clock::now();
   constexpr int64_t kBatch = 256;
   for (int64_t begin = 0; begin < flags.docs; begin += kBatch) {
     std::vector<Document> batch;
     for (int64_t d = begin; d < std::min(flags.docs, begin + kBatch); ++d) {
       Document document;
       document.id = absl::StrCat("doc-", d);
-      document.tokens =
-          (d % 5 == 4) ? generator.NearDuplicate(previous) : generator.Document(flags.tokens);
-      previous = document.tokens;
+      if (resampled) {
+        document.tokens = resampled->Document(flags.tokens);
+      } else {
+        document.tokens =
+            (d % 5 == 4) ? generator.NearDuplicate(previous) : generator.Document(flags.tokens);
+        previous = document.tokens;
+        if (d % sample_every == 0) sample.push_back(document.tokens);
+      }
       document.num_tokens = flags.tokens;
       document.dim = flags.dim;
-      if (d % 97 == 0) sample.push_back(document.tokens);
       batch.push_back(std::move(document));
     }
     for (const UpsertOutcome& outcome : (*collection)->Upsert(std::move(batch))) {
-      if (!outcome.status.ok()) {
-        std::cerr << outcome.status << "\n";
-        return 1;
-      }
+      if (!outcome.status.ok()) return Fail(outcome.status);
     }
     if ((begin / kBatch) % 40 == 0) {
-      std::cerr << "ingested " << std::min(flags.docs, begin + kBatch) << "\r" << std::flush;
+      std::cerr << "ingested " << std::min(flags.docs, begin + kBatch) << " in "
+                << static_cast<int>(Since(build_start)) << " s\r" << std::flush;
     }
   }
-  const double ingest_seconds = std::chrono::duration<double>(Clock::now() - ingest_start).count();
-  if (!(*collection)->Snapshot().ok()) return 1;
+  const double ingest_seconds = Since(build_start);
+  while ((*collection)->Stats().training_shards > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (absl::Status status = (*collection)->Snapshot(); !status.ok()) return Fail(status);
+  const double build_seconds = Since(build_start);
+  std::cerr << "\nbuilt in " << build_seconds << " s\n";
   const CollectionStats stats = (*collection)->Stats();
 
-  // Latency and QPS, one query at a time (the server's per-request path).
   std::vector<std::vector<float>> queries;
   std::mt19937 pick(7);
   for (int q = 0; q < flags.queries; ++q) {
-    queries.push_back(generator.Query(sample[pick() % sample.size()], 32));
+    queries.push_back(resampled ? resampled->Query(q % resampled->num_queries())
+                                : generator.Query(sample[pick() % sample.size()], 32));
   }
-  std::vector<double> latencies;
-  double candidates_ms = 0, fetch_ms = 0, rerank_ms = 0;
-  int64_t scored = 0;
-  const Clock::time_point search_start = Clock::now();
-  for (const auto& query : queries) {
-    const Clock::time_point start = Clock::now();
-    auto result = (*collection)->Search(FloatMatrixView{query.data(), 32, flags.dim}, {});
-    if (!result.ok()) {
-      std::cerr << result.status() << "\n";
-      return 1;
-    }
-    latencies.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-    candidates_ms += result->timings.candidates_ms;
-    fetch_ms += result->timings.fetch_ms;
-    rerank_ms += result->timings.rerank_ms;
-    scored += result->documents_scored;
-  }
-  const double search_seconds = std::chrono::duration<double>(Clock::now() - search_start).count();
+  auto view = [&](const std::vector<float>& query) {
+    return FloatMatrixView{query.data(), static_cast<int64_t>(query.size()) / flags.dim, flags.dim};
+  };
 
-  // Recall@10 against exhaustive search.
-  double recall = 0;
-  const int recall_queries = std::min<int>(flags.recall_queries, queries.size());
-  for (int q = 0; q < recall_queries; ++q) {
-    const FloatMatrixView view{queries[q].data(), 32, flags.dim};
+  // The exact top 10 of every query: exhaustive MaxSim over every stored document.
+  std::vector<std::set<std::string>> truth(queries.size());
+  double exhaustive_seconds = 0;
+  for (size_t q = 0; q < queries.size(); ++q) {
     SearchOptions exhaustive;
     exhaustive.exhaustive = true;
-    auto exact = (*collection)->Search(view, exhaustive);
-    auto fast = (*collection)->Search(view, {});
-    if (!exact.ok() || !fast.ok()) return 1;
-    std::set<std::string> truth;
-    for (const SearchHit& hit : exact->hits) truth.insert(hit.id);
-    for (const SearchHit& hit : fast->hits) recall += truth.count(hit.id) / 10.0;
+    const Clock::time_point start = Clock::now();
+    auto exact = (*collection)->Search(view(queries[q]), exhaustive);
+    exhaustive_seconds += Since(start);
+    if (!exact.ok()) return Fail(exact.status());
+    for (const SearchHit& hit : exact->hits) truth[q].insert(hit.id);
   }
-  recall /= std::max(1, recall_queries);
+  const double num_queries = static_cast<double>(queries.size());
+
+  // Per search setting (the first is what the top-level keys report; 0 = the default): latency
+  // and QPS one query at a time (the server's per-request path), and recall@10 against the exact
+  // top 10.
+  std::string top_level, settings;
+  for (int nprobe : flags.nprobes) {
+    for (int num_candidates : flags.num_candidates) {
+      SearchOptions options;
+      options.nprobe = nprobe;
+      options.num_candidates = num_candidates;
+      std::vector<double> latencies;
+      double candidates_ms = 0, fetch_ms = 0, rerank_ms = 0, recall = 0;
+      int64_t scored = 0;
+      const Clock::time_point search_start = Clock::now();
+      for (size_t q = 0; q < queries.size(); ++q) {
+        const Clock::time_point start = Clock::now();
+        auto result = (*collection)->Search(view(queries[q]), options);
+        if (!result.ok()) return Fail(result.status());
+        latencies.push_back(1000 * Since(start));
+        candidates_ms += result->timings.candidates_ms;
+        fetch_ms += result->timings.fetch_ms;
+        rerank_ms += result->timings.rerank_ms;
+        scored += result->documents_scored;
+        for (const SearchHit& hit : result->hits) recall += truth[q].count(hit.id) / 10.0;
+      }
+      const double search_seconds = Since(search_start);
+      const std::string figures = absl::StrCat(
+          "\"nprobe\": ", nprobe, ", \"num_candidates\": ", num_candidates,
+          ", \"qps\": ", num_queries / search_seconds,
+          ", \"p50_ms\": ", Percentile(latencies, 0.50),
+          ", \"p95_ms\": ", Percentile(latencies, 0.95),
+          ", \"p99_ms\": ", Percentile(latencies, 0.99),
+          ", \"stage_ms_mean\": {\"candidates\": ", candidates_ms / num_queries,
+          ", \"fetch\": ", fetch_ms / num_queries, ", \"rerank\": ", rerank_ms / num_queries,
+          "}, \"documents_scored_per_query\": ", scored / num_queries,
+          ", \"recall_at_10\": ", recall / num_queries);
+      if (top_level.empty()) top_level = figures;
+      absl::StrAppend(&settings, settings.empty() ? "" : ",\n    ", "{", figures, "}");
+      std::cerr << "{" << figures << "}\n";
+    }
+  }
 
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   const double n = static_cast<double>(flags.docs);
   const int64_t disk = DirectoryBytes(flags.data_dir);
+  const double pooled = static_cast<double>(stats.rerank_vectors);
   std::string json = absl::StrCat(
-      "{\n  \"documents\": ", flags.docs, ",\n  \"tokens_per_document\": ", flags.tokens,
-      ",\n  \"dim\": ", flags.dim, ",\n  \"pool_factor\": ", flags.pool_factor,
-      ",\n  \"ingest_docs_per_s\": ", n / ingest_seconds,
-      ",\n  \"vectors_per_document\": ", stats.vectors_per_document, ",\n  \"candidates\": \"",
-      flags.candidates, "\",\n  \"candidate_vectors\": ", stats.candidate_vectors,
-      ",\n  \"candidate_index\": \"",
+      "{\n  \"corpus\": \"", resampled ? "resampled" : "synthetic", "\",\n  \"docs\": ", flags.docs,
+      ",\n  \"tokens_per_document\": ", flags.tokens, ",\n  \"dim\": ", flags.dim,
+      ",\n  \"pool_factor\": ", flags.pool_factor,
+      ",\n  \"pooled_vectors\": ", stats.rerank_vectors,
+      ",\n  \"vectors_per_document\": ", stats.vectors_per_document, ",\n  \"candidate_index\": \"",
       stats.candidate_indexes.empty() ? "" : stats.candidate_indexes[0],
-      "\",\n  \"search_qps\": ", flags.queries / search_seconds,
-      ",\n  \"latency_ms_p50\": ", Percentile(latencies, 0.50),
-      ",\n  \"latency_ms_p95\": ", Percentile(latencies, 0.95),
-      ",\n  \"latency_ms_p99\": ", Percentile(latencies, 0.99),
-      ",\n  \"stage_ms_mean\": {\"candidates\": ", candidates_ms / flags.queries,
-      ", \"fetch\": ", fetch_ms / flags.queries, ", \"rerank\": ", rerank_ms / flags.queries,
-      "},\n  \"documents_scored_per_query\": ", static_cast<double>(scored) / flags.queries,
-      ",\n  \"recall_at_10\": ", recall, ",\n  \"recall_queries\": ", recall_queries,
-      ",\n  \"disk_bytes_per_document\": ", disk / n,
+      "\",\n  \"build_s\": ", build_seconds, ",\n  \"ingest_s\": ", ingest_seconds,
+      ",\n  \"ingest_docs_per_s\": ", n / ingest_seconds,
+      ",\n  \"ram_candidate_bytes_per_vector\": ", stats.candidate_bytes / pooled,
       ",\n  \"disk_bytes_per_original_token\": ", disk / (n * flags.tokens),
-      ",\n  \"peak_rss_bytes_per_document\": ", usage.ru_maxrss * 1024.0 / n, "\n}\n");
+      ",\n  \"peak_rss_bytes_per_document\": ", usage.ru_maxrss * 1024.0 / n,
+      ",\n  \"queries\": ", queries.size(),
+      ",\n  \"exhaustive_ms\": ", 1000 * exhaustive_seconds / num_queries, ",\n  ", top_level,
+      ",\n  \"settings\": [\n    ", settings, "\n  ]\n}\n");
   std::cout << json;
   if (!flags.json.empty()) std::ofstream(flags.json) << json;
   return 0;
@@ -292,8 +428,9 @@ int main(int argc, char** argv) {
   tessera::Flags flags;
   if (!tessera::ParseFlags(argc, argv, &flags)) {
     std::cerr << "usage: tessera-bench-index [--docs N] [--tokens T] [--dim D] [--queries Q] "
-                 "[--recall_queries R] [--pool_factor P] [--candidates pooled|global] "
-                 "[--candidate_pool_factor C] [--factory F] [--threads N] [--data_dir DIR] "
+                 "[--pool_factor P] [--candidates pooled|global] "
+                 "[--candidate_pool_factor C] [--factory F] [--resample_from DIR] [--threads N] "
+                 "[--nprobe P1,P2,...] [--num_candidates N1,N2,...] [--data_dir DIR] "
                  "[--json FILE]\n";
     return 2;
   }

@@ -1,6 +1,8 @@
 #include "server/convert.h"
 
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "tessera/float16.h"
@@ -136,6 +138,16 @@ absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& pro
                                  : CandidateSpec::Kind::kPooled;
     if (c.pool_factor() > 0) schema.candidates.pool_factor = static_cast<int>(c.pool_factor());
     if (!c.factory().empty()) schema.candidates.factory = c.factory();
+    if (c.residual_bits() > 0)
+      schema.candidates.residual_bits = static_cast<int>(c.residual_bits());
+    if (c.centroid_min_vectors() > 0) {
+      schema.candidates.centroid_min_vectors = static_cast<int64_t>(
+          std::min<uint64_t>(c.centroid_min_vectors(), std::numeric_limits<int64_t>::max()));
+    }
+    if (c.centroid_min_training_vectors() > 0) {
+      schema.candidates.centroid_min_training_vectors = static_cast<int64_t>(std::min<uint64_t>(
+          c.centroid_min_training_vectors(), std::numeric_limits<int64_t>::max()));
+    }
   }
   for (const auto& [field, type] : proto.attributes()) {
     switch (type) {
@@ -191,6 +203,10 @@ void SchemaToProto(const CollectionSchema& schema, v1::CollectionSchema* out) {
                   : v1::CandidateVectors::KIND_POOLED);
   c->set_pool_factor(static_cast<uint32_t>(schema.candidates.pool_factor));
   c->set_factory(schema.candidates.factory);
+  c->set_residual_bits(static_cast<uint32_t>(schema.candidates.residual_bits));
+  c->set_centroid_min_vectors(static_cast<uint64_t>(schema.candidates.centroid_min_vectors));
+  c->set_centroid_min_training_vectors(
+      static_cast<uint64_t>(schema.candidates.centroid_min_training_vectors));
   for (const auto& [field, type] : schema.attributes) {
     (*out->mutable_attributes())[field] = type == AttributeType::kInt64 ? v1::ATTRIBUTE_TYPE_INT64
                                           : type == AttributeType::kDouble
@@ -206,6 +222,8 @@ void StatsToProto(const CollectionStats& stats, v1::CollectionStats* out) {
   out->set_candidate_vectors(stats.candidate_vectors);
   out->set_disk_bytes(stats.disk_bytes);
   out->set_resident_bytes(stats.resident_bytes);
+  out->set_candidate_bytes(stats.candidate_bytes);
+  out->set_training_shards(stats.training_shards);
   out->set_vectors_per_document(stats.vectors_per_document);
   out->set_disk_bytes_per_original_token(stats.disk_bytes_per_original_token);
   out->set_disk_bytes_per_rerank_vector(stats.disk_bytes_per_rerank_vector);

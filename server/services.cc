@@ -97,6 +97,8 @@ absl::Status RunSearch(const ServiceContext* context, const grpc::CallbackServer
   }
   options.per_token_candidates =
       static_cast<int>(std::min<uint32_t>(request.per_token_candidates(), 100000));
+  // Clamped below int's range; the collection names the accepted range.
+  options.nprobe = static_cast<int>(std::min<uint32_t>(request.nprobe(), 1u << 30));
   TESSERA_ASSIGN_OR_RETURN(options.filter, FilterFromProto(request.filter()));
   options.exhaustive = request.exhaustive();
   options.explain = request.explain();

@@ -41,6 +41,8 @@ constexpr FlagSpec kFlags[] = {
     {"factory", true},
     {"candidates", true},
     {"candidate-pool-factor", true},
+    {"residual-bits", true},
+    {"centroid-min-vectors", true},
     {"protected-tokens", true},
     {"renormalize", false},
     {"keep-special-tokens", false},
@@ -56,6 +58,7 @@ constexpr FlagSpec kFlags[] = {
     {"k", true},
     {"num-candidates", true},
     {"per-token-candidates", true},
+    {"nprobe", true},
     {"exhaustive", false},
     {"explain", false},
     {"filter", true},
@@ -76,7 +79,8 @@ const std::vector<CommandSpec>& Commands() {
       {"collections create",
        1,
        {"dim", "pool-factor", "pooling", "dtype", "shards", "attribute", "factory", "candidates",
-        "candidate-pool-factor", "protected-tokens", "renormalize", "keep-special-tokens", "json"}},
+        "candidate-pool-factor", "residual-bits", "centroid-min-vectors", "protected-tokens",
+        "renormalize", "keep-special-tokens", "json"}},
       {"collections list", 0, {"json"}},
       {"collections get", 1, {"json"}},
       {"collections drop", 1, {}},
@@ -86,8 +90,8 @@ const std::vector<CommandSpec>& Commands() {
         "no-progress", "json"}},
       {"search",
        1,
-       {"query", "k", "num-candidates", "per-token-candidates", "exhaustive", "explain", "filter",
-        "json"}},
+       {"query", "k", "num-candidates", "per-token-candidates", "nprobe", "exhaustive", "explain",
+        "filter", "json"}},
       {"get", 2, {"vectors", "json"}},
       {"delete", -1, {"json"}},
       {"stats", 1, {"json"}},
@@ -501,7 +505,11 @@ class Cli {
     out_ << "  candidate indexes   "
          << (stats.candidate_indexes().empty() ? "none"
                                                : absl::StrJoin(stats.candidate_indexes(), ", "))
+         << (stats.training_shards() > 0 ? absl::StrCat(" (", stats.training_shards(), " training)")
+                                         : std::string())
          << "\n";
+    out_ << absl::StrFormat("  candidate memory    %s bytes\n",
+                            WithThousands(stats.candidate_bytes()));
   }
 
   const ParsedArgs& args_;
@@ -549,6 +557,9 @@ absl::StatusOr<SearchOptions> SearchOptionsFromArgs(const ParsedArgs& args) {
     TESSERA_ASSIGN_OR_RETURN(options.per_token_candidates,
                              ParseUint32Flag("per-token-candidates", *v, 1));
   }
+  if (auto v = args.Get("nprobe")) {
+    TESSERA_ASSIGN_OR_RETURN(options.nprobe, ParseUint32Flag("nprobe", *v, 1));
+  }
   options.exhaustive = args.Has("exhaustive");
   options.explain = args.Has("explain");
   return options;
@@ -570,7 +581,8 @@ Global flags:
 Commands:
   collections create NAME --dim D [--pool-factor P] [--pooling MODE] [--dtype fp16|fp32]
           [--shards S] [--attribute NAME:int64|double|string ...] [--factory F]
-          [--candidates pooled|global] [--candidate-pool-factor P] [--protected-tokens N]
+          [--candidates pooled|global] [--candidate-pool-factor P] [--residual-bits 2|4]
+          [--centroid-min-vectors V] [--protected-tokens N]
           [--renormalize] [--keep-special-tokens] [--json]
       MODE: ward (default) | reference | rows | cols | tile:AxB | window:W:S | global
   collections list [--json]
@@ -584,7 +596,7 @@ Commands:
       Acknowledged documents are recorded in FILE.npz.tessera-ingest (or --journal PATH); a rerun
       skips those whose content is unchanged (--no-resume sends everything again).
   search NAME --query Q.npy [--k K] [--num-candidates N] [--per-token-candidates N]
-          [--exhaustive] [--explain] [--filter EXPR ...] [--json]
+          [--nprobe P] [--exhaustive] [--explain] [--filter EXPR ...] [--json]
       EXPR: FIELD==V, FIELD!=V, FIELD<V, FIELD<=V, FIELD>V, FIELD>=V, or "FIELD in V1,V2,…"
   get NAME ID [--vectors] [--json]
   delete NAME ID... [--json]
@@ -778,7 +790,8 @@ absl::StatusOr<v1::CollectionSchema> SchemaFromArgs(const std::string& name,
     }
   }
 
-  if (args.Has("candidates") || args.Has("candidate-pool-factor") || args.Has("factory")) {
+  if (args.Has("candidates") || args.Has("candidate-pool-factor") || args.Has("factory") ||
+      args.Has("residual-bits") || args.Has("centroid-min-vectors")) {
     v1::CandidateVectors* candidates = schema.mutable_candidates();
     const std::string kind = args.Get("candidates").value_or("pooled");
     if (kind == "pooled") {
@@ -796,6 +809,16 @@ absl::StatusOr<v1::CollectionSchema> SchemaFromArgs(const std::string& name,
       candidates->set_pool_factor(factor);
     }
     candidates->set_factory(args.Get("factory").value_or(""));
+    if (auto bits = args.Get("residual-bits")) {
+      TESSERA_ASSIGN_OR_RETURN(uint32_t value, ParseUint32Flag("residual-bits", *bits, 1));
+      candidates->set_residual_bits(value);
+    }
+    if (auto threshold = args.Get("centroid-min-vectors")) {
+      TESSERA_ASSIGN_OR_RETURN(uint32_t value,
+                               ParseUint32Flag("centroid-min-vectors", *threshold, 1));
+      candidates->set_centroid_min_vectors(value);
+      candidates->set_centroid_min_training_vectors(value);
+    }
   }
 
   if (auto shards = args.Get("shards")) {
@@ -998,6 +1021,9 @@ Json StatsToJson(const std::string& collection, const v1::CollectionStats& stats
   Json indexes = Json::Array();
   for (const std::string& index : stats.candidate_indexes()) indexes.Push(index);
   json.Set("candidate_indexes", std::move(indexes));
+  json.Set("resident_bytes", stats.resident_bytes());
+  json.Set("candidate_bytes", stats.candidate_bytes());
+  json.Set("training_shards", stats.training_shards());
   return json;
 }
 
@@ -1037,6 +1063,10 @@ Json SchemaToJson(const v1::CollectionSchema& schema) {
                              : "pooled");
   candidates.Set("pool_factor", schema.candidates().pool_factor());
   candidates.Set("factory", schema.candidates().factory());
+  candidates.Set("residual_bits", schema.candidates().residual_bits());
+  candidates.Set("centroid_min_vectors", schema.candidates().centroid_min_vectors());
+  candidates.Set("centroid_min_training_vectors",
+                 schema.candidates().centroid_min_training_vectors());
   json.Set("candidates", std::move(candidates));
   Json attributes = Json::Object();
   std::map<std::string, v1::AttributeType> sorted(schema.attributes().begin(),

@@ -279,6 +279,7 @@ v1::SearchRequest BuildSearchRequest(const std::string& collection, const TokenM
   request.set_k(options.k);
   request.set_num_candidates(options.num_candidates);
   request.set_per_token_candidates(options.per_token_candidates);
+  request.set_nprobe(options.nprobe);
   if (!options.filter.empty()) *request.mutable_filter() = FilterToProto(options.filter);
   request.set_exhaustive(options.exhaustive);
   request.set_explain(options.explain);

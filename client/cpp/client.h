@@ -127,8 +127,11 @@ struct StoredDocument {
 
 struct SearchOptions {
   uint32_t k = 10;
-  uint32_t num_candidates = 0;        // 0 = server default, max(10k, 100)
+  // N documents scored exactly; 0 = server default: max(10k, 100), max(20k, 200) on the centroid
+  // index.
+  uint32_t num_candidates = 0;
   uint32_t per_token_candidates = 0;  // 0 = server default
+  uint32_t nprobe = 0;                // centroid index: centroids probed per token; 0 = default
   Filter filter;                      // tessera/document.h; empty matches everything
   bool exhaustive = false;
   bool explain = false;

@@ -185,6 +185,7 @@ TEST(Requests, BuildSearchRequestCarriesOptionsAndFilter) {
   options.k = 7;
   options.num_candidates = 70;
   options.per_token_candidates = 128;
+  options.nprobe = 16;
   options.exhaustive = true;
   options.explain = true;
   options.filter.all_of.push_back({"year", FilterCondition::Op::kGe, {int64_t{2020}}});
@@ -197,6 +198,7 @@ TEST(Requests, BuildSearchRequestCarriesOptionsAndFilter) {
   EXPECT_EQ(request.k(), 7u);
   EXPECT_EQ(request.num_candidates(), 70u);
   EXPECT_EQ(request.per_token_candidates(), 128u);
+  EXPECT_EQ(request.nprobe(), 16u);
   EXPECT_TRUE(request.exhaustive());
   EXPECT_TRUE(request.explain());
   ASSERT_EQ(request.filter().all_of_size(), 2);

@@ -50,11 +50,12 @@ void NearestCentroids(const float* rows, int64_t n, int64_t dim, const float* ce
     similarity.Compute(centroids + c0 * dim, panel, out.data());
     for (int64_t j = 0; j < panel; ++j) {
       const float* sims = &out[j * stride];
+      const uint32_t id = static_cast<uint32_t>(c0 + j);
+      // Branch-free, so that the compiler vectorises it over the rows.
       for (int64_t i = 0; i < n; ++i) {
-        if (sims[i] > best[i]) {
-          best[i] = sims[i];
-          ids[i] = static_cast<uint32_t>(c0 + j);
-        }
+        const bool better = sims[i] > best[i];
+        best[i] = better ? sims[i] : best[i];
+        ids[i] = better ? id : ids[i];
       }
     }
   }

@@ -377,13 +377,26 @@ absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
     return absl::InvalidArgumentError(absl::StrCat(
         "per_token_candidates ", options.per_token_candidates, ", expected 0 … 100000"));
   }
+  if (options.nprobe < 0 || options.nprobe > kMaxNprobe) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("nprobe ", options.nprobe, ", expected 0 … ", kMaxNprobe));
+  }
   return ValidateFilter(options.filter, schema_.attributes);
 }
 
 CollectionImpl::SearchPlan CollectionImpl::Plan(const SearchOptions& options) const {
   SearchPlan plan;
-  plan.num_candidates =
-      options.num_candidates > 0 ? options.num_candidates : std::max(10 * options.k, 100);
+  if (options.num_candidates > 0) {
+    plan.num_candidates = options.num_candidates;
+  } else {
+    // The centroid index's approximate scores rank coarser than the exact candidate scan's:
+    // twice the documents go to the exact rerank (docs/results.md, "Centroid index").
+    const bool centroid_stage = std::any_of(shards_.begin(), shards_.end(), [](const auto& shard) {
+      return !shard->NeedsCandidateVectors();
+    });
+    plan.num_candidates =
+        centroid_stage ? std::max(20 * options.k, 200) : std::max(10 * options.k, 100);
+  }
   plan.per_token = options.per_token_candidates > 0 ? options.per_token_candidates
                                                     : std::max(plan.num_candidates, 64);
   plan.nprobe = options.nprobe > 0 ? options.nprobe : kDefaultNprobe;
@@ -583,6 +596,7 @@ CollectionStats CollectionImpl::Stats() const {
     stats.disk_bytes += s.disk_bytes;
     stats.resident_bytes += s.resident_bytes;
     stats.candidate_bytes += s.candidate_bytes;
+    stats.training_shards += s.training ? 1 : 0;
     stats.candidate_indexes.push_back(s.candidate_index);
   }
   if (stats.documents > 0) {

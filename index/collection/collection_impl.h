@@ -31,6 +31,8 @@ int ShardOf(const std::string& id, int num_shards);
 
 // Centroids probed per query token when SearchOptions::nprobe is 0.
 inline constexpr int kDefaultNprobe = 8;
+// Largest SearchOptions::nprobe accepted (more probes than centroids are clamped anyway).
+inline constexpr int kMaxNprobe = 16384;
 
 class CollectionImpl : public Collection {
  public:

@@ -41,7 +41,11 @@ FloatMatrixView View(const StoredMatrix& matrix) {
 CandidateIndexOptions CandidateOptions(const CollectionSchema& schema) {
   CandidateIndexOptions options;
   options.dim = schema.dim;
-  options.factory = schema.candidates.factory == "centroid" ? "auto" : schema.candidates.factory;
+  // With "auto" and "centroid" the candidate index only serves until the centroid index takes
+  // over: an exact scan, never the HNSW graph that FAISS's "auto" would build past its limit (a
+  // graph build of minutes on the write path, for an index about to be dropped).
+  const std::string& factory = schema.candidates.factory;
+  options.factory = factory == "auto" || factory == "centroid" ? "Flat" : factory;
   return options;
 }
 
@@ -434,13 +438,21 @@ absl::Status Shard::EncodeDocuments(absl::Span<const uint64_t> iids, CentroidInd
     const absl::Span<const uint64_t> batch = iids.subspan(start, kReadBatch);
     TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> matrices,
                              FetchRerank(batch));
+    // Encoding (the nearest-centroid search) is most of a training's time: split it over the
+    // pool; the index takes the documents in order.
+    std::vector<DocumentCodes> encoded(batch.size());
+    pool_->ParallelFor(static_cast<int64_t>(batch.size()), 1, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        if (matrices[i] == nullptr) continue;  // removed since
+        const std::vector<float> vectors = MatrixToFloat(*matrices[i]);
+        encoded[i] =
+            index->Encode(FloatMatrixView{vectors.data(), matrices[i]->rows, matrices[i]->cols});
+      }
+    });
     for (size_t i = 0; i < batch.size(); ++i) {
-      if (matrices[i] == nullptr) continue;  // removed since
-      const std::vector<float> vectors = MatrixToFloat(*matrices[i]);
-      DocumentCodes document =
-          index->Encode(FloatMatrixView{vectors.data(), matrices[i]->rows, matrices[i]->cols});
-      TESSERA_RETURN_IF_ERROR(index->Add(batch[i], document));
-      codes->emplace_back(batch[i], SerializeDocumentCodes(document));
+      if (matrices[i] == nullptr) continue;
+      TESSERA_RETURN_IF_ERROR(index->Add(batch[i], encoded[i]));
+      codes->emplace_back(batch[i], SerializeDocumentCodes(encoded[i]));
     }
   }
   return absl::OkStatus();
@@ -721,6 +733,7 @@ ShardStats Shard::Stats() const {
     stats.candidate_index = candidates.description;
   }
   stats.disk_bytes = store_->Stats().disk_bytes;
+  stats.training = training_.load(std::memory_order_relaxed);
   return stats;
 }
 

@@ -1,6 +1,6 @@
 // The double-precision Gram matrix behind hierarchical pooling's distances. A register-blocked
-// AVX-512 version is chosen at run time; the portable version defines the result (the two agree
-// to rounding).
+// AVX-512 or AVX2+FMA version is chosen at run time (the two give the same bits); the portable
+// version defines the result (they agree with it to rounding).
 #ifndef TESSERA_INDEX_POOLING_DISTANCE_KERNELS_H_
 #define TESSERA_INDEX_POOLING_DISTANCE_KERNELS_H_
 
@@ -13,10 +13,12 @@ namespace tessera::internal {
 void GramMatrix(const double* rows, int32_t n, int64_t m, double* out);
 
 // The kernel pinned to one implementation, for tests and benchmarks. The AVX-512 one may only be
-// called when CpuHasAvx512ForPooling() is true.
+// called when CpuHasAvx512ForPooling() is true, the AVX2 one when CpuHasAvx2ForPooling() is.
 bool CpuHasAvx512ForPooling();
+bool CpuHasAvx2ForPooling();
 void GramMatrixPortable(const double* rows, int32_t n, int64_t m, double* out);
 void GramMatrixAvx512(const double* rows, int32_t n, int64_t m, double* out);
+void GramMatrixAvx2(const double* rows, int32_t n, int64_t m, double* out);
 
 }  // namespace tessera::internal
 

@@ -705,10 +705,11 @@ class Client:
     # Search --------------------------------------------------------------------------------
 
     def _search_request(self, collection, query, k, num_candidates, filter, exhaustive, explain,
-                        per_token_candidates, dtype) -> query_pb2.SearchRequest:
+                        per_token_candidates, dtype, nprobe=0) -> query_pb2.SearchRequest:
         request = query_pb2.SearchRequest(
             collection=collection, query=encode_matrix(query, dtype), k=k,
             num_candidates=num_candidates, per_token_candidates=per_token_candidates,
+            nprobe=nprobe,
             exhaustive=exhaustive, explain=explain)
         encoded_filter = encode_filter(filter)
         if encoded_filter is not None:
@@ -729,20 +730,22 @@ class Client:
 
     def search(self, collection: str, query, k: int = 10, num_candidates: int = 0, filter=None,
                exhaustive: bool = False, explain: bool = False, per_token_candidates: int = 0,
-               dtype=None, timeout: Optional[float] = None) -> SearchResult:
+               dtype=None, timeout: Optional[float] = None, nprobe: int = 0) -> SearchResult:
         """Top-k documents by MaxSim for a query (n_query_tokens × dim). num_candidates: N
         documents scored exactly (0 = server default); filter: [(field, op, value(s))] with op
         among ==, !=, <, <=, >, >=, in; exhaustive: score every document exactly; explain: per hit
-        and query token, the best document vector and the original tokens it covers."""
+        and query token, the best document vector and the original tokens it covers; nprobe:
+        centroids probed per query token when stage 1 is the centroid index (0 = server
+        default)."""
         request = self._search_request(collection, query, k, num_candidates, filter, exhaustive,
-                                       explain, per_token_candidates, dtype)
+                                       explain, per_token_candidates, dtype, nprobe)
         return self._search_result(self._call(self.query_stub.Search, request, timeout))
 
     def search_batch(self, collection: str, queries: Sequence, timeout: Optional[float] = None,
                      **options) -> List[SearchResult]:
         """Several queries of one collection in one call; `options` as for `search`."""
         settings = dict(k=10, num_candidates=0, filter=None, exhaustive=False, explain=False,
-                        per_token_candidates=0, dtype=None)
+                        per_token_candidates=0, dtype=None, nprobe=0)
         unknown = set(options) - set(settings)
         if unknown:
             raise TypeError(f"unknown search options {sorted(unknown)}")

@@ -78,7 +78,9 @@ struct CollectionLimits {
 
 struct SearchOptions {
   int k = 10;
-  // N: documents scored exactly after stage 1. 0 = the default, max(10·k, 100).
+  // N: documents scored exactly after stage 1. 0 = the default: max(10·k, 100) while every shard
+  // scans its candidate vectors exactly, max(20·k, 200) once a shard's stage 1 is the centroid
+  // index.
   int num_candidates = 0;
   // k′: candidate vectors fetched per query token in stage 1. 0 = the default, max(N, 64).
   int per_token_candidates = 0;
@@ -161,6 +163,9 @@ struct CollectionStats {
   int64_t resident_bytes = 0;                  // rerank vectors held in memory (EngineOptions)
   // Memory held by the candidate structures (candidate vectors, or centroids + codes + lists).
   int64_t candidate_bytes = 0;
+  // Shards training a centroid index in the background right now (searches and writes go on
+  // against their current stage 1 meanwhile).
+  int training_shards = 0;
 };
 
 // Thread-safe: upserts, deletes, gets and searches may run concurrently; a write is visible to
