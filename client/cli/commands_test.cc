@@ -337,11 +337,15 @@ TEST(JsonOutput, Stats) {
   stats.set_disk_bytes_per_original_token(25.72);
   stats.set_disk_bytes_per_rerank_vector(51.44);
   stats.add_candidate_indexes("IDMap2,Flat");
+  stats.set_resident_bytes(614400);
+  stats.set_candidate_bytes(98304);
+  stats.set_training_shards(1);
   EXPECT_EQ(internal::StatsToJson("papers", stats).Dump(),
             R"({"collection":"papers","documents":300,"original_tokens":4800,)"
             R"("rerank_vectors":2400,"candidate_vectors":1200,"disk_bytes":123456,)"
             R"("vectors_per_document":8.0,"disk_bytes_per_original_token":25.72,)"
-            R"("disk_bytes_per_rerank_vector":51.44,"candidate_indexes":["IDMap2,Flat"]})");
+            R"("disk_bytes_per_rerank_vector":51.44,"candidate_indexes":["IDMap2,Flat"],)"
+            R"("resident_bytes":614400,"candidate_bytes":98304,"training_shards":1})");
 }
 
 TEST(Progress, Lines) {

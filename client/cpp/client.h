@@ -127,7 +127,7 @@ struct StoredDocument {
 
 struct SearchOptions {
   uint32_t k = 10;
-  // N documents scored exactly; 0 = server default: max(10k, 100), max(20k, 200) on the centroid
+  // N documents scored exactly; 0 = server default: max(10k, 100), max(40k, 400) on the centroid
   // index.
   uint32_t num_candidates = 0;
   uint32_t per_token_candidates = 0;  // 0 = server default

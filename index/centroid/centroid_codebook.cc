@@ -1,7 +1,5 @@
 #include "index/centroid/centroid_codebook.h"
 
-#include <faiss/IndexHNSW.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "index/common/crc32.h"
-#include "index/common/omp_threads.h"
 #include "index/common/thread_pool.h"
 #include "index/rerank/cpu_maxsim_scorer.h"
 
@@ -30,11 +27,11 @@ constexpr int64_t kAssignRows = 64;
 constexpr int64_t kCentroidPanel = 1024;
 // Rows of the sample the residual codec is trained on.
 constexpr int64_t kCodecTrainingRows = 1 << 16;
-// The assignment graph: HNSW32, and search breadths that find the nearest centroid of a vector
-// almost always (it only affects the residual's size, not correctness).
-constexpr int kHnswM = 32;
-constexpr int kHnswEfConstruction = 80;
-constexpr int kHnswEfSearch = 48;
+// Grouped assignment (CentroidGroups): centroids per group, groups probed per vector, and the
+// k-means iterations that form the groups.
+constexpr int64_t kGroupSize = 64;
+constexpr int kProbedGroups = 8;
+constexpr int kGroupIterations = 8;
 
 // For rows [0, n) of `rows` (n ≤ kAssignRows): the index and similarity of the best of the C
 // centroids (ties: the lower index).
@@ -62,16 +59,22 @@ void NearestCentroids(const float* rows, int64_t n, int64_t dim, const float* ce
 }
 
 // Exact nearest centroid of every row, blocks split over `pool` (may be null).
-void AssignAll(FloatMatrixView vectors, const float* centroids, int64_t C, ThreadPool* pool,
-               uint32_t* ids) {
+// Assigns every row of `vectors` to its nearest of the C centroids (through `groups` when not
+// null), in blocks of kAssignRows split over `pool` (null: the calling thread).
+void AssignAll(FloatMatrixView vectors, const float* centroids, int64_t C,
+               const CentroidGroups* groups, ThreadPool* pool, uint32_t* ids) {
   const int64_t blocks = (vectors.rows + kAssignRows - 1) / kAssignRows;
   auto run = [&](int64_t begin, int64_t end) {
     float best[kAssignRows];
     for (int64_t b = begin; b < end; ++b) {
       const int64_t first = b * kAssignRows;
       const int64_t n = std::min(kAssignRows, vectors.rows - first);
-      NearestCentroids(vectors.data + first * vectors.cols, n, vectors.cols, centroids, C,
-                       ids + first, best);
+      const float* rows = vectors.data + first * vectors.cols;
+      if (groups != nullptr) {
+        groups->Assign(rows, n, ids + first);
+      } else {
+        NearestCentroids(rows, n, vectors.cols, centroids, C, ids + first, best);
+      }
     }
   };
   if (pool == nullptr) {
@@ -96,6 +99,111 @@ void AppendPod(const T& value, std::string* out) {
 
 }  // namespace
 
+// Centroids per group ≈ kGroupSize: G = ⌈C / kGroupSize⌉ groups from a spherical k-means over the
+// centroids themselves (initial means: every (C/G)-th centroid; deterministic).
+CentroidGroups::CentroidGroups(const float* centroids, int64_t C, int64_t dim, ThreadPool* pool)
+    : dim_(dim), num_groups_((C + kGroupSize - 1) / kGroupSize), means_(num_groups_ * dim) {
+  for (int64_t g = 0; g < num_groups_; ++g) {
+    std::copy_n(centroids + (g * C / num_groups_) * dim, dim, &means_[g * dim]);
+  }
+  const FloatMatrixView all{centroids, C, dim};
+  std::vector<uint32_t> group(C);
+  std::vector<double> sums(num_groups_ * dim);
+  std::vector<int64_t> counts(num_groups_);
+  for (int iteration = 0; iteration < kGroupIterations; ++iteration) {
+    AssignAll(all, means_.data(), num_groups_, nullptr, pool, group.data());
+    std::fill(sums.begin(), sums.end(), 0.0);
+    std::fill(counts.begin(), counts.end(), 0);
+    for (int64_t c = 0; c < C; ++c) {
+      for (int64_t k = 0; k < dim; ++k) sums[group[c] * dim + k] += centroids[c * dim + k];
+      ++counts[group[c]];
+    }
+    for (int64_t g = 0; g < num_groups_; ++g) {
+      if (counts[g] == 0) continue;  // keeps its mean; may stay empty
+      for (int64_t k = 0; k < dim; ++k) means_[g * dim + k] = static_cast<float>(sums[g * dim + k]);
+      Normalize(&means_[g * dim], dim);
+    }
+  }
+  AssignAll(all, means_.data(), num_groups_, nullptr, pool, group.data());
+  // Members grouped by a counting sort: ascending ids within each group.
+  offsets_.assign(num_groups_ + 1, 0);
+  for (int64_t c = 0; c < C; ++c) ++offsets_[group[c] + 1];
+  for (int64_t g = 0; g < num_groups_; ++g) offsets_[g + 1] += offsets_[g];
+  members_.resize(C);
+  vectors_.resize(C * dim);
+  std::vector<int64_t> next(offsets_.begin(), offsets_.end() - 1);
+  for (int64_t c = 0; c < C; ++c) {
+    const int64_t at = next[group[c]]++;
+    members_[at] = static_cast<uint32_t>(c);
+    std::copy_n(centroids + c * dim, dim, &vectors_[at * dim]);
+  }
+}
+
+void CentroidGroups::Assign(const float* rows, int64_t n, uint32_t* ids) const {
+  const int probes = static_cast<int>(std::min<int64_t>(kProbedGroups, num_groups_));
+  const QuerySimilarity similarity(FloatMatrixView{rows, n, dim_});
+  const int64_t stride = similarity.stride();
+  std::vector<float> group_scores(num_groups_ * stride);
+  similarity.Compute(means_.data(), num_groups_, group_scores.data());
+  // (group, row) for each row's `probes` best groups (ties: lower group), grouped by group.
+  std::vector<std::pair<uint32_t, uint32_t>> probed;
+  probed.reserve(n * probes);
+  std::vector<std::pair<float, uint32_t>> ranked(num_groups_);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t g = 0; g < num_groups_; ++g) {
+      ranked[g] = {group_scores[g * stride + i], static_cast<uint32_t>(g)};
+    }
+    std::nth_element(ranked.begin(), ranked.begin() + (probes - 1), ranked.end(),
+                     [](const auto& a, const auto& b) {
+                       return a.first != b.first ? a.first > b.first : a.second < b.second;
+                     });
+    for (int p = 0; p < probes; ++p) probed.emplace_back(ranked[p].second, i);
+  }
+  std::sort(probed.begin(), probed.end());
+  std::vector<float> best(n, -std::numeric_limits<float>::infinity());
+  std::fill(ids, ids + n, 0);
+  // Per probed group: the rows that probe it against its centroids, exactly.
+  std::vector<float> gathered;
+  std::vector<uint32_t> gathered_rows;
+  std::vector<float> scores;
+  for (size_t start = 0; start < probed.size();) {
+    const uint32_t g = probed[start].first;
+    size_t end = start;
+    gathered.clear();
+    gathered_rows.clear();
+    for (; end < probed.size() && probed[end].first == g; ++end) {
+      const uint32_t row = probed[end].second;
+      gathered_rows.push_back(row);
+      gathered.insert(gathered.end(), rows + row * dim_, rows + (row + 1) * dim_);
+    }
+    start = end;
+    const int64_t size = offsets_[g + 1] - offsets_[g];
+    if (size == 0) continue;
+    const int64_t m = static_cast<int64_t>(gathered_rows.size());
+    const QuerySimilarity group_similarity(FloatMatrixView{gathered.data(), m, dim_});
+    const int64_t group_stride = group_similarity.stride();
+    scores.resize(size * group_stride);
+    group_similarity.Compute(&vectors_[offsets_[g] * dim_], size, scores.data());
+    for (int64_t j = 0; j < size; ++j) {
+      const uint32_t id = members_[offsets_[g] + j];
+      for (int64_t r = 0; r < m; ++r) {
+        const float score = scores[j * group_stride + r];
+        const uint32_t row = gathered_rows[r];
+        if (score > best[row] || (score == best[row] && id < ids[row])) {
+          best[row] = score;
+          ids[row] = id;
+        }
+      }
+    }
+  }
+}
+
+int64_t CentroidGroups::MemoryBytes() const {
+  return static_cast<int64_t>((means_.size() + vectors_.size()) * sizeof(float) +
+                              offsets_.size() * sizeof(int64_t) +
+                              members_.size() * sizeof(uint32_t));
+}
+
 int64_t DefaultNumCentroids(int64_t vectors, double factor, int64_t min_centroids,
                             int64_t max_centroids) {
   const double target = factor * std::sqrt(static_cast<double>(std::max<int64_t>(vectors, 1)));
@@ -109,25 +217,14 @@ CentroidCodebook::CentroidCodebook(int64_t dim, std::vector<float> centroids, Re
       num_centroids_(static_cast<int64_t>(centroids.size()) / dim),
       centroids_(std::move(centroids)),
       codec_(std::move(codec)) {
-  BuildAssigner();
+  BuildGroups();
 }
 
 CentroidCodebook::~CentroidCodebook() = default;
 
-void CentroidCodebook::BuildAssigner() {
+void CentroidCodebook::BuildGroups() {
   if (num_centroids_ <= kExactAssignmentCentroids) return;
-  // One thread: the graph (and so every assignment) is the same on every machine and run.
-  ScopedSingleOmpThread single_thread;
-  auto graph = std::make_unique<faiss::IndexHNSWFlat>(static_cast<int>(dim_), kHnswM,
-                                                      faiss::METRIC_INNER_PRODUCT);
-  graph->hnsw.efConstruction = kHnswEfConstruction;
-  graph->hnsw.efSearch = kHnswEfSearch;
-  try {
-    graph->add(num_centroids_, centroids_.data());
-    assigner_ = std::move(graph);
-  } catch (const std::exception&) {
-    // Without the graph, Encode assigns exactly: slower, never wrong.
-  }
+  groups_ = std::make_unique<CentroidGroups>(centroids_.data(), num_centroids_, dim_, nullptr);
 }
 
 absl::StatusOr<std::unique_ptr<CentroidCodebook>> CentroidCodebook::Train(
@@ -165,8 +262,16 @@ absl::StatusOr<std::unique_ptr<CentroidCodebook>> CentroidCodebook::Train(
   std::vector<uint32_t> assignment(n);
   std::vector<double> sums(C * dim);
   std::vector<int64_t> counts(C);
+  // Large codebooks assign through groups of the current centroids, formed anew each iteration.
+  auto assign = [&] {
+    std::unique_ptr<CentroidGroups> groups;
+    if (C > kExactAssignmentCentroids) {
+      groups = std::make_unique<CentroidGroups>(centroids.data(), C, dim, pool);
+    }
+    AssignAll(sample, centroids.data(), C, groups.get(), pool, assignment.data());
+  };
   for (int iteration = 0; iteration < options.iterations; ++iteration) {
-    AssignAll(sample, centroids.data(), C, pool, assignment.data());
+    assign();
     std::fill(sums.begin(), sums.end(), 0.0);
     std::fill(counts.begin(), counts.end(), 0);
     for (int64_t i = 0; i < n; ++i) {
@@ -187,7 +292,7 @@ absl::StatusOr<std::unique_ptr<CentroidCodebook>> CentroidCodebook::Train(
       Normalize(centroid, dim);
     }
   }
-  AssignAll(sample, centroids.data(), C, pool, assignment.data());
+  assign();
 
   // The residual codec, on (a prefix of) the sample's residuals against the final centroids.
   const int64_t codec_rows = std::min(n, kCodecTrainingRows);
@@ -254,23 +359,7 @@ absl::StatusOr<std::unique_ptr<CentroidCodebook>> CentroidCodebook::Parse(absl::
 }
 
 void CentroidCodebook::Encode(FloatMatrixView vectors, uint32_t* ids, uint8_t* codes) const {
-  bool assigned = false;
-  if (assigner_ != nullptr) {
-    ScopedSingleOmpThread single_thread;
-    std::vector<float> similarity(vectors.rows);
-    std::vector<faiss::Index::idx_t> labels(vectors.rows);
-    try {
-      assigner_->search(vectors.rows, vectors.data, 1, similarity.data(), labels.data());
-      assigned = true;
-      for (int64_t i = 0; i < vectors.rows; ++i) {
-        if (labels[i] < 0) assigned = false;
-        ids[i] = static_cast<uint32_t>(std::max<faiss::Index::idx_t>(labels[i], 0));
-      }
-    } catch (const std::exception&) {
-      assigned = false;
-    }
-  }
-  if (!assigned) AssignAll(vectors, centroids_.data(), num_centroids_, nullptr, ids);
+  AssignAll(vectors, centroids_.data(), num_centroids_, groups_.get(), nullptr, ids);
   std::vector<float> residual(dim_);
   for (int64_t i = 0; i < vectors.rows; ++i) {
     const float* row = vectors.data + i * dim_;
@@ -293,10 +382,7 @@ void CentroidCodebook::ScoreCentroids(const QuerySimilarity& similarity, float* 
 int64_t CentroidCodebook::MemoryBytes() const {
   int64_t bytes = static_cast<int64_t>(centroids_.size() * sizeof(float));
   bytes += dim_ * ((int64_t{1} << codec_.nbits()) * 2 - 1) * static_cast<int64_t>(sizeof(float));
-  if (assigner_ != nullptr) {
-    // The graph's copy of the centroids and about 2·M neighbour ids per node on level 0.
-    bytes += num_centroids_ * (dim_ * static_cast<int64_t>(sizeof(float)) + 2 * kHnswM * 4 + 16);
-  }
+  if (groups_ != nullptr) bytes += groups_->MemoryBytes();
   return bytes;
 }
 

@@ -99,7 +99,7 @@ TEST(CentroidCodebook, ExactAssignmentIsTheNearestCentroid) {
   EXPECT_LT(with_residual, 0.3 * centroid_only);
 }
 
-TEST(CentroidCodebook, GraphAssignmentOfLargeCodebooksAgreesWithBruteForce) {
+TEST(CentroidCodebook, GroupedAssignmentOfLargeCodebooksAgreesWithBruteForce) {
   const int64_t dim = 16;
   const int64_t centroids = CentroidCodebook::kExactAssignmentCentroids * 2;
   const std::vector<float> sample = Clustered(centroids * 2, dim, 1000, 3);

@@ -390,12 +390,14 @@ CollectionImpl::SearchPlan CollectionImpl::Plan(const SearchOptions& options) co
     plan.num_candidates = options.num_candidates;
   } else {
     // The centroid index's approximate scores rank coarser than the exact candidate scan's:
-    // twice the documents go to the exact rerank (docs/results.md, "Centroid index").
+    // four times the documents go to the exact rerank, which costs ~5 µs each (docs/results.md,
+    // "Scale").
     const bool centroid_stage = std::any_of(shards_.begin(), shards_.end(), [](const auto& shard) {
       return !shard->NeedsCandidateVectors();
     });
     plan.num_candidates =
-        centroid_stage ? std::max(20 * options.k, 200) : std::max(10 * options.k, 100);
+        std::min(context_.limits.max_num_candidates,
+                 centroid_stage ? std::max(40 * options.k, 400) : std::max(10 * options.k, 100));
   }
   plan.per_token = options.per_token_candidates > 0 ? options.per_token_candidates
                                                     : std::max(plan.num_candidates, 64);

@@ -30,7 +30,7 @@ struct CollectionContext {
 int ShardOf(const std::string& id, int num_shards);
 
 // Centroids probed per query token when SearchOptions::nprobe is 0.
-inline constexpr int kDefaultNprobe = 8;
+inline constexpr int kDefaultNprobe = 16;
 // Largest SearchOptions::nprobe accepted (more probes than centroids are clamped anyway).
 inline constexpr int kMaxNprobe = 16384;
 

@@ -79,8 +79,8 @@ struct CollectionLimits {
 struct SearchOptions {
   int k = 10;
   // N: documents scored exactly after stage 1. 0 = the default: max(10·k, 100) while every shard
-  // scans its candidate vectors exactly, max(20·k, 200) once a shard's stage 1 is the centroid
-  // index.
+  // scans its candidate vectors exactly, max(40·k, 400) once a shard's stage 1 is the centroid
+  // index (both capped at CollectionLimits::max_num_candidates).
   int num_candidates = 0;
   // k′: candidate vectors fetched per query token in stage 1. 0 = the default, max(N, 64).
   int per_token_candidates = 0;
