@@ -6,7 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace tessera {
+namespace tessera::client {
 
 std::optional<std::string> ParsedArgs::Get(absl::string_view name) const {
   auto it = flags.find(std::string(name));
@@ -95,4 +95,4 @@ absl::StatusOr<absl::Duration> ParseTimeoutFlag(absl::string_view flag, absl::st
   return duration;
 }
 
-}  // namespace tessera
+}  // namespace tessera::client

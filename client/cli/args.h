@@ -14,7 +14,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
-namespace tessera {
+namespace tessera::client {
 
 struct FlagSpec {
   const char* name;  // without the leading "--"
@@ -44,6 +44,6 @@ absl::StatusOr<double> ParseDoubleFlag(absl::string_view flag, absl::string_view
 // absl::InfiniteDuration() (no deadline).
 absl::StatusOr<absl::Duration> ParseTimeoutFlag(absl::string_view flag, absl::string_view value);
 
-}  // namespace tessera
+}  // namespace tessera::client
 
 #endif  // TESSERA_CLIENT_CLI_ARGS_H_

@@ -16,7 +16,7 @@
 #include "client/npy/npy.h"
 #include "tessera/status_macros.h"
 
-namespace tessera {
+namespace tessera::client {
 namespace {
 
 constexpr FlagSpec kFlags[] = {
@@ -1116,4 +1116,4 @@ std::string DescribeSchema(const v1::CollectionSchema& schema) {
 }
 
 }  // namespace internal
-}  // namespace tessera
+}  // namespace tessera::client

@@ -17,7 +17,7 @@
 #include "client/cpp/client.h"
 #include "tessera/document.h"
 
-namespace tessera {
+namespace tessera::client {
 
 // Exit codes.
 inline constexpr int kExitOk = 0;
@@ -62,6 +62,6 @@ Json AttributesToJson(const Attributes& attributes);
 std::string DescribeSchema(const v1::CollectionSchema& schema);
 
 }  // namespace internal
-}  // namespace tessera
+}  // namespace tessera::client
 
 #endif  // TESSERA_CLIENT_CLI_COMMANDS_H_

@@ -12,7 +12,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tessera {
+namespace tessera::client {
 namespace {
 
 using ::testing::ElementsAre;
@@ -363,4 +363,4 @@ TEST(Progress, Lines) {
 }
 
 }  // namespace
-}  // namespace tessera
+}  // namespace tessera::client

@@ -21,7 +21,7 @@
 #include "client/cli/progress.h"
 #include "tessera/status_macros.h"
 
-namespace tessera {
+namespace tessera::client {
 namespace {
 
 absl::Status LineError(absl::string_view source, size_t line, absl::string_view what) {
@@ -560,4 +560,4 @@ absl::StatusOr<IngestSummary> RunIngest(Client& client, const IngestConfig& conf
   return summary;
 }
 
-}  // namespace tessera
+}  // namespace tessera::client

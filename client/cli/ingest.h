@@ -22,7 +22,7 @@
 #include "client/npy/npz.h"
 #include "tessera/document.h"
 
-namespace tessera {
+namespace tessera::client {
 
 struct IngestConfig {
   std::string collection;
@@ -103,6 +103,6 @@ struct IngestSummary {
 absl::StatusOr<IngestSummary> RunIngest(Client& client, const IngestConfig& config,
                                         std::ostream& err);
 
-}  // namespace tessera
+}  // namespace tessera::client
 
 #endif  // TESSERA_CLIENT_CLI_INGEST_H_

@@ -16,9 +16,9 @@
 #include "absl/strings/str_split.h"
 #include "index/common/errno_status.h"
 
-namespace tessera {
+namespace tessera::client {
 
-using internal::ErrnoStatus;
+using ::tessera::internal::ErrnoStatus;
 
 namespace {
 
@@ -335,4 +335,4 @@ absl::Status IngestJournal::Append(absl::Span<const std::pair<std::string, uint6
   return absl::OkStatus();
 }
 
-}  // namespace tessera
+}  // namespace tessera::client

@@ -29,7 +29,7 @@
 #include "client/cpp/client.h"
 #include "tessera/document.h"
 
-namespace tessera {
+namespace tessera::client {
 
 // MurmurHash64A of `bytes` (Austin Appleby's public-domain function; words read little-endian).
 // Stable across runs and machines, unlike absl::Hash.
@@ -85,6 +85,6 @@ class IngestJournal {
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids in first-appearance order
 };
 
-}  // namespace tessera
+}  // namespace tessera::client
 
 #endif  // TESSERA_CLIENT_CLI_INGEST_JOURNAL_H_

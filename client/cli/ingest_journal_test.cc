@@ -14,7 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tessera {
+namespace tessera::client {
 namespace {
 
 using ::testing::HasSubstr;
@@ -213,4 +213,4 @@ TEST_F(JournalTest, ConcurrentAppendsKeepWholeLines) {
 }
 
 }  // namespace
-}  // namespace tessera
+}  // namespace tessera::client

@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tessera {
+namespace tessera::client {
 namespace {
 
 using ::testing::HasSubstr;
@@ -177,4 +177,4 @@ TEST(IngestSummary, JsonListsFailures) {
 }
 
 }  // namespace
-}  // namespace tessera
+}  // namespace tessera::client

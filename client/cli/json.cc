@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace tessera {
+namespace tessera::client {
 
 Json::Json(uint64_t value) {
   if (value <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
@@ -469,4 +469,4 @@ std::string JsonQuote(absl::string_view value) {
 
 absl::StatusOr<Json> ParseJson(absl::string_view text) { return Parser(text).ParseDocument(); }
 
-}  // namespace tessera
+}  // namespace tessera::client

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace tessera {
+namespace tessera::client {
 
 class Json {
  public:
@@ -89,6 +89,6 @@ absl::StatusOr<Json> ParseJson(absl::string_view text);
 // `value` as a JSON string literal, quotes included.
 std::string JsonQuote(absl::string_view value);
 
-}  // namespace tessera
+}  // namespace tessera::client
 
 #endif  // TESSERA_CLIENT_CLI_JSON_H_

@@ -9,7 +9,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tessera {
+namespace tessera::client {
 namespace {
 
 using ::testing::HasSubstr;
@@ -112,4 +112,4 @@ TEST(Json, RoundTrips) {
 }
 
 }  // namespace
-}  // namespace tessera
+}  // namespace tessera::client

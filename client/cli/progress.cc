@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace tessera {
+namespace tessera::client {
 
 std::string FormatEta(absl::Duration duration) {
   int64_t seconds = absl::ToInt64Seconds(absl::Ceil(duration, absl::Seconds(1)));
@@ -97,4 +97,4 @@ void ProgressReporter::Finish() {
   }
 }
 
-}  // namespace tessera
+}  // namespace tessera::client

@@ -12,7 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
-namespace tessera {
+namespace tessera::client {
 
 // One progress line: "[#####     ] 150/300 docs  1234 docs/s  ETA 0:05" for a terminal
 // (`bar_width` > 0), "label: 150/300 docs (50%), 1234 docs/s, ETA 0:05" otherwise. The rate is the
@@ -54,6 +54,6 @@ class ProgressReporter {
   std::thread thread_;
 };
 
-}  // namespace tessera
+}  // namespace tessera::client
 
 #endif  // TESSERA_CLIENT_CLI_PROGRESS_H_

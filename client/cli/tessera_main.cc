@@ -18,5 +18,5 @@ void DiscardGrpcLog(gpr_log_func_args*) {}
 int main(int argc, char** argv) {
   if (std::getenv("GRPC_VERBOSITY") == nullptr) gpr_set_log_function(DiscardGrpcLog);
   const std::vector<std::string> args(argv + 1, argv + argc);
-  return tessera::RunTesseraCli(args, std::cout, std::cerr);
+  return tessera::client::RunTesseraCli(args, std::cout, std::cerr);
 }

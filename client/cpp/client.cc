@@ -1,4 +1,4 @@
-// tessera::Client: request building, matrix packing and the gRPC calls.
+// tessera::client::Client: request building, matrix packing and the gRPC calls.
 #include "client/cpp/client.h"
 
 #include <grpcpp/grpcpp.h>
@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "tessera/status_macros.h"
 
-namespace tessera {
+namespace tessera::client {
 namespace {
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -672,4 +672,4 @@ absl::StatusOr<std::vector<SearchResult>> Client::SearchBatch(
   return results;
 }
 
-}  // namespace tessera
+}  // namespace tessera::client

@@ -3,6 +3,9 @@
 // returns C++ types. Token matrices travel packed (little-endian fp32 or fp16 bytes, never repeated
 // floats); `TokenMatrix` holds them in that form so that a large ingest is encoded once.
 //
+// Namespace tessera::client: the index library (tessera/collection.h) has types of the same names
+// (SearchOptions, SearchResult, …) with other fields, and a program may use both.
+//
 // Every call returns absl::Status/StatusOr: a gRPC status becomes the absl status with the same
 // code and message (the two code sets are the same numbers). Unary calls carry the per-call
 // deadline of ClientOptions; streams opened with OpenUpsertStream carry their own.
@@ -26,7 +29,7 @@
 #include "tessera/v1/ingest.grpc.pb.h"
 #include "tessera/v1/query.grpc.pb.h"
 
-namespace tessera {
+namespace tessera::client {
 
 struct ClientOptions {
   // host:port, or any gRPC target ("unix:/path", "dns:///host:port").
@@ -300,6 +303,6 @@ std::vector<std::vector<DocumentInput>> SplitIntoBatches(std::vector<DocumentInp
                                                          const UpsertOptions& options);
 
 }  // namespace internal
-}  // namespace tessera
+}  // namespace tessera::client
 
 #endif  // TESSERA_CLIENT_CPP_CLIENT_H_

@@ -1,4 +1,4 @@
-// Tests of tessera::Client without a Tessera server: matrix packing (fp32/fp16, little-endian),
+// Tests of tessera::client::Client without a Tessera server: matrix packing (fp32/fp16, little-endian),
 // request building and response decoding, gRPC → absl status mapping, batching, option checks, and
 // the Upsert stream against a small in-process fake IngestService.
 #include "client/cpp/client.h"
@@ -20,7 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace tessera {
+namespace tessera::client {
 namespace {
 
 using ::testing::ElementsAre;
@@ -591,4 +591,4 @@ TEST_F(FakeServerTest, GetDecodesAndErrorsKeepTheirCode) {
 }
 
 }  // namespace
-}  // namespace tessera
+}  // namespace tessera::client
