@@ -330,18 +330,28 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
         documents.back().rerank = std::make_shared<const StoredMatrix>(write.rerank);
       }
       if (stage1.centroids != nullptr) {
-        // The index holds the vectors as stored (fp16-rounded when the schema stores fp16), so
-        // a document encodes the same here as in a training.
-        const std::vector<float> vectors = MatrixToFloat(write.rerank);
-        codes.push_back(stage1.centroids->Encode(
-            FloatMatrixView{vectors.data(), write.rerank.rows, write.rerank.cols}));
-        write.codes = SerializeDocumentCodes(codes.back());
-        write.code_generation = stage1.generation;
         write.candidates = StoredMatrix{VectorDtype::kFloat32, 0, schema_.dim, {}};
         candidates.emplace_back();
       } else {
         candidates.push_back(write.candidates);
-        codes.emplace_back();
+      }
+    }
+    codes.resize(upserts.size());
+    if (stage1.centroids != nullptr) {
+      // The index holds the vectors as stored (fp16-rounded when the schema stores fp16), so a
+      // document encodes the same here as in a training. Encoding is most of a write's indexing
+      // time: split over the pool.
+      pool_->ParallelFor(static_cast<int64_t>(upserts.size()), 1, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const StoredMatrix& rerank = upserts[i].rerank;
+          const std::vector<float> vectors = MatrixToFloat(rerank);
+          codes[i] =
+              stage1.centroids->Encode(FloatMatrixView{vectors.data(), rerank.rows, rerank.cols});
+        }
+      });
+      for (size_t i = 0; i < upserts.size(); ++i) {
+        upserts[i].codes = SerializeDocumentCodes(codes[i]);
+        upserts[i].code_generation = stage1.generation;
       }
     }
     TESSERA_ASSIGN_OR_RETURN(result, store_->Write(std::move(upserts), deletes));
