@@ -1,6 +1,6 @@
-// Tests of tessera::client::Client without a Tessera server: matrix packing (fp32/fp16, little-endian),
-// request building and response decoding, gRPC → absl status mapping, batching, option checks, and
-// the Upsert stream against a small in-process fake IngestService.
+// Tests of tessera::client::Client without a Tessera server: matrix packing (fp32/fp16,
+// little-endian), request building and response decoding, gRPC → absl status mapping, batching,
+// option checks, and the Upsert stream against a small in-process fake IngestService.
 #include "client/cpp/client.h"
 
 #include <arpa/inet.h>
