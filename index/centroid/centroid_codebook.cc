@@ -58,7 +58,6 @@ void NearestCentroids(const float* rows, int64_t n, int64_t dim, const float* ce
   }
 }
 
-// Exact nearest centroid of every row, blocks split over `pool` (may be null).
 // Assigns every row of `vectors` to its nearest of the C centroids (through `groups` when not
 // null), in blocks of kAssignRows split over `pool` (null: the calling thread).
 void AssignAll(FloatMatrixView vectors, const float* centroids, int64_t C,
@@ -92,6 +91,26 @@ void Normalize(float* v, int64_t dim) {
   for (int64_t k = 0; k < dim; ++k) v[k] *= scale;
 }
 
+// The k-means update: means[c] = the L2-normalised sum of the rows assigned to c, for every c
+// with members; counts[c] = its members. Means without members are left as they were.
+void UpdateMeans(FloatMatrixView rows, const uint32_t* assignment, int64_t k, float* means,
+                 std::vector<int64_t>* counts) {
+  const int64_t dim = rows.cols;
+  std::vector<double> sums(k * dim, 0.0);
+  counts->assign(k, 0);
+  for (int64_t i = 0; i < rows.rows; ++i) {
+    const float* row = rows.data + i * dim;
+    double* sum = &sums[assignment[i] * dim];
+    for (int64_t d = 0; d < dim; ++d) sum[d] += row[d];
+    ++(*counts)[assignment[i]];
+  }
+  for (int64_t c = 0; c < k; ++c) {
+    if ((*counts)[c] == 0) continue;
+    for (int64_t d = 0; d < dim; ++d) means[c * dim + d] = static_cast<float>(sums[c * dim + d]);
+    Normalize(&means[c * dim], dim);
+  }
+}
+
 template <typename T>
 void AppendPod(const T& value, std::string* out) {
   out->append(reinterpret_cast<const char*>(&value), sizeof(T));
@@ -108,21 +127,11 @@ CentroidGroups::CentroidGroups(const float* centroids, int64_t C, int64_t dim, T
   }
   const FloatMatrixView all{centroids, C, dim};
   std::vector<uint32_t> group(C);
-  std::vector<double> sums(num_groups_ * dim);
-  std::vector<int64_t> counts(num_groups_);
+  std::vector<int64_t> counts;
   for (int iteration = 0; iteration < kGroupIterations; ++iteration) {
     AssignAll(all, means_.data(), num_groups_, nullptr, pool, group.data());
-    std::fill(sums.begin(), sums.end(), 0.0);
-    std::fill(counts.begin(), counts.end(), 0);
-    for (int64_t c = 0; c < C; ++c) {
-      for (int64_t k = 0; k < dim; ++k) sums[group[c] * dim + k] += centroids[c * dim + k];
-      ++counts[group[c]];
-    }
-    for (int64_t g = 0; g < num_groups_; ++g) {
-      if (counts[g] == 0) continue;  // keeps its mean; may stay empty
-      for (int64_t k = 0; k < dim; ++k) means_[g * dim + k] = static_cast<float>(sums[g * dim + k]);
-      Normalize(&means_[g * dim], dim);
-    }
+    // An empty group keeps its mean (and may stay empty).
+    UpdateMeans(all, group.data(), num_groups_, means_.data(), &counts);
   }
   AssignAll(all, means_.data(), num_groups_, nullptr, pool, group.data());
   // Members grouped by a counting sort: ascending ids within each group.
@@ -260,8 +269,7 @@ absl::StatusOr<std::unique_ptr<CentroidCodebook>> CentroidCodebook::Train(
   }
 
   std::vector<uint32_t> assignment(n);
-  std::vector<double> sums(C * dim);
-  std::vector<int64_t> counts(C);
+  std::vector<int64_t> counts;
   // Large codebooks assign through groups of the current centroids, formed anew each iteration.
   auto assign = [&] {
     std::unique_ptr<CentroidGroups> groups;
@@ -272,23 +280,13 @@ absl::StatusOr<std::unique_ptr<CentroidCodebook>> CentroidCodebook::Train(
   };
   for (int iteration = 0; iteration < options.iterations; ++iteration) {
     assign();
-    std::fill(sums.begin(), sums.end(), 0.0);
-    std::fill(counts.begin(), counts.end(), 0);
-    for (int64_t i = 0; i < n; ++i) {
-      const float* row = sample.data + i * dim;
-      double* sum = &sums[assignment[i] * dim];
-      for (int64_t k = 0; k < dim; ++k) sum[k] += row[k];
-      ++counts[assignment[i]];
-    }
+    UpdateMeans(sample, assignment.data(), C, centroids.data(), &counts);
     std::uniform_int_distribution<int64_t> any_row(0, n - 1);
     for (int64_t c = 0; c < C; ++c) {
+      if (counts[c] > 0) continue;
+      // An empty cluster restarts at a random sample row.
       float* centroid = &centroids[c * dim];
-      if (counts[c] == 0) {
-        // An empty cluster restarts at a random sample row.
-        std::copy_n(sample.data + any_row(rng) * dim, dim, centroid);
-      } else {
-        for (int64_t k = 0; k < dim; ++k) centroid[k] = static_cast<float>(sums[c * dim + k]);
-      }
+      std::copy_n(sample.data + any_row(rng) * dim, dim, centroid);
       Normalize(centroid, dim);
     }
   }

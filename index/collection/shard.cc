@@ -338,17 +338,9 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
     }
     codes.resize(upserts.size());
     if (stage1.centroids != nullptr) {
-      // The index holds the vectors as stored (fp16-rounded when the schema stores fp16), so a
-      // document encodes the same here as in a training. Encoding is most of a write's indexing
-      // time: split over the pool.
-      pool_->ParallelFor(static_cast<int64_t>(upserts.size()), 1, [&](int64_t begin, int64_t end) {
-        for (int64_t i = begin; i < end; ++i) {
-          const StoredMatrix& rerank = upserts[i].rerank;
-          const std::vector<float> vectors = MatrixToFloat(rerank);
-          codes[i] =
-              stage1.centroids->Encode(FloatMatrixView{vectors.data(), rerank.rows, rerank.cols});
-        }
-      });
+      std::vector<const StoredMatrix*> stored(upserts.size());
+      for (size_t i = 0; i < upserts.size(); ++i) stored[i] = &upserts[i].rerank;
+      codes = EncodeOnPool(*stage1.centroids, stored);
       for (size_t i = 0; i < upserts.size(); ++i) {
         upserts[i].codes = SerializeDocumentCodes(codes[i]);
         upserts[i].code_generation = stage1.generation;
@@ -439,6 +431,20 @@ void Shard::TrainingThread() {
   applied_.SignalAll();
 }
 
+std::vector<DocumentCodes> Shard::EncodeOnPool(
+    const CentroidIndex& index, absl::Span<const StoredMatrix* const> matrices) const {
+  std::vector<DocumentCodes> codes(matrices.size());
+  pool_->ParallelFor(static_cast<int64_t>(matrices.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (matrices[i] == nullptr) continue;
+      const std::vector<float> vectors = MatrixToFloat(*matrices[i]);
+      codes[i] =
+          index.Encode(FloatMatrixView{vectors.data(), matrices[i]->rows, matrices[i]->cols});
+    }
+  });
+  return codes;
+}
+
 absl::Status Shard::EncodeDocuments(absl::Span<const uint64_t> iids, CentroidIndex* index,
                                     std::vector<std::pair<uint64_t, std::string>>* codes) const {
   for (size_t start = 0; start < iids.size(); start += kReadBatch) {
@@ -448,19 +454,11 @@ absl::Status Shard::EncodeDocuments(absl::Span<const uint64_t> iids, CentroidInd
     const absl::Span<const uint64_t> batch = iids.subspan(start, kReadBatch);
     TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> matrices,
                              FetchRerank(batch));
-    // Encoding (the nearest-centroid search) is most of a training's time: split it over the
-    // pool; the index takes the documents in order.
-    std::vector<DocumentCodes> encoded(batch.size());
-    pool_->ParallelFor(static_cast<int64_t>(batch.size()), 1, [&](int64_t begin, int64_t end) {
-      for (int64_t i = begin; i < end; ++i) {
-        if (matrices[i] == nullptr) continue;  // removed since
-        const std::vector<float> vectors = MatrixToFloat(*matrices[i]);
-        encoded[i] =
-            index->Encode(FloatMatrixView{vectors.data(), matrices[i]->rows, matrices[i]->cols});
-      }
-    });
+    std::vector<const StoredMatrix*> stored(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) stored[i] = matrices[i].get();
+    const std::vector<DocumentCodes> encoded = EncodeOnPool(*index, stored);
     for (size_t i = 0; i < batch.size(); ++i) {
-      if (matrices[i] == nullptr) continue;
+      if (matrices[i] == nullptr) continue;  // removed since
       TESSERA_RETURN_IF_ERROR(index->Add(batch[i], encoded[i]));
       codes->emplace_back(batch[i], SerializeDocumentCodes(encoded[i]));
     }

@@ -186,6 +186,12 @@ class Shard {
   // The training thread's body: Train(), then clears training_.
   void TrainingThread();
   absl::Status Train();
+  // The codes of each stored matrix (empty for null), encoded on the pool: the nearest-centroid
+  // search is most of a write's indexing and of a training's time. The index holds the vectors
+  // as stored (fp16-rounded when the schema stores fp16), so a document encodes the same on the
+  // write path as in a training.
+  std::vector<DocumentCodes> EncodeOnPool(const CentroidIndex& index,
+                                          absl::Span<const StoredMatrix* const> matrices) const;
   // Encodes the given live documents (read from memory or the store) into `index`, and their
   // codes into `codes`; documents no longer stored are skipped.
   absl::Status EncodeDocuments(absl::Span<const uint64_t> iids, CentroidIndex* index,
