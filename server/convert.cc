@@ -96,6 +96,12 @@ absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& pro
                          : PoolingMethod::kWard;
     options.protected_tokens = static_cast<int>(h.protected_tokens());
     options.renormalize = h.renormalize();
+    if (h.min_vectors() > static_cast<uint32_t>(kMaxHierarchicalPoolingTokens)) {
+      return Invalid(
+          "schema.hierarchical.min_vectors",
+          absl::StrCat(h.min_vectors(), ", expected 0 … ", kMaxHierarchicalPoolingTokens));
+    }
+    options.min_vectors = static_cast<int>(h.min_vectors());
     schema.pooling.hierarchical = options;
   }
   if (proto.has_spatial()) {
@@ -144,6 +150,7 @@ absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& pro
       schema.candidates.centroid_min_vectors = static_cast<int64_t>(
           std::min<uint64_t>(c.centroid_min_vectors(), std::numeric_limits<int64_t>::max()));
     }
+    schema.candidates.rerank_from_codes = c.rerank_from_codes();
     if (c.centroid_min_training_vectors() > 0) {
       schema.candidates.centroid_min_training_vectors = static_cast<int64_t>(std::min<uint64_t>(
           c.centroid_min_training_vectors(), std::numeric_limits<int64_t>::max()));
@@ -181,6 +188,7 @@ void SchemaToProto(const CollectionSchema& schema, v1::CollectionSchema* out) {
                                                         : v1::HierarchicalPooling::METHOD_WARD);
     p->set_protected_tokens(static_cast<uint32_t>(h.protected_tokens));
     p->set_renormalize(h.renormalize);
+    p->set_min_vectors(static_cast<uint32_t>(h.min_vectors));
   }
   if (schema.pooling.spatial.has_value()) {
     const SpatialPoolingOptions& s = *schema.pooling.spatial;
@@ -207,6 +215,7 @@ void SchemaToProto(const CollectionSchema& schema, v1::CollectionSchema* out) {
   c->set_centroid_min_vectors(static_cast<uint64_t>(schema.candidates.centroid_min_vectors));
   c->set_centroid_min_training_vectors(
       static_cast<uint64_t>(schema.candidates.centroid_min_training_vectors));
+  c->set_rerank_from_codes(schema.candidates.rerank_from_codes);
   for (const auto& [field, type] : schema.attributes) {
     (*out->mutable_attributes())[field] = type == AttributeType::kInt64 ? v1::ATTRIBUTE_TYPE_INT64
                                           : type == AttributeType::kDouble

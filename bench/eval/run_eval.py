@@ -10,16 +10,21 @@ results.md and plots (report.py) to --out (default build/eval/<data set name>).
 
 Configurations (all exhaustive unless named "cascade"):
   full MaxSim          p = 1 (every token stored), fp32 and fp16 storage
-  ward-p / reference-p hierarchical pooling at p = 2, 3, 4, 6 (fp16)
-  cascade              the default collection (ward p = 2, fp16, pooled candidates, FAISS "auto")
-                       searched with the default N = 100, k' = max(N, 64), and a sweep of N / k'
+  ward-p / reference-p hierarchical pooling at p = 2, 3, 4, 6 (fp16), the published n / p rule
+  ward-2-min-m         ward p = 2 with a floor of m vectors per document (min_vectors)
+  cascade              the default collection (ward p = 2, fp16, pooled candidates, "auto"
+                       stage 1) searched with the default N = 100, k' = max(N, 64), and a
+                       sweep of N / k'
   cascade-ivf          the same, stage 1 on FAISS IVF1024,Flat (nprobe 64) instead of "auto"
   cascade-global       p = 1 with one global-mean candidate vector per document
+  codes-b              the default pooling, centroid index from 16,384 vectors on, rerank from
+                       the decoded b-bit codes (no rerank vectors stored), exhaustive and cascade
   page-*               the page simulation (see simulate_pages): spatial pooling of a token grid
 """
 
 import argparse
 import dataclasses
+import itertools
 import json
 import os
 import platform
@@ -43,6 +48,9 @@ import report  # noqa: E402
 TOP_K = 100  # every run keeps 100 hits so that recall@100 is defined
 WARMUP_QUERIES = 5
 TOKENS_PER_LINE = 16  # page simulation: tokens per grid row
+# codes-b: documents ingested before waiting for the codebook (more than the 16,384-vector training
+# threshold on every shared set); the rest are stored as codes only.
+CODES_TRAINING_DOCUMENTS = 1000
 # Settings per peer run ({} = the peer's defaults); the first is the peer's headline row.
 # fast-plaid: k-means on a 1,024-document sample (its default samples every document of these
 # sets: 8+ minutes of k-means for scifact's 16,384 centroids on 2 cores) and batch_size 256 (its
@@ -95,6 +103,10 @@ def tessera_configs() -> List[Config]:
             configs.append(Config(f"{method}-{p}", "pooling",
                                   dict(pool_factor=p, method=method, candidates=NO_STAGE1),
                                   EXHAUSTIVE, method, p))
+    for floor in (16, 32, 48):
+        configs.append(Config(f"ward-2-min-{floor}", "floor",
+                              dict(pool_factor=2, min_vectors=floor, candidates=NO_STAGE1),
+                              EXHAUSTIVE, "ward", 2))
     # k = 100 for recall@100, with N set to the server's default for k = 10 (max(10·k, 100)).
     sweep = [Search("exhaustive"), Search("cascade N=100 (default for k=10)", False, 100)]
     sweep += [Search(f"cascade N={n}", False, n) for n in (20, 50, 200, 500)]
@@ -111,6 +123,12 @@ def tessera_configs() -> List[Config]:
                           dict(pool_factor=1, candidates={"kind": "global_mean"}),
                           [Search(f"cascade N={n}", False, n) for n in (100, 500)], "none", 1,
                           exact="full-fp16"))
+    for bits in (4, 2):
+        configs.append(Config(f"codes-{bits}", "codes",
+                              dict(candidates={"factory": "centroid", "residual_bits": bits,
+                                               "rerank_from_codes": True}),
+                              [Search("exhaustive"), Search("cascade (default N)", False)],
+                              "ward", 2, exact="cascade"))
     # The page simulation: a document's tokens laid out in reading order on a grid of
     # TOKENS_PER_LINE columns ([CLS] a prefix token, [SEP] a suffix token).
     page = [("page-rows", dict(spatial="rows")),
@@ -186,16 +204,39 @@ def run_searches(client, name, dataset, search: Search):
     return run, latencies, float(np.mean(scored)), stage_means
 
 
+def wait_for_centroid_index(client, name, timeout=600.0):
+    """Until every shard of the collection searches a trained centroid index."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stats = client.collection_info(name)["stats"]
+        if stats.get("training_shards", 0) == 0 and all(
+                index.startswith("Centroid") for index in stats["candidate_indexes"]):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"{name}: no centroid index after {timeout:.0f} s")
+
+
 def run_config(client, dataset, config: Config, exact_runs: Dict[str, Dict],
                log: Callable[[str], None]) -> List[Dict]:
     """Creates, fills, searches and drops one collection; the exhaustive run is kept in
     exact_runs[config.name] for the configurations that rerank the same vectors."""
     client.create_collection(config.name, dim=dataset.corpus.tokens.shape[1], **config.create)
-    summary = client.ingest(config.name, documents(dataset, config.page_layout), batch_size=32,
-                            progress=False, total=len(dataset.corpus), dtype="fp32")
-    if summary.failed:
-        raise RuntimeError(f"{config.name}: {len(summary.failed)} documents rejected, first: "
-                           f"{summary.failed[0]}")
+    stream = documents(dataset, config.page_layout)
+    parts = [stream]
+    if config.group == "codes":
+        # The codebook first (trained in the background on the first documents), then the rest,
+        # which are stored as codes only.
+        parts = [itertools.islice(stream, CODES_TRAINING_DOCUMENTS), stream]
+    seconds = 0.0
+    for i, part in enumerate(parts):
+        summary = client.ingest(config.name, part, batch_size=32, progress=False,
+                                total=len(dataset.corpus), dtype="fp32")
+        seconds += summary.seconds
+        if summary.failed:
+            raise RuntimeError(f"{config.name}: {len(summary.failed)} documents rejected, "
+                               f"first: {summary.failed[0]}")
+        if i + 1 < len(parts):
+            wait_for_centroid_index(client, config.name)
     client.flush(config.name)
     stats = client.collection_info(config.name)["stats"]
     rows = []
@@ -213,7 +254,7 @@ def run_config(client, dataset, config: Config, exact_runs: Dict[str, Dict],
                    vectors_per_document=stats["vectors_per_document"],
                    bytes_per_token=stats["disk_bytes_per_original_token"],
                    candidate_indexes=sorted(set(stats["candidate_indexes"])),
-                   ingest_docs_per_s=len(dataset.corpus) / summary.seconds,
+                   ingest_docs_per_s=len(dataset.corpus) / seconds,
                    documents_scored=scored,
                    documents_scored_fraction=scored / len(dataset.corpus),
                    stage_ms=stage_means, **evaluate(dataset.qrels, run),

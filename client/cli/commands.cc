@@ -44,6 +44,8 @@ constexpr FlagSpec kFlags[] = {
     {"residual-bits", true},
     {"centroid-min-vectors", true},
     {"protected-tokens", true},
+    {"min-vectors", true},
+    {"rerank-from-codes", false},
     {"renormalize", false},
     {"keep-special-tokens", false},
     {"meta", true},
@@ -80,7 +82,7 @@ const std::vector<CommandSpec>& Commands() {
        1,
        {"dim", "pool-factor", "pooling", "dtype", "shards", "attribute", "factory", "candidates",
         "candidate-pool-factor", "residual-bits", "centroid-min-vectors", "protected-tokens",
-        "renormalize", "keep-special-tokens", "json"}},
+        "min-vectors", "rerank-from-codes", "renormalize", "keep-special-tokens", "json"}},
       {"collections list", 0, {"json"}},
       {"collections get", 1, {"json"}},
       {"collections drop", 1, {}},
@@ -582,7 +584,8 @@ Commands:
   collections create NAME --dim D [--pool-factor P] [--pooling MODE] [--dtype fp16|fp32]
           [--shards S] [--attribute NAME:int64|double|string ...] [--factory F]
           [--candidates pooled|global] [--candidate-pool-factor P] [--residual-bits 2|4]
-          [--centroid-min-vectors V] [--protected-tokens N]
+          [--centroid-min-vectors V] [--rerank-from-codes] [--protected-tokens N]
+          [--min-vectors M]
           [--renormalize] [--keep-special-tokens] [--json]
       MODE: ward (default) | reference | rows | cols | tile:AxB | window:W:S | global
   collections list [--json]
@@ -740,6 +743,10 @@ absl::StatusOr<v1::CollectionSchema> SchemaFromArgs(const std::string& name,
       TESSERA_ASSIGN_OR_RETURN(uint32_t tokens, ParseUint32Flag("protected-tokens", *p));
       h->set_protected_tokens(tokens);
     }
+    if (auto p = args.Get("min-vectors")) {
+      TESSERA_ASSIGN_OR_RETURN(uint32_t floor, ParseUint32Flag("min-vectors", *p));
+      h->set_min_vectors(floor);
+    }
     h->set_renormalize(args.Has("renormalize"));
     if (args.Has("keep-special-tokens")) {
       return Usage(
@@ -785,13 +792,16 @@ absl::StatusOr<v1::CollectionSchema> SchemaFromArgs(const std::string& name,
     }
     s->set_keep_special_tokens(args.Has("keep-special-tokens"));
     s->set_renormalize(args.Has("renormalize"));
-    if (args.Has("pool-factor") || args.Has("protected-tokens")) {
-      return Usage("--pool-factor and --protected-tokens apply to ward and reference pooling");
+    if (args.Has("pool-factor") || args.Has("protected-tokens") || args.Has("min-vectors")) {
+      return Usage(
+          "--pool-factor, --protected-tokens and --min-vectors apply to ward and reference "
+          "pooling");
     }
   }
 
   if (args.Has("candidates") || args.Has("candidate-pool-factor") || args.Has("factory") ||
-      args.Has("residual-bits") || args.Has("centroid-min-vectors")) {
+      args.Has("residual-bits") || args.Has("centroid-min-vectors") ||
+      args.Has("rerank-from-codes")) {
     v1::CandidateVectors* candidates = schema.mutable_candidates();
     const std::string kind = args.Get("candidates").value_or("pooled");
     if (kind == "pooled") {
@@ -819,6 +829,7 @@ absl::StatusOr<v1::CollectionSchema> SchemaFromArgs(const std::string& name,
       candidates->set_centroid_min_vectors(value);
       candidates->set_centroid_min_training_vectors(value);
     }
+    candidates->set_rerank_from_codes(args.Has("rerank-from-codes"));
   }
 
   if (auto shards = args.Get("shards")) {
@@ -1054,6 +1065,7 @@ Json SchemaToJson(const v1::CollectionSchema& schema) {
                 h.method() == v1::HierarchicalPooling::METHOD_REFERENCE ? "reference" : "ward");
     pooling.Set("pool_factor", schema.has_hierarchical() ? h.pool_factor() : 2u);
     pooling.Set("protected_tokens", h.protected_tokens());
+    pooling.Set("min_vectors", h.min_vectors());
     pooling.Set("renormalize", h.renormalize());
   }
   json.Set("pooling", std::move(pooling));
@@ -1067,6 +1079,7 @@ Json SchemaToJson(const v1::CollectionSchema& schema) {
   candidates.Set("centroid_min_vectors", schema.candidates().centroid_min_vectors());
   candidates.Set("centroid_min_training_vectors",
                  schema.candidates().centroid_min_training_vectors());
+  candidates.Set("rerank_from_codes", schema.candidates().rerank_from_codes());
   json.Set("candidates", std::move(candidates));
   Json attributes = Json::Object();
   std::map<std::string, v1::AttributeType> sorted(schema.attributes().begin(),
@@ -1093,6 +1106,7 @@ std::string DescribeSchema(const v1::CollectionSchema& schema) {
     absl::StrAppend(&text, ", ",
                     h.method() == v1::HierarchicalPooling::METHOD_REFERENCE ? "reference" : "ward",
                     " pooling p=", schema.has_hierarchical() ? h.pool_factor() : 2u);
+    if (h.min_vectors() > 0) absl::StrAppend(&text, " (at least ", h.min_vectors(), " vectors)");
   }
   const v1::CandidateVectors& c = schema.candidates();
   if (c.kind() == v1::CandidateVectors::KIND_GLOBAL_MEAN) {

@@ -47,6 +47,7 @@ input token (its pooled vector, or -1 if dropped) under KEY.labels.
 hierarchical pooling:
   --pool-factor P     keep max(floor(n/P), 1) clusters (default 2; 1 without --spatial unless given)
   --method M          ward (Ward on cosine distances, default) | reference (ColBERT/PyLate recipe)
+  --min-vectors M     but at least min(n, M) clusters (default 0: no floor)
   --protect K         keep the first K tokens unpooled (default 0)
   --renormalize       L2-normalise the pooled means
 spatial pooling of patch grids:
@@ -85,6 +86,9 @@ absl::StatusOr<PoolToolConfig> ParsePoolToolArgs(const std::vector<std::string>&
     } else if (flag == "--method") {
       TESSERA_ASSIGN_OR_RETURN(const std::string v, value());
       TESSERA_ASSIGN_OR_RETURN(hierarchical.method, ParsePoolingMethod(v));
+    } else if (flag == "--min-vectors") {
+      TESSERA_ASSIGN_OR_RETURN(const std::string v, value());
+      TESSERA_ASSIGN_OR_RETURN(hierarchical.min_vectors, ParseInt(flag, v, 0));
     } else if (flag == "--protect") {
       TESSERA_ASSIGN_OR_RETURN(const std::string v, value());
       TESSERA_ASSIGN_OR_RETURN(hierarchical.protected_tokens, ParseInt(flag, v, 0));

@@ -21,14 +21,15 @@ std::vector<std::string> Args(std::vector<std::string> flags) {
 }
 
 TEST(PoolToolArgs, ParsesHierarchicalAndSpatialFlags) {
-  auto config =
-      ParsePoolToolArgs(Args({"--input", "a.npz", "--output", "b.npz", "--pool-factor", "3",
-                              "--method", "reference", "--protect", "1", "--renormalize"}));
+  auto config = ParsePoolToolArgs(
+      Args({"--input", "a.npz", "--output", "b.npz", "--pool-factor", "3", "--method", "reference",
+            "--protect", "1", "--renormalize", "--min-vectors", "24"}));
   ASSERT_TRUE(config.ok()) << config.status();
   ASSERT_TRUE(config->spec.hierarchical.has_value());
   EXPECT_EQ(config->spec.hierarchical->pool_factor, 3);
   EXPECT_EQ(config->spec.hierarchical->method, PoolingMethod::kReference);
   EXPECT_EQ(config->spec.hierarchical->protected_tokens, 1);
+  EXPECT_EQ(config->spec.hierarchical->min_vectors, 24);
   EXPECT_TRUE(config->spec.hierarchical->renormalize);
   EXPECT_FALSE(config->spec.spatial.has_value());
 

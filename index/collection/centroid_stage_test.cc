@@ -2,6 +2,7 @@
 // shard passes its threshold, recall against exhaustive search, filters and explain, and writes
 // made while a training runs (before and after its swap, across a retrain and a reopen).
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <map>
 #include <memory>
@@ -267,6 +268,117 @@ TEST(CentroidStage, WritesDuringTrainingAndRetrainingAreFoundAndDeletesNeverRetu
     ASSERT_TRUE(fast.ok());
     EXPECT_EQ(fast->hits.size(), 10u);
   }
+}
+
+// rerank_from_codes: documents written once the codebook exists store no rerank vectors; stage 2,
+// Get and explain use the decoded codes, consistently; the disk holds far less; nothing retrains;
+// a reopen and deletes behave as with stored vectors.
+TEST(CentroidStage, RerankFromCodesScoresTheDecodedVectors) {
+  TempDir dir;
+  Corpus corpus(kDim, 31);
+  std::vector<Document> sources;
+  const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 900, &sources);
+  std::vector<std::string> ids;
+  for (const Document& document : documents) ids.push_back(document.id);
+  const int64_t kTraining = 4'000;
+  auto engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok());
+  CollectionSchema schema = Schema("codes", kDim);
+  schema.candidates.rerank_from_codes = true;
+  schema.candidates.residual_bits = 4;
+  schema.candidates.centroid_min_training_vectors = kTraining;
+  CollectionSchema stored_schema = schema;
+  stored_schema.name = "stored";
+  stored_schema.candidates.rerank_from_codes = false;
+  stored_schema.candidates.factory = "centroid";
+  auto codes = (*engine)->CreateCollection(schema);
+  auto stored = (*engine)->CreateCollection(stored_schema);
+  ASSERT_TRUE(codes.ok() && stored.ok());
+  // Before the codebook: stored rerank vectors, Get returns them exactly.
+  const Document& first = documents[0];
+  ExpectAllOk((*codes)->Upsert({first}));
+  auto exact_get = (*codes)->Get(first.id);
+  ASSERT_TRUE(exact_get.ok());
+  // The first 300 documents train the codebook; the rest are written with it.
+  UpsertAll(**codes, std::vector<Document>(documents.begin(), documents.begin() + 300));
+  Impl(**codes).WaitForTrainingForTesting();
+  ASSERT_TRUE(absl::StartsWith(StageOf(**codes), "Centroid")) << StageOf(**codes);
+  UpsertAll(**codes, std::vector<Document>(documents.begin() + 300, documents.end()));
+  UpsertAll(**stored, documents);
+  Impl(**codes).WaitForTrainingForTesting();
+  Impl(**stored).WaitForTrainingForTesting();
+  ASSERT_TRUE(absl::StartsWith(StageOf(**codes), "Centroid")) << StageOf(**codes);
+  // The training ran at kTraining vectors and was never repeated, though the shard grew past 2×.
+  EXPECT_GT((*codes)->Stats().rerank_vectors, 4 * kTraining);
+  const std::string first_stage = StageOf(**codes);
+  const Document later = corpus.Make("late", 40);
+  ExpectAllOk((*codes)->Upsert({later}));
+  ExpectAllOk((*stored)->Upsert({later}));
+  ids.push_back(later.id);
+  Impl(**codes).WaitForTrainingForTesting();
+  EXPECT_EQ(StageOf(**codes), first_stage);
+
+  // Decoded vectors: close to the stored ones (4-bit residuals), not equal.
+  auto decoded = (*codes)->Get(later.id);
+  auto original = (*stored)->Get(later.id);
+  ASSERT_TRUE(decoded.ok() && original.ok()) << decoded.status() << original.status();
+  ASSERT_EQ(decoded->num_vectors(), original->num_vectors());
+  double error = 0, norm = 0;
+  for (size_t i = 0; i < decoded->vectors.size(); ++i) {
+    error += std::pow(decoded->vectors[i] - original->vectors[i], 2);
+    norm += std::pow(original->vectors[i], 2);
+  }
+  EXPECT_GT(error, 0.0);
+  EXPECT_LT(error, 0.05 * norm) << "relative squared error of the decoded vectors";
+
+  // Scores are exact MaxSim over the decoded vectors Get returns; explain names real vectors.
+  double recall = 0;
+  for (int q = 0; q < 10; ++q) {
+    const std::vector<float> query = corpus.QueryFrom(sources[q], 24);
+    SearchOptions options;
+    options.exhaustive = true;
+    options.explain = true;
+    auto result = (*codes)->Search(FloatMatrixView{query.data(), 24, kDim}, options);
+    ASSERT_TRUE(result.ok()) << result.status();
+    const auto expected = BruteForce(**codes, ids, query, kDim);
+    ASSERT_EQ(result->hits.size(), 10u);
+    for (size_t i = 0; i < 10; ++i) {
+      EXPECT_EQ(result->hits[i].id, expected[i].first);
+      EXPECT_NEAR(result->hits[i].score, expected[i].second, 1e-3);
+      EXPECT_EQ(result->hits[i].explanation.size(), 24u);
+    }
+    // Against the exhaustive search over the stored vectors: the approximation keeps the top 10.
+    auto reference = (*stored)->Search(FloatMatrixView{query.data(), 24, kDim}, options);
+    ASSERT_TRUE(reference.ok());
+    std::set<std::string> truth;
+    for (const SearchHit& hit : reference->hits) truth.insert(hit.id);
+    for (const SearchHit& hit : result->hits) recall += truth.count(hit.id) / 100.0;
+  }
+  EXPECT_GE(recall, 0.9);
+
+  // Far less on disk: codes (4 + 24 bytes per vector) instead of fp16 vectors (96 bytes).
+  ASSERT_TRUE((*codes)->Snapshot().ok() && (*stored)->Snapshot().ok());
+  EXPECT_LT((*codes)->Stats().disk_bytes, 0.6 * (*stored)->Stats().disk_bytes)
+      << (*codes)->Stats().disk_bytes << " vs " << (*stored)->Stats().disk_bytes;
+
+  // Deleted documents are gone; a reopen serves the same decoded vectors.
+  ASSERT_TRUE((*codes)->Delete({documents[5].id}).ok());
+  EXPECT_EQ((*codes)->Get(documents[5].id).status().code(), absl::StatusCode::kNotFound);
+  const std::vector<float> before = decoded->vectors;
+  codes = absl::NotFoundError("closed");
+  stored = absl::NotFoundError("closed");
+  engine = absl::NotFoundError("closed");
+  engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok());
+  codes = (*engine)->GetCollection("codes");
+  ASSERT_TRUE(codes.ok());
+  auto reopened = (*codes)->Get(later.id);
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ(reopened->vectors, before);
+  EXPECT_EQ((*codes)->Get(documents[5].id).status().code(), absl::StatusCode::kNotFound);
+  auto again = (*codes)->Get(first.id);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->vectors, exact_get->vectors);  // written before the codebook: stored
 }
 
 }  // namespace

@@ -193,6 +193,17 @@ absl::Status ValidateSchema(const CollectionSchema& schema) {
       return absl::InvalidArgumentError(
           absl::StrCat("protected_tokens ", h.protected_tokens, ", expected ≥ 0"));
     }
+    if (h.min_vectors < 0 || h.min_vectors > kMaxHierarchicalPoolingTokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "min_vectors ", h.min_vectors, ", expected 0 … ", kMaxHierarchicalPoolingTokens));
+    }
+  }
+  if (schema.candidates.rerank_from_codes && schema.candidates.factory != "auto" &&
+      schema.candidates.factory != "centroid") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rerank_from_codes needs the centroid index (factory 'auto' or 'centroid'), "
+                     "got factory '",
+                     schema.candidates.factory, "'"));
   }
   if (schema.candidates.kind == CandidateSpec::Kind::kPooled &&
       (schema.candidates.pool_factor < 1 || schema.candidates.pool_factor > 64)) {

@@ -49,7 +49,7 @@ std::string EncodeSchema(const CollectionSchema& schema) {
   if (schema.pooling.hierarchical.has_value()) {
     const TokenPoolingOptions& h = *schema.pooling.hierarchical;
     absl::StrAppend(&out, "hierarchical ", h.pool_factor, " ", MethodName(h.method), " ",
-                    h.protected_tokens, " ", h.renormalize ? 1 : 0, "\n");
+                    h.protected_tokens, " ", h.renormalize ? 1 : 0, " ", h.min_vectors, "\n");
   }
   if (schema.pooling.spatial.has_value()) {
     const SpatialPoolingOptions& s = *schema.pooling.spatial;
@@ -62,7 +62,8 @@ std::string EncodeSchema(const CollectionSchema& schema) {
                   schema.candidates.pool_factor, " ", schema.candidates.factory, "\n");
   absl::StrAppend(&out, "centroid ", schema.candidates.residual_bits, " ",
                   schema.candidates.centroid_min_vectors, " ",
-                  schema.candidates.centroid_min_training_vectors, "\n");
+                  schema.candidates.centroid_min_training_vectors, " ",
+                  schema.candidates.rerank_from_codes ? 1 : 0, "\n");
   for (const auto& [field, type] : schema.attributes) {
     absl::StrAppend(&out, "attribute ", field, " ", AttributeTypeName(type), "\n");
   }
@@ -89,11 +90,13 @@ absl::StatusOr<CollectionSchema> DecodeSchema(const std::string& text) {
       schema.dtype = f[1] == "fp16" ? VectorDtype::kFloat16 : VectorDtype::kFloat32;
     } else if (key == "shards" && f.size() == 2) {
       ok = absl::SimpleAtoi(f[1], &schema.num_shards);
-    } else if (key == "hierarchical" && f.size() == 5) {
+    } else if (key == "hierarchical" && (f.size() == 5 || f.size() == 6)) {
+      // Schemas written before min_vectors existed have five fields: no floor, as they pooled.
       TokenPoolingOptions h;
       auto method = ParsePoolingMethod(f[2]);
       ok = absl::SimpleAtoi(f[1], &h.pool_factor) && method.ok() &&
-           absl::SimpleAtoi(f[3], &h.protected_tokens) && ParseBool(f[4], &h.renormalize);
+           absl::SimpleAtoi(f[3], &h.protected_tokens) && ParseBool(f[4], &h.renormalize) &&
+           (f.size() == 5 || absl::SimpleAtoi(f[5], &h.min_vectors));
       if (ok) h.method = *method;
       schema.pooling.hierarchical = h;
     } else if (key == "spatial" && f.size() == 8) {
@@ -121,11 +124,13 @@ absl::StatusOr<CollectionSchema> DecodeSchema(const std::string& text) {
           f[1] == "pooled" ? CandidateSpec::Kind::kPooled : CandidateSpec::Kind::kGlobalMean;
       ok = absl::SimpleAtoi(f[2], &schema.candidates.pool_factor);
       schema.candidates.factory = f[3];
-    } else if (key == "centroid" && f.size() == 4) {
-      // Absent in schemas written before the centroid index: they take the defaults.
+    } else if (key == "centroid" && (f.size() == 4 || f.size() == 5)) {
+      // Absent in schemas written before the centroid index: they take the defaults; the fifth
+      // field (rerank_from_codes) is newer still.
       ok = absl::SimpleAtoi(f[1], &schema.candidates.residual_bits) &&
            absl::SimpleAtoi(f[2], &schema.candidates.centroid_min_vectors) &&
-           absl::SimpleAtoi(f[3], &schema.candidates.centroid_min_training_vectors);
+           absl::SimpleAtoi(f[3], &schema.candidates.centroid_min_training_vectors) &&
+           (f.size() == 4 || ParseBool(f[4], &schema.candidates.rerank_from_codes));
     } else if (key == "attribute" && f.size() == 3) {
       if (f[2] == "int64") {
         schema.attributes[f[1]] = AttributeType::kInt64;

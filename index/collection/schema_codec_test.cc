@@ -11,7 +11,7 @@ TEST(SchemaCodec, RoundTripsEveryField) {
   schema.dim = 96;
   schema.dtype = VectorDtype::kFloat32;
   schema.num_shards = 3;
-  schema.pooling.hierarchical = TokenPoolingOptions{3, PoolingMethod::kReference, 1, true};
+  schema.pooling.hierarchical = TokenPoolingOptions{3, PoolingMethod::kReference, 1, true, 24};
   SpatialPoolingOptions spatial;
   spatial.mode = SpatialMode::kRowWindows;
   spatial.window_rows = 4;
@@ -19,15 +19,27 @@ TEST(SchemaCodec, RoundTripsEveryField) {
   spatial.keep_special_tokens = true;
   schema.pooling.spatial = spatial;
   schema.candidates = CandidateSpec{CandidateSpec::Kind::kGlobalMean, 5, "IVF64,PQ16"};
+  schema.candidates.rerank_from_codes = true;
   schema.attributes = {{"year", AttributeType::kInt64}, {"lang", AttributeType::kString}};
   auto decoded = DecodeSchema(EncodeSchema(schema));
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(EncodeSchema(*decoded), EncodeSchema(schema));
   EXPECT_EQ(decoded->name, "papers.v2");
   EXPECT_EQ(decoded->pooling.hierarchical->method, PoolingMethod::kReference);
+  EXPECT_EQ(decoded->pooling.hierarchical->min_vectors, 24);
   EXPECT_EQ(decoded->pooling.spatial->window_stride, 2);
   EXPECT_EQ(decoded->candidates.factory, "IVF64,PQ16");
+  EXPECT_TRUE(decoded->candidates.rerank_from_codes);
   EXPECT_EQ(decoded->attributes.at("lang"), AttributeType::kString);
+}
+
+// A schema stored before min_vectors existed keeps pooling as it did: no floor.
+TEST(SchemaCodec, OlderHierarchicalLineHasNoFloor) {
+  auto decoded =
+      DecodeSchema(std::string(kSchemaFormatLine) + "\nname a\ndim 8\nhierarchical 2 ward 0 0\n");
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->pooling.hierarchical->pool_factor, 2);
+  EXPECT_EQ(decoded->pooling.hierarchical->min_vectors, 0);
 }
 
 TEST(SchemaCodec, RejectsCorruptText) {

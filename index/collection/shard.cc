@@ -51,8 +51,10 @@ CandidateIndexOptions CandidateOptions(const CollectionSchema& schema) {
 
 // Whether the schema lets a shard of `rerank_vectors` vectors move to the centroid index.
 bool WantsCentroidIndex(const CandidateSpec& spec, int64_t rerank_vectors) {
+  if (spec.factory == "centroid" || spec.rerank_from_codes) {
+    return rerank_vectors >= spec.centroid_min_training_vectors;
+  }
   if (spec.factory == "auto") return rerank_vectors >= spec.centroid_min_vectors;
-  if (spec.factory == "centroid") return rerank_vectors >= spec.centroid_min_training_vectors;
   return false;
 }
 
@@ -145,6 +147,7 @@ absl::Status Shard::LoadResidentRerank() {
     TESSERA_ASSIGN_OR_RETURN(std::vector<StoredMatrix> matrices, store_->MultiGetRerank(batch));
     MutexLock lock(&table_mu_);
     for (size_t i = 0; i < batch.size(); ++i) {
+      if (matrices[i].rows == 0) continue;  // reranked from its codes (rerank_from_codes)
       const int64_t bytes = static_cast<int64_t>(matrices[i].bytes.size());
       if (resident_bytes_ + bytes > resident_budget_) return absl::OkStatus();
       resident_bytes_ += bytes;
@@ -344,6 +347,11 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
       for (size_t i = 0; i < upserts.size(); ++i) {
         upserts[i].codes = SerializeDocumentCodes(codes[i]);
         upserts[i].code_generation = stage1.generation;
+        if (schema_.candidates.rerank_from_codes) {
+          // No rows: FetchRerank decodes the codes instead.
+          upserts[i].rerank = StoredMatrix{schema_.dtype, 0, schema_.dim, {}};
+          documents[i].rerank.reset();
+        }
       }
     }
     TESSERA_ASSIGN_OR_RETURN(result, store_->Write(std::move(upserts), deletes));
@@ -410,6 +418,8 @@ void Shard::MaybeStartTraining() {
     vectors = rerank_vectors_;
   }
   const bool trained = trained_vectors_ > 0;
+  // Without stored rerank vectors there is nothing to retrain on.
+  if (trained && schema_.candidates.rerank_from_codes) return;
   const bool start = trained ? vectors >= kRetrainGrowth * trained_vectors_
                              : WantsCentroidIndex(schema_.candidates, vectors);
   if (!start) return;
@@ -682,17 +692,72 @@ absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> Shard::FetchRer
     for (size_t j = 0; j < missing.size(); ++j) {
       matrices[missing_at[j]] = std::make_shared<const StoredMatrix>(std::move((*batch)[j]));
     }
-    return matrices;
+  } else {
+    if (!absl::IsNotFound(batch.status())) return batch.status();
+    // Some were removed since: read one by one and leave those null.
+    for (size_t j = 0; j < missing.size(); ++j) {
+      absl::StatusOr<StoredMatrix> one = store_->GetRerank(missing[j]);
+      if (absl::IsNotFound(one.status())) continue;
+      TESSERA_RETURN_IF_ERROR(one.status());
+      matrices[missing_at[j]] = std::make_shared<const StoredMatrix>(std::move(*one));
+    }
+  }
+  TESSERA_RETURN_IF_ERROR(DecodeRerankFromCodes(iids, &matrices));
+  return matrices;
+}
+
+absl::Status Shard::DecodeRerankFromCodes(
+    absl::Span<const uint64_t> iids,
+    std::vector<std::shared_ptr<const StoredMatrix>>* matrices) const {
+  std::vector<uint64_t> coded;
+  std::vector<size_t> coded_at;
+  for (size_t i = 0; i < iids.size(); ++i) {
+    if ((*matrices)[i] != nullptr && (*matrices)[i]->rows == 0) {
+      coded.push_back(iids[i]);
+      coded_at.push_back(i);
+    }
+  }
+  if (coded.empty()) return absl::OkStatus();
+  // Only rerank_from_codes writes documents without rows, and only once the centroid index (whose
+  // codebook then never changes) is in use.
+  const Stage1 stage1 = CurrentStage1();
+  if (stage1.centroids == nullptr) {
+    return absl::DataLossError(absl::StrCat("shard '", dir_, "': iid ", coded[0],
+                                            " has no rerank vectors and the shard no codebook"));
+  }
+  const CentroidCodebook& codebook = stage1.centroids->codebook();
+  const int64_t code_bytes = codebook.codec().code_bytes();
+  auto decode = [&](size_t j, const std::string& bytes) -> absl::Status {
+    TESSERA_ASSIGN_OR_RETURN(DocumentCodes codes,
+                             ParseDocumentCodes(bytes, code_bytes, codebook.num_centroids()));
+    std::vector<float> values(codes.size() * schema_.dim);
+    for (int64_t v = 0; v < codes.size(); ++v) {
+      codebook.Decode(codes.centroids[v],
+                      reinterpret_cast<const uint8_t*>(codes.codes.data()) + v * code_bytes,
+                      &values[v * schema_.dim]);
+    }
+    (*matrices)[coded_at[j]] = std::make_shared<const StoredMatrix>(
+        MatrixFromFloat(values, codes.size(), schema_.dim, schema_.dtype));
+    return absl::OkStatus();
+  };
+  absl::StatusOr<std::vector<std::string>> batch = store_->MultiGetCodes(stage1.generation, coded);
+  if (batch.ok()) {
+    for (size_t j = 0; j < coded.size(); ++j) TESSERA_RETURN_IF_ERROR(decode(j, (*batch)[j]));
+    return absl::OkStatus();
   }
   if (!absl::IsNotFound(batch.status())) return batch.status();
   // Some were removed since: read one by one and leave those null.
-  for (size_t j = 0; j < missing.size(); ++j) {
-    absl::StatusOr<StoredMatrix> one = store_->GetRerank(missing[j]);
-    if (absl::IsNotFound(one.status())) continue;
+  for (size_t j = 0; j < coded.size(); ++j) {
+    absl::StatusOr<std::vector<std::string>> one =
+        store_->MultiGetCodes(stage1.generation, absl::MakeConstSpan(&coded[j], 1));
+    if (absl::IsNotFound(one.status())) {
+      (*matrices)[coded_at[j]] = nullptr;
+      continue;
+    }
     TESSERA_RETURN_IF_ERROR(one.status());
-    matrices[missing_at[j]] = std::make_shared<const StoredMatrix>(std::move(*one));
+    TESSERA_RETURN_IF_ERROR(decode(j, (*one)[0]));
   }
-  return matrices;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> Shard::LookupId(const std::string& external_id) const {

@@ -32,6 +32,10 @@
 // ApplyDerived, so searches that rerank them read no storage and see exactly what the table says
 // is live.
 //
+// Rerank from codes (CandidateSpec::rerank_from_codes): once the first codebook is in use, a
+// write stores its codes and a rerank matrix without rows; FetchRerank decodes such documents'
+// codes (centroid + residual) for stage 2, explain and Get. Such a shard never retrains.
+//
 // Lock order: encode_mu_ → apply_mu_ → stage1_mu_ → table_mu_.
 #ifndef TESSERA_INDEX_COLLECTION_SHARD_H_
 #define TESSERA_INDEX_COLLECTION_SHARD_H_
@@ -132,8 +136,9 @@ class Shard {
                    const std::function<void(uint64_t, const LiveDocument&)>& fn) const;
   // The live document's external id and version; false if iid is no longer live.
   bool Describe(uint64_t iid, std::string* external_id, uint64_t* version) const;
-  // The rerank vectors of each iid: resident ones from memory, the others read from the store;
-  // null for an iid that is no longer stored.
+  // The rerank vectors of each iid: resident ones from memory, the others read from the store,
+  // decoded from the centroid codes for documents stored without them (rerank_from_codes); null
+  // for an iid that is no longer stored.
   absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> FetchRerank(
       absl::Span<const uint64_t> iids) const;
   // The live iid of an external id (NOT_FOUND when none), and its stored record.
@@ -199,6 +204,11 @@ class Shard {
   // Live iids above `after`, ascending.
   std::vector<uint64_t> LiveIidsAbove(uint64_t after) const;
 
+  // Replaces each matrix without rows (a document stored for rerank_from_codes) by the vectors
+  // decoded from its codes, or by null when it was removed since.
+  absl::Status DecodeRerankFromCodes(
+      absl::Span<const uint64_t> iids,
+      std::vector<std::shared_ptr<const StoredMatrix>>* matrices) const;
   absl::StatusOr<std::vector<Stage1Hit>> SearchCandidateIndex(const CandidateIndex& index,
                                                               const Stage1Request& request) const;
 

@@ -165,6 +165,10 @@ absl::StatusOr<PooledMatrix> PoolTokens(FloatMatrixView tokens,
     return absl::InvalidArgumentError(
         absl::StrCat("pool_factor ", options.pool_factor, ", expected an integer ≥ 1"));
   }
+  if (options.min_vectors < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_vectors ", options.min_vectors, ", expected ≥ 0"));
+  }
   if (options.protected_tokens < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("protected_tokens ", options.protected_tokens, ", expected ≥ 0"));
@@ -181,8 +185,10 @@ absl::StatusOr<PooledMatrix> PoolTokens(FloatMatrixView tokens,
   std::vector<std::vector<int32_t>> groups;
   for (int32_t i = 0; i < num_protected; ++i) groups.push_back({i});
   if (num_pooled > 0) {
+    const int32_t max_clusters =
+        std::max({num_pooled / options.pool_factor, std::min(num_pooled, options.min_vectors), 1});
     std::vector<int32_t> labels(num_pooled, 0);
-    if (options.pool_factor == 1) {
+    if (max_clusters == num_pooled) {
       for (int32_t i = 0; i < num_pooled; ++i) labels[i] = i;
     } else if (num_pooled > 1) {
       const float* rows = tokens.data + static_cast<int64_t>(num_protected) * tokens.cols;
@@ -191,8 +197,11 @@ absl::StatusOr<PooledMatrix> PoolTokens(FloatMatrixView tokens,
       const std::vector<internal::WardMerge> merges =
           internal::WardLinkage(scratch.distances, num_pooled);
       if (num_pooled > kRetainedScratchTokens) scratch = Scratch();
-      const int32_t max_clusters = std::max(num_pooled / options.pool_factor, 1);
-      labels = internal::CutAtMaxClusters(merges, num_pooled, max_clusters);
+      // The n / p rule is SciPy's maxclust cut; a floor above it cuts the same tree at exactly
+      // max_clusters (maxclust never yields n − 1 clusters, and ties can leave it fewer).
+      labels = max_clusters > num_pooled / options.pool_factor
+                   ? internal::CutAfterMerges(merges, num_pooled, num_pooled - max_clusters)
+                   : internal::CutAtMaxClusters(merges, num_pooled, max_clusters);
     }
     // Labels are numbered by first appearance, so appending in label order keeps that order.
     const size_t first_cluster = groups.size();

@@ -152,6 +152,52 @@ TEST(TokenPooling, PoolFactorOneKeepsEveryToken) {
   EXPECT_EQ(pooled->labels, (std::vector<int32_t>{0, 1, 2}));
 }
 
+// The floor keeps short documents unpooled and cuts medium ones at min_vectors clusters of the same
+// Ward tree: the n / p partition without the floor must be a coarsening of the floored one.
+TEST(TokenPooling, MinVectorsFloorsTheClusterCount) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  const int dim = 16;
+  auto random_tokens = [&](int n) {
+    std::vector<float> tokens(n * dim);
+    for (float& v : tokens) v = normal(rng);
+    return Normalized(tokens, dim);
+  };
+  TokenPoolingOptions floored;
+  floored.pool_factor = 2;
+  floored.min_vectors = 32;
+
+  const std::vector<float> short_doc = random_tokens(30);
+  auto pooled = PoolTokens(View(short_doc, dim), floored);
+  ASSERT_TRUE(pooled.ok()) << pooled.status();
+  EXPECT_EQ(pooled->vectors, short_doc);
+
+  const std::vector<float> medium = random_tokens(40);
+  pooled = PoolTokens(View(medium, dim), floored);
+  TokenPoolingOptions plain = floored;
+  plain.min_vectors = 0;
+  auto coarse = PoolTokens(View(medium, dim), plain);
+  ASSERT_TRUE(pooled.ok() && coarse.ok());
+  EXPECT_EQ(pooled->num_vectors(), 32);
+  EXPECT_EQ(coarse->num_vectors(), 20);
+  std::vector<int32_t> coarse_of_fine(32, -1);
+  for (size_t i = 0; i < pooled->labels.size(); ++i) {
+    int32_t& mapped = coarse_of_fine[pooled->labels[i]];
+    if (mapped == -1) mapped = coarse->labels[i];
+    EXPECT_EQ(mapped, coarse->labels[i]) << "token " << i << " splits a coarse cluster";
+  }
+
+  const std::vector<float> long_doc = random_tokens(100);
+  pooled = PoolTokens(View(long_doc, dim), floored);
+  coarse = PoolTokens(View(long_doc, dim), plain);
+  ASSERT_TRUE(pooled.ok() && coarse.ok());
+  EXPECT_EQ(pooled->labels, coarse->labels);  // n / p = 50 ≥ 32: the floor changes nothing
+
+  floored.min_vectors = -1;
+  EXPECT_THAT(PoolTokens(View(medium, dim), floored).status().message(),
+              HasSubstr("min_vectors -1"));
+}
+
 TEST(TokenPooling, SingleTokenAndAllProtected) {
   const std::vector<float> one = {0.6f, 0.8f};
   auto pooled = PoolTokens(View(one, 2), TokenPoolingOptions{});

@@ -190,6 +190,11 @@ std::vector<int32_t> CutAtMaxClusters(const std::vector<WardMerge>& merges, int3
     }
     applied = upper <= n - 2 ? merged_at_or_below(merges[upper].height) : n - 1;
   }
+  return CutAfterMerges(merges, n, applied);
+}
+
+std::vector<int32_t> CutAfterMerges(const std::vector<WardMerge>& merges, int32_t n,
+                                    int32_t applied) {
   std::vector<int32_t> parent(n);
   std::iota(parent.begin(), parent.end(), 0);
   for (int32_t m = 0; m < applied; ++m) {

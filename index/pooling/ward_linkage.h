@@ -30,6 +30,11 @@ std::vector<WardMerge> WardLinkage(std::vector<double>& distances, int32_t n);
 std::vector<int32_t> CutAtMaxClusters(const std::vector<WardMerge>& merges, int32_t n,
                                       int32_t max_clusters);
 
+// The partition left by the first `applied` merges (0 ≤ applied ≤ n − 1): exactly n − applied
+// clusters, nested in the cuts with more merges. Labels as CutAtMaxClusters.
+std::vector<int32_t> CutAfterMerges(const std::vector<WardMerge>& merges, int32_t n,
+                                    int32_t applied);
+
 }  // namespace tessera::internal
 
 #endif  // TESSERA_INDEX_POOLING_WARD_LINKAGE_H_

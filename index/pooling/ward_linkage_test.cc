@@ -115,6 +115,13 @@ TEST(WardLinkage, CutMatchesGreedyPartitionsAtEveryLevel) {
       EXPECT_EQ(std::vector<int>(labels.begin(), labels.end()), expected)
           << "trial " << trial << " clusters " << clusters;
     }
+    // CutAfterMerges reaches every level, n − 1 clusters included.
+    for (int clusters = 1; clusters <= p.n - 1; ++clusters) {
+      const std::vector<int32_t> labels = CutAfterMerges(merges, p.n, p.n - clusters);
+      const std::vector<int>& expected = partitions[p.n - clusters - 1];
+      EXPECT_EQ(std::vector<int>(labels.begin(), labels.end()), expected)
+          << "trial " << trial << " clusters " << clusters << " (CutAfterMerges)";
+    }
   }
 }
 

@@ -150,6 +150,8 @@ class ShardStore::Impl {
   absl::StatusOr<DocumentRecord> GetRecord(uint64_t iid) const;
   absl::StatusOr<StoredMatrix> GetRerank(uint64_t iid) const;
   absl::StatusOr<std::vector<StoredMatrix>> MultiGetRerank(absl::Span<const uint64_t> iids) const;
+  absl::StatusOr<std::vector<std::string>> MultiGetCodes(uint32_t generation,
+                                                         absl::Span<const uint64_t> iids) const;
   absl::Status ForEachDocument(const std::function<absl::Status(const DocumentRecord&)>& fn) const;
   absl::Status ForEachCandidates(
       uint64_t min_iid, const std::function<absl::Status(uint64_t, const StoredMatrix&)>& fn) const;
@@ -210,6 +212,34 @@ class ShardStore::Impl {
   absl::StatusOr<T> Codec(absl::StatusOr<T> decoded) const {
     if (!decoded.ok()) return InShard(decoded.status(), dir_);
     return decoded;
+  }
+  // One MultiGet of keys[i] (the key of iids[i]) in `cf`, each value decoded by
+  // decode(value, iids[i]); NOT_FOUND naming `what` and the iid when any key is absent.
+  template <typename T, typename Decode>
+  absl::StatusOr<std::vector<T>> MultiGetDecoded(rocksdb::ColumnFamilyHandle* cf,
+                                                 absl::Span<const uint64_t> iids,
+                                                 const std::vector<std::string>& keys,
+                                                 absl::string_view what,
+                                                 const Decode& decode) const {
+    const size_t n = iids.size();
+    std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
+    std::vector<rocksdb::PinnableSlice> values(n);
+    std::vector<rocksdb::Status> statuses(n);
+    db_->MultiGet(rocksdb::ReadOptions(), cf, n, slices.data(), values.data(), statuses.data());
+    std::vector<T> out;
+    out.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (statuses[i].IsNotFound()) {
+        return absl::NotFoundError(
+            absl::StrCat("shard '", dir_, "': no ", what, " for iid ", iids[i]));
+      }
+      TESSERA_RETURN_IF_ERROR(Rocks(statuses[i], absl::StrCat("reading ", what, " iid ", iids[i])));
+      TESSERA_ASSIGN_OR_RETURN(
+          T value, Codec(decode(absl::string_view(values[i].data(), values[i].size()), iids[i])));
+      values[i].Reset();
+      out.push_back(std::move(value));
+    }
+    return out;
   }
   void DeleteRows(rocksdb::WriteBatch* batch, uint64_t iid,
                   const std::vector<uint32_t>& code_generations);
@@ -672,32 +702,24 @@ absl::StatusOr<StoredMatrix> ShardStore::Impl::GetRerank(uint64_t iid) const {
 
 absl::StatusOr<std::vector<StoredMatrix>> ShardStore::Impl::MultiGetRerank(
     absl::Span<const uint64_t> iids) const {
-  const size_t n = iids.size();
-  std::vector<std::string> keys(n);
-  std::vector<rocksdb::Slice> slices(n);
-  for (size_t i = 0; i < n; ++i) {
-    keys[i] = EncodeIidKey(iids[i]);
-    slices[i] = keys[i];
-  }
-  std::vector<rocksdb::PinnableSlice> values(n);
-  std::vector<rocksdb::Status> statuses(n);
-  db_->MultiGet(rocksdb::ReadOptions(), rerank_, n, slices.data(), values.data(), statuses.data());
-  std::vector<StoredMatrix> matrices;
-  matrices.reserve(n);
-  for (size_t i = 0; i < n; ++i) {
-    if (statuses[i].IsNotFound()) {
-      return absl::NotFoundError(
-          absl::StrCat("shard '", dir_, "': no rerank vectors for iid ", iids[i]));
-    }
-    TESSERA_RETURN_IF_ERROR(Rocks(statuses[i], absl::StrCat("reading rerank iid ", iids[i])));
-    TESSERA_ASSIGN_OR_RETURN(
-        StoredMatrix matrix,
-        Codec(DecodeStoredMatrix(absl::string_view(values[i].data(), values[i].size()), kRerankCf,
-                                 iids[i])));
-    values[i].Reset();
-    matrices.push_back(std::move(matrix));
-  }
-  return matrices;
+  std::vector<std::string> keys;
+  keys.reserve(iids.size());
+  for (uint64_t iid : iids) keys.push_back(EncodeIidKey(iid));
+  return MultiGetDecoded<StoredMatrix>(rerank_, iids, keys, "rerank vectors",
+                                       [](absl::string_view value, uint64_t iid) {
+                                         return DecodeStoredMatrix(value, kRerankCf, iid);
+                                       });
+}
+
+absl::StatusOr<std::vector<std::string>> ShardStore::Impl::MultiGetCodes(
+    uint32_t generation, absl::Span<const uint64_t> iids) const {
+  std::vector<std::string> keys;
+  keys.reserve(iids.size());
+  for (uint64_t iid : iids) keys.push_back(EncodeCodesKey(generation, iid));
+  return MultiGetDecoded<std::string>(codes_, iids, keys, "centroid codes",
+                                      [generation](absl::string_view value, uint64_t iid) {
+                                        return DecodeCodesValue(value, generation, iid);
+                                      });
 }
 
 absl::Status ShardStore::Impl::ForEachDocument(
@@ -864,6 +886,11 @@ absl::StatusOr<StoredMatrix> ShardStore::GetRerank(uint64_t iid) const {
 absl::StatusOr<std::vector<StoredMatrix>> ShardStore::MultiGetRerank(
     absl::Span<const uint64_t> iids) const {
   return impl_->MultiGetRerank(iids);
+}
+
+absl::StatusOr<std::vector<std::string>> ShardStore::MultiGetCodes(
+    uint32_t generation, absl::Span<const uint64_t> iids) const {
+  return impl_->MultiGetCodes(generation, iids);
 }
 
 absl::Status ShardStore::ForEachDocument(

@@ -127,6 +127,10 @@ class ShardStore {
   absl::StatusOr<StoredMatrix> GetRerank(uint64_t iid) const;
   // Batched GetRerank (RocksDB MultiGet); fails as a whole when any iid fails.
   absl::StatusOr<std::vector<StoredMatrix>> MultiGetRerank(absl::Span<const uint64_t> iids) const;
+  // The codes of each iid under `generation` (one MultiGet); fails as a whole when any iid fails
+  // (NOT_FOUND when one has none).
+  absl::StatusOr<std::vector<std::string>> MultiGetCodes(uint32_t generation,
+                                                         absl::Span<const uint64_t> iids) const;
 
   // Calls fn for every live document in iid order, from a consistent snapshot. Stops at and
   // returns the first non-OK status fn returns.

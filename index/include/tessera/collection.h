@@ -44,6 +44,14 @@ struct CandidateSpec {
   int residual_bits = 2;
   int64_t centroid_min_vectors = 262'144;
   int64_t centroid_min_training_vectors = 16'384;
+  // Stage 2 scores the vectors decoded from the centroid codes (centroid + residual, PLAID's
+  // approach) instead of stored rerank vectors: documents written once a shard has its codebook
+  // store no rerank vectors (about 8× less disk at residual_bits 4, 16× at 2; scores, explain
+  // and Get are those of the decoded vectors). Needs factory "auto" or "centroid" and then
+  // behaves as "centroid" (a shard trains once it holds centroid_min_training_vectors vectors;
+  // documents written before keep their rerank vectors). The first codebook is kept for good:
+  // without the original vectors there is nothing to retrain on.
+  bool rerank_from_codes = false;
 };
 
 struct CollectionSchema {

@@ -52,13 +52,18 @@ struct TokenPoolingOptions {
   int protected_tokens = 0;
   // L2-normalise each cluster mean (the server never does so unless asked).
   bool renormalize = false;
+  // ≥ 0. A floor under the cluster count for short documents, which have little redundancy to
+  // pool away: when min(n, min_vectors) exceeds floor(n / pool_factor), the same Ward tree is cut
+  // at exactly min(n, min_vectors) clusters, so a document of at most min_vectors (unprotected)
+  // tokens keeps every token. 0 = no floor (the published recipe).
+  int min_vectors = 0;
 };
 
 // Pools one document. tokens: n × dim fp32, row-major, finite values.
 // Output order: the protected tokens first, then one vector per cluster in order of each cluster's
 // first token. labels has n entries.
 // Returns INVALID_ARGUMENT when n = 0, dim = 0, a value is not finite, pool_factor < 1,
-// protected_tokens < 0, or n exceeds kMaxHierarchicalPoolingTokens.
+// min_vectors < 0, protected_tokens < 0, or n exceeds kMaxHierarchicalPoolingTokens.
 absl::StatusOr<PooledMatrix> PoolTokens(FloatMatrixView tokens, const TokenPoolingOptions& options);
 
 // A page image's patch grid inside a document's token sequence: `prefix_tokens` special/prompt
