@@ -48,8 +48,9 @@ import report  # noqa: E402
 TOP_K = 100  # every run keeps 100 hits so that recall@100 is defined
 WARMUP_QUERIES = 5
 TOKENS_PER_LINE = 16  # page simulation: tokens per grid row
-# codes-b: documents ingested before waiting for the codebook (more than the 16,384-vector training
-# threshold on every shared set); the rest are stored as codes only.
+# codes-b: documents ingested before waiting for the codebook, at most (a quarter of a smaller
+# set): past the 16,384-vector training threshold on every shared set; the rest are stored as
+# codes only.
 CODES_TRAINING_DOCUMENTS = 1000
 # Settings per peer run ({} = the peer's defaults); the first is the peer's headline row.
 # fast-plaid: k-means on a 1,024-document sample (its default samples every document of these
@@ -226,7 +227,8 @@ def run_config(client, dataset, config: Config, exact_runs: Dict[str, Dict],
     if config.group == "codes":
         # The codebook first (trained in the background on the first documents), then the rest,
         # which are stored as codes only.
-        parts = [itertools.islice(stream, CODES_TRAINING_DOCUMENTS), stream]
+        first = min(CODES_TRAINING_DOCUMENTS, len(dataset.corpus) // 4)
+        parts = [itertools.islice(stream, first), stream]
     seconds = 0.0
     for i, part in enumerate(parts):
         summary = client.ingest(config.name, part, batch_size=32, progress=False,
