@@ -124,6 +124,9 @@ ParsedArgs CreateArgs(const std::vector<std::string>& flags) {
                                          {"candidates", true},
                                          {"candidate-pool-factor", true},
                                          {"protected-tokens", true},
+                                         {"residual-bits", true},
+                                         {"min-vectors", true},
+                                         {"rerank-from-codes", false},
                                          {"renormalize", false},
                                          {"keep-special-tokens", false}};
   return *ParseArgs(args, kCreate);
@@ -180,6 +183,21 @@ TEST(SchemaFromArgs, HierarchicalDefaultsAndFlags) {
   EXPECT_THAT(internal::DescribeSchema(*schema),
               HasSubstr("dim 96, fp32, reference pooling p=3, candidates pooled p=6 (HNSW32), "
                         "4 shards, attributes lang:string w:double year:int64"));
+}
+
+TEST(SchemaFromArgs, PoolingFloorAndRerankFromCodes) {
+  auto schema = internal::SchemaFromArgs(
+      "pages", CreateArgs({"--dim", "128", "--min-vectors", "24", "--residual-bits", "4",
+                           "--rerank-from-codes"}));
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  EXPECT_EQ(schema->hierarchical().min_vectors(), 24u);
+  EXPECT_EQ(schema->candidates().residual_bits(), 4u);
+  EXPECT_TRUE(schema->candidates().rerank_from_codes());
+  EXPECT_THAT(internal::DescribeSchema(*schema),
+              HasSubstr("ward pooling p=2 (at least 24 vectors)"));
+  schema = internal::SchemaFromArgs(
+      "pages", CreateArgs({"--dim", "128", "--pooling", "rows", "--min-vectors", "24"}));
+  EXPECT_FALSE(schema.ok());
 }
 
 TEST(SchemaFromArgs, SpatialModes) {
