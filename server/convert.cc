@@ -96,12 +96,9 @@ absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& pro
                          : PoolingMethod::kWard;
     options.protected_tokens = static_cast<int>(h.protected_tokens());
     options.renormalize = h.renormalize();
-    if (h.min_vectors() > static_cast<uint32_t>(kMaxHierarchicalPoolingTokens)) {
-      return Invalid(
-          "schema.hierarchical.min_vectors",
-          absl::StrCat(h.min_vectors(), ", expected 0 … ", kMaxHierarchicalPoolingTokens));
-    }
-    options.min_vectors = static_cast<int>(h.min_vectors());
+    // Range-checked with the rest of the schema (ValidateSchema); saturate so none wraps.
+    options.min_vectors =
+        static_cast<int>(std::min<uint32_t>(h.min_vectors(), std::numeric_limits<int32_t>::max()));
     schema.pooling.hierarchical = options;
   }
   if (proto.has_spatial()) {
