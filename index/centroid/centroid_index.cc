@@ -6,31 +6,32 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "index/centroid/code_scan.h"
 #include "index/common/thread_pool.h"
 #include "index/rerank/cpu_maxsim_scorer.h"
 
 namespace tessera::internal {
 namespace {
 
-constexpr int kLut = ResidualCodec::kLookupTableWidth;
 // Centroids scored per task when the query × centroid scores are split over the pool.
 constexpr int64_t kCentroidChunk = 2048;
 
-// Per-thread scratch indexed by document ordinal, reset in O(1) per use by an epoch stamp: an
-// entry is valid for the current use only when its stamp equals the epoch. Reused across searches
-// (and indexes) on the same thread, so a search allocates nothing proportional to the shard.
+// Per-thread scratch indexed by document ordinal, reset in O(1) per use by an epoch stamp: a
+// slot is valid for the current use only when its stamp equals the epoch. Stamp and value share a
+// slot so that a random access costs one cache miss, not two. Reused across searches (and
+// indexes) on the same thread, so a search allocates nothing proportional to the shard.
 struct OrdinalScratch {
-  std::vector<uint32_t> stamp;
-  std::vector<float> value;
+  struct Slot {
+    uint32_t stamp = 0;
+    float value = 0.0f;
+  };
+  std::vector<Slot> slots;
   uint32_t epoch = 0;
 
   void Begin(size_t ordinals) {
-    if (stamp.size() < ordinals) {
-      stamp.resize(ordinals, 0);
-      value.resize(ordinals, 0.0f);
-    }
+    if (slots.size() < ordinals) slots.resize(ordinals);
     if (++epoch == 0) {
-      std::fill(stamp.begin(), stamp.end(), 0);
+      std::fill(slots.begin(), slots.end(), Slot{});
       epoch = 1;
     }
   }
@@ -43,21 +44,6 @@ OrdinalScratch& TokenScratch() {
 OrdinalScratch& MergeScratch() {
   thread_local OrdinalScratch scratch;
   return scratch;
-}
-
-// Σ_j lut[j·256 + code[j]] with four independent sums (the adds would otherwise form one chain of
-// code_bytes dependent additions).
-inline float ScoreCode(const float* lut, const uint8_t* code, int64_t code_bytes) {
-  float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-  int64_t j = 0;
-  for (; j + 4 <= code_bytes; j += 4) {
-    s0 += lut[(j + 0) * kLut + code[j + 0]];
-    s1 += lut[(j + 1) * kLut + code[j + 1]];
-    s2 += lut[(j + 2) * kLut + code[j + 2]];
-    s3 += lut[(j + 3) * kLut + code[j + 3]];
-  }
-  for (; j < code_bytes; ++j) s0 += lut[j * kLut + code[j]];
-  return (s0 + s1) + (s2 + s3);
 }
 
 // Appends with 1/8 headroom instead of std::vector's doubling: lists are most of a shard's
@@ -149,10 +135,15 @@ absl::Status CentroidIndex::Add(uint64_t doc, const DocumentCodes& codes) {
   ordinal_dead_.push_back(0);
   doc_ordinal_[doc] = ordinal;
   const auto* code = reinterpret_cast<const uint8_t*>(codes.codes.data());
+  const std::vector<uint8_t> empty_block(ScanBlockBytes(code_bytes_), 0);
   for (int64_t v = 0; v < n; ++v) {
     List& list = lists_[codes.centroids[v]];
+    const int64_t entry = static_cast<int64_t>(list.ordinals.size());
+    if (entry % kScanBlockEntries == 0) {
+      AppendWithHeadroom(list.blocks, empty_block.data(), empty_block.size());
+    }
+    PutBlockedCode(code + v * code_bytes_, code_bytes_, entry, list.blocks.data());
     AppendWithHeadroom(list.ordinals, &ordinal, 1);
-    AppendWithHeadroom(list.codes, code + v * code_bytes_, code_bytes_);
   }
   live_vectors_ += n;
   if (dead_vectors_ > kCompactionFraction * (live_vectors_ + dead_vectors_)) CompactLocked();
@@ -183,19 +174,28 @@ void CentroidIndex::CompactLocked() {
     docs.push_back(ordinal_doc_[o]);
     vectors.push_back(ordinal_vectors_[o]);
   }
+  std::vector<uint8_t> code(code_bytes_);
   for (List& list : lists_) {
+    // In place: entry `kept` ≤ e, so a code is read before its slot is overwritten.
     size_t kept = 0;
     for (size_t e = 0; e < list.ordinals.size(); ++e) {
       const uint32_t ordinal = renumber[list.ordinals[e]];
       if (ordinal == std::numeric_limits<uint32_t>::max()) continue;
       list.ordinals[kept] = ordinal;
-      std::memmove(&list.codes[kept * code_bytes_], &list.codes[e * code_bytes_], code_bytes_);
+      GetBlockedCode(list.blocks.data(), code_bytes_, e, code.data());
+      PutBlockedCode(code.data(), code_bytes_, kept, list.blocks.data());
       ++kept;
     }
+    const size_t blocks = (kept + kScanBlockEntries - 1) / kScanBlockEntries;
     list.ordinals.resize(kept);
-    list.codes.resize(kept * code_bytes_);
+    list.blocks.resize(blocks * ScanBlockBytes(code_bytes_));
+    // The tail of the last block keeps no stale codes (a scan reads them, never uses them).
+    for (size_t e = kept; e < blocks * kScanBlockEntries; ++e) {
+      std::fill(code.begin(), code.end(), 0);
+      PutBlockedCode(code.data(), code_bytes_, e, list.blocks.data());
+    }
     list.ordinals.shrink_to_fit();
-    list.codes.shrink_to_fit();
+    list.blocks.shrink_to_fit();
   }
   for (auto& [doc, ordinal] : doc_ordinal_) ordinal = renumber[ordinal];
   ordinal_doc_ = std::move(docs);
@@ -224,36 +224,45 @@ void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, 
   std::sort(ranked.begin(), ranked.begin() + nprobe, better);
   out->missing = ranked[nprobe - 1].first;
 
-  std::vector<float> lut(code_bytes_ * kLut);
-  codebook_->codec().BuildLookupTable(query, lut.data());
+  const ResidualCodec& codec = codebook_->codec();
+  std::vector<float> lut(codec.nibbles() * 16);
+  codec.BuildLookupTable(query, lut.data());
+  ScanTables tables;
+  QuantizeScanTables(lut.data(), codec.nibbles(), &tables);
   OrdinalScratch& scratch = TokenScratch();
   scratch.Begin(ordinal_doc_.size());
   const uint32_t epoch = scratch.epoch;
-  uint32_t* stamp = scratch.stamp.data();
-  float* best = scratch.value.data();
-  const uint8_t* dead = ordinal_dead_.data();
+  OrdinalScratch::Slot* slots = scratch.slots.data();
+  thread_local std::vector<uint16_t> sums;
   std::vector<uint32_t> touched;
+  // Dead ordinals are scanned like live ones and dropped once, at the merge.
   for (int p = 0; p < nprobe; ++p) {
-    const float base = ranked[p].first;
     const List& list = lists_[ranked[p].second];
-    const uint32_t* ordinals = list.ordinals.data();
-    const uint8_t* codes = list.codes.data();
     const size_t n = list.ordinals.size();
+    if (n == 0) continue;
+    const int64_t blocks = static_cast<int64_t>((n + kScanBlockEntries - 1) / kScanBlockEntries);
+    sums.resize(blocks * kScanBlockEntries);
+    ScanBlocks(list.blocks.data(), blocks, code_bytes_, tables, sums.data());
+    const float offset = ranked[p].first + tables.bias;
+    const float step = tables.step;
+    const uint32_t* ordinals = list.ordinals.data();
     for (size_t e = 0; e < n; ++e) {
-      const uint32_t ordinal = ordinals[e];
-      if (dead[ordinal]) continue;
-      const float score = base + ScoreCode(lut.data(), codes + e * code_bytes_, code_bytes_);
-      if (stamp[ordinal] != epoch) {
-        stamp[ordinal] = epoch;
-        best[ordinal] = score;
-        touched.push_back(ordinal);
-      } else if (score > best[ordinal]) {
-        best[ordinal] = score;
+      const float score = offset + step * static_cast<float>(sums[e]);
+      // At or below the missing estimate a vector changes nothing (a token contributes the
+      // larger of the two), so it costs no scratch access.
+      if (score <= out->missing) continue;
+      OrdinalScratch::Slot& slot = slots[ordinals[e]];
+      if (slot.stamp != epoch) {
+        slot.stamp = epoch;
+        slot.value = score;
+        touched.push_back(ordinals[e]);
+      } else if (score > slot.value) {
+        slot.value = score;
       }
     }
   }
   out->hits.resize(touched.size());
-  for (size_t t = 0; t < touched.size(); ++t) out->hits[t] = {touched[t], best[touched[t]]};
+  for (size_t t = 0; t < touched.size(); ++t) out->hits[t] = {touched[t], slots[touched[t]].value};
 }
 
 absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
@@ -301,8 +310,8 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
     scan(0, nq);
   }
 
-  // Merge: acc[document] = Σ over the tokens that found it of (best − missing), so that the
-  // approximate MaxSim is Σ missing + acc.
+  // Merge: acc[document] = Σ over the tokens that found it above their estimate of
+  // (best − missing), so that the approximate MaxSim is Σ missing + acc.
   OrdinalScratch& merge = MergeScratch();
   merge.Begin(ordinal_doc_.size());
   const uint32_t epoch = merge.epoch;
@@ -311,20 +320,22 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   for (const TokenHits& token : tokens) {
     missing_sum += token.missing;
     for (const auto& [ordinal, score] : token.hits) {
-      if (merge.stamp[ordinal] != epoch) {
-        merge.stamp[ordinal] = epoch;
-        merge.value[ordinal] = 0.0f;
+      OrdinalScratch::Slot& slot = merge.slots[ordinal];
+      if (slot.stamp != epoch) {
+        slot.stamp = epoch;
+        slot.value = 0.0f;
         touched.push_back(ordinal);
       }
-      merge.value[ordinal] += score - token.missing;
+      slot.value += score - token.missing;
     }
   }
   std::vector<CentroidHit> hits;
   hits.reserve(touched.size());
   for (uint32_t ordinal : touched) {
+    if (ordinal_dead_[ordinal]) continue;
     const uint64_t doc = ordinal_doc_[ordinal];
     if (accept != nullptr && !(*accept)(doc)) continue;
-    hits.push_back(CentroidHit{doc, missing_sum + merge.value[ordinal]});
+    hits.push_back(CentroidHit{doc, missing_sum + merge.slots[ordinal].value});
   }
   const size_t keep = std::min<size_t>(hits.size(), std::max<int64_t>(options.num_documents, 0));
   auto better = [](const CentroidHit& a, const CentroidHit& b) {
@@ -348,7 +359,7 @@ int64_t CentroidIndex::MemoryBytesLocked() const {
   int64_t bytes = codebook_->MemoryBytes();
   for (const List& list : lists_) {
     bytes += static_cast<int64_t>(list.ordinals.capacity() * sizeof(uint32_t) +
-                                  list.codes.capacity() + sizeof(List));
+                                  list.blocks.capacity() + sizeof(List));
   }
   bytes += static_cast<int64_t>(ordinal_doc_.capacity() * sizeof(uint64_t) +
                                 ordinal_vectors_.capacity() * sizeof(uint32_t) +

@@ -3,12 +3,15 @@
 // Every indexed vector lives in the inverted list of its centroid as (document ordinal, residual
 // code). A search scores the query tokens against all centroids with the MaxSim micro-kernels,
 // probes the `nprobe` best centroids of each token, and scores the codes in those lists without
-// decoding them: ⟨q, centroid + residual⟩ = ⟨q, centroid⟩ + Σ_j lut_q[j][code byte j] (the
-// codec's per-query lookup tables). Per (token, document) it keeps the best such score; a
-// document's approximate MaxSim sums them over the tokens, and a token that found no vector of the
-// document contributes its *missing estimate*: the score of the token's last (nprobe-th) probed
-// centroid — the most a vector of an unprobed list could score, give or take its residual (WARP's
-// imputation). The top documents by that sum go to the exact rerank.
+// decoding them: ⟨q, centroid + residual⟩ = ⟨q, centroid⟩ + Σ_n lut_q[n][code nibble n] (the
+// codec's per-query lookup tables, quantised to bytes and applied to 32 codes at a time by
+// code_scan.h; the quantisation errs by at most step/2 per nibble). Each token has a *missing
+// estimate*: the score of its last (nprobe-th) probed centroid — the most a vector of an unprobed
+// list could score, give or take its residual (WARP's imputation). Per (token, document) the
+// token contributes the larger of its best vector's score and the missing estimate (the estimate
+// alone when it found no vector of the document); a document's approximate MaxSim sums the
+// contributions over the tokens. The top documents by that sum — among those with at least one
+// vector above its token's estimate — go to the exact rerank.
 //
 // Documents are removed by tombstones; the lists are compacted (and ordinals renumbered) once the
 // dead vectors pass kCompactionFraction of all vectors.
@@ -104,7 +107,9 @@ class CentroidIndex {
  private:
   struct List {
     std::vector<uint32_t> ordinals;  // per entry: the document's ordinal
-    std::vector<uint8_t> codes;      // per entry: code_bytes bytes
+    // The entries' codes in blocks of kScanBlockEntries (code_scan.h); the last block's unused
+    // entries are zero.
+    std::vector<uint8_t> blocks;
   };
   // Per query token: the deduplicated (ordinal, best score) pairs of its probed lists.
   struct TokenHits {

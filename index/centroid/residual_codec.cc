@@ -126,18 +126,18 @@ void ResidualCodec::Decode(const uint8_t* code, float* out) const {
 }
 
 void ResidualCodec::BuildLookupTable(const float* query, float* lut) const {
-  const int per_byte = 8 / nbits_;
+  const int per_nibble = 4 / nbits_;
   const int mask = buckets() - 1;
-  for (int64_t j = 0; j < code_bytes_; ++j) {
-    float* row = lut + j * kLookupTableWidth;
-    std::fill(row, row + kLookupTableWidth, 0.0f);
-    for (int t = 0; t < per_byte; ++t) {
-      const int64_t d = j * per_byte + t;
+  for (int64_t n = 0; n < nibbles(); ++n) {
+    float* row = lut + n * 16;
+    std::fill(row, row + 16, 0.0f);
+    for (int t = 0; t < per_nibble; ++t) {
+      const int64_t d = n * per_nibble + t;
       if (d >= dim_) break;
       const float* w = weights(d);
       const float q = query[d];
       const int shift = t * nbits_;
-      for (int b = 0; b < kLookupTableWidth; ++b) row[b] += q * w[(b >> shift) & mask];
+      for (int v = 0; v < 16; ++v) row[v] += q * w[(v >> shift) & mask];
     }
   }
 }

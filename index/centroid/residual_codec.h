@@ -46,12 +46,13 @@ class ResidualCodec {
   // code → out: dim values, the decoded residual.
   void Decode(const uint8_t* code, float* out) const;
 
-  // The per-byte lookup table of a query row for scoring codes without decoding them:
-  // lut: code_bytes() × 256 values, lut[j·256 + b] = Σ over the dimensions d packed in byte j of
-  // query[d] · weight(d, bits of d in b). Then ⟨query, decoded residual of code⟩ =
-  // Σ_j lut[j·256 + code[j]] (up to fp32 rounding order).
+  // Nibbles of one code (two per byte); nbits 2 and 4 never split a dimension across two.
+  int64_t nibbles() const { return 2 * code_bytes_; }
+  // The per-nibble lookup tables of a query row, for scoring codes without decoding them
+  // (code_scan.h): lut: nibbles() × 16 values, lut[n·16 + v] = Σ over the dimensions d packed in
+  // nibble n (code bits [4n, 4n + 4)) of query[d] · weight(d, bits of d in v). Then ⟨query,
+  // decoded residual of code⟩ = Σ_n lut[n·16 + nibble n of code] (up to fp32 rounding order).
   void BuildLookupTable(const float* query, float* lut) const;
-  static constexpr int kLookupTableWidth = 256;
 
  private:
   ResidualCodec(int64_t dim, int nbits, std::vector<float> cutoffs, std::vector<float> weights);

@@ -66,7 +66,7 @@ TEST_P(ResidualCodecTest, LookupTableScoresEqualInnerProductsWithDecodedResidual
   absl::StatusOr<ResidualCodec> codec = ResidualCodec::Train(x.data(), n, dim, nbits);
   ASSERT_TRUE(codec.ok()) << codec.status();
   const std::vector<float> queries = Gaussian(8, dim, 3);
-  std::vector<float> lut(codec->code_bytes() * ResidualCodec::kLookupTableWidth);
+  std::vector<float> lut(codec->nibbles() * 16);
   std::vector<uint8_t> code(codec->code_bytes());
   std::vector<float> decoded(dim);
   double error = 0.0, energy = 0.0;
@@ -77,7 +77,9 @@ TEST_P(ResidualCodecTest, LookupTableScoresEqualInnerProductsWithDecodedResidual
       codec->Decode(code.data(), decoded.data());
       double direct = 0.0, table = 0.0;
       for (int64_t d = 0; d < dim; ++d) direct += double{queries[q * dim + d]} * decoded[d];
-      for (int64_t j = 0; j < codec->code_bytes(); ++j) table += lut[j * 256 + code[j]];
+      for (int64_t j = 0; j < codec->code_bytes(); ++j) {
+        table += lut[2 * j * 16 + (code[j] & 15)] + lut[(2 * j + 1) * 16 + (code[j] >> 4)];
+      }
       ASSERT_NEAR(table, direct, 1e-5);
       if (q == 0) {
         for (int64_t d = 0; d < dim; ++d) {

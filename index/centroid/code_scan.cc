@@ -1,0 +1,72 @@
+#include "index/centroid/code_scan.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace tessera::internal {
+
+void PutBlockedCode(const uint8_t* code, int64_t code_bytes, int64_t entry, uint8_t* blocks) {
+  uint8_t* at =
+      blocks + (entry / kScanBlockEntries) * ScanBlockBytes(code_bytes) + entry % kScanBlockEntries;
+  for (int64_t j = 0; j < code_bytes; ++j) at[j * kScanBlockEntries] = code[j];
+}
+
+void GetBlockedCode(const uint8_t* blocks, int64_t code_bytes, int64_t entry, uint8_t* code) {
+  const uint8_t* at =
+      blocks + (entry / kScanBlockEntries) * ScanBlockBytes(code_bytes) + entry % kScanBlockEntries;
+  for (int64_t j = 0; j < code_bytes; ++j) code[j] = at[j * kScanBlockEntries];
+}
+
+void QuantizeScanTables(const float* lut, int64_t nibbles, ScanTables* out) {
+  // The largest level count whose sums over every nibble fit in 16 bits.
+  const int64_t max_level = std::min<int64_t>(255, 65535 / std::max<int64_t>(nibbles, 1));
+  float range = 0.0f;
+  out->bias = 0.0f;
+  for (int64_t n = 0; n < nibbles; ++n) {
+    const float* table = lut + n * 16;
+    const auto [lo, hi] = std::minmax_element(table, table + 16);
+    out->bias += *lo;
+    range = std::max(range, *hi - *lo);
+  }
+  out->step = range > 0.0f ? range / static_cast<float>(max_level) : 1.0f;
+  const float inverse = 1.0f / out->step;
+  out->levels.resize(nibbles * 16);
+  for (int64_t n = 0; n < nibbles; ++n) {
+    const float* table = lut + n * 16;
+    const float lo = *std::min_element(table, table + 16);
+    for (int v = 0; v < 16; ++v) {
+      const float level = std::nearbyint((table[v] - lo) * inverse);
+      out->levels[n * 16 + v] =
+          static_cast<uint8_t>(std::clamp(level, 0.0f, static_cast<float>(max_level)));
+    }
+  }
+}
+
+void ScanBlocksPortable(const uint8_t* blocks, int64_t num_blocks, int64_t code_bytes,
+                        const uint8_t* tables, uint16_t* sums) {
+  for (int64_t b = 0; b < num_blocks; ++b) {
+    const uint8_t* block = blocks + b * ScanBlockBytes(code_bytes);
+    uint16_t* out = sums + b * kScanBlockEntries;
+    std::fill(out, out + kScanBlockEntries, 0);
+    for (int64_t j = 0; j < code_bytes; ++j) {
+      const uint8_t* row = block + j * kScanBlockEntries;
+      const uint8_t* lo = tables + 2 * j * 16;
+      const uint8_t* hi = lo + 16;
+      for (int64_t i = 0; i < kScanBlockEntries; ++i) {
+        out[i] = static_cast<uint16_t>(out[i] + lo[row[i] & 0x0f] + hi[row[i] >> 4]);
+      }
+    }
+  }
+}
+
+void ScanBlocks(const uint8_t* blocks, int64_t num_blocks, int64_t code_bytes,
+                const ScanTables& tables, uint16_t* sums) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    ScanBlocksAvx2(blocks, num_blocks, code_bytes, tables.levels.data(), sums);
+  } else {
+    ScanBlocksPortable(blocks, num_blocks, code_bytes, tables.levels.data(), sums);
+  }
+}
+
+}  // namespace tessera::internal

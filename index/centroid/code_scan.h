@@ -1,0 +1,49 @@
+// Scoring residual codes without decoding them, 32 entries at a time: the layout and 8-bit lookup
+// tables of FAISS's "fast scan" product quantisers, applied to ResidualCodec's nibbles.
+//
+// An inverted list keeps its codes in blocks of kScanBlockEntries entries, byte-transposed: byte j
+// of entry i sits at block[j · 32 + i], so that one 32-byte load brings byte j of all 32 entries.
+// Every code byte holds two nibbles (for nbits 2: two dimensions each; for 4: one). A query row's
+// score of a code is a sum of one table value per nibble (ResidualCodec::BuildLookupTable);
+// quantised to small integers, 32 such lookups are one vpshufb, and a block's 32 sums take
+// 2 · code_bytes shuffles instead of 32 · code_bytes scalar loads.
+//
+// Quantisation: every table is shifted by its minimum (their sum is `bias`) and all share one step,
+// so that score ≈ bias + step · sum, each table value rounded to the nearest level — an error of
+// at most step / 2 per nibble. The level count is the largest that keeps any sum within 16 bits
+// (255 up to 257 nibbles, i.e. dim 514 at 2 bits and 257 at 4 bits).
+#ifndef TESSERA_INDEX_CENTROID_CODE_SCAN_H_
+#define TESSERA_INDEX_CENTROID_CODE_SCAN_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "index/centroid/code_scan_kernels.h"
+
+namespace tessera::internal {
+
+// Bytes of one block of codes of code_bytes bytes each.
+inline int64_t ScanBlockBytes(int64_t code_bytes) { return code_bytes * kScanBlockEntries; }
+
+// Writes / reads entry `entry` (counted from the first block) of blocked codes.
+void PutBlockedCode(const uint8_t* code, int64_t code_bytes, int64_t entry, uint8_t* blocks);
+void GetBlockedCode(const uint8_t* blocks, int64_t code_bytes, int64_t entry, uint8_t* code);
+
+// One query row's quantised tables.
+struct ScanTables {
+  std::vector<uint8_t> levels;  // nibbles × 16
+  float bias = 0.0f;
+  float step = 0.0f;
+};
+
+// lut: nibbles × 16 float table values (ResidualCodec::BuildLookupTable) → their quantised form.
+void QuantizeScanTables(const float* lut, int64_t nibbles, ScanTables* out);
+
+// The 16-bit sums of `num_blocks` blocks (see ScanBlocksAvx2): sums[b · 32 + i] for entry i of
+// block b, each ≈ (score − bias) / step. Uses AVX2 when the CPU has it.
+void ScanBlocks(const uint8_t* blocks, int64_t num_blocks, int64_t code_bytes,
+                const ScanTables& tables, uint16_t* sums);
+
+}  // namespace tessera::internal
+
+#endif  // TESSERA_INDEX_CENTROID_CODE_SCAN_H_

@@ -1,0 +1,108 @@
+// The blocked code scan against direct computation: the block layout round-trips, the portable
+// and AVX2 kernels give the sums of the tables over each entry's nibbles (integers: exactly), and
+// quantised scores stay within the stated bound of the float tables' scores.
+#include "index/centroid/code_scan.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tessera::internal {
+namespace {
+
+std::vector<uint8_t> RandomBytes(size_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (uint8_t& b : v) b = static_cast<uint8_t>(rng());
+  return v;
+}
+
+// Entries' codes, unblocked: entries × code_bytes.
+std::vector<uint8_t> Blocked(const std::vector<uint8_t>& codes, int64_t code_bytes) {
+  const int64_t entries = static_cast<int64_t>(codes.size()) / code_bytes;
+  const int64_t blocks = (entries + kScanBlockEntries - 1) / kScanBlockEntries;
+  std::vector<uint8_t> out(blocks * ScanBlockBytes(code_bytes), 0);
+  for (int64_t e = 0; e < entries; ++e) {
+    PutBlockedCode(&codes[e * code_bytes], code_bytes, e, out.data());
+  }
+  return out;
+}
+
+TEST(CodeScan, BlockLayoutRoundTrips) {
+  const int64_t code_bytes = 5, entries = 77;
+  const std::vector<uint8_t> codes = RandomBytes(entries * code_bytes, 1);
+  const std::vector<uint8_t> blocks = Blocked(codes, code_bytes);
+  ASSERT_EQ(blocks.size(), 3 * ScanBlockBytes(code_bytes));
+  std::vector<uint8_t> code(code_bytes);
+  for (int64_t e = 0; e < entries; ++e) {
+    GetBlockedCode(blocks.data(), code_bytes, e, code.data());
+    ASSERT_EQ(
+        std::vector<uint8_t>(codes.begin() + e * code_bytes, codes.begin() + (e + 1) * code_bytes),
+        code)
+        << e;
+  }
+  // Byte j of entry 33 (block 1, position 1) sits at block 1's row j.
+  EXPECT_EQ(blocks[ScanBlockBytes(code_bytes) + 2 * kScanBlockEntries + 1],
+            codes[33 * code_bytes + 2]);
+}
+
+TEST(CodeScan, KernelsSumTheTablesOverEveryNibble) {
+  for (int64_t code_bytes : {1, 16, 32, 64}) {
+    const int64_t entries = 3 * kScanBlockEntries;
+    const std::vector<uint8_t> codes = RandomBytes(entries * code_bytes, 2);
+    const std::vector<uint8_t> blocks = Blocked(codes, code_bytes);
+    // Levels up to 255 with 2 · 64 nibbles: sums up to 32,640, within 16 bits.
+    const std::vector<uint8_t> tables = RandomBytes(2 * code_bytes * 16, 3);
+    std::vector<uint16_t> portable(entries), avx2(entries);
+    ScanBlocksPortable(blocks.data(), 3, code_bytes, tables.data(), portable.data());
+    for (int64_t e = 0; e < entries; ++e) {
+      int64_t want = 0;
+      for (int64_t j = 0; j < code_bytes; ++j) {
+        const uint8_t byte = codes[e * code_bytes + j];
+        want += tables[2 * j * 16 + (byte & 15)] + tables[(2 * j + 1) * 16 + (byte >> 4)];
+      }
+      ASSERT_EQ(portable[e], want) << code_bytes << " " << e;
+    }
+    if (!__builtin_cpu_supports("avx2")) continue;
+    ScanBlocksAvx2(blocks.data(), 3, code_bytes, tables.data(), avx2.data());
+    EXPECT_EQ(avx2, portable) << code_bytes;
+  }
+}
+
+TEST(CodeScan, QuantisedScoresStayWithinHalfAStepPerNibble) {
+  for (int64_t nibbles : {4, 64, 128, 600}) {
+    std::mt19937_64 rng(nibbles);
+    std::normal_distribution<float> normal(0.0f, 0.01f);
+    std::vector<float> lut(nibbles * 16);
+    for (float& v : lut) v = normal(rng);
+    ScanTables tables;
+    QuantizeScanTables(lut.data(), nibbles, &tables);
+    const int64_t max_level = std::min<int64_t>(255, 65535 / nibbles);
+    const int64_t code_bytes = nibbles / 2;
+    const int64_t entries = 2 * kScanBlockEntries;
+    const std::vector<uint8_t> codes = RandomBytes(entries * code_bytes, 5);
+    const std::vector<uint8_t> blocks = Blocked(codes, code_bytes);
+    std::vector<uint16_t> sums(entries);
+    ScanBlocks(blocks.data(), 2, code_bytes, tables, sums.data());
+    for (int64_t e = 0; e < entries; ++e) {
+      double exact = 0.0;
+      int64_t top = 0;  // the largest sum possible, to check the 16-bit bound
+      for (int64_t j = 0; j < code_bytes; ++j) {
+        const uint8_t byte = codes[e * code_bytes + j];
+        exact += lut[2 * j * 16 + (byte & 15)] + lut[(2 * j + 1) * 16 + (byte >> 4)];
+        top += 2 * max_level;
+      }
+      ASSERT_LE(top, 65535);
+      const double approx = tables.bias + tables.step * sums[e];
+      ASSERT_LE(std::abs(approx - exact), nibbles * tables.step * 0.5 + 1e-6)
+          << nibbles << " " << e;
+    }
+    // Every level is used up to the maximum: the widest table spans them all.
+    EXPECT_EQ(*std::max_element(tables.levels.begin(), tables.levels.end()), max_level);
+  }
+}
+
+}  // namespace
+}  // namespace tessera::internal
