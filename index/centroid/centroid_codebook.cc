@@ -24,6 +24,10 @@ constexpr uint32_t kFormatVersion = 1;
 // Rows assigned per QuerySimilarity (its lanes run over them) and centroids scored per panel
 // (a panel's similarities, 1,024 × 64 floats, stay in L2 while the maxima are taken).
 constexpr int64_t kAssignRows = 64;
+// Rows per CentroidGroups::Assign call: enough that each probed group is scored against tens of
+// rows at once (2,048 · 8 probes over 256 groups: 64 on average at C = 16,384), which the
+// micro-kernels need to run near their peak.
+constexpr int64_t kGroupedAssignRows = 2048;
 constexpr int64_t kCentroidPanel = 1024;
 // Rows of the sample the residual codec is trained on.
 constexpr int64_t kCodecTrainingRows = 1 << 16;
@@ -59,15 +63,17 @@ void NearestCentroids(const float* rows, int64_t n, int64_t dim, const float* ce
 }
 
 // Assigns every row of `vectors` to its nearest of the C centroids (through `groups` when not
-// null), in blocks of kAssignRows split over `pool` (null: the calling thread).
+// null), in blocks of kAssignRows (kGroupedAssignRows) split over `pool` (null: the calling
+// thread).
 void AssignAll(FloatMatrixView vectors, const float* centroids, int64_t C,
                const CentroidGroups* groups, ThreadPool* pool, uint32_t* ids) {
-  const int64_t blocks = (vectors.rows + kAssignRows - 1) / kAssignRows;
+  const int64_t block = groups != nullptr ? kGroupedAssignRows : kAssignRows;
+  const int64_t blocks = (vectors.rows + block - 1) / block;
   auto run = [&](int64_t begin, int64_t end) {
     float best[kAssignRows];
     for (int64_t b = begin; b < end; ++b) {
-      const int64_t first = b * kAssignRows;
-      const int64_t n = std::min(kAssignRows, vectors.rows - first);
+      const int64_t first = b * block;
+      const int64_t n = std::min(block, vectors.rows - first);
       const float* rows = vectors.data + first * vectors.cols;
       if (groups != nullptr) {
         groups->Assign(rows, n, ids + first);
@@ -121,46 +127,64 @@ void AppendPod(const T& value, std::string* out) {
 // Centroids per group ≈ kGroupSize: G = ⌈C / kGroupSize⌉ groups from a spherical k-means over the
 // centroids themselves (initial means: every (C/G)-th centroid; deterministic).
 CentroidGroups::CentroidGroups(const float* centroids, int64_t C, int64_t dim, ThreadPool* pool)
-    : dim_(dim), num_groups_((C + kGroupSize - 1) / kGroupSize), means_(num_groups_ * dim) {
+    : dim_(dim), num_groups_((C + kGroupSize - 1) / kGroupSize) {
+  std::vector<float> means(num_groups_ * dim);
   for (int64_t g = 0; g < num_groups_; ++g) {
-    std::copy_n(centroids + (g * C / num_groups_) * dim, dim, &means_[g * dim]);
+    std::copy_n(centroids + (g * C / num_groups_) * dim, dim, &means[g * dim]);
   }
   const FloatMatrixView all{centroids, C, dim};
   std::vector<uint32_t> group(C);
   std::vector<int64_t> counts;
   for (int iteration = 0; iteration < kGroupIterations; ++iteration) {
-    AssignAll(all, means_.data(), num_groups_, nullptr, pool, group.data());
+    AssignAll(all, means.data(), num_groups_, nullptr, pool, group.data());
     // An empty group keeps its mean (and may stay empty).
-    UpdateMeans(all, group.data(), num_groups_, means_.data(), &counts);
+    UpdateMeans(all, group.data(), num_groups_, means.data(), &counts);
   }
-  AssignAll(all, means_.data(), num_groups_, nullptr, pool, group.data());
+  AssignAll(all, means.data(), num_groups_, nullptr, pool, group.data());
+  means_ = std::make_unique<QuerySimilarity>(FloatMatrixView{means.data(), num_groups_, dim});
   // Members grouped by a counting sort: ascending ids within each group.
   offsets_.assign(num_groups_ + 1, 0);
   for (int64_t c = 0; c < C; ++c) ++offsets_[group[c] + 1];
   for (int64_t g = 0; g < num_groups_; ++g) offsets_[g + 1] += offsets_[g];
   members_.resize(C);
-  vectors_.resize(C * dim);
+  std::vector<float> member_vectors(C * dim);
   std::vector<int64_t> next(offsets_.begin(), offsets_.end() - 1);
   for (int64_t c = 0; c < C; ++c) {
     const int64_t at = next[group[c]]++;
     members_[at] = static_cast<uint32_t>(c);
-    std::copy_n(centroids + c * dim, dim, &vectors_[at * dim]);
+    std::copy_n(centroids + c * dim, dim, &member_vectors[at * dim]);
+  }
+  groups_.reserve(num_groups_);
+  for (int64_t g = 0; g < num_groups_; ++g) {
+    // An empty group gets one zero lane (QuerySimilarity needs a row); Assign never probes it.
+    const int64_t size = std::max<int64_t>(offsets_[g + 1] - offsets_[g], 1);
+    std::vector<float> zero(dim, 0.0f);
+    const float* first =
+        offsets_[g + 1] > offsets_[g] ? &member_vectors[offsets_[g] * dim] : zero.data();
+    groups_.emplace_back(FloatMatrixView{first, size, dim});
   }
 }
 
+CentroidGroups::~CentroidGroups() = default;
+
 void CentroidGroups::Assign(const float* rows, int64_t n, uint32_t* ids) const {
   const int probes = static_cast<int>(std::min<int64_t>(kProbedGroups, num_groups_));
-  const QuerySimilarity similarity(FloatMatrixView{rows, n, dim_});
-  const int64_t stride = similarity.stride();
-  std::vector<float> group_scores(num_groups_ * stride);
-  similarity.Compute(means_.data(), num_groups_, group_scores.data());
-  // (group, row) for each row's `probes` best groups (ties: lower group), grouped by group.
+  // Rows are the streamed side of every product below (the means and each group's centroids were
+  // laid out as query lanes once, at construction): nothing is transposed per call.
+  const int64_t mean_stride = means_->stride();
+  std::vector<float> group_scores(n * mean_stride);
+  means_->Compute(rows, n, group_scores.data());
+  // (group, row) for each row's `probes` best non-empty groups (ties: lower group), grouped by
+  // group.
   std::vector<std::pair<uint32_t, uint32_t>> probed;
   probed.reserve(n * probes);
   std::vector<std::pair<float, uint32_t>> ranked(num_groups_);
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t g = 0; g < num_groups_; ++g) {
-      ranked[g] = {group_scores[g * stride + i], static_cast<uint32_t>(g)};
+      const bool empty = offsets_[g + 1] == offsets_[g];
+      ranked[g] = {
+          empty ? -std::numeric_limits<float>::infinity() : group_scores[i * mean_stride + g],
+          static_cast<uint32_t>(g)};
     }
     std::nth_element(ranked.begin(), ranked.begin() + (probes - 1), ranked.end(),
                      [](const auto& a, const auto& b) {
@@ -189,27 +213,29 @@ void CentroidGroups::Assign(const float* rows, int64_t n, uint32_t* ids) const {
     const int64_t size = offsets_[g + 1] - offsets_[g];
     if (size == 0) continue;
     const int64_t m = static_cast<int64_t>(gathered_rows.size());
-    const QuerySimilarity group_similarity(FloatMatrixView{gathered.data(), m, dim_});
-    const int64_t group_stride = group_similarity.stride();
-    scores.resize(size * group_stride);
-    group_similarity.Compute(&vectors_[offsets_[g] * dim_], size, scores.data());
-    for (int64_t j = 0; j < size; ++j) {
-      const uint32_t id = members_[offsets_[g] + j];
-      for (int64_t r = 0; r < m; ++r) {
-        const float score = scores[j * group_stride + r];
-        const uint32_t row = gathered_rows[r];
-        if (score > best[row] || (score == best[row] && id < ids[row])) {
-          best[row] = score;
-          ids[row] = id;
-        }
+    const int64_t stride = groups_[g].stride();
+    scores.resize(m * stride);
+    groups_[g].Compute(gathered.data(), m, scores.data());
+    const uint32_t* members = &members_[offsets_[g]];
+    for (int64_t r = 0; r < m; ++r) {
+      // Members ascend, so `>` keeps the lower id on ties within the group.
+      const float* row_scores = &scores[r * stride];
+      int64_t top = 0;
+      for (int64_t j = 1; j < size; ++j) top = row_scores[j] > row_scores[top] ? j : top;
+      const uint32_t row = gathered_rows[r];
+      const float score = row_scores[top];
+      if (score > best[row] || (score == best[row] && members[top] < ids[row])) {
+        best[row] = score;
+        ids[row] = members[top];
       }
     }
   }
 }
 
 int64_t CentroidGroups::MemoryBytes() const {
-  return static_cast<int64_t>((means_.size() + vectors_.size()) * sizeof(float) +
-                              offsets_.size() * sizeof(int64_t) +
+  int64_t lanes = means_->stride();
+  for (const QuerySimilarity& group : groups_) lanes += group.stride();
+  return static_cast<int64_t>(lanes * dim_ * sizeof(float) + offsets_.size() * sizeof(int64_t) +
                               members_.size() * sizeof(uint32_t));
 }
 

@@ -104,6 +104,31 @@ DocumentCodes CentroidIndex::Encode(FloatMatrixView vectors) const {
   return codes;
 }
 
+std::vector<DocumentCodes> CentroidIndex::Encode(
+    absl::Span<const FloatMatrixView> documents) const {
+  int64_t rows = 0;
+  for (const FloatMatrixView& document : documents) rows += document.rows;
+  const int64_t dim = codebook_->dim();
+  std::vector<float> all(rows * dim);
+  int64_t at = 0;
+  for (const FloatMatrixView& document : documents) {
+    std::copy_n(document.data, document.rows * dim, &all[at * dim]);
+    at += document.rows;
+  }
+  std::vector<uint32_t> ids(rows);
+  std::vector<uint8_t> codes(rows * code_bytes_);
+  codebook_->Encode(FloatMatrixView{all.data(), rows, dim}, ids.data(), codes.data());
+  std::vector<DocumentCodes> out(documents.size());
+  at = 0;
+  for (size_t i = 0; i < documents.size(); ++i) {
+    const int64_t n = documents[i].rows;
+    out[i].centroids.assign(ids.begin() + at, ids.begin() + at + n);
+    out[i].codes.assign(reinterpret_cast<const char*>(&codes[at * code_bytes_]), n * code_bytes_);
+    at += n;
+  }
+  return out;
+}
+
 absl::Status CentroidIndex::Add(uint64_t doc, const DocumentCodes& codes) {
   const int64_t n = codes.size();
   if (n < 1) return absl::InvalidArgumentError(absl::StrCat("document ", doc, ": no vectors"));

@@ -152,6 +152,8 @@ TEST(DefaultNumCentroids, FollowsThePowerOfTwoRule) {
   EXPECT_EQ(DefaultNumCentroids(64'000'000, 16.0, 1, 1 << 20), 65536);  // PLAID's rule
   EXPECT_EQ(DefaultNumCentroids(10, 4.0, 256, 16384), 256);
   EXPECT_EQ(DefaultNumCentroids(int64_t{1} << 40, 4.0, 256, 16384), 16384);
+  EXPECT_EQ(DefaultNumCentroids(64'000'000), 32768);  // the default at 1M documents
+  EXPECT_EQ(DefaultNumCentroids(16'384), 1024);
 }
 
 // A shard's worth of documents and the brute-force reading of the index's definition.

@@ -110,8 +110,9 @@ void ResidualCodec::Encode(const float* residual, uint8_t* code) const {
   for (int64_t d = 0; d < dim_; ++d) {
     const float* cut = cutoffs(d);
     const float value = residual[d];
+    // The number of cutoffs at or below the value (ascending cutoffs), without branches.
     int bucket = 0;
-    while (bucket < cuts && value >= cut[bucket]) ++bucket;
+    for (int b = 0; b < cuts; ++b) bucket += value >= cut[b];
     const int64_t bit = d * nbits_;
     code[bit >> 3] |= static_cast<uint8_t>(bucket << (bit & 7));
   }

@@ -444,13 +444,21 @@ void Shard::TrainingThread() {
 std::vector<DocumentCodes> Shard::EncodeOnPool(
     const CentroidIndex& index, absl::Span<const StoredMatrix* const> matrices) const {
   std::vector<DocumentCodes> codes(matrices.size());
-  pool_->ParallelFor(static_cast<int64_t>(matrices.size()), 1, [&](int64_t begin, int64_t end) {
+  // A few chunks per thread, each encoded in one call (the assignment wants many rows at once).
+  const int64_t n = static_cast<int64_t>(matrices.size());
+  const int64_t grain = std::max<int64_t>(1, n / (2 * pool_->num_threads()));
+  pool_->ParallelFor(n, grain, [&](int64_t begin, int64_t end) {
+    std::vector<std::vector<float>> vectors;
+    std::vector<FloatMatrixView> views;
+    std::vector<int64_t> which;
     for (int64_t i = begin; i < end; ++i) {
       if (matrices[i] == nullptr) continue;
-      const std::vector<float> vectors = MatrixToFloat(*matrices[i]);
-      codes[i] =
-          index.Encode(FloatMatrixView{vectors.data(), matrices[i]->rows, matrices[i]->cols});
+      vectors.push_back(MatrixToFloat(*matrices[i]));
+      views.push_back(FloatMatrixView{vectors.back().data(), matrices[i]->rows, matrices[i]->cols});
+      which.push_back(i);
     }
+    std::vector<DocumentCodes> encoded = index.Encode(views);
+    for (size_t k = 0; k < which.size(); ++k) codes[which[k]] = std::move(encoded[k]);
   });
   return codes;
 }
