@@ -15,14 +15,17 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/cli/ingest_journal.h"
 #include "client/cli/progress.h"
+#include "index/common/mutex.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::client {
 namespace {
+
+using ::tessera::internal::Mutex;
+using ::tessera::internal::MutexLock;
 
 absl::Status LineError(absl::string_view source, size_t line, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(source, ":", line, ": ", what));
@@ -118,7 +121,7 @@ class IngestRun {
   }
 
   void Collect(IngestSummary* summary) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     summary->stored = stored_;
     summary->failures = std::move(failures_);
     summary->unacknowledged = unacknowledged_;
@@ -133,14 +136,14 @@ class IngestRun {
   static constexpr int kMaxStreamFailures = 3;
 
   void Fail(const absl::Status& status) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (error_.ok()) error_ = status;
     stop_.store(true);
   }
 
   // A stream error that a new stream may not repeat: reported, but the ingest goes on.
   void Note(const absl::Status& status) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (error_.ok()) error_ = status;
   }
 
@@ -148,7 +151,7 @@ class IngestRun {
     if (config_.max_rate <= 0) return;
     absl::Time at;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       const absl::Time now = absl::Now();
       at = std::max(now, next_send_);
       next_send_ = at + absl::Seconds(documents / config_.max_rate);
@@ -173,7 +176,7 @@ class IngestRun {
     }
     absl::Status journaled = journal_.Append(acknowledged);
     progress_.Add(sent.size());
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stored_ += acknowledged.size();
     for (auto& failure : rejected) failures_.push_back(std::move(failure));
     if (!journaled.ok()) {
@@ -184,14 +187,14 @@ class IngestRun {
 
   void RecordLocalFailure(const std::string& id, absl::Status status) {
     progress_.Add(1);
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     failures_.emplace_back(id, std::move(status));
   }
 
   void RecordUnacknowledged(const std::deque<std::vector<size_t>>& in_flight) {
     size_t count = 0;
     for (const auto& batch : in_flight) count += batch.size();
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     unacknowledged_ += count;
   }
 
@@ -288,7 +291,7 @@ class IngestRun {
   std::atomic<size_t> next_batch_{0};
   std::atomic<bool> stop_{false};
 
-  absl::Mutex mu_;
+  Mutex mu_;
   uint64_t stored_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t unacknowledged_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::pair<std::string, absl::Status>> failures_ ABSL_GUARDED_BY(mu_);

@@ -19,6 +19,7 @@
 namespace tessera::client {
 
 using ::tessera::internal::ErrnoStatus;
+using ::tessera::internal::MutexLock;
 
 namespace {
 
@@ -204,7 +205,7 @@ IngestJournal::IngestJournal(std::string path, std::string collection, int fd)
     : path_(std::move(path)), collection_(std::move(collection)), fd_(fd) {}
 
 IngestJournal::~IngestJournal() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -215,7 +216,7 @@ absl::StatusOr<std::unique_ptr<IngestJournal>> IngestJournal::Open(const std::st
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoStatus(errno, "cannot open the ingest journal", path);
   std::unique_ptr<IngestJournal> journal(new IngestJournal(path, collection, fd));
-  absl::MutexLock lock(&journal->mu_);
+  MutexLock lock(&journal->mu_);
   if (!existed) SyncParentDirectory(path);
 
   std::string contents;
@@ -290,23 +291,23 @@ absl::Status IngestJournal::ResetLocked() {
 }
 
 absl::Status IngestJournal::Reset() {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return ResetLocked();
 }
 
 bool IngestJournal::Contains(const std::string& id, uint64_t hash) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(id);
   return it != entries_.end() && it->second == hash;
 }
 
 size_t IngestJournal::size() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return entries_.size();
 }
 
 std::vector<std::string> IngestJournal::SampleIds(size_t count) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<std::string> sample;
   if (order_.empty() || count == 0) return sample;
   if (count >= order_.size()) return order_;
@@ -323,7 +324,7 @@ absl::Status IngestJournal::Append(absl::Span<const std::pair<std::string, uint6
   for (const auto& [id, hash] : entries) {
     absl::StrAppend(&lines, EscapeJournalId(id), " ", HashHex(hash), "\n");
   }
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::Status status = WriteAll(fd_, lines, path_);
   if (!status.ok()) return status;
   status = Sync(fd_, path_);

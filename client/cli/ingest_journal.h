@@ -24,9 +24,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "client/cpp/client.h"
+#include "index/common/mutex.h"
 #include "tessera/document.h"
 
 namespace tessera::client {
@@ -79,7 +79,7 @@ class IngestJournal {
 
   const std::string path_;
   const std::string collection_;
-  mutable absl::Mutex mu_;
+  mutable ::tessera::internal::Mutex mu_;
   int fd_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint64_t> entries_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids in first-appearance order

@@ -8,8 +8,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 
 namespace tessera::client {
+
+using ::tessera::internal::MutexLock;
 
 std::string FormatEta(absl::Duration duration) {
   int64_t seconds = absl::ToInt64Seconds(absl::Ceil(duration, absl::Seconds(1)));
@@ -57,17 +60,20 @@ ProgressReporter::ProgressReporter(std::string label, uint64_t total, bool enabl
 ProgressReporter::~ProgressReporter() { Finish(); }
 
 void ProgressReporter::Add(uint64_t done) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   done_ += done;
 }
 
 void ProgressReporter::Loop() {
   // A terminal redraws often; a log gets a line every few seconds.
   const absl::Duration period = tty_ ? absl::Milliseconds(200) : absl::Seconds(2);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    const bool stopping = mu_.AwaitWithTimeout(absl::Condition(&stop_), period);
-    if (stopping) return;
+    // One period, cut short by Finish().
+    const absl::Time deadline = absl::Now() + period;
+    bool timed_out = false;
+    while (!stop_ && !timed_out) timed_out = stop_cv_.WaitWithTimeout(&mu_, deadline - absl::Now());
+    if (stop_) return;
     Print(/*final=*/false);
   }
 }
@@ -85,14 +91,15 @@ void ProgressReporter::Print(bool final) {
 
 void ProgressReporter::Finish() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (finished_) return;
     finished_ = true;
     stop_ = true;
+    stop_cv_.SignalAll();
   }
   if (thread_.joinable()) thread_.join();
   if (enabled_) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     Print(/*final=*/true);
   }
 }

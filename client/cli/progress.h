@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "index/common/mutex.h"
 
 namespace tessera::client {
 
@@ -47,7 +47,9 @@ class ProgressReporter {
   FILE* const out_;
   const bool tty_;
   const absl::Time start_;
-  absl::Mutex mu_;
+  ::tessera::internal::Mutex mu_;
+  // Signalled when stop_ is set.
+  ::tessera::internal::CondVar stop_cv_;
   uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

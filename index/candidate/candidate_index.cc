@@ -35,17 +35,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_THREAD__)
-#define TESSERA_CANDIDATE_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TESSERA_CANDIDATE_TSAN 1
-#endif
-#endif
-#ifdef TESSERA_CANDIDATE_TSAN
-#include <sanitizer/tsan_interface.h>
-#endif
-
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -57,12 +46,13 @@
 #include <random>
 #include <utility>
 
+#include "absl/base/config.h"
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "absl/synchronization/mutex.h"
 #include "index/common/crc32.h"
 #include "index/common/errno_status.h"
+#include "index/common/mutex.h"
 #include "index/common/omp_threads.h"
 #include "index/common/thread_pool.h"
 #include "index/rerank/cpu_maxsim_scorer.h"
@@ -437,69 +427,6 @@ absl::StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
   return bytes;
 }
 
-// Debian's abseil is compiled without -fsanitize=thread, so ThreadSanitizer cannot see absl::Mutex
-// synchronise and would report every access guarded by `mu_` as a race. In TSan builds these guards
-// also describe each critical section to TSan, as a reader-writer lock of a separate tag object
-// (not the absl::Mutex itself, which an instrumented abseil annotates on its own); otherwise they
-// are absl::ReaderMutexLock / absl::WriterMutexLock.
-class ABSL_SCOPED_LOCKABLE SharedLock {
- public:
-  SharedLock(absl::Mutex* mu, void* tsan_tag) ABSL_SHARED_LOCK_FUNCTION(mu)
-      : mu_(mu), tsan_tag_(tsan_tag) {
-#ifdef TESSERA_CANDIDATE_TSAN
-    __tsan_mutex_pre_lock(tsan_tag_, __tsan_mutex_read_lock);
-#endif
-    mu_->ReaderLock();
-#ifdef TESSERA_CANDIDATE_TSAN
-    __tsan_mutex_post_lock(tsan_tag_, __tsan_mutex_read_lock, 0);
-#endif
-  }
-  ~SharedLock() ABSL_UNLOCK_FUNCTION() {
-#ifdef TESSERA_CANDIDATE_TSAN
-    __tsan_mutex_pre_unlock(tsan_tag_, __tsan_mutex_read_lock);
-#endif
-    mu_->ReaderUnlock();
-#ifdef TESSERA_CANDIDATE_TSAN
-    __tsan_mutex_post_unlock(tsan_tag_, __tsan_mutex_read_lock);
-#endif
-  }
-  SharedLock(const SharedLock&) = delete;
-  SharedLock& operator=(const SharedLock&) = delete;
-
- private:
-  absl::Mutex* const mu_;
-  [[maybe_unused]] void* const tsan_tag_;
-};
-
-class ABSL_SCOPED_LOCKABLE ExclusiveLock {
- public:
-  ExclusiveLock(absl::Mutex* mu, void* tsan_tag) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu)
-      : mu_(mu), tsan_tag_(tsan_tag) {
-#ifdef TESSERA_CANDIDATE_TSAN
-    __tsan_mutex_pre_lock(tsan_tag_, 0);
-#endif
-    mu_->WriterLock();
-#ifdef TESSERA_CANDIDATE_TSAN
-    __tsan_mutex_post_lock(tsan_tag_, 0, 0);
-#endif
-  }
-  ~ExclusiveLock() ABSL_UNLOCK_FUNCTION() {
-#ifdef TESSERA_CANDIDATE_TSAN
-    __tsan_mutex_pre_unlock(tsan_tag_, 0);
-#endif
-    mu_->WriterUnlock();
-#ifdef TESSERA_CANDIDATE_TSAN
-    __tsan_mutex_post_unlock(tsan_tag_, 0);
-#endif
-  }
-  ExclusiveLock(const ExclusiveLock&) = delete;
-  ExclusiveLock& operator=(const ExclusiveLock&) = delete;
-
- private:
-  absl::Mutex* const mu_;
-  [[maybe_unused]] void* const tsan_tag_;
-};
-
 }  // namespace
 
 class CandidateIndex::Impl {
@@ -510,7 +437,7 @@ class CandidateIndex::Impl {
        std::vector<uint8_t> dead)
       : options_(options), auto_(options.factory == "auto") {
     ConfigureBlasForServing();
-    ExclusiveLock lock(&mu_, &tsan_tag_);
+    MutexLock lock(&mu_);
     index_ = std::move(index);
     kind_ = KindOf(index_->index);
     description_ = std::move(description);
@@ -557,10 +484,9 @@ class CandidateIndex::Impl {
   const bool auto_;
 
   // Lock order: save_mu_ or write_mu_, then mu_.
-  mutable absl::Mutex save_mu_;  // one Save at a time (they share path.tmp)
-  absl::Mutex write_mu_;         // one writer at a time; the state changes only under it
-  mutable absl::Mutex mu_;
-  mutable char tsan_tag_ = 0;  // see SharedLock
+  mutable Mutex save_mu_;  // one Save at a time (they share path.tmp)
+  Mutex write_mu_;         // one writer at a time; the state changes only under it
+  mutable Mutex mu_;
   std::unique_ptr<faiss::IndexIDMap2> index_ ABSL_GUARDED_BY(mu_);
   Kind kind_ ABSL_GUARDED_BY(mu_) = Kind::kFlat;
   std::string description_ ABSL_GUARDED_BY(mu_);
@@ -598,10 +524,10 @@ absl::Status CandidateIndex::Impl::Add(uint64_t doc, FloatMatrixView vectors) {
                                                      i / vectors.cols, " has a non-finite value"));
     }
   }
-  absl::MutexLock write_lock(&write_mu_);
+  MutexLock write_lock(&write_mu_);
   {
     ScopedSingleOmpThread single_thread;
-    ExclusiveLock lock(&mu_, &tsan_tag_);
+    MutexLock lock(&mu_);
     TESSERA_RETURN_IF_ERROR(RemoveLocked(doc));
     TESSERA_RETURN_IF_ERROR(AddLocked(doc, vectors));
   }
@@ -609,10 +535,10 @@ absl::Status CandidateIndex::Impl::Add(uint64_t doc, FloatMatrixView vectors) {
 }
 
 absl::Status CandidateIndex::Impl::Remove(uint64_t doc) {
-  absl::MutexLock write_lock(&write_mu_);
+  MutexLock write_lock(&write_mu_);
   {
     ScopedSingleOmpThread single_thread;
-    ExclusiveLock lock(&mu_, &tsan_tag_);
+    MutexLock lock(&mu_);
     TESSERA_RETURN_IF_ERROR(RemoveLocked(doc));
   }
   return MaybeRebuild();
@@ -676,13 +602,13 @@ absl::Status CandidateIndex::Impl::CollectLive(std::vector<float>* vectors,
 }
 
 absl::Status CandidateIndex::Impl::MaybeRebuild() {
-#ifdef TESSERA_CANDIDATE_TSAN
+#ifdef ABSL_HAVE_THREAD_SANITIZER
   ScopedSingleOmpThread single_thread;
 #endif
   std::unique_ptr<faiss::IndexIDMap2> rebuilt;
   std::string description;
   {
-    SharedLock lock(&mu_, &tsan_tag_);
+    ReaderMutexLock lock(&mu_);
     enum class Action { kToHnsw, kTrain, kCompact };
     Action action;
     if (auto_ && kind_ != Kind::kHnsw && live_vectors_ >= options_.auto_exact_limit &&
@@ -754,7 +680,7 @@ absl::Status CandidateIndex::Impl::MaybeRebuild() {
       if (n > 0) rebuilt->add_with_ids(n, vectors.data(), ids.data());
     }));
   }
-  ExclusiveLock lock(&mu_, &tsan_tag_);
+  MutexLock lock(&mu_);
   index_ = std::move(rebuilt);
   kind_ = KindOf(index_->index);
   description_ = std::move(description);
@@ -960,7 +886,7 @@ absl::StatusOr<std::vector<std::vector<CandidateHit>>> CandidateIndex::Impl::Sea
   std::vector<std::vector<ScoredId>> hits(queries.rows);
   {
     ScopedSingleOmpThread single_thread;
-    SharedLock lock(&mu_, &tsan_tag_);
+    ReaderMutexLock lock(&mu_);
     if (queries.rows > 0 && live_vectors_ > 0) {
       TESSERA_RETURN_IF_ERROR(SearchLocked(queries, k, accept, pool, &hits));
     }
@@ -974,7 +900,7 @@ absl::StatusOr<std::vector<std::vector<CandidateHit>>> CandidateIndex::Impl::Sea
 }
 
 std::vector<uint64_t> CandidateIndex::Impl::Documents() const {
-  SharedLock lock(&mu_, &tsan_tag_);
+  ReaderMutexLock lock(&mu_);
   std::vector<uint64_t> docs;
   docs.reserve(docs_.size());
   for (const auto& [doc, count] : docs_) docs.push_back(doc);
@@ -982,7 +908,7 @@ std::vector<uint64_t> CandidateIndex::Impl::Documents() const {
 }
 
 CandidateIndexStats CandidateIndex::Impl::Stats() const {
-  SharedLock lock(&mu_, &tsan_tag_);
+  ReaderMutexLock lock(&mu_);
   CandidateIndexStats stats;
   stats.vectors = live_vectors_;
   stats.documents = static_cast<int64_t>(docs_.size());
@@ -1002,11 +928,11 @@ CandidateIndexStats CandidateIndex::Impl::Stats() const {
 }
 
 absl::Status CandidateIndex::Impl::Save(const std::string& path, uint64_t covered) const {
-  absl::MutexLock save_lock(&save_mu_);
+  MutexLock save_lock(&save_mu_);
   std::string meta;
   faiss::VectorIOWriter writer;
   {
-    SharedLock lock(&mu_, &tsan_tag_);
+    ReaderMutexLock lock(&mu_);
     Append(meta, trained_ ? kFlagTrained : uint32_t{0});
     AppendString(meta, options_.factory);
     AppendString(meta, description_);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <random>
 #include <utility>
 
@@ -144,14 +145,20 @@ absl::Status Shard::LoadResidentRerank() {
   std::vector<uint64_t> iids = LiveIidsAbove(0);
   for (size_t start = 0; start < iids.size(); start += kReadBatch) {
     const absl::Span<const uint64_t> batch = absl::MakeConstSpan(iids).subspan(start, kReadBatch);
-    TESSERA_ASSIGN_OR_RETURN(std::vector<StoredMatrix> matrices, store_->MultiGetRerank(batch));
+    TESSERA_ASSIGN_OR_RETURN(std::vector<std::optional<StoredMatrix>> matrices,
+                             store_->MultiGetRerank(batch));
     MutexLock lock(&table_mu_);
     for (size_t i = 0; i < batch.size(); ++i) {
-      if (matrices[i].rows == 0) continue;  // reranked from its codes (rerank_from_codes)
-      const int64_t bytes = static_cast<int64_t>(matrices[i].bytes.size());
+      // Nothing removes documents while the shard opens: a live one always has a rerank row.
+      if (!matrices[i].has_value()) {
+        return absl::NotFoundError(
+            absl::StrCat("shard '", dir_, "': no rerank vectors for iid ", batch[i]));
+      }
+      if (matrices[i]->rows == 0) continue;  // reranked from its codes (rerank_from_codes)
+      const int64_t bytes = static_cast<int64_t>(matrices[i]->bytes.size());
       if (resident_bytes_ + bytes > resident_budget_) return absl::OkStatus();
       resident_bytes_ += bytes;
-      live_[batch[i]].rerank = std::make_shared<const StoredMatrix>(std::move(matrices[i]));
+      live_[batch[i]].rerank = std::make_shared<const StoredMatrix>(std::move(*matrices[i]));
     }
   }
   return absl::OkStatus();
@@ -695,20 +702,12 @@ absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> Shard::FetchRer
     }
   }
   if (missing.empty()) return matrices;
-  absl::StatusOr<std::vector<StoredMatrix>> batch = store_->MultiGetRerank(missing);
-  if (batch.ok()) {
-    for (size_t j = 0; j < missing.size(); ++j) {
-      matrices[missing_at[j]] = std::make_shared<const StoredMatrix>(std::move((*batch)[j]));
-    }
-  } else {
-    if (!absl::IsNotFound(batch.status())) return batch.status();
-    // Some were removed since: read one by one and leave those null.
-    for (size_t j = 0; j < missing.size(); ++j) {
-      absl::StatusOr<StoredMatrix> one = store_->GetRerank(missing[j]);
-      if (absl::IsNotFound(one.status())) continue;
-      TESSERA_RETURN_IF_ERROR(one.status());
-      matrices[missing_at[j]] = std::make_shared<const StoredMatrix>(std::move(*one));
-    }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<std::optional<StoredMatrix>> stored,
+                           store_->MultiGetRerank(missing));
+  for (size_t j = 0; j < missing.size(); ++j) {
+    // Absent: removed since; left null.
+    if (!stored[j].has_value()) continue;
+    matrices[missing_at[j]] = std::make_shared<const StoredMatrix>(std::move(*stored[j]));
   }
   TESSERA_RETURN_IF_ERROR(DecodeRerankFromCodes(iids, &matrices));
   return matrices;
@@ -735,35 +734,24 @@ absl::Status Shard::DecodeRerankFromCodes(
   }
   const CentroidCodebook& codebook = stage1.centroids->codebook();
   const int64_t code_bytes = codebook.codec().code_bytes();
-  auto decode = [&](size_t j, const std::string& bytes) -> absl::Status {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<std::optional<std::string>> stored,
+                           store_->MultiGetCodes(stage1.generation, coded));
+  for (size_t j = 0; j < coded.size(); ++j) {
+    std::shared_ptr<const StoredMatrix>& matrix = (*matrices)[coded_at[j]];
+    if (!stored[j].has_value()) {  // removed since (a removal deletes its codes)
+      matrix = nullptr;
+      continue;
+    }
     TESSERA_ASSIGN_OR_RETURN(DocumentCodes codes,
-                             ParseDocumentCodes(bytes, code_bytes, codebook.num_centroids()));
+                             ParseDocumentCodes(*stored[j], code_bytes, codebook.num_centroids()));
     std::vector<float> values(codes.size() * schema_.dim);
     for (int64_t v = 0; v < codes.size(); ++v) {
       codebook.Decode(codes.centroids[v],
                       reinterpret_cast<const uint8_t*>(codes.codes.data()) + v * code_bytes,
                       &values[v * schema_.dim]);
     }
-    (*matrices)[coded_at[j]] = std::make_shared<const StoredMatrix>(
+    matrix = std::make_shared<const StoredMatrix>(
         MatrixFromFloat(values, codes.size(), schema_.dim, schema_.dtype));
-    return absl::OkStatus();
-  };
-  absl::StatusOr<std::vector<std::string>> batch = store_->MultiGetCodes(stage1.generation, coded);
-  if (batch.ok()) {
-    for (size_t j = 0; j < coded.size(); ++j) TESSERA_RETURN_IF_ERROR(decode(j, (*batch)[j]));
-    return absl::OkStatus();
-  }
-  if (!absl::IsNotFound(batch.status())) return batch.status();
-  // Some were removed since: read one by one and leave those null.
-  for (size_t j = 0; j < coded.size(); ++j) {
-    absl::StatusOr<std::vector<std::string>> one =
-        store_->MultiGetCodes(stage1.generation, absl::MakeConstSpan(&coded[j], 1));
-    if (absl::IsNotFound(one.status())) {
-      (*matrices)[coded_at[j]] = nullptr;
-      continue;
-    }
-    TESSERA_RETURN_IF_ERROR(one.status());
-    TESSERA_RETURN_IF_ERROR(decode(j, (*one)[0]));
   }
   return absl::OkStatus();
 }

@@ -4,55 +4,9 @@
 
 #include <algorithm>
 
-#include "absl/base/config.h"
-
-#ifdef ABSL_HAVE_THREAD_SANITIZER
-#include <sanitizer/tsan_interface.h>
-#endif
-
 namespace tessera {
 namespace internal {
 namespace {
-
-// A prebuilt (uninstrumented) Abseil, like Debian's, synchronises inside code ThreadSanitizer does
-// not see, so it would report every hand-off through mu_ as a race. These annotations declare the
-// happens-before edges the mutex provides; they compile to nothing without TSan.
-void TsanAcquire(void* addr) {
-#ifdef ABSL_HAVE_THREAD_SANITIZER
-  __tsan_acquire(addr);
-#endif
-}
-
-void TsanRelease(void* addr) {
-#ifdef ABSL_HAVE_THREAD_SANITIZER
-  __tsan_release(addr);
-#endif
-}
-
-// absl::MutexLock plus the annotations above. Only the owning thread evaluates wait conditions (a
-// CondVar loop, not Mutex::Await, whose conditions other threads evaluate while unlocking).
-class ABSL_SCOPED_LOCKABLE Lock {
- public:
-  explicit Lock(absl::Mutex* mu) ABSL_EXCLUSIVE_LOCK_FUNCTION(mu) : mu_(mu) {
-    mu_->Lock();
-    TsanAcquire(mu_);
-  }
-  ~Lock() ABSL_UNLOCK_FUNCTION() {
-    TsanRelease(mu_);
-    mu_->Unlock();
-  }
-  Lock(const Lock&) = delete;
-  Lock& operator=(const Lock&) = delete;
-
-  void Wait(absl::CondVar* cv) {
-    TsanRelease(mu_);
-    cv->Wait(mu_);
-    TsanAcquire(mu_);
-  }
-
- private:
-  absl::Mutex* const mu_;
-};
 
 // Bounds of chunk `c` of `num_chunks` near-equal chunks of [0, n), without overflow.
 void ChunkBounds(int64_t n, int64_t num_chunks, int64_t c, int64_t* begin, int64_t* end) {
@@ -74,7 +28,7 @@ ThreadPool::ThreadPool(int num_threads)
 
 ThreadPool::~ThreadPool() {
   {
-    Lock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     work_cv_.SignalAll();
   }
@@ -107,7 +61,7 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   }
   Job job(fn, n, num_chunks);
   {
-    Lock lock(&mu_);
+    MutexLock lock(&mu_);
     queue_.push_back(&job);
     // The caller takes chunks too, so at most num_chunks - 1 workers can be useful.
     if (num_chunks - 1 >= static_cast<int64_t>(workers_.size())) {
@@ -119,17 +73,17 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   RunChunks(&job);
   // Every chunk is claimed; wait for those still running on workers. Once the job is out of the
   // queue no new helper can join, so helpers == 0 means nobody will touch `job` again.
-  Lock lock(&mu_);
+  MutexLock lock(&mu_);
   RemoveFromQueue(&job);
-  while (job.helpers > 0) lock.Wait(&done_cv_);
+  while (job.helpers > 0) done_cv_.Wait(&mu_);
 }
 
 void ThreadPool::WorkerLoop() {
   for (;;) {
     Job* job;
     {
-      Lock lock(&mu_);
-      while (!stopping_ && queue_.empty()) lock.Wait(&work_cv_);
+      MutexLock lock(&mu_);
+      while (!stopping_ && queue_.empty()) work_cv_.Wait(&mu_);
       if (queue_.empty()) return;  // stopping, and no job left to help
       job = queue_.front();
       if (job->next_chunk.load(std::memory_order_relaxed) >= job->num_chunks) {
@@ -139,7 +93,7 @@ void ThreadPool::WorkerLoop() {
       ++job->helpers;
     }
     RunChunks(job);
-    Lock lock(&mu_);
+    MutexLock lock(&mu_);
     RemoveFromQueue(job);  // RunChunks returned: nothing left to claim
     // Last touch of `job`: its caller may return as soon as helpers reaches 0 and mu_ is free.
     if (--job->helpers == 0) done_cv_.SignalAll();

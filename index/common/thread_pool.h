@@ -12,7 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
-#include "absl/synchronization/mutex.h"
+#include "index/common/mutex.h"
 
 namespace tessera {
 namespace internal {
@@ -67,11 +67,11 @@ class ThreadPool {
   void RemoveFromQueue(Job* job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int num_threads_;
-  absl::Mutex mu_;
+  Mutex mu_;
   // Signalled when a job is queued or the pool stops.
-  absl::CondVar work_cv_;
+  CondVar work_cv_;
   // Signalled when some job's helpers drops to 0.
-  absl::CondVar done_cv_;
+  CondVar done_cv_;
   // Jobs that may still have unclaimed chunks, oldest first.
   std::deque<Job*> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

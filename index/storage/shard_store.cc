@@ -4,17 +4,16 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <limits>
-#include <mutex>
 #include <system_error>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "index/common/mutex.h"
 #include "index/storage/record_codec.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/convenience.h"
@@ -149,14 +148,15 @@ class ShardStore::Impl {
   absl::StatusOr<uint64_t> LookupId(const std::string& external_id) const;
   absl::StatusOr<DocumentRecord> GetRecord(uint64_t iid) const;
   absl::StatusOr<StoredMatrix> GetRerank(uint64_t iid) const;
-  absl::StatusOr<std::vector<StoredMatrix>> MultiGetRerank(absl::Span<const uint64_t> iids) const;
-  absl::StatusOr<std::vector<std::string>> MultiGetCodes(uint32_t generation,
-                                                         absl::Span<const uint64_t> iids) const;
+  absl::StatusOr<std::vector<std::optional<StoredMatrix>>> MultiGetRerank(
+      absl::Span<const uint64_t> iids) const;
+  absl::StatusOr<std::vector<std::optional<std::string>>> MultiGetCodes(
+      uint32_t generation, absl::Span<const uint64_t> iids) const;
   absl::Status ForEachDocument(const std::function<absl::Status(const DocumentRecord&)>& fn) const;
   absl::Status ForEachCandidates(
       uint64_t min_iid, const std::function<absl::Status(uint64_t, const StoredMatrix&)>& fn) const;
-  void SetCodeGenerations(std::vector<uint32_t> generations) {
-    std::lock_guard<std::mutex> lock(mu_);
+  void SetCodeGenerations(std::vector<uint32_t> generations) ABSL_LOCKS_EXCLUDED(mu_) {
+    MutexLock lock(&mu_);
     code_generations_ = std::move(generations);
   }
   absl::Status PutCodes(uint32_t generation,
@@ -179,8 +179,10 @@ class ShardStore::Impl {
     bool counts_commit = true;                              // PutMeta requests do not
     size_t documents = 0;
     size_t bytes = 0;
-    std::condition_variable cv;
-    // Set by the leader of the group that committed this request (visible once done is).
+    // Signalled, under mu_, when this request becomes the front of the queue or is done.
+    CondVar cv;
+    // Set under mu_ by the leader of the group that committed this request (the outer mu_ cannot
+    // be named in an annotation here); status and result are visible once done is.
     bool done = false;
     absl::Status status;
     WriteResult result;
@@ -196,7 +198,7 @@ class ShardStore::Impl {
   };
 
   // Queues `w` and returns once it is committed (or failed), as leader or follower.
-  void Commit(Writer* w);
+  void Commit(Writer* w) ABSL_LOCKS_EXCLUDED(mu_);
   // Leader only: resolves, batches and writes `group` and fills in every writer's outcome.
   void CommitGroup(const std::vector<Writer*>& group);
   // The live iid of `external_id` in the database (not the group); 0 when there is none.
@@ -214,30 +216,24 @@ class ShardStore::Impl {
     return decoded;
   }
   // One MultiGet of keys[i] (the key of iids[i]) in `cf`, each value decoded by
-  // decode(value, iids[i]); NOT_FOUND naming `what` and the iid when any key is absent.
+  // decode(value, iids[i]); std::nullopt where a key is absent. Fails as a whole on any other
+  // error (the first, in iids order).
   template <typename T, typename Decode>
-  absl::StatusOr<std::vector<T>> MultiGetDecoded(rocksdb::ColumnFamilyHandle* cf,
-                                                 absl::Span<const uint64_t> iids,
-                                                 const std::vector<std::string>& keys,
-                                                 absl::string_view what,
-                                                 const Decode& decode) const {
+  absl::StatusOr<std::vector<std::optional<T>>> MultiGetDecoded(
+      rocksdb::ColumnFamilyHandle* cf, absl::Span<const uint64_t> iids,
+      const std::vector<std::string>& keys, absl::string_view what, const Decode& decode) const {
     const size_t n = iids.size();
     std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
     std::vector<rocksdb::PinnableSlice> values(n);
     std::vector<rocksdb::Status> statuses(n);
     db_->MultiGet(rocksdb::ReadOptions(), cf, n, slices.data(), values.data(), statuses.data());
-    std::vector<T> out;
-    out.reserve(n);
+    std::vector<std::optional<T>> out(n);
     for (size_t i = 0; i < n; ++i) {
-      if (statuses[i].IsNotFound()) {
-        return absl::NotFoundError(
-            absl::StrCat("shard '", dir_, "': no ", what, " for iid ", iids[i]));
-      }
+      if (statuses[i].IsNotFound()) continue;
       TESSERA_RETURN_IF_ERROR(Rocks(statuses[i], absl::StrCat("reading ", what, " iid ", iids[i])));
       TESSERA_ASSIGN_OR_RETURN(
-          T value, Codec(decode(absl::string_view(values[i].data(), values[i].size()), iids[i])));
+          out[i], Codec(decode(absl::string_view(values[i].data(), values[i].size()), iids[i])));
       values[i].Reset();
-      out.push_back(std::move(value));
     }
     return out;
   }
@@ -256,14 +252,11 @@ class ShardStore::Impl {
   rocksdb::ColumnFamilyHandle* candidates_ = nullptr;
   rocksdb::ColumnFamilyHandle* codes_ = nullptr;
 
-  // A std::mutex rather than absl::Mutex: the distribution's abseil is not built with
-  // ThreadSanitizer, which then cannot see absl::Mutex's happens-before edges (pthread ones it
-  // can).
-  std::mutex mu_;
-  // Queued writers; the front one is the leader, all others wait on their cv. Guarded by mu_.
-  std::deque<Writer*> writers_;
-  // See SetCodeGenerations. Guarded by mu_; the leader copies it when it forms its group.
-  std::vector<uint32_t> code_generations_;
+  Mutex mu_;
+  // Queued writers; the front one is the leader, all others wait on their cv.
+  std::deque<Writer*> writers_ ABSL_GUARDED_BY(mu_);
+  // See SetCodeGenerations. The leader copies it when it forms its group.
+  std::vector<uint32_t> code_generations_ ABSL_GUARDED_BY(mu_);
 
   // Owned by the current leader (the writer at the front of writers_, which it leaves only after
   // publishing these under mu_), so they are read and written without holding mu_.
@@ -471,9 +464,9 @@ absl::StatusOr<WriteResult> ShardStore::Impl::Write(std::vector<DocumentWrite> u
 void ShardStore::Impl::Commit(Writer* w) {
   std::vector<Writer*> group;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     writers_.push_back(w);
-    while (!w->done && w != writers_.front()) w->cv.wait(lock);
+    while (!w->done && w != writers_.front()) w->cv.Wait(&mu_);
     if (w->done) return;
     // Leader: take queued requests from the front while the group stays within bounds.
     group_code_generations_ = code_generations_;
@@ -492,16 +485,17 @@ void ShardStore::Impl::Commit(Writer* w) {
   // Writers arriving now queue behind the group; their turn comes when this leader is done.
   CommitGroup(group);
 
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (Writer* member : group) {
-    // The group is the front of the queue, in order.
+    // The group is the front of the queue, in order. Signalled under mu_: a member returns (and
+    // its Writer, cv included, goes away) only after reacquiring it.
     writers_.pop_front();
     if (member != w) {
       member->done = true;
-      member->cv.notify_one();
+      member->cv.Signal();
     }
   }
-  if (!writers_.empty()) writers_.front()->cv.notify_one();
+  if (!writers_.empty()) writers_.front()->cv.Signal();
 }
 
 absl::Status ShardStore::Impl::ReadIid(const std::string& external_id, uint64_t* iid) const {
@@ -700,7 +694,7 @@ absl::StatusOr<StoredMatrix> ShardStore::Impl::GetRerank(uint64_t iid) const {
   return Codec(DecodeStoredMatrix(absl::string_view(value.data(), value.size()), kRerankCf, iid));
 }
 
-absl::StatusOr<std::vector<StoredMatrix>> ShardStore::Impl::MultiGetRerank(
+absl::StatusOr<std::vector<std::optional<StoredMatrix>>> ShardStore::Impl::MultiGetRerank(
     absl::Span<const uint64_t> iids) const {
   std::vector<std::string> keys;
   keys.reserve(iids.size());
@@ -711,7 +705,7 @@ absl::StatusOr<std::vector<StoredMatrix>> ShardStore::Impl::MultiGetRerank(
                                        });
 }
 
-absl::StatusOr<std::vector<std::string>> ShardStore::Impl::MultiGetCodes(
+absl::StatusOr<std::vector<std::optional<std::string>>> ShardStore::Impl::MultiGetCodes(
     uint32_t generation, absl::Span<const uint64_t> iids) const {
   std::vector<std::string> keys;
   keys.reserve(iids.size());
@@ -883,12 +877,12 @@ absl::StatusOr<StoredMatrix> ShardStore::GetRerank(uint64_t iid) const {
   return impl_->GetRerank(iid);
 }
 
-absl::StatusOr<std::vector<StoredMatrix>> ShardStore::MultiGetRerank(
+absl::StatusOr<std::vector<std::optional<StoredMatrix>>> ShardStore::MultiGetRerank(
     absl::Span<const uint64_t> iids) const {
   return impl_->MultiGetRerank(iids);
 }
 
-absl::StatusOr<std::vector<std::string>> ShardStore::MultiGetCodes(
+absl::StatusOr<std::vector<std::optional<std::string>>> ShardStore::MultiGetCodes(
     uint32_t generation, absl::Span<const uint64_t> iids) const {
   return impl_->MultiGetCodes(generation, iids);
 }

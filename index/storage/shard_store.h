@@ -125,12 +125,16 @@ class ShardStore {
   // NOT_FOUND for an unknown iid; DATA_LOSS when a stored value fails its checksum.
   absl::StatusOr<DocumentRecord> GetRecord(uint64_t iid) const;
   absl::StatusOr<StoredMatrix> GetRerank(uint64_t iid) const;
-  // Batched GetRerank (RocksDB MultiGet); fails as a whole when any iid fails.
-  absl::StatusOr<std::vector<StoredMatrix>> MultiGetRerank(absl::Span<const uint64_t> iids) const;
-  // The codes of each iid under `generation` (one MultiGet); fails as a whole when any iid fails
-  // (NOT_FOUND when one has none).
-  absl::StatusOr<std::vector<std::string>> MultiGetCodes(uint32_t generation,
-                                                         absl::Span<const uint64_t> iids) const;
+  // Batched GetRerank (one RocksDB MultiGet): one entry per iid, in order, std::nullopt for an
+  // iid that has no rerank vectors (unknown, or removed meanwhile). Any other failure of any iid
+  // fails the call as a whole: DATA_LOSS for a value that fails its checksum, the mapped RocksDB
+  // status for a read error.
+  absl::StatusOr<std::vector<std::optional<StoredMatrix>>> MultiGetRerank(
+      absl::Span<const uint64_t> iids) const;
+  // The codes of each iid under `generation` (one MultiGet), in order; std::nullopt for an iid
+  // without codes under it. Fails as a whole as MultiGetRerank does.
+  absl::StatusOr<std::vector<std::optional<std::string>>> MultiGetCodes(
+      uint32_t generation, absl::Span<const uint64_t> iids) const;
 
   // Calls fn for every live document in iid order, from a consistent snapshot. Stops at and
   // returns the first non-OK status fn returns.

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -294,24 +295,79 @@ TEST_F(ShardStoreTest, InvalidWritesAreRejectedWholesale) {
 TEST_F(ShardStoreTest, MultiGetRerank) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
-  const std::vector<DocumentWrite> docs = {MakeDoc("a", 1), MakeDoc("b", 2, false),
-                                           MakeDoc("c", 3)};
+  std::vector<DocumentWrite> docs = {MakeDoc("a", 1), MakeDoc("b", 2, false), MakeDoc("c", 3),
+                                     MakeDoc("d", 4)};
   auto result = store->Write(docs, {});
   ASSERT_TRUE(result.ok());
-  const auto& iids = result->upserted_iids;
-  const std::vector<uint64_t> request = {iids[2], iids[0], iids[2], iids[1]};
+  const std::vector<uint64_t> old = result->upserted_iids;
+  // Some values in SST files, the changes below in the memtable: MultiGet reads both.
+  ASSERT_TRUE(store->Flush().ok());
+  // d deleted, a replaced (its old iid goes), e added.
+  const DocumentWrite new_a = MakeDoc("a", 11);
+  const DocumentWrite e_doc = MakeDoc("e", 5, false);
+  auto changed = store->Write({new_a, e_doc}, {"d"});
+  ASSERT_TRUE(changed.ok());
+  const uint64_t a = changed->upserted_iids[0];
+  const uint64_t e = changed->upserted_iids[1];
+  const std::vector<uint64_t> request = {old[2], old[3], a, 999, old[0], old[2], e, old[1]};
   auto matrices = store->MultiGetRerank(request);
   ASSERT_TRUE(matrices.ok()) << matrices.status();
-  ASSERT_EQ(matrices->size(), 4u);
-  ExpectSameMatrix((*matrices)[0], docs[2].rerank);
-  ExpectSameMatrix((*matrices)[1], docs[0].rerank);
-  ExpectSameMatrix((*matrices)[2], docs[2].rerank);
-  ExpectSameMatrix((*matrices)[3], docs[1].rerank);
-  EXPECT_TRUE(store->MultiGetRerank({}).ok());
-  const std::vector<uint64_t> with_unknown = {iids[0], 999};
-  const auto failed = store->MultiGetRerank(with_unknown);
-  EXPECT_EQ(failed.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(failed.status().message(), HasSubstr("999"));
+  ASSERT_EQ(matrices->size(), request.size());
+  // Present iids: exactly what was written, in request order (duplicates too); absent ones
+  // (deleted, replaced, never assigned): std::nullopt.
+  const std::vector<const StoredMatrix*> want = {&docs[2].rerank, nullptr,        &new_a.rerank,
+                                                 nullptr,         nullptr,        &docs[2].rerank,
+                                                 &e_doc.rerank,   &docs[1].rerank};
+  for (size_t i = 0; i < request.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("entry ", i, ", iid ", request[i]));
+    ASSERT_EQ((*matrices)[i].has_value(), want[i] != nullptr);
+    if (want[i] != nullptr) ExpectSameMatrix(*(*matrices)[i], *want[i]);
+  }
+
+  auto none = store->MultiGetRerank({});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  const std::vector<uint64_t> all_absent = {old[3], 999, 1000};
+  auto absent = store->MultiGetRerank(all_absent);
+  ASSERT_TRUE(absent.ok()) << absent.status();
+  ASSERT_EQ(absent->size(), all_absent.size());
+  for (const std::optional<StoredMatrix>& matrix : *absent) EXPECT_FALSE(matrix.has_value());
+}
+
+TEST_F(ShardStoreTest, MultiGetCodes) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  // Removals delete the codes of generations 1 and 2.
+  store->SetCodeGenerations({1, 2});
+  std::vector<DocumentWrite> docs = {MakeDoc("a", 1), MakeDoc("b", 2), MakeDoc("c", 3),
+                                     MakeDoc("d", 4)};
+  docs[0].codes = std::string("codes of a\0\xff", 12);
+  docs[0].code_generation = 1;
+  docs[1].codes = "codes of b";
+  docs[1].code_generation = 1;
+  docs[3].codes = "codes of d";
+  docs[3].code_generation = 1;
+  // c has no codes.
+  auto result = store->Write(docs, {});
+  ASSERT_TRUE(result.ok());
+  const std::vector<uint64_t> iids = result->upserted_iids;
+  ASSERT_TRUE(store->PutCodes(2, {{iids[1], "b in generation 2"}}, {}).ok());
+  ASSERT_TRUE(store->Write({}, {"d"}).ok());
+
+  const std::vector<uint64_t> request = {iids[1], iids[2], iids[0], iids[3], 999, iids[1]};
+  auto codes = store->MultiGetCodes(1, request);
+  ASSERT_TRUE(codes.ok()) << codes.status();
+  EXPECT_THAT(*codes, ElementsAre(std::optional<std::string>("codes of b"), std::nullopt,
+                                  std::optional<std::string>(docs[0].codes), std::nullopt,
+                                  std::nullopt, std::optional<std::string>("codes of b")));
+  auto second = store->MultiGetCodes(2, request);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_THAT(*second, ElementsAre(std::optional<std::string>("b in generation 2"), std::nullopt,
+                                   std::nullopt, std::nullopt, std::nullopt,
+                                   std::optional<std::string>("b in generation 2")));
+  auto none = store->MultiGetCodes(1, {});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
 }
 
 TEST_F(ShardStoreTest, ScansAreInIidOrderAndHonourMinIid) {
@@ -595,6 +651,10 @@ TEST_F(ShardStoreTest, CorruptValuesAreDataLoss) {
     ASSERT_TRUE(raw.db()->Get({}, raw.cf("docs"), EncodeIidKey(c), &value).ok());
     value.resize(value.size() - 3);
     ASSERT_TRUE(raw.db()->Put({}, raw.cf("docs"), EncodeIidKey(c), value).ok());
+    // Garbage for a's codes under generation 1; b's are fine.
+    ASSERT_TRUE(raw.db()->Put({}, raw.cf("codes"), EncodeCodesKey(1, a), "garbage bytes").ok());
+    ASSERT_TRUE(
+        raw.db()->Put({}, raw.cf("codes"), EncodeCodesKey(1, b), EncodeCodesValue("b")).ok());
   }
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
@@ -607,6 +667,17 @@ TEST_F(ShardStoreTest, CorruptValuesAreDataLoss) {
   EXPECT_THAT(bad_b.status().message(), HasSubstr("checksum mismatch"));
   const std::vector<uint64_t> both = {c, b};
   EXPECT_EQ(store->MultiGetRerank(both).status().code(), absl::StatusCode::kDataLoss);
+  // An absent iid in the batch does not hide a corrupt one.
+  const std::vector<uint64_t> absent_and_corrupt = {999, c, a};
+  const auto mixed = store->MultiGetRerank(absent_and_corrupt);
+  EXPECT_EQ(mixed.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(mixed.status().message(), HasSubstr(absl::StrCat("rerank CF, iid ", a)));
+  const std::vector<uint64_t> coded = {999, b, a};
+  EXPECT_EQ(store->MultiGetCodes(1, coded).status().code(), absl::StatusCode::kDataLoss);
+  const std::vector<uint64_t> coded_fine = {999, b};
+  const auto fine = store->MultiGetCodes(1, coded_fine);
+  ASSERT_TRUE(fine.ok()) << fine.status();
+  EXPECT_THAT(*fine, ElementsAre(std::nullopt, std::optional<std::string>("b")));
   EXPECT_TRUE(store->GetRecord(a).ok());
   EXPECT_TRUE(store->GetRerank(c).ok());
   const auto bad_c = store->GetRecord(c);

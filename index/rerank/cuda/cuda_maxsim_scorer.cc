@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "index/common/mutex.h"
 #include "index/rerank/cuda/device_buffer.h"
 #include "index/rerank/cuda/maxsim_kernel.cuh"
 #include "tessera/cuda_maxsim.h"
@@ -74,7 +74,7 @@ class CudaMaxSimScorer final : public MaxSimScorer {
         kernel_(kernel) {}
 
   ~CudaMaxSimScorer() override {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     // Buffers are freed on the device they came from; the stream may still hold work only if a
     // call failed half-way.
     cudaSetDevice(device_);
@@ -83,7 +83,7 @@ class CudaMaxSimScorer final : public MaxSimScorer {
 
   // Creates the stream and events; called once before the scorer is handed out.
   absl::Status Init() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     TESSERA_RETURN_IF_ERROR(stream_.Create());
     for (CudaEvent& event : staged_) TESSERA_RETURN_IF_ERROR(event.Create());
     return absl::OkStatus();
@@ -95,7 +95,7 @@ class CudaMaxSimScorer final : public MaxSimScorer {
   absl::Status ScoreImpl(FloatMatrixView query, const DocumentBatch& docs,
                          const MaxSimOptions& options, MaxSimResult* result) const override {
     if (docs.docs.empty()) return absl::OkStatus();
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     absl::Status status = ScoreLocked(query, docs, options, result);
     if (!status.ok()) {
       // Leave no copy or kernel of this call running into the next one (errors ignored: the
@@ -125,7 +125,7 @@ class CudaMaxSimScorer final : public MaxSimScorer {
   const size_t staging_bytes_;
   const CudaMaxSimKernel kernel_;
 
-  mutable absl::Mutex mu_;
+  mutable Mutex mu_;
   mutable CudaStream stream_ ABSL_GUARDED_BY(mu_);
   mutable DeviceBuffer work_ ABSL_GUARDED_BY(mu_);
   mutable DeviceBuffer arena_ ABSL_GUARDED_BY(mu_);
