@@ -14,7 +14,9 @@
 //
 // --reuse 1 reopens the collection a previous run left in --data_dir (same --docs and corpus
 // flags) instead of building it, so that search changes can be measured at scale without a
-// rebuild; the build keys then report the reopen (build_s is the time to open and load).
+// rebuild; the build keys then report the reopen (build_s is the time to open and load). Every run
+// leaves its exact reference in DATA_DIR/exact_top10.txt, which a --reuse run reads instead of
+// repeating the pass when it covers the checked queries.
 // Synthetic corpus (default): documents mix four of 1,024 topic directions (token noise of norm
 // 0.6 around them); one in five is a near duplicate of the previous one (noise of norm 0.2).
 // Queries are 32 tokens drawn from a random document with noise of norm 0.4. With
@@ -40,6 +42,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/npy/npy.h"
 #include "tessera/engine.h"
@@ -330,6 +333,26 @@ absl::StatusOr<std::vector<std::set<std::string>>> ExactTopTen(
   return truth;
 }
 
+// The exact reference's file form: line q holds query q's top-10 ids, space-separated.
+void SaveReference(const std::string& path, const std::vector<std::set<std::string>>& truth) {
+  std::ofstream out(path);
+  for (const std::set<std::string>& ids : truth) out << absl::StrJoin(ids, " ") << "\n";
+}
+
+// The first `checked` lines of a saved reference, or nothing when the file has fewer.
+std::optional<std::vector<std::set<std::string>>> LoadReference(const std::string& path,
+                                                                size_t checked) {
+  std::ifstream in(path);
+  std::vector<std::set<std::string>> truth;
+  std::string line;
+  while (truth.size() < checked && std::getline(in, line)) {
+    std::vector<std::string> ids = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    truth.emplace_back(ids.begin(), ids.end());
+  }
+  if (truth.size() < checked) return std::nullopt;
+  return truth;
+}
+
 int Fail(const absl::Status& status) {
   std::cerr << status << "\n";
   return 1;
@@ -422,10 +445,19 @@ int Run(const Flags& flags) {
   std::vector<std::set<std::string>> truth;
   {
     const Clock::time_point start = Clock::now();
-    auto exact = ExactTopTen(**collection, flags.docs, queries, checked, flags.dim);
-    if (!exact.ok()) return Fail(exact.status());
-    truth = std::move(*exact);
-    std::cerr << "exact reference in " << Since(start) << " s\n";
+    const std::string saved = flags.data_dir + "/exact_top10.txt";
+    std::optional<std::vector<std::set<std::string>>> loaded;
+    if (flags.reuse) loaded = LoadReference(saved, checked);
+    if (loaded) {
+      truth = std::move(*loaded);
+      std::cerr << "exact reference read from " << saved << "\n";
+    } else {
+      auto exact = ExactTopTen(**collection, flags.docs, queries, checked, flags.dim);
+      if (!exact.ok()) return Fail(exact.status());
+      truth = std::move(*exact);
+      SaveReference(saved, truth);
+      std::cerr << "exact reference in " << Since(start) << " s\n";
+    }
   }
   // The server's own exhaustive search, timed on the first --exhaustive_timed queries; its top 10
   // must be the reference's (an independent check of both).

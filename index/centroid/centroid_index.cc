@@ -57,6 +57,10 @@ void AppendWithHeadroom(std::vector<T>& v, const T* data, size_t n) {
 
 }  // namespace
 
+int DefaultNprobe(int64_t num_centroids) {
+  return static_cast<int>(std::max<int64_t>(16, num_centroids / 1024));
+}
+
 std::string SerializeDocumentCodes(const DocumentCodes& codes) {
   std::string out;
   const uint32_t n = static_cast<uint32_t>(codes.centroids.size());
@@ -299,7 +303,8 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
                                                    codebook_->dim()));
   }
   const int64_t C = codebook_->num_centroids();
-  const int nprobe = static_cast<int>(std::clamp<int64_t>(options.nprobe, 1, C));
+  const int nprobe = static_cast<int>(
+      std::clamp<int64_t>(options.nprobe > 0 ? options.nprobe : DefaultNprobe(C), 1, C));
   const int64_t nq = queries.rows;
   const int64_t dim = queries.cols;
 

@@ -56,8 +56,13 @@ std::string SerializeDocumentCodes(const DocumentCodes& codes);
 absl::StatusOr<DocumentCodes> ParseDocumentCodes(absl::string_view bytes, int64_t code_bytes,
                                                  int64_t num_centroids);
 
+// Centroids probed per query token when a search leaves nprobe at 0: 16, or one in 1,024 of the
+// centroids when that is more (32 at 32,768), so that a token scans about the same share of a
+// large shard whatever its codebook size.
+int DefaultNprobe(int64_t num_centroids);
+
 struct CentroidSearchOptions {
-  int nprobe = 8;               // centroids probed per query token (clamped to the count)
+  int nprobe = 0;  // centroids probed per query token (clamped to the count); 0: DefaultNprobe
   int64_t num_documents = 100;  // documents returned
 };
 

@@ -313,6 +313,32 @@ TEST_F(CentroidIndexTest, FewProbesMatchTheDocumentedApproximation) {
   for (int nprobe : {1, 3, 8}) ExpectMatchesReference(*index_, nprobe, nullptr, 20 + nprobe);
 }
 
+TEST(DefaultNprobe, ProbesOneInAThousandOfLargeCodebooks) {
+  EXPECT_EQ(DefaultNprobe(64), 16);
+  EXPECT_EQ(DefaultNprobe(16384), 16);
+  EXPECT_EQ(DefaultNprobe(32768), 32);
+  EXPECT_EQ(DefaultNprobe(65536), 64);
+}
+
+TEST_F(CentroidIndexTest, NprobeZeroIsTheDefault) {
+  const std::vector<float> query = Clustered(8, kDim, 50, 77);
+  CentroidSearchOptions defaults, explicit_default, fewer;
+  explicit_default.nprobe = DefaultNprobe(codebook_->num_centroids());
+  fewer.nprobe = 2;
+  const FloatMatrixView view{query.data(), 8, kDim};
+  auto a = index_->Search(view, defaults, nullptr, &pool_);
+  auto b = index_->Search(view, explicit_default, nullptr, &pool_);
+  auto c = index_->Search(view, fewer, nullptr, &pool_);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ASSERT_EQ(a->size(), b->size());
+  for (size_t r = 0; r < a->size(); ++r) {
+    EXPECT_EQ((*a)[r].doc, (*b)[r].doc);
+    EXPECT_EQ((*a)[r].score, (*b)[r].score);
+  }
+  // And the setting matters: two probes score differently.
+  EXPECT_NE((*a)[0].score, (*c)[0].score);
+}
+
 TEST_F(CentroidIndexTest, FiltersRunInsideTheSearch) {
   const std::function<bool(uint64_t)> odd = [](uint64_t doc) { return doc % 2 == 1; };
   ExpectMatchesReference(*index_, 4, &odd, 31);

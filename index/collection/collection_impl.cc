@@ -401,7 +401,7 @@ CollectionImpl::SearchPlan CollectionImpl::Plan(const SearchOptions& options) co
   }
   plan.per_token = options.per_token_candidates > 0 ? options.per_token_candidates
                                                     : std::max(plan.num_candidates, 64);
-  plan.nprobe = options.nprobe > 0 ? options.nprobe : kDefaultNprobe;
+  plan.nprobe = options.nprobe;  // 0: each shard's centroid index picks (DefaultNprobe)
   return plan;
 }
 

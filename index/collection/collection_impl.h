@@ -29,8 +29,6 @@ struct CollectionContext {
 // across processes and versions (it decides where data lives on disk).
 int ShardOf(const std::string& id, int num_shards);
 
-// Centroids probed per query token when SearchOptions::nprobe is 0.
-inline constexpr int kDefaultNprobe = 16;
 // Largest SearchOptions::nprobe accepted (more probes than centroids are clamped anyway).
 inline constexpr int kMaxNprobe = 16384;
 

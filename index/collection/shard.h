@@ -91,7 +91,7 @@ struct Stage1Request {
   FloatMatrixView query;    // nq × dim fp32
   int num_documents = 100;  // N: documents nominated
   int per_token = 100;      // k′: candidate vectors per query token (candidate index)
-  int nprobe = 16;          // centroids probed per query token (centroid index)
+  int nprobe = 0;           // centroids probed per query token; 0: DefaultNprobe(centroids)
   const Filter* filter = nullptr;
 };
 

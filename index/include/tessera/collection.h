@@ -92,7 +92,8 @@ struct SearchOptions {
   int num_candidates = 0;
   // k′: candidate vectors fetched per query token in stage 1. 0 = the default, max(N, 64).
   int per_token_candidates = 0;
-  // Centroid index: centroids probed per query token. 0 = the default (see DefaultNprobe).
+  // Centroid index: centroids probed per query token. 0 = the default: 16, or one in 1,024 of a
+  // shard's centroids when that is more (32 at 1M documents).
   int nprobe = 0;
   Filter filter;
   // Skip stage 1 and score every (matching) document exactly.
