@@ -59,26 +59,23 @@ absl::StatusOr<ApiKeys> ApiKeys::Load(const std::string& path) {
   return keys;
 }
 
-grpc::Status ApiKeys::Check(const grpc::CallbackServerContext& context, Scope needed) const {
-  if (keys_.empty()) return grpc::Status::OK;
+absl::Status ApiKeys::Check(const grpc::CallbackServerContext& context, Scope needed) const {
+  if (keys_.empty()) return absl::OkStatus();
   const auto& metadata = context.client_metadata();
   const auto header = metadata.find("authorization");
   if (header == metadata.end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "missing 'authorization: Bearer KEY' metadata");
+    return absl::UnauthenticatedError("missing 'authorization: Bearer KEY' metadata");
   }
   const std::string value(header->second.data(), header->second.size());
   constexpr absl::string_view kPrefix = "Bearer ";
   const auto key = keys_.find(absl::StartsWith(value, kPrefix) ? value.substr(kPrefix.size()) : "");
-  if (key == keys_.end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "unknown API key");
-  }
+  if (key == keys_.end()) return absl::UnauthenticatedError("unknown API key");
   if (key->second < needed) {
-    return grpc::Status(grpc::StatusCode::PERMISSION_DENIED,
-                        absl::StrCat("the API key has scope '", ScopeName(key->second),
-                                     "', this call needs '", ScopeName(needed), "'"));
+    return absl::PermissionDeniedError(absl::StrCat("the API key has scope '",
+                                                    ScopeName(key->second), "', this call needs '",
+                                                    ScopeName(needed), "'"));
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 }  // namespace tessera::server

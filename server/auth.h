@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace tessera::server {
@@ -24,8 +25,9 @@ class ApiKeys {
   static absl::StatusOr<ApiKeys> Load(const std::string& path);
 
   bool enabled() const { return !keys_.empty(); }
-  // OK, UNAUTHENTICATED (no or unknown key) or PERMISSION_DENIED (the key lacks the scope).
-  grpc::Status Check(const grpc::CallbackServerContext& context, Scope needed) const;
+  // OK, UNAUTHENTICATED (no or unknown key) or PERMISSION_DENIED (the key lacks the scope). An
+  // absl::Status like every other check a handler makes; the handler maps it (ToGrpcStatus).
+  absl::Status Check(const grpc::CallbackServerContext& context, Scope needed) const;
 
  private:
   absl::flat_hash_map<std::string, Scope> keys_;  // key → highest scope

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "tessera/float16.h"
@@ -323,8 +324,8 @@ absl::StatusOr<Document> DocumentFromProto(const v1::Document& proto, int64_t di
   return document;
 }
 
-void StoredDocumentToProto(const StoredDocument& document, v1::GetResponse* out) {
-  out->set_id(document.id);
+void StoredDocumentToProto(StoredDocument document, v1::GetResponse* out) {
+  out->set_id(std::move(document.id));
   out->set_version(document.version);
   out->set_num_tokens(static_cast<uint32_t>(document.num_tokens));
   if (document.layout.has_value()) {
@@ -337,8 +338,17 @@ void StoredDocumentToProto(const StoredDocument& document, v1::GetResponse* out)
   for (const auto& [name, value] : document.attributes) {
     AttributeToProto(value, &(*out->mutable_attributes())[name]);
   }
-  EncodeMatrix(document.vectors.data(), document.num_vectors(), document.dim, document.dtype,
-               out->mutable_vectors());
+  v1::Matrix* vectors = out->mutable_vectors();
+  if (document.vectors.empty() && !document.vector_bytes.empty()) {
+    vectors->set_rows(static_cast<uint32_t>(document.num_vectors()));
+    vectors->set_cols(static_cast<uint32_t>(document.dim));
+    vectors->set_dtype(document.dtype == VectorDtype::kFloat16 ? v1::DTYPE_FLOAT16
+                                                               : v1::DTYPE_FLOAT32);
+    vectors->set_data(std::move(document.vector_bytes));
+  } else {
+    EncodeMatrix(document.vectors.data(), document.num_vectors(), document.dim, document.dtype,
+                 vectors);
+  }
   for (int32_t offset : document.member_offsets) out->add_member_offsets(offset);
   for (int32_t member : document.members) out->add_members(member);
 }

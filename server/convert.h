@@ -35,7 +35,10 @@ void AttributeToProto(const AttributeValue& value, v1::AttributeValue* out);
 // documents[index] of an UpsertRequest → Document (dim checked against `dim`).
 absl::StatusOr<Document> DocumentFromProto(const v1::Document& proto, int64_t dim, int index);
 
-void StoredDocumentToProto(const StoredDocument& document, v1::GetResponse* out);
+// The vectors go out in the document's dtype: its stored bytes as they are when it carries them
+// (Get with GetOptions::stored_bytes; the wire packs matrices the same way), else its fp32 vectors
+// encoded. Takes the document by value so that the bytes move rather than copy.
+void StoredDocumentToProto(StoredDocument document, v1::GetResponse* out);
 void SearchResultToProto(const SearchResult& result, v1::SearchResponse* out);
 
 }  // namespace tessera::server

@@ -66,5 +66,33 @@ TEST(Convert, SchemaRoundTripAndDefaults) {
   EXPECT_EQ(back.attributes().at("year"), v1::ATTRIBUTE_TYPE_INT64);
 }
 
+TEST(Convert, StoredVectorBytesGoOutAsTheyAre) {
+  StoredDocument document;
+  document.id = "d";
+  document.dtype = VectorDtype::kFloat16;
+  document.dim = 2;
+  // A signalling NaN's bits and the smallest subnormal: bytes an fp32 round trip could alter
+  // (conversions quiet a signalling NaN), so only a pass-through keeps them.
+  const std::string bytes = {'\x01', '\x7c', '\x01', '\x00'};
+  document.vector_bytes = bytes;
+  v1::GetResponse response;
+  StoredDocumentToProto(document, &response);
+  EXPECT_EQ(response.vectors().dtype(), v1::DTYPE_FLOAT16);
+  EXPECT_EQ(response.vectors().rows(), 1u);
+  EXPECT_EQ(response.vectors().cols(), 2u);
+  EXPECT_EQ(response.vectors().data(), bytes);
+
+  // A document with fp32 vectors (Get's default) is encoded in its dtype, as before.
+  document.vector_bytes.clear();
+  document.vectors = {0.5f, -2.0f, 1e-3f, 0.0f};
+  response.Clear();
+  StoredDocumentToProto(document, &response);
+  EXPECT_EQ(response.vectors().rows(), 2u);
+  auto decoded = DecodeMatrix(response.vectors(), 2, "vectors");
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ((*decoded)[1], -2.0f);
+  EXPECT_EQ((*decoded)[2], HalfToFloat(FloatToHalf(1e-3f)));
+}
+
 }  // namespace
 }  // namespace tessera::server

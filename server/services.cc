@@ -14,46 +14,35 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-const char* CodeName(grpc::StatusCode code) {
-  static constexpr const char* kNames[] = {"OK",
-                                           "CANCELLED",
-                                           "UNKNOWN",
-                                           "INVALID_ARGUMENT",
-                                           "DEADLINE_EXCEEDED",
-                                           "NOT_FOUND",
-                                           "ALREADY_EXISTS",
-                                           "PERMISSION_DENIED",
-                                           "RESOURCE_EXHAUSTED",
-                                           "FAILED_PRECONDITION",
-                                           "ABORTED",
-                                           "OUT_OF_RANGE",
-                                           "UNIMPLEMENTED",
-                                           "INTERNAL",
-                                           "UNAVAILABLE",
-                                           "DATA_LOSS",
-                                           "UNAUTHENTICATED"};
-  const int index = static_cast<int>(code);
-  return index >= 0 && index <= 16 ? kNames[index] : "UNKNOWN";
-}
-
-// Finishes a unary call, recording its metrics. Returns the reactor to hand back to gRPC.
+// Finishes a unary call with `status`, mapped to gRPC's here and nowhere else, and records its
+// metrics. Returns the reactor to hand back to gRPC.
 grpc::ServerUnaryReactor* Finish(const ServiceContext* context, grpc::CallbackServerContext* call,
                                  const char* method, Clock::time_point start,
-                                 const grpc::Status& status) {
+                                 const absl::Status& status) {
+  const std::string code = absl::StatusCodeToString(status.code());
   context->metrics->RecordRpc(
-      method, CodeName(status.error_code()),
-      std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-  if (!status.ok() && status.error_code() != grpc::StatusCode::NOT_FOUND &&
-      status.error_code() != grpc::StatusCode::INVALID_ARGUMENT) {
+      method, code, std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  if (!status.ok() && !absl::IsNotFound(status) && !absl::IsInvalidArgument(status)) {
     Log("warning", "rpc failed",
         {{"method", method},
-         {"code", CodeName(status.error_code())},
-         {"message", status.error_message()},
+         {"code", code},
+         {"message", std::string(status.message())},
          {"peer", call->peer()}});
   }
   grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
-  reactor->Finish(status);
+  reactor->Finish(ToGrpcStatus(status));
   return reactor;
+}
+
+// One unary call: authorises it for `scope`, runs `body` (a callable returning absl::Status that
+// fills the response) and finishes with the first error, or OK.
+template <typename Body>
+grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackServerContext* call,
+                                const char* method, Scope scope, Body body) {
+  const Clock::time_point start = Clock::now();
+  absl::Status status = context->keys->Check(*call, scope);
+  if (status.ok()) status = body();
+  return Finish(context, call, method, start, status);
 }
 
 // The engine deadline for a call: the client's deadline, if any.
@@ -73,28 +62,16 @@ absl::Status RunSearch(const ServiceContext* context, const grpc::CallbackServer
                        const v1::SearchRequest& request, v1::SearchResponse* response) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                            FindCollection(context, request.collection()));
-  const ServerConfig& config = context->config;
   if (request.query().rows() == 0) {
     return absl::InvalidArgumentError("query: 0 tokens, expected at least 1");
   }
   TESSERA_ASSIGN_OR_RETURN(std::vector<float> query,
                            DecodeMatrix(request.query(), collection->schema().dim, "query"));
   SearchOptions options;
-  options.k = request.k() == 0 ? 10 : static_cast<int>(std::min<uint32_t>(request.k(), 1u << 30));
-  if (options.k > config.max_k) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("k ", request.k(), " exceeds the limit of ", config.max_k));
-  }
-  if (request.num_candidates() > static_cast<uint64_t>(config.max_num_candidates)) {
-    return absl::InvalidArgumentError(absl::StrCat("num_candidates ", request.num_candidates(),
-                                                   " exceeds the limit of ",
-                                                   config.max_num_candidates));
-  }
-  options.num_candidates = static_cast<int>(request.num_candidates());
-  if (options.num_candidates != 0 && options.num_candidates < options.k) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_candidates ", options.num_candidates, " is below k ", options.k));
-  }
+  // k and num_candidates go on as sent (every uint32 fits): the collection checks them against
+  // its limits and names the value in its message.
+  options.k = request.k() == 0 ? 10 : request.k();
+  options.num_candidates = request.num_candidates();
   options.per_token_candidates =
       static_cast<int>(std::min<uint32_t>(request.per_token_candidates(), 100000));
   // Clamped below int's range; the collection names the accepted range.
@@ -118,7 +95,7 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
  public:
   UpsertReactor(const ServiceContext* context, grpc::CallbackServerContext* call)
       : context_(context), call_(call), start_(Clock::now()) {
-    const grpc::Status allowed = context_->keys->Check(*call_, Scope::kWrite);
+    const absl::Status allowed = context_->keys->Check(*call_, Scope::kWrite);
     if (!allowed.ok()) {
       Done(allowed);
       return;
@@ -128,17 +105,17 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
 
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client closed its side (or the call broke)
-      Done(call_->IsCancelled() ? grpc::Status::CANCELLED : grpc::Status::OK);
+      Done(call_->IsCancelled() ? absl::CancelledError() : absl::OkStatus());
       return;
     }
     if (call_->IsCancelled()) {
-      Done(grpc::Status::CANCELLED);
+      Done(absl::CancelledError());
       return;
     }
     response_.Clear();
     const absl::Status status = Process();
     if (!status.ok()) {
-      Done(ToGrpcStatus(status));
+      Done(status);
       return;
     }
     StartWrite(&response_);
@@ -146,7 +123,7 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      Done(grpc::Status::CANCELLED);
+      Done(absl::CancelledError());
       return;
     }
     StartRead(&request_);
@@ -154,15 +131,16 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
 
   void OnDone() override {
     context_->metrics->RecordRpc(
-        "Upsert", CodeName(final_code_),
+        "Upsert", absl::StatusCodeToString(final_code_),
         std::chrono::duration<double, std::milli>(Clock::now() - start_).count());
     delete this;
   }
 
  private:
-  void Done(const grpc::Status& status) {
-    final_code_ = status.error_code();
-    Finish(status);
+  // Ends the stream with `status`, mapped to gRPC's here.
+  void Done(const absl::Status& status) {
+    final_code_ = status.code();
+    Finish(ToGrpcStatus(status));
   }
 
   absl::Status Process() {
@@ -216,7 +194,7 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
   const ServiceContext* context_;
   grpc::CallbackServerContext* call_;
   const Clock::time_point start_;
-  grpc::StatusCode final_code_ = grpc::StatusCode::OK;
+  absl::StatusCode final_code_ = absl::StatusCode::kOk;
   v1::UpsertRequest request_;
   v1::UpsertResponse response_;
 };
@@ -226,73 +204,55 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
 grpc::ServerUnaryReactor* AdminServiceImpl::CreateCollection(
     grpc::CallbackServerContext* call, const v1::CreateCollectionRequest* request,
     v1::CreateCollectionResponse* response) {
-  const Clock::time_point start = Clock::now();
-  grpc::Status status = context_->keys->Check(*call, Scope::kAdmin);
-  if (status.ok()) {
-    absl::StatusOr<CollectionSchema> schema = SchemaFromProto(request->schema());
-    if (schema.ok()) {
-      auto collection = context_->engine->CreateCollection(*schema);
-      if (collection.ok()) {
-        SchemaToProto((*collection)->schema(), response->mutable_schema());
-        Log("info", "collection created", {{"collection", schema->name}});
-      }
-      status = ToGrpcStatus(collection.status());
-    } else {
-      status = ToGrpcStatus(schema.status());
-    }
-  }
-  return Finish(context_, call, "CreateCollection", start, status);
+  return Serve(context_, call, "CreateCollection", Scope::kAdmin, [&]() -> absl::Status {
+    TESSERA_ASSIGN_OR_RETURN(const CollectionSchema schema, SchemaFromProto(request->schema()));
+    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
+                             context_->engine->CreateCollection(schema));
+    SchemaToProto(collection->schema(), response->mutable_schema());
+    Log("info", "collection created", {{"collection", schema.name}});
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::DropCollection(grpc::CallbackServerContext* call,
                                                            const v1::DropCollectionRequest* request,
                                                            v1::DropCollectionResponse*) {
-  const Clock::time_point start = Clock::now();
-  grpc::Status status = context_->keys->Check(*call, Scope::kAdmin);
-  if (status.ok()) {
-    status = ToGrpcStatus(context_->engine->DropCollection(request->name()));
-    if (status.ok()) Log("info", "collection dropped", {{"collection", request->name()}});
-  }
-  return Finish(context_, call, "DropCollection", start, status);
+  return Serve(context_, call, "DropCollection", Scope::kAdmin, [&]() -> absl::Status {
+    TESSERA_RETURN_IF_ERROR(context_->engine->DropCollection(request->name()));
+    Log("info", "collection dropped", {{"collection", request->name()}});
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::ListCollections(grpc::CallbackServerContext* call,
                                                             const v1::ListCollectionsRequest*,
                                                             v1::ListCollectionsResponse* response) {
-  const Clock::time_point start = Clock::now();
-  const grpc::Status status = context_->keys->Check(*call, Scope::kRead);
-  if (status.ok()) {
+  return Serve(context_, call, "ListCollections", Scope::kRead, [&]() -> absl::Status {
     for (const std::string& name : context_->engine->ListCollections()) response->add_names(name);
-  }
-  return Finish(context_, call, "ListCollections", start, status);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::GetCollection(grpc::CallbackServerContext* call,
                                                           const v1::GetCollectionRequest* request,
                                                           v1::GetCollectionResponse* response) {
-  const Clock::time_point start = Clock::now();
-  grpc::Status status = context_->keys->Check(*call, Scope::kRead);
-  if (status.ok()) {
-    auto collection = FindCollection(context_, request->name());
-    if (collection.ok()) {
-      SchemaToProto((*collection)->schema(), response->mutable_schema());
-      StatsToProto((*collection)->Stats(), response->mutable_stats());
-    }
-    status = ToGrpcStatus(collection.status());
-  }
-  return Finish(context_, call, "GetCollection", start, status);
+  return Serve(context_, call, "GetCollection", Scope::kRead, [&]() -> absl::Status {
+    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
+                             FindCollection(context_, request->name()));
+    SchemaToProto(collection->schema(), response->mutable_schema());
+    StatsToProto(collection->Stats(), response->mutable_stats());
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::Flush(grpc::CallbackServerContext* call,
                                                   const v1::FlushRequest* request,
                                                   v1::FlushResponse*) {
-  const Clock::time_point start = Clock::now();
-  grpc::Status status = context_->keys->Check(*call, Scope::kWrite);
-  if (status.ok()) {
-    auto collection = FindCollection(context_, request->name());
-    status = ToGrpcStatus(collection.ok() ? (*collection)->Snapshot() : collection.status());
-  }
-  return Finish(context_, call, "Flush", start, status);
+  return Serve(context_, call, "Flush", Scope::kWrite, [&]() -> absl::Status {
+    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
+                             FindCollection(context_, request->name()));
+    return collection->Snapshot();
+  });
 }
 
 grpc::ServerBidiReactor<v1::UpsertRequest, v1::UpsertResponse>* IngestServiceImpl::Upsert(
@@ -303,65 +263,51 @@ grpc::ServerBidiReactor<v1::UpsertRequest, v1::UpsertResponse>* IngestServiceImp
 grpc::ServerUnaryReactor* IngestServiceImpl::Delete(grpc::CallbackServerContext* call,
                                                     const v1::DeleteRequest* request,
                                                     v1::DeleteResponse* response) {
-  const Clock::time_point start = Clock::now();
-  grpc::Status status = context_->keys->Check(*call, Scope::kWrite);
-  if (status.ok()) {
-    auto collection = FindCollection(context_, request->collection());
-    if (collection.ok()) {
-      const std::vector<std::string> ids(request->ids().begin(), request->ids().end());
-      auto existed = (*collection)->Delete(ids);
-      if (existed.ok()) {
-        for (bool e : *existed) response->add_existed(e);
-      }
-      status = ToGrpcStatus(existed.status());
-    } else {
-      status = ToGrpcStatus(collection.status());
-    }
-  }
-  return Finish(context_, call, "Delete", start, status);
+  return Serve(context_, call, "Delete", Scope::kWrite, [&]() -> absl::Status {
+    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
+                             FindCollection(context_, request->collection()));
+    const std::vector<std::string> ids(request->ids().begin(), request->ids().end());
+    TESSERA_ASSIGN_OR_RETURN(const std::vector<bool> existed, collection->Delete(ids));
+    for (bool e : existed) response->add_existed(e);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* IngestServiceImpl::Get(grpc::CallbackServerContext* call,
                                                  const v1::GetRequest* request,
                                                  v1::GetResponse* response) {
-  const Clock::time_point start = Clock::now();
-  grpc::Status status = context_->keys->Check(*call, Scope::kRead);
-  if (status.ok()) {
-    auto collection = FindCollection(context_, request->collection());
-    if (collection.ok()) {
-      auto document = (*collection)->Get(request->id());
-      if (document.ok()) StoredDocumentToProto(*document, response);
-      status = ToGrpcStatus(document.status());
-    } else {
-      status = ToGrpcStatus(collection.status());
-    }
-  }
-  return Finish(context_, call, "Get", start, status);
+  return Serve(context_, call, "Get", Scope::kRead, [&]() -> absl::Status {
+    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
+                             FindCollection(context_, request->collection()));
+    // The vectors as stored: they go onto the wire in the same bytes, with no fp32 round trip.
+    GetOptions options;
+    options.stored_bytes = true;
+    TESSERA_ASSIGN_OR_RETURN(StoredDocument document, collection->Get(request->id(), options));
+    StoredDocumentToProto(std::move(document), response);
+    return absl::OkStatus();
+  });
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::Search(grpc::CallbackServerContext* call,
                                                    const v1::SearchRequest* request,
                                                    v1::SearchResponse* response) {
-  const Clock::time_point start = Clock::now();
-  grpc::Status status = context_->keys->Check(*call, Scope::kRead);
-  if (status.ok()) status = ToGrpcStatus(RunSearch(context_, *call, *request, response));
-  return Finish(context_, call, "Search", start, status);
+  return Serve(context_, call, "Search", Scope::kRead,
+               [&] { return RunSearch(context_, *call, *request, response); });
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::SearchBatch(grpc::CallbackServerContext* call,
                                                         const v1::SearchBatchRequest* request,
                                                         v1::SearchBatchResponse* response) {
-  const Clock::time_point start = Clock::now();
-  grpc::Status status = context_->keys->Check(*call, Scope::kRead);
-  for (int i = 0; status.ok() && i < request->searches_size(); ++i) {
-    const absl::Status search =
-        RunSearch(context_, *call, request->searches(i), response->add_responses());
-    if (!search.ok()) {
-      status = ToGrpcStatus(
-          absl::Status(search.code(), absl::StrCat("searches[", i, "]: ", search.message())));
+  return Serve(context_, call, "SearchBatch", Scope::kRead, [&]() -> absl::Status {
+    for (int i = 0; i < request->searches_size(); ++i) {
+      const absl::Status search =
+          RunSearch(context_, *call, request->searches(i), response->add_responses());
+      if (!search.ok()) {
+        return absl::Status(search.code(), absl::StrCat("searches[", i, "]: ", search.message()));
+      }
     }
-  }
-  return Finish(context_, call, "SearchBatch", start, status);
+    return absl::OkStatus();
+  });
 }
 
 }  // namespace tessera::server

@@ -313,7 +313,8 @@ absl::StatusOr<std::vector<bool>> CollectionImpl::Delete(const std::vector<std::
   return existed;
 }
 
-absl::StatusOr<StoredDocument> CollectionImpl::Get(const std::string& id) const {
+absl::StatusOr<StoredDocument> CollectionImpl::Get(const std::string& id,
+                                                   const GetOptions& options) const {
   const Shard& shard = *shards_[ShardOf(id, schema_.num_shards)];
   absl::StatusOr<uint64_t> iid = shard.LookupId(id);
   if (absl::IsNotFound(iid.status())) {
@@ -337,7 +338,11 @@ absl::StatusOr<StoredDocument> CollectionImpl::Get(const std::string& id) const 
   document.attributes = std::move(record.attributes);
   document.dtype = rerank.dtype;
   document.dim = rerank.cols;
-  document.vectors = MatrixToFloat(rerank);
+  if (options.stored_bytes) {
+    document.vector_bytes = rerank.bytes;
+  } else {
+    document.vectors = MatrixToFloat(rerank);
+  }
   document.member_offsets = std::move(record.member_offsets);
   document.members = std::move(record.members);
   return document;
@@ -363,15 +368,25 @@ absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
                                                      i / query.cols, " is not finite"));
     }
   }
-  if (options.k < 1 || options.k > limits.max_k) {
+  // The one check of k and num_candidates against the limits, for the server as for embedded
+  // callers.
+  if (options.k < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("k ", options.k, ", expected 1 … ", limits.max_k));
   }
-  if (options.num_candidates != 0 &&
-      (options.num_candidates < options.k || options.num_candidates > limits.max_num_candidates)) {
+  if (options.k > limits.max_k) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("k ", options.k, " exceeds the limit of ", limits.max_k));
+  }
+  if (options.num_candidates > limits.max_num_candidates) {
     return absl::InvalidArgumentError(absl::StrCat("num_candidates ", options.num_candidates,
-                                                   ", expected k (", options.k, ") … ",
-                                                   limits.max_num_candidates, ", or 0"));
+                                                   " exceeds the limit of ",
+                                                   limits.max_num_candidates));
+  }
+  if (options.num_candidates != 0 && options.num_candidates < options.k) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_candidates ", options.num_candidates, " is below k ", options.k, ", expected ",
+        options.k, " … ", limits.max_num_candidates, " or 0 (the default)"));
   }
   if (options.per_token_candidates < 0 || options.per_token_candidates > 100000) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -385,9 +400,11 @@ absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
 }
 
 CollectionImpl::SearchPlan CollectionImpl::Plan(const SearchOptions& options) const {
+  // ValidateQuery has bounded both by the (int) limits.
+  const int k = static_cast<int>(options.k);
   SearchPlan plan;
   if (options.num_candidates > 0) {
-    plan.num_candidates = options.num_candidates;
+    plan.num_candidates = static_cast<int>(options.num_candidates);
   } else {
     // The centroid index's approximate scores rank coarser than the exact candidate scan's:
     // four times the documents go to the exact rerank, which costs ~5 µs each (docs/results.md,
@@ -395,9 +412,8 @@ CollectionImpl::SearchPlan CollectionImpl::Plan(const SearchOptions& options) co
     const bool centroid_stage = std::any_of(shards_.begin(), shards_.end(), [](const auto& shard) {
       return !shard->NeedsCandidateVectors();
     });
-    plan.num_candidates =
-        std::min(context_.limits.max_num_candidates,
-                 centroid_stage ? std::max(40 * options.k, 400) : std::max(10 * options.k, 100));
+    plan.num_candidates = std::min(context_.limits.max_num_candidates,
+                                   centroid_stage ? std::max(40 * k, 400) : std::max(10 * k, 100));
   }
   plan.per_token = options.per_token_candidates > 0 ? options.per_token_candidates
                                                     : std::max(plan.num_candidates, 64);

@@ -45,7 +45,9 @@ class CollectionImpl : public Collection {
   const std::string& directory() const { return dir_; }
   std::vector<UpsertOutcome> Upsert(std::vector<Document> documents) override;
   absl::StatusOr<std::vector<bool>> Delete(const std::vector<std::string>& ids) override;
-  absl::StatusOr<StoredDocument> Get(const std::string& id) const override;
+  using Collection::Get;
+  absl::StatusOr<StoredDocument> Get(const std::string& id,
+                                     const GetOptions& options) const override;
   absl::StatusOr<SearchResult> Search(FloatMatrixView query,
                                       const SearchOptions& options) const override;
   CollectionStats Stats() const override;

@@ -262,11 +262,19 @@ TEST(CollectionWrites, BadInputIsRejectedAndChangesNothing) {
   EXPECT_THAT(
       (*collection)->Search(FloatMatrixView{query.data(), 4, dim}, options).status().message(),
       HasSubstr("k 0"));
+  options.k = 1001;  // the limits are the collection's alone (the server checks none itself)
+  EXPECT_THAT(
+      (*collection)->Search(FloatMatrixView{query.data(), 4, dim}, options).status().message(),
+      HasSubstr("k 1001 exceeds the limit of 1000"));
   options.k = 10;
   options.num_candidates = 5;
   EXPECT_THAT(
       (*collection)->Search(FloatMatrixView{query.data(), 4, dim}, options).status().message(),
-      HasSubstr("num_candidates 5"));
+      HasSubstr("num_candidates 5 is below k 10"));
+  options.num_candidates = 10001;
+  EXPECT_THAT(
+      (*collection)->Search(FloatMatrixView{query.data(), 4, dim}, options).status().message(),
+      HasSubstr("num_candidates 10001 exceeds the limit of 10000"));
   EXPECT_THAT((*collection)
                   ->Search(FloatMatrixView{query.data(), 8, 8}, SearchOptions{})
                   .status()

@@ -85,11 +85,14 @@ struct CollectionLimits {
 };
 
 struct SearchOptions {
-  int k = 10;
-  // N: documents scored exactly after stage 1. 0 = the default: max(10·k, 100) while every shard
-  // scans its candidate vectors exactly, max(40·k, 400) once a shard's stage 1 is the centroid
-  // index (both capped at CollectionLimits::max_num_candidates).
-  int num_candidates = 0;
+  // 1 … CollectionLimits::max_k. 64-bit so that any value a caller holds (a uint32 off the wire)
+  // reaches the collection's check, and its message, unchanged.
+  int64_t k = 10;
+  // N: documents scored exactly after stage 1: k … CollectionLimits::max_num_candidates, or 0 =
+  // the default: max(10·k, 100) while every shard scans its candidate vectors exactly,
+  // max(40·k, 400) once a shard's stage 1 is the centroid index (both capped at
+  // CollectionLimits::max_num_candidates).
+  int64_t num_candidates = 0;
   // k′: candidate vectors fetched per query token in stage 1. 0 = the default, max(N, 64).
   int per_token_candidates = 0;
   // Centroid index: centroids probed per query token. 0 = the default: 16, or one in 1,024 of a
@@ -142,15 +145,32 @@ struct StoredDocument {
   int64_t num_tokens = 0;  // as sent, before pooling
   std::optional<PatchGridLayout> layout;
   Attributes attributes;
-  VectorDtype dtype = VectorDtype::kFloat16;
+  VectorDtype dtype = VectorDtype::kFloat16;  // how the rerank vectors are stored
   int64_t dim = 0;
-  // The rerank vectors, decoded to fp32: num_vectors × dim.
+  // The rerank vectors, decoded to fp32: num_vectors × dim. Empty when Get was asked for
+  // GetOptions::stored_bytes.
   std::vector<float> vectors;
+  // Only with GetOptions::stored_bytes: the rerank vectors as stored, num_vectors × dim values of
+  // `dtype`, row-major, little-endian IEEE 754 binary16 (2 bytes each) or binary32 (4 bytes each)
+  // — the packing of tessera.v1.Matrix data.
+  std::string vector_bytes;
   // Vector v covers original tokens members[member_offsets[v] .. member_offsets[v + 1]).
   std::vector<int32_t> member_offsets;
   std::vector<int32_t> members;
 
-  int64_t num_vectors() const { return dim == 0 ? 0 : static_cast<int64_t>(vectors.size()) / dim; }
+  int64_t num_vectors() const {
+    if (dim == 0) return 0;
+    if (!vectors.empty() || vector_bytes.empty()) return static_cast<int64_t>(vectors.size()) / dim;
+    const int64_t row_bytes = dim * (dtype == VectorDtype::kFloat16 ? 2 : 4);
+    return static_cast<int64_t>(vector_bytes.size()) / row_bytes;
+  }
+};
+
+struct GetOptions {
+  // Return the rerank vectors in their stored bytes (StoredDocument::vector_bytes) instead of
+  // decoded to fp32 (StoredDocument::vectors): for a caller that passes them on as they are, as
+  // the server does onto the wire, with no fp16 → fp32 → fp16 round trip.
+  bool stored_bytes = false;
 };
 
 struct UpsertOutcome {
@@ -190,8 +210,11 @@ class Collection {
   virtual std::vector<UpsertOutcome> Upsert(std::vector<Document> documents) = 0;
   // Deletes by id; returns per id whether it existed.
   virtual absl::StatusOr<std::vector<bool>> Delete(const std::vector<std::string>& ids) = 0;
-  // NOT_FOUND for an unknown id.
-  virtual absl::StatusOr<StoredDocument> Get(const std::string& id) const = 0;
+  // NOT_FOUND for an unknown id. The rerank vectors come decoded to fp32 unless
+  // options.stored_bytes asks for them as stored.
+  virtual absl::StatusOr<StoredDocument> Get(const std::string& id,
+                                             const GetOptions& options) const = 0;
+  absl::StatusOr<StoredDocument> Get(const std::string& id) const { return Get(id, GetOptions{}); }
   // query: nq × dim fp32. INVALID_ARGUMENT for a bad query or options.
   virtual absl::StatusOr<SearchResult> Search(FloatMatrixView query,
                                               const SearchOptions& options) const = 0;

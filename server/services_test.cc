@@ -1,0 +1,265 @@
+// The public services behind a real gRPC server on a loopback port, over a real engine in a
+// temporary directory: auth errors, the search limits (checked by the collection alone) and Get
+// returning the stored vector bytes unchanged.
+#include "server/services.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/convert.h"
+#include "tessera/float16.h"
+
+namespace tessera::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+class ServicesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           absl::StrCat("services_test_", ::getpid(), "_", counter_++);
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+    server_.reset();
+    engine_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+
+  // Starts the services as server_main does: the engine's limits from the config, and API keys
+  // when `key_file` has lines.
+  void Start(const std::string& key_file = "") {
+    config_.max_k = 50;
+    config_.max_num_candidates = 200;
+    EngineOptions options;
+    options.threads = 2;
+    options.sync_writes = false;
+    options.limits.max_k = static_cast<int>(config_.max_k);
+    options.limits.max_num_candidates = static_cast<int>(config_.max_num_candidates);
+    auto engine = Engine::Open((dir_ / "data").string(), options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(*engine);
+    if (!key_file.empty()) {
+      const std::string path = (dir_ / "keys").string();
+      std::ofstream(path) << key_file;
+      auto keys = ApiKeys::Load(path);
+      ASSERT_TRUE(keys.ok()) << keys.status();
+      keys_ = std::move(*keys);
+    }
+    context_ =
+        std::make_unique<ServiceContext>(ServiceContext{engine_.get(), &keys_, &metrics_, config_});
+    admin_ = std::make_unique<AdminServiceImpl>(context_.get());
+    ingest_ = std::make_unique<IngestServiceImpl>(context_.get());
+    query_ = std::make_unique<QueryServiceImpl>(context_.get());
+    int port = 0;
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(admin_.get());
+    builder.RegisterService(ingest_.get());
+    builder.RegisterService(query_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ASSERT_NE(port, 0);
+    channel_ =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  }
+
+  // A collection without pooling (every token is stored as it came) holding `tokens` (rows × dim)
+  // as document "d".
+  std::shared_ptr<Collection> CreateWithDocument(const std::string& name, VectorDtype dtype,
+                                                 int64_t dim, const std::vector<float>& tokens) {
+    CollectionSchema schema;
+    schema.name = name;
+    schema.dim = dim;
+    schema.dtype = dtype;
+    schema.pooling = PoolingSpec{};
+    auto collection = engine_->CreateCollection(schema);
+    EXPECT_TRUE(collection.ok()) << collection.status();
+    if (!collection.ok()) return nullptr;
+    Document document;
+    document.id = "d";
+    document.dim = dim;
+    document.num_tokens = static_cast<int64_t>(tokens.size()) / dim;
+    document.tokens = tokens;
+    const std::vector<UpsertOutcome> outcomes = (*collection)->Upsert({document});
+    EXPECT_TRUE(outcomes[0].status.ok()) << outcomes[0].status;
+    return *collection;
+  }
+
+  grpc::Status Search(uint32_t k, uint32_t num_candidates, const std::string& api_key = "") {
+    v1::SearchRequest request;
+    request.set_collection("c");
+    const std::vector<float> query(kDim, 0.25f);
+    EncodeMatrix(query.data(), 1, kDim, VectorDtype::kFloat32, request.mutable_query());
+    request.set_k(k);
+    request.set_num_candidates(num_candidates);
+    grpc::ClientContext call;
+    if (!api_key.empty()) call.AddMetadata("authorization", "Bearer " + api_key);
+    v1::SearchResponse response;
+    return v1::QueryService::NewStub(channel_)->Search(&call, request, &response);
+  }
+
+  static constexpr int64_t kDim = 4;
+
+  std::filesystem::path dir_;
+  ServerConfig config_;
+  std::unique_ptr<Engine> engine_;
+  ApiKeys keys_;
+  Metrics metrics_;
+  std::unique_ptr<ServiceContext> context_;
+  std::unique_ptr<AdminServiceImpl> admin_;
+  std::unique_ptr<IngestServiceImpl> ingest_;
+  std::unique_ptr<QueryServiceImpl> query_;
+  std::unique_ptr<grpc::Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+
+ private:
+  static inline std::atomic<int> counter_{0};
+};
+
+TEST_F(ServicesTest, GetPutsTheStoredFp16BitsOnTheWire) {
+  Start();
+  // Values fp16 holds exactly, so the stored bits are known: normals, the largest finite value,
+  // subnormals down to the smallest, and one that fp16 → fp32 → fp16 must not disturb.
+  const std::vector<float> tokens = {0.5f,      -0.333251953125f, 65504.0f,     -65504.0f, 0x1p-24f,
+                                     -0x1p-24f, 0x1p-14f,         0x1.ff8p-15f, 1.0f,      0.0f,
+                                     -2.0f,     0.0999755859375f};
+  std::string expected(tokens.size() * sizeof(Float16), '\0');
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const Float16 half = FloatToHalf(tokens[i]);
+    ASSERT_EQ(HalfToFloat(half), tokens[i]) << i;  // exact in fp16
+    std::memcpy(&expected[i * sizeof(Float16)], &half, sizeof(Float16));
+  }
+  std::shared_ptr<Collection> collection =
+      CreateWithDocument("c", VectorDtype::kFloat16, kDim, tokens);
+  ASSERT_NE(collection, nullptr);
+
+  v1::GetRequest request;
+  request.set_collection("c");
+  request.set_id("d");
+  v1::GetResponse response;
+  grpc::ClientContext call;
+  const grpc::Status status = v1::IngestService::NewStub(channel_)->Get(&call, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.vectors().dtype(), v1::DTYPE_FLOAT16);
+  EXPECT_EQ(response.vectors().rows(), 3u);
+  EXPECT_EQ(response.vectors().cols(), static_cast<uint32_t>(kDim));
+  EXPECT_EQ(response.vectors().data(), expected);
+
+  // The same bytes as the index holds, and as the fp32 decode re-encoded (what the wire carried
+  // before the bytes went through unchanged).
+  GetOptions as_stored;
+  as_stored.stored_bytes = true;
+  auto stored = collection->Get("d", as_stored);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_TRUE(stored->vectors.empty());
+  EXPECT_EQ(stored->num_vectors(), 3);
+  EXPECT_EQ(stored->vector_bytes, expected);
+  auto decoded = collection->Get("d");
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(decoded->vector_bytes.empty());
+  EXPECT_EQ(decoded->vectors, tokens);
+  v1::GetResponse reencoded;
+  StoredDocumentToProto(*decoded, &reencoded);
+  EXPECT_EQ(reencoded.SerializeAsString(), response.SerializeAsString());
+}
+
+TEST_F(ServicesTest, GetPutsStoredFp32BytesOnTheWire) {
+  Start();
+  const std::vector<float> tokens = {0.1f, -0.7f, 1e-40f, 3.0e38f, 0.2f, 0.3f, -0.4f, 0.5f};
+  ASSERT_NE(CreateWithDocument("c", VectorDtype::kFloat32, kDim, tokens), nullptr);
+  v1::GetRequest request;
+  request.set_collection("c");
+  request.set_id("d");
+  v1::GetResponse response;
+  grpc::ClientContext call;
+  ASSERT_TRUE(v1::IngestService::NewStub(channel_)->Get(&call, request, &response).ok());
+  EXPECT_EQ(response.vectors().dtype(), v1::DTYPE_FLOAT32);
+  EXPECT_EQ(response.vectors().rows(), 2u);
+  EXPECT_EQ(response.vectors().data(),
+            std::string(reinterpret_cast<const char*>(tokens.data()), tokens.size() * 4));
+}
+
+TEST_F(ServicesTest, SearchLimitsComeFromTheCollectionWithFieldValueAndLimit) {
+  Start();
+  ASSERT_NE(CreateWithDocument("c", VectorDtype::kFloat16, kDim, std::vector<float>(8, 0.5f)),
+            nullptr);
+  EXPECT_TRUE(Search(50, 0).ok());
+  EXPECT_TRUE(Search(0, 0).ok());  // 0 = the default k, 10
+  EXPECT_TRUE(Search(10, 200).ok());
+  struct Case {
+    uint32_t k, num_candidates;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {51, 0, "k 51 exceeds the limit of 50"},
+      {std::numeric_limits<uint32_t>::max(), 0, "k 4294967295 exceeds the limit of 50"},
+      {10, 201, "num_candidates 201 exceeds the limit of 200"},
+      {10, std::numeric_limits<uint32_t>::max(),
+       "num_candidates 4294967295 exceeds the limit of 200"},
+      {10, 5, "num_candidates 5 is below k 10"},
+  };
+  for (const Case& c : cases) {
+    const grpc::Status status = Search(c.k, c.num_candidates);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message;
+    EXPECT_THAT(status.error_message(), HasSubstr(c.message));
+  }
+}
+
+TEST_F(ServicesTest, AuthErrorsKeepTheirCodesAndMessages) {
+  Start("r3ad read\nwr1te write\n");
+  ASSERT_NE(CreateWithDocument("c", VectorDtype::kFloat16, kDim, std::vector<float>(8, 0.5f)),
+            nullptr);
+  EXPECT_TRUE(Search(5, 0, "r3ad").ok());
+
+  grpc::Status status = Search(5, 0);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(status.error_message(), "missing 'authorization: Bearer KEY' metadata");
+  status = Search(5, 0, "wrong");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(status.error_message(), "unknown API key");
+  // An authorised call's own errors come through the same mapping.
+  status = Search(51, 0, "r3ad");
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  for (const auto& [key, scope] : {std::pair{"r3ad", "read"}, std::pair{"wr1te", "write"}}) {
+    v1::DropCollectionRequest request;
+    request.set_name("c");
+    v1::DropCollectionResponse response;
+    grpc::ClientContext call;
+    call.AddMetadata("authorization", absl::StrCat("Bearer ", key));
+    status = v1::AdminService::NewStub(channel_)->DropCollection(&call, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_EQ(status.error_message(),
+              absl::StrCat("the API key has scope '", scope, "', this call needs 'admin'"));
+  }
+  // The Upsert stream ends with the same status.
+  grpc::ClientContext call;
+  call.AddMetadata("authorization", "Bearer r3ad");
+  auto stream = v1::IngestService::NewStub(channel_)->Upsert(&call);
+  stream->WritesDone();
+  v1::UpsertResponse response;
+  EXPECT_FALSE(stream->Read(&response));
+  status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(status.error_message(), "the API key has scope 'read', this call needs 'write'");
+  EXPECT_TRUE(engine_->GetCollection("c").ok());
+}
+
+}  // namespace
+}  // namespace tessera::server
