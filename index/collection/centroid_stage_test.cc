@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "index/centroid/centroid_codebook.h"
 #include "index/collection/collection_impl.h"
 #include "index/collection/collection_test_util.h"
 #include "tessera/engine.h"
@@ -268,6 +269,38 @@ TEST(CentroidStage, WritesDuringTrainingAndRetrainingAreFoundAndDeletesNeverRetu
     ASSERT_TRUE(fast.ok());
     EXPECT_EQ(fast->hits.size(), 10u);
   }
+}
+
+// A shard that doubles while a training runs retrains as soon as that training ends, without
+// waiting for another write (once ingest is over, none may come).
+TEST(CentroidStage, AShardThatOutgrewARunningTrainingRetrainsWhenItEnds) {
+  TempDir dir;
+  Corpus corpus(kDim, 29);
+  std::vector<Document> sources;
+  const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 1000, &sources);
+  auto engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok());
+  CollectionSchema schema = Schema("outgrown", kDim);
+  schema.candidates.factory = "centroid";
+  schema.candidates.centroid_min_training_vectors = 5'000;
+  auto collection = (*engine)->CreateCollection(schema);
+  ASSERT_TRUE(collection.ok());
+  TrainingGate gate(Impl(**collection));
+  gate.Arm();
+  UpsertAll(**collection, std::vector<Document>(documents.begin(), documents.begin() + 400));
+  ASSERT_TRUE(gate.WaitReached());
+  const int64_t first_training = (*collection)->Stats().rerank_vectors;
+  // Past twice what the blocked training counted, while it still runs.
+  UpsertAll(**collection, std::vector<Document>(documents.begin() + 400, documents.end()));
+  const int64_t vectors = (*collection)->Stats().rerank_vectors;
+  ASSERT_GE(vectors, 2 * first_training);
+  gate.Release();
+  Impl(**collection).WaitForTrainingForTesting();
+  // The codebook is the one for the grown shard (DefaultNumCentroids of all its vectors), not the
+  // one the first training sized from its count.
+  EXPECT_NE(internal::DefaultNumCentroids(first_training), internal::DefaultNumCentroids(vectors));
+  EXPECT_EQ(StageOf(**collection),
+            absl::StrCat("Centroid", internal::DefaultNumCentroids(vectors), ",Residual2bit"));
 }
 
 // rerank_from_codes: documents written once the codebook exists store no rerank vectors; stage 2,

@@ -417,8 +417,8 @@ absl::Status Shard::ApplyDerived(const Stage1& stage1, std::vector<LiveDocument>
   return absl::OkStatus();
 }
 
-void Shard::MaybeStartTraining() {
-  if (training_ || stopping_.load(std::memory_order_acquire)) return;
+bool Shard::OutgrewTraining() const {
+  if (stopping_.load(std::memory_order_acquire)) return false;
   int64_t vectors = 0;
   {
     ReaderMutexLock lock(&table_mu_);
@@ -426,10 +426,13 @@ void Shard::MaybeStartTraining() {
   }
   const bool trained = trained_vectors_ > 0;
   // Without stored rerank vectors there is nothing to retrain on.
-  if (trained && schema_.candidates.rerank_from_codes) return;
-  const bool start = trained ? vectors >= kRetrainGrowth * trained_vectors_
-                             : WantsCentroidIndex(schema_.candidates, vectors);
-  if (!start) return;
+  if (trained && schema_.candidates.rerank_from_codes) return false;
+  return trained ? vectors >= kRetrainGrowth * trained_vectors_
+                 : WantsCentroidIndex(schema_.candidates, vectors);
+}
+
+void Shard::MaybeStartTraining() {
+  if (training_ || !OutgrewTraining()) return;
   training_ = true;
   // The previous training's thread has finished (training_ was false); reap it.
   if (trainer_.joinable()) trainer_.join();
@@ -437,15 +440,21 @@ void Shard::MaybeStartTraining() {
 }
 
 void Shard::TrainingThread() {
-  const absl::Status status = Train();
-  if (!status.ok() && !stopping_.load(std::memory_order_acquire)) {
-    // Stage 1 stays as it was; the next write that finds the shard outgrown tries again.
-    std::fprintf(stderr, "tessera: shard '%s': centroid training failed: %s\n", dir_.c_str(),
-                 std::string(status.message()).c_str());
+  for (;;) {
+    const absl::Status status = Train();
+    if (!status.ok() && !stopping_.load(std::memory_order_acquire)) {
+      // Stage 1 stays as it was; the next write that finds the shard outgrown tries again.
+      std::fprintf(stderr, "tessera: shard '%s': centroid training failed: %s\n", dir_.c_str(),
+                   std::string(status.message()).c_str());
+    }
+    MutexLock lock(&apply_mu_);
+    // Writes that found the shard outgrown while this training ran did not start another (one
+    // runs at a time), and once ingest has ended no write comes to notice: check here.
+    if (status.ok() && trained_vectors_ > 0 && OutgrewTraining()) continue;
+    training_ = false;
+    applied_.SignalAll();
+    return;
   }
-  MutexLock lock(&apply_mu_);
-  training_ = false;
-  applied_.SignalAll();
 }
 
 std::vector<DocumentCodes> Shard::EncodeOnPool(

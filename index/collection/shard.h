@@ -186,9 +186,13 @@ class Shard {
   void AddLive(uint64_t iid, LiveDocument document) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_mu_);
   void RemoveLive(uint64_t iid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_mu_);
 
+  // Whether the shard should (re)train now: past the first training threshold, or grown to
+  // kRetrainGrowth × the vectors its codebook was trained on.
+  bool OutgrewTraining() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   // Starts a background training when the shard has outgrown its stage 1.
   void MaybeStartTraining() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
-  // The training thread's body: Train(), then clears training_.
+  // The training thread's body: Train(), again while the shard has outgrown what it trained on,
+  // then clears training_.
   void TrainingThread();
   absl::Status Train();
   // The codes of each stored matrix (empty for null), encoded on the pool: the nearest-centroid
