@@ -238,19 +238,29 @@ bool CentroidIndex::Contains(uint64_t doc) const {
   return doc_ordinal_.contains(doc);
 }
 
-void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, int64_t stride,
-                              int64_t token, int nprobe, TokenHits* out) const {
+void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, int nprobe,
+                              TokenHits* out) const {
   const int64_t C = codebook_->num_centroids();
-  // The nprobe best centroids of this token (ties: lower id).
-  std::vector<std::pair<float, uint32_t>> ranked(C);
-  for (int64_t c = 0; c < C; ++c) {
-    ranked[c] = {centroid_scores[c * stride + token], static_cast<uint32_t>(c)};
-  }
+  // The nprobe best centroids of this token (ties: lower id), through a bounded heap whose front
+  // is the worst kept: most centroids fail the one comparison with it. Centroids come in id
+  // order, so an equal score never displaces a kept one.
   auto better = [](const std::pair<float, uint32_t>& a, const std::pair<float, uint32_t>& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   };
-  std::nth_element(ranked.begin(), ranked.begin() + (nprobe - 1), ranked.end(), better);
-  std::sort(ranked.begin(), ranked.begin() + nprobe, better);
+  std::vector<std::pair<float, uint32_t>> ranked;
+  ranked.reserve(nprobe + 1);
+  for (int64_t c = 0; c < C; ++c) {
+    if (static_cast<int>(ranked.size()) == nprobe && !(centroid_scores[c] > ranked.front().first)) {
+      continue;
+    }
+    ranked.emplace_back(centroid_scores[c], static_cast<uint32_t>(c));
+    std::push_heap(ranked.begin(), ranked.end(), better);
+    if (static_cast<int>(ranked.size()) > nprobe) {
+      std::pop_heap(ranked.begin(), ranked.end(), better);
+      ranked.pop_back();
+    }
+  }
+  std::sort(ranked.begin(), ranked.end(), better);
   out->missing = ranked[nprobe - 1].first;
 
   const ResidualCodec& codec = codebook_->codec();
@@ -308,16 +318,23 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   const int64_t nq = queries.rows;
   const int64_t dim = queries.cols;
 
-  // Query × centroid scores, centroids split over the pool.
+  // Query × centroid scores, centroids split over the pool, stored token-major (row i: token i's
+  // score of every centroid) so that each token's selection reads one contiguous row instead of
+  // one cache line per centroid.
   const QuerySimilarity similarity(queries);
   const int64_t stride = similarity.stride();
-  std::vector<float> centroid_scores(C * stride);
+  std::vector<float> token_scores(nq * C);
   const int64_t chunks = (C + kCentroidChunk - 1) / kCentroidChunk;
   auto score_chunks = [&](int64_t begin, int64_t end) {
+    std::vector<float> block(kCentroidChunk * stride);
     for (int64_t chunk = begin; chunk < end; ++chunk) {
       const int64_t first = chunk * kCentroidChunk;
-      similarity.Compute(codebook_->centroids() + first * dim, std::min(kCentroidChunk, C - first),
-                         &centroid_scores[first * stride]);
+      const int64_t n = std::min(kCentroidChunk, C - first);
+      similarity.Compute(codebook_->centroids() + first * dim, n, block.data());
+      for (int64_t i = 0; i < nq; ++i) {
+        float* row = &token_scores[i * C + first];
+        for (int64_t c = 0; c < n; ++c) row[c] = block[c * stride + i];
+      }
     }
   };
   if (pool != nullptr) {
@@ -331,7 +348,7 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   auto scan = [&](int64_t begin, int64_t end) {
     mu_.AssertReaderHeld();
     for (int64_t i = begin; i < end; ++i) {
-      ScanToken(queries.data + i * dim, centroid_scores.data(), stride, i, nprobe, &tokens[i]);
+      ScanToken(queries.data + i * dim, &token_scores[i * C], nprobe, &tokens[i]);
     }
   };
   if (pool != nullptr) {

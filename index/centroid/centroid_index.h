@@ -126,8 +126,9 @@ class CentroidIndex {
     float missing = 0.0f;
   };
 
-  void ScanToken(const float* query, const float* centroid_scores, int64_t stride, int64_t token,
-                 int nprobe, TokenHits* out) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // One query token: centroid_scores holds its score of every centroid (C values).
+  void ScanToken(const float* query, const float* centroid_scores, int nprobe, TokenHits* out) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void CompactLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t MemoryBytesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
