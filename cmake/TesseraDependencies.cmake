@@ -24,6 +24,7 @@ find_package(RocksDB REQUIRED CONFIG)
 
 find_package(Protobuf REQUIRED)
 find_package(gRPC REQUIRED CONFIG)
+find_package(OpenSSL REQUIRED)  # SHA-256 of API keys (libssl-dev, which libgrpc-dev requires)
 find_program(TESSERA_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 find_package(yaml-cpp REQUIRED CONFIG)
 

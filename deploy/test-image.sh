@@ -330,7 +330,7 @@ stop_with_sigterm() {  # SIGTERM, wait; the exit code must be 0
 "${PODMAN[@]}" create --name "$NAME" "${RUN_OPTS[@]}" \
   -p "127.0.0.1:$GRPC_PORT:50051" -p "127.0.0.1:$METRICS_PORT:9464" \
   -v "$VOLUME:/data" -v "$TMP/in:/in" \
-  "$IMAGE" >/dev/null || fail "podman create"
+  "$IMAGE" --insecure >/dev/null || fail "podman create"  # ports published on loopback only
 start_container || fail "podman start"
 wait_healthy || fail "health check after the first start"
 log "healthy; grpc on 127.0.0.1:$GRPC_PORT, metrics on 127.0.0.1:$METRICS_PORT"

@@ -1,8 +1,15 @@
 #include "server/auth.h"
 
-#include <fstream>
-#include <vector>
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
 
+#include <algorithm>
+#include <fstream>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -22,22 +29,85 @@ const char* ScopeName(Scope scope) {
   return "?";
 }
 
+// Parses "sha256:<64 hex digits>".
+bool ParseHash(absl::string_view text, Sha256* hash) {
+  if (!absl::ConsumePrefix(&text, "sha256:") || text.size() != 2 * hash->size()) return false;
+  for (size_t i = 0; i < hash->size(); ++i) {
+    int byte = 0;
+    for (char c : text.substr(2 * i, 2)) {
+      c = absl::ascii_tolower(c);
+      if (c >= '0' && c <= '9') {
+        byte = byte * 16 + (c - '0');
+      } else if (c >= 'a' && c <= 'f') {
+        byte = byte * 16 + (c - 'a' + 10);
+      } else {
+        return false;
+      }
+    }
+    (*hash)[i] = static_cast<uint8_t>(byte);
+  }
+  return true;
+}
+
+std::string HexPrefix(const Sha256& hash, size_t bytes) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < bytes; ++i) {
+    out.push_back(kHex[hash[i] >> 4]);
+    out.push_back(kHex[hash[i] & 15]);
+  }
+  return out;
+}
+
 }  // namespace
 
-absl::StatusOr<ApiKeys> ApiKeys::Load(const std::string& path) {
+Scope RequiredScope(absl::string_view method) {
+  static const auto* const kScopes = new absl::flat_hash_map<absl::string_view, Scope>{
+      {"/tessera.v1.AdminService/CreateCollection", Scope::kAdmin},
+      {"/tessera.v1.AdminService/DropCollection", Scope::kAdmin},
+      {"/tessera.v1.AdminService/ListCollections", Scope::kRead},
+      {"/tessera.v1.AdminService/GetCollection", Scope::kRead},
+      {"/tessera.v1.AdminService/Flush", Scope::kWrite},
+      {"/tessera.v1.IngestService/Upsert", Scope::kWrite},
+      {"/tessera.v1.IngestService/Delete", Scope::kWrite},
+      {"/tessera.v1.IngestService/Get", Scope::kRead},
+      {"/tessera.v1.QueryService/Search", Scope::kRead},
+      {"/tessera.v1.QueryService/SearchBatch", Scope::kRead},
+      {"/grpc.health.v1.Health/Check", Scope::kRead},
+      {"/grpc.health.v1.Health/Watch", Scope::kRead},
+      {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", Scope::kRead},
+      {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", Scope::kRead},
+  };
+  const auto found = kScopes->find(method);
+  return found == kScopes->end() ? Scope::kAdmin : found->second;
+}
+
+Sha256 HashKey(absl::string_view key) {
+  Sha256 hash;
+  SHA256(reinterpret_cast<const unsigned char*>(key.data()), key.size(), hash.data());
+  return hash;
+}
+
+absl::StatusOr<std::unique_ptr<ApiKeys>> ApiKeys::Load(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat("api key file ", path, " cannot be read"));
-  ApiKeys keys;
+  auto keys = std::unique_ptr<ApiKeys>(new ApiKeys());
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     const std::string content(absl::StripAsciiWhitespace(line.substr(0, line.find('#'))));
     if (content.empty()) continue;
+    const auto bad = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", number, ": ", what));
+    };
     const std::vector<std::string> fields = absl::StrSplit(content, ' ', absl::SkipEmpty());
-    if (fields.size() != 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ":", number, ": expected 'KEY SCOPES', e.g. 'k3y read,write'"));
+    auto key = std::make_unique<Key>();
+    if (!ParseHash(fields[0], &key->hash)) {
+      // The field may be a key in plain text: never echo it.
+      return bad(
+          "the first field must be sha256:<64 hex digits>, the SHA-256 of the key (keys are "
+          "stored hashed: printf %s KEY | sha256sum)");
     }
-    Scope highest = Scope::kRead;
+    if (fields.size() < 2) return bad("expected 'sha256:HASH SCOPES [name=NAME] [rate=N]'");
     bool any = false;
     for (absl::string_view scope : absl::StrSplit(fields[1], ',')) {
       Scope parsed;
@@ -48,32 +118,75 @@ absl::StatusOr<ApiKeys> ApiKeys::Load(const std::string& path) {
       } else if (scope == "admin") {
         parsed = Scope::kAdmin;
       } else {
-        return absl::InvalidArgumentError(absl::StrCat(path, ":", number, ": scope '", scope,
-                                                       "', expected read, write or admin"));
+        return bad(absl::StrCat("scope '", scope, "', expected read, write or admin"));
       }
-      if (!any || parsed > highest) highest = parsed;
+      if (!any || parsed > key->scope) key->scope = parsed;
       any = true;
     }
-    keys.keys_[fields[0]] = highest;
+    key->name = HexPrefix(key->hash, 6);
+    for (size_t i = 2; i < fields.size(); ++i) {
+      absl::string_view field = fields[i];
+      if (absl::ConsumePrefix(&field, "name=") && !field.empty()) {
+        key->name = std::string(field);
+      } else if (absl::ConsumePrefix(&field, "rate=")) {
+        if (!absl::SimpleAtod(field, &key->rate) || !(key->rate > 0)) {
+          return bad(absl::StrCat("rate '", field, "', expected calls per second > 0"));
+        }
+      } else {
+        return bad(absl::StrCat("'", fields[i], "', expected name=NAME or rate=N"));
+      }
+    }
+    for (const auto& other : keys->keys_) {
+      if (other->hash == key->hash) return bad("the same key appears twice");
+    }
+    key->tokens = std::max(key->rate, 1.0);
+    key->refilled = std::chrono::steady_clock::now();
+    keys->keys_.push_back(std::move(key));
+  }
+  if (keys->keys_.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("api key file ", path, " holds no keys"));
   }
   return keys;
 }
 
-absl::Status ApiKeys::Check(const grpc::CallbackServerContext& context, Scope needed) const {
-  if (keys_.empty()) return absl::OkStatus();
-  const auto& metadata = context.client_metadata();
-  const auto header = metadata.find("authorization");
-  if (header == metadata.end()) {
+bool ApiKeys::TakeToken(const Key& key) {
+  if (key.rate == 0) return true;
+  internal::MutexLock lock(&key.mu);
+  const auto now = std::chrono::steady_clock::now();
+  const double elapsed_s = std::chrono::duration<double>(now - key.refilled).count();
+  key.tokens = std::min(std::max(key.rate, 1.0), key.tokens + elapsed_s * key.rate);
+  key.refilled = now;
+  if (key.tokens < 1) return false;
+  key.tokens -= 1;
+  return true;
+}
+
+absl::Status ApiKeys::Authorize(absl::string_view authorization, absl::string_view method) const {
+  if (authorization.empty()) {
     return absl::UnauthenticatedError("missing 'authorization: Bearer KEY' metadata");
   }
-  const std::string value(header->second.data(), header->second.size());
-  constexpr absl::string_view kPrefix = "Bearer ";
-  const auto key = keys_.find(absl::StartsWith(value, kPrefix) ? value.substr(kPrefix.size()) : "");
-  if (key == keys_.end()) return absl::UnauthenticatedError("unknown API key");
-  if (key->second < needed) {
-    return absl::PermissionDeniedError(absl::StrCat("the API key has scope '",
-                                                    ScopeName(key->second), "', this call needs '",
-                                                    ScopeName(needed), "'"));
+  if (!absl::ConsumePrefix(&authorization, "Bearer ")) {
+    return absl::UnauthenticatedError("authorization metadata must be 'Bearer KEY'");
+  }
+  const Sha256 presented = HashKey(authorization);
+  // Every stored hash is compared, in constant time, whichever matches: how long this takes says
+  // nothing about the key.
+  const Key* match = nullptr;
+  for (const auto& key : keys_) {
+    const bool equal = CRYPTO_memcmp(key->hash.data(), presented.data(), presented.size()) == 0;
+    if (equal) match = key.get();
+  }
+  if (match == nullptr) return absl::UnauthenticatedError("unknown API key");
+  const Scope needed = RequiredScope(method);
+  if (match->scope < needed) {
+    return absl::PermissionDeniedError(absl::StrCat("the API key '", match->name, "' has scope '",
+                                                    ScopeName(match->scope), "', ", method,
+                                                    " needs '", ScopeName(needed), "'"));
+  }
+  if (!TakeToken(*match)) {
+    return absl::ResourceExhaustedError(absl::StrCat("the API key '", match->name,
+                                                     "' is over its rate limit of ", match->rate,
+                                                     " calls per second"));
   }
   return absl::OkStatus();
 }

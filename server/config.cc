@@ -4,9 +4,11 @@
 
 #include <functional>
 #include <map>
+#include <set>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "server/credentials.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::server {
@@ -19,8 +21,9 @@ absl::Status Bad(const std::string& name, const std::string& value, const std::s
       absl::StrCat("--", name, " '", value, "', expected ", expected));
 }
 
-// Every setting by name, with a parser that writes it into `config`.
-std::map<std::string, Setter> Settings(ServerConfig* config) {
+// Every setting by name, with a parser that writes it into `config`. The names of true|false
+// settings go into `booleans`: on the command line they may stand alone, meaning true.
+std::map<std::string, Setter> Settings(ServerConfig* config, std::set<std::string>* booleans) {
   std::map<std::string, Setter> settings;
   auto text = [&settings](const std::string& name, std::string* field) {
     settings[name] = [field](const std::string& value) {
@@ -49,11 +52,16 @@ std::map<std::string, Setter> Settings(ServerConfig* config) {
     }
     return absl::OkStatus();
   };
-  settings["sync_writes"] = [config](const std::string& value) {
-    if (value != "true" && value != "false") return Bad("sync_writes", value, "true or false");
-    config->sync_writes = value == "true";
-    return absl::OkStatus();
+  auto boolean = [&settings, booleans](const std::string& name, bool* field) {
+    booleans->insert(name);
+    settings[name] = [name, field](const std::string& value) {
+      if (value != "true" && value != "false") return Bad(name, value, "true or false");
+      *field = value == "true";
+      return absl::OkStatus();
+    };
   };
+  boolean("sync_writes", &config->sync_writes);
+  boolean("insecure", &config->insecure);
   settings["rerank_device"] = [config](const std::string& value) {
     if (value != "auto" && value != "cpu" && value != "cuda") {
       return Bad("rerank_device", value, "auto, cpu or cuda");
@@ -108,7 +116,8 @@ absl::Status ApplyYaml(const std::string& path, std::map<std::string, Setter>& s
 
 absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& args) {
   ServerConfig config;
-  std::map<std::string, Setter> settings = Settings(&config);
+  std::set<std::string> booleans;
+  std::map<std::string, Setter> settings = Settings(&config, &booleans);
   // Split "--name=value" and "--name value" into pairs; apply --config first.
   std::vector<std::pair<std::string, std::string>> flags;
   for (size_t i = 1; i < args.size(); ++i) {
@@ -119,6 +128,9 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
     const size_t equals = arg.find('=');
     if (equals != std::string::npos) {
       flags.emplace_back(arg.substr(2, equals - 2), arg.substr(equals + 1));
+    } else if (booleans.count(arg.substr(2)) > 0 &&
+               (i + 1 == args.size() || args[i + 1].rfind("--", 0) == 0)) {
+      flags.emplace_back(arg.substr(2), "true");
     } else if (i + 1 < args.size()) {
       flags.emplace_back(arg.substr(2), args[++i]);
     } else {
@@ -142,6 +154,12 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   if (!config.tls_client_ca.empty() && config.tls_cert.empty()) {
     return absl::InvalidArgumentError("--tls_client_ca needs --tls_cert and --tls_key");
   }
+  if (config.tls_cert.empty() && !config.insecure && !IsLoopbackAddress(config.listen)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", config.listen,
+        " accepts connections from other machines: serve TLS (--tls_cert and --tls_key) or "
+        "allow plaintext with --insecure"));
+  }
   return config;
 }
 
@@ -151,9 +169,12 @@ std::string ServerUsage() {
   --data_dir DIR                 where collections live (default ./tessera-data)
   --listen HOST:PORT             gRPC address (default 127.0.0.1:50051; port 0 picks one)
   --metrics_listen HOST:PORT     Prometheus /metrics and /healthz (default 127.0.0.1:9464; "" off)
-  --api_keys FILE                "KEY SCOPES" lines (scopes: read, write, admin); enables auth
+  --api_keys FILE                "sha256:HASH SCOPES [name=NAME] [rate=N]" lines: enables auth
+                                 (HASH: printf %s KEY | sha256sum; scopes: read, write, admin)
   --tls_cert FILE --tls_key FILE PEM server certificate and key: serve TLS
   --tls_client_ca FILE           PEM CA: require and verify client certificates (mTLS)
+  --insecure [true|false]        allow plaintext on an address beyond loopback (default false:
+                                 such a --listen needs --tls_cert)
   --threads N                    pooling and MaxSim threads (default 0 = all cores)
   --sync_writes true|false       fsync before acknowledging writes (default true)
   --resident_rerank_bytes N      per shard, rerank vectors kept in memory (default 4 GiB; 0 = none)

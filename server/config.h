@@ -15,11 +15,13 @@ struct ServerConfig {
   std::string data_dir = "./tessera-data";
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";  // "" disables the metrics endpoint
-  std::string api_keys;  // file of "KEY SCOPES" lines; empty: no authentication
+  std::string api_keys;  // file of hashed keys (server/auth.h); empty: no authentication
   std::string tls_cert;  // PEM; with tls_key enables TLS
   std::string tls_key;
   std::string tls_client_ca;  // PEM; requires and verifies client certificates (mTLS)
-  int threads = 0;            // pooling and MaxSim threads; 0 = all cores
+  // Plaintext gRPC on an address beyond loopback; without it such a listener needs TLS.
+  bool insecure = false;
+  int threads = 0;                                   // pooling and MaxSim threads; 0 = all cores
   int64_t resident_rerank_bytes = int64_t{4} << 30;  // per shard; 0 = read from RocksDB
   bool sync_writes = true;                           // fsync the WAL before acknowledging
   std::string rerank_device = "auto";                // auto | cpu | cuda

@@ -19,11 +19,12 @@ TEST(ServerConfig, DefaultsFlagsAndYamlWithFlagsWinning) {
   EXPECT_EQ(config->metrics_listen, "127.0.0.1:9464");
 
   const std::string yaml = ::testing::TempDir() + "/server_config_test.yaml";
-  std::ofstream(yaml) << "listen: 0.0.0.0:7000\nmax_k: 50\nsync_writes: false\n";
+  std::ofstream(yaml) << "listen: 0.0.0.0:7000\ninsecure: true\nmax_k: 50\nsync_writes: false\n";
   config =
       ParseServerConfig({"tessera-server", "--config", yaml, "--max_k=20", "--data_dir", "/d"});
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->listen, "0.0.0.0:7000");
+  EXPECT_TRUE(config->insecure);
   EXPECT_EQ(config->max_k, 20);
   EXPECT_FALSE(config->sync_writes);
   EXPECT_EQ(config->data_dir, "/d");
@@ -44,6 +45,29 @@ TEST(ServerConfig, RejectsWhatItCannotUse) {
   EXPECT_THAT(ParseServerConfig({"s", "--config", yaml}).status().message(),
               HasSubstr("unknown key 'colour'"));
   std::remove(yaml.c_str());
+}
+
+TEST(ServerConfig, PlaintextBeyondLoopbackNeedsInsecure) {
+  for (const char* local :
+       {"127.0.0.1:1", "127.1.2.3:0", "localhost:50051", "[::1]:9", "unix:/s"}) {
+    EXPECT_TRUE(ParseServerConfig({"s", "--listen", local}).ok()) << local;
+  }
+  for (const char* remote : {"0.0.0.0:50051", "[::]:50051", "10.0.0.7:1", "tessera:50051"}) {
+    const auto refused = ParseServerConfig({"s", "--listen", remote});
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << remote;
+    EXPECT_THAT(refused.status().message(),
+                HasSubstr(std::string("--listen ") + remote +
+                          " accepts connections from other machines: serve TLS"));
+    // A bare --insecure means true, before another flag or at the end.
+    auto allowed = ParseServerConfig({"s", "--listen", remote, "--insecure"});
+    ASSERT_TRUE(allowed.ok()) << allowed.status();
+    EXPECT_TRUE(allowed->insecure);
+    allowed = ParseServerConfig({"s", "--insecure", "--listen", remote});
+    ASSERT_TRUE(allowed.ok()) << allowed.status();
+    EXPECT_FALSE(ParseServerConfig({"s", "--listen", remote, "--insecure", "false"}).ok());
+    EXPECT_TRUE(
+        ParseServerConfig({"s", "--listen", remote, "--tls_cert", "c", "--tls_key", "k"}).ok());
+  }
 }
 
 }  // namespace

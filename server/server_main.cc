@@ -4,15 +4,14 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "server/auth.h"
 #include "server/config.h"
+#include "server/credentials.h"
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/services.h"
@@ -21,31 +20,6 @@
 
 namespace tessera::server {
 namespace {
-
-absl::StatusOr<std::string> ReadPem(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials(const ServerConfig& config) {
-  if (config.tls_cert.empty()) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions options;
-  auto cert = ReadPem(config.tls_cert);
-  auto key = ReadPem(config.tls_key);
-  if (!cert.ok()) return cert.status();
-  if (!key.ok()) return key.status();
-  options.pem_key_cert_pairs.push_back({*key, *cert});
-  if (!config.tls_client_ca.empty()) {
-    auto ca = ReadPem(config.tls_client_ca);
-    if (!ca.ok()) return ca.status();
-    options.pem_root_certs = *ca;
-    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-  }
-  return grpc::SslServerCredentials(options);
-}
 
 // The exact scorer for --rerank_device, and a name for logs. auto: the GPU when one is visible,
 // else the CPU; cuda: the GPU or an error. A GPU scorer falls back to the CPU per call when the
@@ -89,13 +63,24 @@ int Run(const ServerConfig& config) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  ApiKeys keys;
+  std::unique_ptr<ApiKeys> keys;
   if (!config.api_keys.empty()) {
     auto loaded = ApiKeys::Load(config.api_keys);
     if (!loaded.ok()) return Fail(loaded.status());
     keys = std::move(*loaded);
   }
   Metrics metrics;
+  auto credentials = NewServerCredentials(
+      TlsFiles{config.tls_cert, config.tls_key, config.tls_client_ca}, keys.get(),
+      [&metrics](absl::string_view method, const absl::Status& status) {
+        const absl::string_view name = method.substr(method.rfind('/') + 1);
+        metrics.RecordRpc(std::string(name), absl::StatusCodeToString(status.code()), 0);
+        Log("warning", "rpc refused",
+            {{"method", std::string(method)},
+             {"code", absl::StatusCodeToString(status.code())},
+             {"message", std::string(status.message())}});
+      });
+  if (!credentials.ok()) return Fail(credentials.status());
   EngineOptions engine_options;
   auto scorer = RerankScorer(config, &metrics);
   if (!scorer.ok()) return Fail(scorer.status());
@@ -115,13 +100,11 @@ int Run(const ServerConfig& config) {
        {"collections", std::to_string((*engine)->ListCollections().size())},
        {"rerank_device", rerank_device}});
 
-  ServiceContext context{engine->get(), &keys, &metrics, config};
+  ServiceContext context{engine->get(), &metrics, config};
   AdminServiceImpl admin(&context);
   IngestServiceImpl ingest(&context);
   QueryServiceImpl query(&context);
 
-  auto credentials = Credentials(config);
-  if (!credentials.ok()) return Fail(credentials.status());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -163,7 +146,7 @@ int Run(const ServerConfig& config) {
   Log("info", "serving",
       {{"listen", absl::StrCat(host, ":", port)},
        {"tls", config.tls_cert.empty() ? "off" : (config.tls_client_ca.empty() ? "on" : "mutual")},
-       {"auth", keys.enabled() ? "api keys" : "off"}});
+       {"auth", keys != nullptr ? absl::StrCat(keys->size(), " api keys") : "off"}});
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);

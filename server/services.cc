@@ -34,15 +34,13 @@ grpc::ServerUnaryReactor* Finish(const ServiceContext* context, grpc::CallbackSe
   return reactor;
 }
 
-// One unary call: authorises it for `scope`, runs `body` (a callable returning absl::Status that
-// fills the response) and finishes with the first error, or OK.
+// One unary call (already authorised by the transport, server/credentials.h): runs `body` (a
+// callable returning absl::Status that fills the response) and finishes with its status.
 template <typename Body>
 grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackServerContext* call,
-                                const char* method, Scope scope, Body body) {
+                                const char* method, Body body) {
   const Clock::time_point start = Clock::now();
-  absl::Status status = context->keys->Check(*call, scope);
-  if (status.ok()) status = body();
-  return Finish(context, call, method, start, status);
+  return Finish(context, call, method, start, body());
 }
 
 // The engine deadline for a call: the client's deadline, if any.
@@ -95,11 +93,6 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
  public:
   UpsertReactor(const ServiceContext* context, grpc::CallbackServerContext* call)
       : context_(context), call_(call), start_(Clock::now()) {
-    const absl::Status allowed = context_->keys->Check(*call_, Scope::kWrite);
-    if (!allowed.ok()) {
-      Done(allowed);
-      return;
-    }
     StartRead(&request_);
   }
 
@@ -204,7 +197,7 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
 grpc::ServerUnaryReactor* AdminServiceImpl::CreateCollection(
     grpc::CallbackServerContext* call, const v1::CreateCollectionRequest* request,
     v1::CreateCollectionResponse* response) {
-  return Serve(context_, call, "CreateCollection", Scope::kAdmin, [&]() -> absl::Status {
+  return Serve(context_, call, "CreateCollection", [&]() -> absl::Status {
     TESSERA_ASSIGN_OR_RETURN(const CollectionSchema schema, SchemaFromProto(request->schema()));
     TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                              context_->engine->CreateCollection(schema));
@@ -217,7 +210,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::CreateCollection(
 grpc::ServerUnaryReactor* AdminServiceImpl::DropCollection(grpc::CallbackServerContext* call,
                                                            const v1::DropCollectionRequest* request,
                                                            v1::DropCollectionResponse*) {
-  return Serve(context_, call, "DropCollection", Scope::kAdmin, [&]() -> absl::Status {
+  return Serve(context_, call, "DropCollection", [&]() -> absl::Status {
     TESSERA_RETURN_IF_ERROR(context_->engine->DropCollection(request->name()));
     Log("info", "collection dropped", {{"collection", request->name()}});
     return absl::OkStatus();
@@ -227,7 +220,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::DropCollection(grpc::CallbackServerC
 grpc::ServerUnaryReactor* AdminServiceImpl::ListCollections(grpc::CallbackServerContext* call,
                                                             const v1::ListCollectionsRequest*,
                                                             v1::ListCollectionsResponse* response) {
-  return Serve(context_, call, "ListCollections", Scope::kRead, [&]() -> absl::Status {
+  return Serve(context_, call, "ListCollections", [&]() -> absl::Status {
     for (const std::string& name : context_->engine->ListCollections()) response->add_names(name);
     return absl::OkStatus();
   });
@@ -236,7 +229,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListCollections(grpc::CallbackServer
 grpc::ServerUnaryReactor* AdminServiceImpl::GetCollection(grpc::CallbackServerContext* call,
                                                           const v1::GetCollectionRequest* request,
                                                           v1::GetCollectionResponse* response) {
-  return Serve(context_, call, "GetCollection", Scope::kRead, [&]() -> absl::Status {
+  return Serve(context_, call, "GetCollection", [&]() -> absl::Status {
     TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                              FindCollection(context_, request->name()));
     SchemaToProto(collection->schema(), response->mutable_schema());
@@ -248,7 +241,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetCollection(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* AdminServiceImpl::Flush(grpc::CallbackServerContext* call,
                                                   const v1::FlushRequest* request,
                                                   v1::FlushResponse*) {
-  return Serve(context_, call, "Flush", Scope::kWrite, [&]() -> absl::Status {
+  return Serve(context_, call, "Flush", [&]() -> absl::Status {
     TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                              FindCollection(context_, request->name()));
     return collection->Snapshot();
@@ -263,7 +256,7 @@ grpc::ServerBidiReactor<v1::UpsertRequest, v1::UpsertResponse>* IngestServiceImp
 grpc::ServerUnaryReactor* IngestServiceImpl::Delete(grpc::CallbackServerContext* call,
                                                     const v1::DeleteRequest* request,
                                                     v1::DeleteResponse* response) {
-  return Serve(context_, call, "Delete", Scope::kWrite, [&]() -> absl::Status {
+  return Serve(context_, call, "Delete", [&]() -> absl::Status {
     TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                              FindCollection(context_, request->collection()));
     const std::vector<std::string> ids(request->ids().begin(), request->ids().end());
@@ -276,7 +269,7 @@ grpc::ServerUnaryReactor* IngestServiceImpl::Delete(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* IngestServiceImpl::Get(grpc::CallbackServerContext* call,
                                                  const v1::GetRequest* request,
                                                  v1::GetResponse* response) {
-  return Serve(context_, call, "Get", Scope::kRead, [&]() -> absl::Status {
+  return Serve(context_, call, "Get", [&]() -> absl::Status {
     TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                              FindCollection(context_, request->collection()));
     // The vectors as stored: they go onto the wire in the same bytes, with no fp32 round trip.
@@ -291,14 +284,14 @@ grpc::ServerUnaryReactor* IngestServiceImpl::Get(grpc::CallbackServerContext* ca
 grpc::ServerUnaryReactor* QueryServiceImpl::Search(grpc::CallbackServerContext* call,
                                                    const v1::SearchRequest* request,
                                                    v1::SearchResponse* response) {
-  return Serve(context_, call, "Search", Scope::kRead,
+  return Serve(context_, call, "Search",
                [&] { return RunSearch(context_, *call, *request, response); });
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::SearchBatch(grpc::CallbackServerContext* call,
                                                         const v1::SearchBatchRequest* request,
                                                         v1::SearchBatchResponse* response) {
-  return Serve(context_, call, "SearchBatch", Scope::kRead, [&]() -> absl::Status {
+  return Serve(context_, call, "SearchBatch", [&]() -> absl::Status {
     for (int i = 0; i < request->searches_size(); ++i) {
       const absl::Status search =
           RunSearch(context_, *call, request->searches(i), response->add_responses());

@@ -1,9 +1,9 @@
-// The public gRPC services (callback API). Handlers are thin: authorise, convert and validate the
-// request, call the engine, convert the result, finish with the status mapped in one place.
+// The public gRPC services (callback API). Handlers are thin: convert and validate the request,
+// call the engine, convert the result, finish with the status mapped in one place. API keys are
+// checked before a handler runs, by the server's credentials (server/credentials.h).
 #ifndef TESSERA_SERVER_SERVICES_H_
 #define TESSERA_SERVER_SERVICES_H_
 
-#include "server/auth.h"
 #include "server/config.h"
 #include "server/metrics.h"
 #include "tessera/engine.h"
@@ -16,7 +16,6 @@ namespace tessera::server {
 // What every handler needs. Outlives the gRPC server.
 struct ServiceContext {
   Engine* engine = nullptr;
-  const ApiKeys* keys = nullptr;
   Metrics* metrics = nullptr;
   ServerConfig config;
 };

@@ -1,6 +1,6 @@
 // The public services behind a real gRPC server on a loopback port, over a real engine in a
-// temporary directory: auth errors, the search limits (checked by the collection alone) and Get
-// returning the stored vector bytes unchanged.
+// temporary directory: API key refusals by the transport, the search limits (checked by the
+// collection alone) and Get returning the stored vector bytes unchanged.
 #include "server/services.h"
 
 #include <unistd.h>
@@ -12,12 +12,16 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/auth.h"
 #include "server/convert.h"
+#include "server/credentials.h"
 #include "tessera/float16.h"
 
 namespace tessera::server {
@@ -42,7 +46,7 @@ class ServicesTest : public ::testing::Test {
   }
 
   // Starts the services as server_main does: the engine's limits from the config, and API keys
-  // when `key_file` has lines.
+  // (checked by the credentials) when `key_file` has lines.
   void Start(const std::string& key_file = "") {
     config_.max_k = 50;
     config_.max_num_candidates = 200;
@@ -61,14 +65,15 @@ class ServicesTest : public ::testing::Test {
       ASSERT_TRUE(keys.ok()) << keys.status();
       keys_ = std::move(*keys);
     }
-    context_ =
-        std::make_unique<ServiceContext>(ServiceContext{engine_.get(), &keys_, &metrics_, config_});
+    auto credentials = NewServerCredentials(TlsFiles{}, keys_.get());
+    ASSERT_TRUE(credentials.ok()) << credentials.status();
+    context_ = std::make_unique<ServiceContext>(ServiceContext{engine_.get(), &metrics_, config_});
     admin_ = std::make_unique<AdminServiceImpl>(context_.get());
     ingest_ = std::make_unique<IngestServiceImpl>(context_.get());
     query_ = std::make_unique<QueryServiceImpl>(context_.get());
     int port = 0;
     grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort("127.0.0.1:0", *credentials, &port);
     builder.RegisterService(admin_.get());
     builder.RegisterService(ingest_.get());
     builder.RegisterService(query_.get());
@@ -119,7 +124,7 @@ class ServicesTest : public ::testing::Test {
   std::filesystem::path dir_;
   ServerConfig config_;
   std::unique_ptr<Engine> engine_;
-  ApiKeys keys_;
+  std::unique_ptr<ApiKeys> keys_;
   Metrics metrics_;
   std::unique_ptr<ServiceContext> context_;
   std::unique_ptr<AdminServiceImpl> admin_;
@@ -221,8 +226,15 @@ TEST_F(ServicesTest, SearchLimitsComeFromTheCollectionWithFieldValueAndLimit) {
   }
 }
 
-TEST_F(ServicesTest, AuthErrorsKeepTheirCodesAndMessages) {
-  Start("r3ad read\nwr1te write\n");
+// The key file line of `key` with `rest` (scopes and options): its SHA-256 in hex.
+std::string KeyLine(const std::string& key, const std::string& rest) {
+  std::string line = "sha256:";
+  for (uint8_t byte : HashKey(key)) absl::StrAppend(&line, absl::Hex(byte, absl::kZeroPad2));
+  return absl::StrCat(line, " ", rest, "\n");
+}
+
+TEST_F(ServicesTest, TheTransportRefusesCallsBeforeTheirHandlersWithCodeAndMessage) {
+  Start(KeyLine("r3ad", "read name=reader") + KeyLine("wr1te", "write"));
   ASSERT_NE(CreateWithDocument("c", VectorDtype::kFloat16, kDim, std::vector<float>(8, 0.5f)),
             nullptr);
   EXPECT_TRUE(Search(5, 0, "r3ad").ok());
@@ -233,11 +245,13 @@ TEST_F(ServicesTest, AuthErrorsKeepTheirCodesAndMessages) {
   status = Search(5, 0, "wrong");
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_EQ(status.error_message(), "unknown API key");
-  // An authorised call's own errors come through the same mapping.
+  // An authorised call's own errors come through the handler's mapping.
   status = Search(51, 0, "r3ad");
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 
-  for (const auto& [key, scope] : {std::pair{"r3ad", "read"}, std::pair{"wr1te", "write"}}) {
+  const std::string wr1te_name = KeyLine("wr1te", "").substr(7, 12);
+  for (const auto& [key, label, scope] : {std::tuple{"r3ad", std::string("reader"), "read"},
+                                          std::tuple{"wr1te", wr1te_name, "write"}}) {
     v1::DropCollectionRequest request;
     request.set_name("c");
     v1::DropCollectionResponse response;
@@ -246,9 +260,10 @@ TEST_F(ServicesTest, AuthErrorsKeepTheirCodesAndMessages) {
     status = v1::AdminService::NewStub(channel_)->DropCollection(&call, request, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
     EXPECT_EQ(status.error_message(),
-              absl::StrCat("the API key has scope '", scope, "', this call needs 'admin'"));
+              absl::StrCat("the API key '", label, "' has scope '", scope,
+                           "', /tessera.v1.AdminService/DropCollection needs 'admin'"));
   }
-  // The Upsert stream ends with the same status.
+  // The Upsert stream ends with the same status before its handler reads a message.
   grpc::ClientContext call;
   call.AddMetadata("authorization", "Bearer r3ad");
   auto stream = v1::IngestService::NewStub(channel_)->Upsert(&call);
@@ -257,8 +272,28 @@ TEST_F(ServicesTest, AuthErrorsKeepTheirCodesAndMessages) {
   EXPECT_FALSE(stream->Read(&response));
   status = stream->Finish();
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
-  EXPECT_EQ(status.error_message(), "the API key has scope 'read', this call needs 'write'");
+  EXPECT_EQ(
+      status.error_message(),
+      "the API key 'reader' has scope 'read', /tessera.v1.IngestService/Upsert needs 'write'");
   EXPECT_TRUE(engine_->GetCollection("c").ok());
+}
+
+TEST_F(ServicesTest, AKeyOverItsRateIsRefusedWithResourceExhaustedAndRecovers) {
+  // 2 calls per second: a burst of two passes, the third is refused, and a second later the
+  // bucket holds two again.
+  Start(KeyLine("slow", "read name=slow rate=2") + KeyLine("fast", "read"));
+  ASSERT_NE(CreateWithDocument("c", VectorDtype::kFloat16, kDim, std::vector<float>(8, 0.5f)),
+            nullptr);
+  EXPECT_TRUE(Search(5, 0, "slow").ok());
+  EXPECT_TRUE(Search(5, 0, "slow").ok());
+  const grpc::Status refused = Search(5, 0, "slow");
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(refused.error_message(),
+            "the API key 'slow' is over its rate limit of 2 calls per second");
+  for (int i = 0; i < 10; ++i) EXPECT_TRUE(Search(5, 0, "fast").ok()) << "unlimited key " << i;
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  EXPECT_TRUE(Search(5, 0, "slow").ok());
+  EXPECT_TRUE(Search(5, 0, "slow").ok());
 }
 
 }  // namespace

@@ -199,15 +199,17 @@ class Server:
 
 
 class ServerTestCase(unittest.TestCase):
-    """Starts one server for the class (`server_args` are extra flags) and stops it at the end,
-    asserting that SIGTERM makes it exit 0."""
+    """Starts one server for the class (`server_args` are extra flags; `client_options` the
+    settings of every client it makes, e.g. an API key) and stops it at the end, asserting that
+    SIGTERM makes it exit 0."""
 
     server_args = ()
+    client_options = {}
     server = None
 
     @classmethod
     def setUpClass(cls):
-        server = Server(*cls.server_args)
+        server = Server(*cls.server_args, client_options=cls.client_options)
         # Class cleanups run even when a subclass's setUpClass fails after this point.
         cls.addClassCleanup(cls._stop_server, server)
         cls.server = server.start()

@@ -1,6 +1,9 @@
-"""API keys (missing key, unknown key, read key used for a write, write key used for admin calls)
-and TLS / mutual TLS against the real tessera-server. Refused calls leave the data unchanged."""
+"""API keys (missing key, unknown key, read key used for a write, write key used for admin calls,
+on every method the server exports: health, reflection and the internal shard service included),
+TLS / mutual TLS, and the refusal to serve plaintext beyond loopback, against the real
+tessera-server. Refused calls leave the data unchanged."""
 
+import hashlib
 import os
 import shutil
 import subprocess
@@ -26,13 +29,18 @@ class ApiKeyTest(e2e_util.ServerTestCase):
         cls.keys_dir = tempfile.mkdtemp(prefix="tessera-keys-")
         keys = os.path.join(cls.keys_dir, "api_keys")
         with open(keys, "w") as f:
-            f.write("# e2e keys\nadmin-key admin\nwriter-key read,write\nreader-key read\n")
+            f.write("# e2e keys, stored hashed\n")
+            for key, scopes in (("admin-key", "admin"), ("writer-key", "read,write"),
+                                ("reader-key", "read")):
+                f.write(f"sha256:{hashlib.sha256(key.encode()).hexdigest()} {scopes}"
+                        f" name={key.split('-')[0]}\n")
         cls.server_args = ("--api_keys", keys)
+        cls.client_options = {"api_key": "admin-key"}  # the harness's own health checks
         super().setUpClass()
         cls.admin = cls.server.client(api_key="admin-key")
         cls.writer = cls.server.client(api_key="writer-key")
         cls.reader = cls.server.client(api_key="reader-key")
-        cls.anonymous = cls.server.client()
+        cls.anonymous = cls.server.client(api_key=None)
         cls.stranger = cls.server.client(api_key="not-a-key")
         cls.rng = np.random.default_rng(4)
         cls.admin.create_collection("secure", dim=DIM)
@@ -78,8 +86,12 @@ class ApiKeyTest(e2e_util.ServerTestCase):
             with self.subTest(what), self.assertRaises(tessera.TesseraError) as context:
                 call()
             self.assertCode(context, UNAUTHENTICATED, "authorization", "Bearer")
-        # Health checks need no key (load balancers and orchestrators probe them).
-        self.assertEqual(self.anonymous.health(), "SERVING")
+        # gRPC health needs a key too; orchestrators probe HTTP /healthz on the metrics port.
+        with self.assertRaises(tessera.TesseraError) as context:
+            self.anonymous.health()
+        self.assertCode(context, UNAUTHENTICATED, "authorization")
+        self.assertEqual(self.server.healthz(), (200, "ok\n"))
+        self.assertEqual(self.reader.health(), "SERVING")
 
     def test_unknown_api_key(self):
         for what, (call, _) in self.calls(self.stranger).items():
@@ -104,6 +116,56 @@ class ApiKeyTest(e2e_util.ServerTestCase):
             with self.subTest(what), self.assertRaises(tessera.TesseraError) as context:
                 call()
             self.assertCode(context, PERMISSION_DENIED, "'write'", "'admin'")
+
+    def raw_calls(self, api_key):
+        """Every exported method outside the public API, called with raw bytes: (name, call,
+        scope it needs). Reflection lists the services; the shard service is not served by a
+        standalone server, so an authorised call reaches UNIMPLEMENTED."""
+        channel = grpc.insecure_channel(self.server.address)
+        self.addCleanup(channel.close)
+        metadata = (("authorization", f"Bearer {api_key}"),) if api_key else ()
+        list_services = b"\x3a\x00"  # ServerReflectionRequest{list_services: ""}
+
+        def reflection(version):
+            method = f"/grpc.reflection.{version}.ServerReflection/ServerReflectionInfo"
+            stream = channel.stream_stream(method)
+            return lambda: b"".join(stream(iter([list_services]), metadata=metadata, timeout=10))
+
+        def unary(method):
+            return lambda: channel.unary_unary(method)(b"", metadata=metadata, timeout=10)
+
+        return [
+            ("health", unary("/grpc.health.v1.Health/Check"), "read"),
+            ("reflection", reflection("v1alpha"), "read"),
+            ("shard info", unary("/tessera.v1.ShardService/Info"), "admin"),
+            ("shard search", unary("/tessera.v1.ShardService/Search"), "admin"),
+            ("unknown method", unary("/tessera.v1.Nothing/Here"), "admin"),
+        ]
+
+    def test_every_exported_method_checks_the_key(self):
+        rank = {"read": 1, "write": 2, "admin": 3}
+        for key, scope in ((None, None), ("not-a-key", None), ("reader-key", "read"),
+                           ("writer-key", "write"), ("admin-key", "admin")):
+            for what, call, needs in self.raw_calls(key):
+                with self.subTest(key=key, method=what):
+                    if scope is None:
+                        with self.assertRaises(grpc.RpcError) as context:
+                            call()
+                        self.assertEqual(context.exception.code(), UNAUTHENTICATED)
+                    elif rank[scope] < rank[needs]:
+                        with self.assertRaises(grpc.RpcError) as context:
+                            call()
+                        self.assertEqual(context.exception.code(), PERMISSION_DENIED)
+                        self.assertIn(f"needs '{needs}'", context.exception.details())
+                    elif what == "reflection":
+                        self.assertIn(b"tessera.v1.QueryService", call())
+                    elif what == "health":
+                        self.assertEqual(call(), b"\x08\x01")  # SERVING
+                    else:
+                        with self.assertRaises(grpc.RpcError) as context:
+                            call()
+                        self.assertEqual(context.exception.code(),
+                                         grpc.StatusCode.UNIMPLEMENTED)
 
     def test_keys_with_enough_scope_work(self):
         # A write key writes (and an admin key can do everything) — in a scratch collection.
@@ -187,6 +249,24 @@ class TlsTest(unittest.TestCase):
             with self.assertRaises(tessera.TesseraError) as context:
                 client.list_collections()
             self.assertEqual(context.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+
+class PlaintextBeyondLoopbackTest(unittest.TestCase):
+    """A listener other machines can reach serves TLS unless --insecure says otherwise."""
+
+    def run_server(self, *args):
+        with tempfile.TemporaryDirectory(prefix="tessera-listen-") as d:
+            return subprocess.run(
+                [e2e_util.SERVER_BINARY or e2e_util._default_server(), "--data_dir", d,
+                 "--metrics_listen", "", "--listen", "0.0.0.0:0", *args],
+                capture_output=True, text=True, timeout=30)
+
+    def test_refuses_to_start_without_tls_or_insecure(self):
+        result = self.run_server()
+        self.assertEqual(result.returncode, 2, result.stderr)
+        self.assertIn("--listen 0.0.0.0:0 accepts connections from other machines: serve TLS",
+                      result.stderr)
+        self.assertIn("--insecure", result.stderr)
 
 
 if __name__ == "__main__":

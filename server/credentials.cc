@@ -1,0 +1,139 @@
+#include "server/credentials.h"
+
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace tessera::server {
+namespace {
+
+absl::string_view SliceView(const grpc_slice& slice) {
+  return {reinterpret_cast<const char*>(GRPC_SLICE_START_PTR(slice)), GRPC_SLICE_LENGTH(slice)};
+}
+
+// What the transport's auth filter calls for every call, with its initial metadata (":path"
+// among it). Answers synchronously; the authorization header is consumed, so handlers never see
+// the key.
+struct KeyCheck {
+  const ApiKeys* keys;
+  RefusalObserver on_refused;
+
+  static void Process(void* state, grpc_auth_context*, const grpc_metadata* metadata, size_t count,
+                      grpc_process_auth_metadata_done_cb done, void* user_data) {
+    const auto* check = static_cast<const KeyCheck*>(state);
+    absl::string_view method, authorization;
+    const grpc_metadata* authorization_entry = nullptr;
+    for (size_t i = 0; i < count; ++i) {
+      const absl::string_view key = SliceView(metadata[i].key);
+      if (key == ":path") method = SliceView(metadata[i].value);
+      if (key == "authorization") {
+        authorization = SliceView(metadata[i].value);
+        authorization_entry = &metadata[i];
+      }
+    }
+    const absl::Status status = check->keys->Authorize(authorization, method);
+    if (!status.ok()) {
+      if (check->on_refused) check->on_refused(method, status);
+      const std::string message(status.message());
+      done(user_data, nullptr, 0, nullptr, 0, static_cast<grpc_status_code>(status.code()),
+           message.c_str());
+      return;
+    }
+    done(user_data, authorization_entry, authorization_entry == nullptr ? 0 : 1, nullptr, 0,
+         GRPC_STATUS_OK, nullptr);
+  }
+
+  static void Destroy(void* state) { delete static_cast<KeyCheck*>(state); }
+};
+
+// gRPC's C++ credentials cannot carry a metadata processor over plaintext (its insecure
+// credentials abort on SetAuthMetadataProcessor), while its core credentials can, for plaintext
+// and TLS alike: this wraps core credentials so that one key check serves both.
+class CoreServerCredentials final : public grpc::ServerCredentials {
+ public:
+  explicit CoreServerCredentials(grpc_server_credentials* credentials)
+      : credentials_(credentials) {}
+  ~CoreServerCredentials() override { grpc_server_credentials_release(credentials_); }
+
+  void SetAuthMetadataProcessor(
+      const std::shared_ptr<grpc::AuthMetadataProcessor>& processor) override {
+    // Not used: the key check is attached at construction (NewServerCredentials).
+  }
+
+  void SetKeyCheck(const ApiKeys* keys, RefusalObserver on_refused) {
+    grpc_auth_metadata_processor processor{&KeyCheck::Process, &KeyCheck::Destroy,
+                                           new KeyCheck{keys, std::move(on_refused)}};
+    grpc_server_credentials_set_auth_metadata_processor(credentials_, processor);
+  }
+
+ private:
+  int AddPortToServer(const std::string& address, grpc_server* server) override {
+    return grpc_server_add_http2_port(server, address.c_str(), credentials_);
+  }
+
+  grpc_server_credentials* const credentials_;
+};
+
+absl::StatusOr<std::string> ReadPem(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> NewServerCredentials(
+    const TlsFiles& tls, const ApiKeys* keys, RefusalObserver on_refused) {
+  grpc_server_credentials* core = nullptr;
+  if (tls.cert.empty()) {
+    core = grpc_insecure_server_credentials_create();
+  } else {
+    absl::StatusOr<std::string> cert = ReadPem(tls.cert);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPem(tls.key);
+    if (!key.ok()) return key.status();
+    std::string client_ca;
+    if (!tls.client_ca.empty()) {
+      absl::StatusOr<std::string> ca = ReadPem(tls.client_ca);
+      if (!ca.ok()) return ca.status();
+      client_ca = std::move(*ca);
+    }
+    grpc_ssl_pem_key_cert_pair pair{key->c_str(), cert->c_str()};  // copied by gRPC
+    core = grpc_ssl_server_credentials_create_ex(
+        client_ca.empty() ? nullptr : client_ca.c_str(), &pair, 1,
+        client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY,
+        nullptr);
+    if (core == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tls_cert ", tls.cert, " / --tls_key ", tls.key, ": not usable PEM"));
+    }
+  }
+  auto credentials = std::make_shared<CoreServerCredentials>(core);
+  if (keys != nullptr) credentials->SetKeyCheck(keys, std::move(on_refused));
+  return std::shared_ptr<grpc::ServerCredentials>(std::move(credentials));
+}
+
+bool IsLoopbackAddress(const std::string& listen) {
+  if (absl::StartsWith(listen, "unix:")) return true;
+  absl::string_view host = listen;
+  if (absl::StartsWith(host, "[")) {
+    const size_t close = host.find(']');
+    host = close == absl::string_view::npos ? absl::string_view() : host.substr(1, close - 1);
+  } else {
+    const size_t colon = host.rfind(':');
+    if (colon != absl::string_view::npos) host = host.substr(0, colon);
+  }
+  return host == "localhost" || absl::StartsWith(host, "127.") || host == "::1" ||
+         host == "0:0:0:0:0:0:0:1";
+}
+
+}  // namespace tessera::server

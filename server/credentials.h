@@ -1,0 +1,40 @@
+// The server's transport credentials: plaintext or TLS (optionally mutual), with the API key check
+// (server/auth.h) run on every incoming call before its handler, for every service the server
+// exports, including the ones gRPC provides (health, reflection). A refused call ends with the
+// check's code and message; its handler never runs.
+#ifndef TESSERA_SERVER_CREDENTIALS_H_
+#define TESSERA_SERVER_CREDENTIALS_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/auth.h"
+
+namespace tessera::server {
+
+struct TlsFiles {
+  std::string cert;       // PEM; empty: plaintext
+  std::string key;        // PEM
+  std::string client_ca;  // PEM; requires and verifies client certificates
+};
+
+// Called with the method path and the status of every call the key check refused.
+using RefusalObserver = std::function<void(absl::string_view method, const absl::Status& status)>;
+
+// `keys` may be null (no authentication); it must outlive every server using the credentials.
+// NOT_FOUND naming a PEM file that cannot be read.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> NewServerCredentials(
+    const TlsFiles& tls, const ApiKeys* keys, RefusalObserver on_refused = nullptr);
+
+// Whether `listen` ("HOST:PORT", "[::1]:PORT", "unix:PATH") only accepts connections from this
+// machine: a loopback address, localhost or a unix socket.
+bool IsLoopbackAddress(const std::string& listen);
+
+}  // namespace tessera::server
+
+#endif  // TESSERA_SERVER_CREDENTIALS_H_
