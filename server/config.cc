@@ -76,6 +76,14 @@ std::map<std::string, Setter> Settings(ServerConfig* config, std::set<std::strin
   integer("max_k", &config->max_k, 1);
   integer("max_num_candidates", &config->max_num_candidates, 1);
   integer("max_query_tokens", &config->max_query_tokens, 1);
+  integer("max_queued_requests", &config->max_queued_requests, 1);
+  integer("max_inflight_bytes", &config->max_inflight_bytes, 1024);
+  settings["request_threads"] = [config](const std::string& value) {
+    if (!absl::SimpleAtoi(value, &config->request_threads) || config->request_threads < 0) {
+      return Bad("request_threads", value, "an integer ≥ 0");
+    }
+    return absl::OkStatus();
+  };
   settings["shutdown_grace_seconds"] = [config](const std::string& value) {
     if (!absl::SimpleAtod(value, &config->shutdown_grace_seconds) ||
         config->shutdown_grace_seconds < 0) {
@@ -183,6 +191,10 @@ std::string ServerUsage() {
   --max_tokens_per_document N    (default 4096)
   --max_documents_per_batch N    documents in one Upsert message (default 1024)
   --max_k N, --max_num_candidates N, --max_query_tokens N   search limits (1000, 10000, 1024)
+  --request_threads N            threads that run handlers (default 0 = 2 × cores, at least 4)
+  --max_queued_requests N        requests waiting for a handler thread (default 256)
+  --max_inflight_bytes N         request bytes queued or running (default 1073741824); beyond
+                                 either limit calls fail at once with RESOURCE_EXHAUSTED
   --shutdown_grace_seconds S     how long SIGTERM waits for in-flight calls (default 10)
 A YAML file takes the same names as keys, e.g. "listen: 0.0.0.0:50051"; flags override it.
 )";

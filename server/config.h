@@ -31,6 +31,11 @@ struct ServerConfig {
   int64_t max_k = 1000;
   int64_t max_num_candidates = 10000;
   int64_t max_query_tokens = 1024;
+  // Admission (server/admission.h): handler threads (0 = twice the cores, at least 4), requests
+  // waiting for one, and request bytes queued or running; RESOURCE_EXHAUSTED beyond.
+  int request_threads = 0;
+  int64_t max_queued_requests = 256;
+  int64_t max_inflight_bytes = int64_t{1} << 30;
   double shutdown_grace_seconds = 10;
 };
 

@@ -4,11 +4,14 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <iostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "server/admission.h"
 #include "server/auth.h"
 #include "server/config.h"
 #include "server/credentials.h"
@@ -100,7 +103,15 @@ int Run(const ServerConfig& config) {
        {"collections", std::to_string((*engine)->ListCollections().size())},
        {"rerank_device", rerank_device}});
 
-  ServiceContext context{engine->get(), &metrics, config};
+  AdmissionOptions admission_options;
+  admission_options.workers =
+      config.request_threads > 0
+          ? config.request_threads
+          : std::max(4, 2 * static_cast<int>(std::thread::hardware_concurrency()));
+  admission_options.max_queued = config.max_queued_requests;
+  admission_options.max_inflight_bytes = config.max_inflight_bytes;
+  auto admission = std::make_unique<Admission>(admission_options);
+  ServiceContext context{engine->get(), admission.get(), &metrics, config};
   AdminServiceImpl admin(&context);
   IngestServiceImpl ingest(&context);
   QueryServiceImpl query(&context);
@@ -111,6 +122,11 @@ int Run(const ServerConfig& config) {
   int port = 0;
   builder.AddListeningPort(config.listen, *credentials, &port);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
+  // gRPC's own buffers (messages received before a handler admits them) under the same bound.
+  grpc::ResourceQuota quota("tessera-server");
+  quota.Resize(static_cast<size_t>(config.max_inflight_bytes) +
+               static_cast<size_t>(config.max_message_bytes));
+  builder.SetResourceQuota(quota);
   builder.SetMaxSendMessageSize(
       std::max<int>(static_cast<int>(config.max_message_bytes), 64 << 20));
   builder.RegisterService(&admin);
@@ -135,6 +151,8 @@ int Run(const ServerConfig& config) {
         metrics.SetGauge("tessera_disk_bytes_per_original_token", labels,
                          stats.disk_bytes_per_original_token);
       }
+      metrics.SetGauge("tessera_queued_requests", "", admission->queued());
+      metrics.SetGauge("tessera_inflight_request_bytes", "", admission->inflight_bytes());
       return metrics.Render();
     });
     if (!started.ok()) return Fail(started.status());
@@ -151,12 +169,20 @@ int Run(const ServerConfig& config) {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   Log("info", "draining", {{"signal", strsignal(signal_number)}});
-  // In-flight calls get the grace period; new ones are refused.
-  server->Shutdown(
-      std::chrono::system_clock::now() +
-      std::chrono::milliseconds(static_cast<int64_t>(config.shutdown_grace_seconds * 1000)));
-  server->Wait();
+  // New calls are refused (UNAVAILABLE, health NOT_SERVING); open ones get the grace period.
+  // Then every connection closes at once: gRPC's own graceful shutdown would also wait for idle
+  // clients to answer a ping, which an idle client may never do.
+  server->GetHealthCheckService()->SetServingStatus(false);
+  const int64_t still_open =
+      admission->Drain(absl::Now() + absl::Seconds(config.shutdown_grace_seconds));
+  if (still_open > 0) {
+    Log("warning", "grace period over; cancelling open calls",
+        {{"calls", std::to_string(still_open)}});
+  }
+  server->Shutdown(std::chrono::system_clock::now());
+  server->Wait();  // every call has finished
   http.reset();
+  admission.reset();
   engine->reset();  // snapshots candidate indexes and closes the shards
   Log("info", "stopped");
   return 0;

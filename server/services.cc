@@ -15,10 +15,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Finishes a unary call with `status`, mapped to gRPC's here and nowhere else, and records its
-// metrics. Returns the reactor to hand back to gRPC.
-grpc::ServerUnaryReactor* Finish(const ServiceContext* context, grpc::CallbackServerContext* call,
-                                 const char* method, Clock::time_point start,
-                                 const absl::Status& status) {
+// metrics.
+void Finish(const ServiceContext* context, grpc::CallbackServerContext* call,
+            grpc::ServerUnaryReactor* reactor, const char* method, Clock::time_point start,
+            const absl::Status& status) {
   const std::string code = absl::StatusCodeToString(status.code());
   context->metrics->RecordRpc(
       method, code, std::chrono::duration<double, std::milli>(Clock::now() - start).count());
@@ -29,18 +29,7 @@ grpc::ServerUnaryReactor* Finish(const ServiceContext* context, grpc::CallbackSe
          {"message", std::string(status.message())},
          {"peer", call->peer()}});
   }
-  grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
-// One unary call (already authorised by the transport, server/credentials.h): runs `body` (a
-// callable returning absl::Status that fills the response) and finishes with its status.
-template <typename Body>
-grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackServerContext* call,
-                                const char* method, Body body) {
-  const Clock::time_point start = Clock::now();
-  return Finish(context, call, method, start, body());
 }
 
 // The engine deadline for a call: the client's deadline, if any.
@@ -48,6 +37,39 @@ Clock::time_point DeadlineOf(const grpc::CallbackServerContext& call) {
   const auto deadline = call.deadline();
   if (deadline == std::chrono::system_clock::time_point::max()) return Clock::time_point::max();
   return Clock::now() + (deadline - std::chrono::system_clock::now());
+}
+
+// CANCELLED or DEADLINE_EXCEEDED for a call that ended while it waited for a worker, else OK.
+absl::Status StillWanted(const grpc::CallbackServerContext& call) {
+  if (call.IsCancelled()) return absl::CancelledError("the client cancelled the call");
+  if (DeadlineOf(call) <= Clock::now()) {
+    return absl::DeadlineExceededError("the deadline passed while the call waited for a worker");
+  }
+  return absl::OkStatus();
+}
+
+// One unary call (already authorised by the transport, server/credentials.h): admitted with the
+// request's size, then `body` (a callable returning absl::Status that fills the response) runs on
+// an admission worker and the call finishes with its status — or at once with the admission's
+// refusal.
+template <typename Body>
+grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackServerContext* call,
+                                const char* method, int64_t request_bytes, Body body) {
+  const Clock::time_point start = Clock::now();
+  grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
+  Admission* admission = context->admission;
+  absl::Status admitted = admission->BeginCall();
+  if (admitted.ok()) {
+    admitted = admission->Submit(request_bytes, [=]() {
+      absl::Status status = StillWanted(*call);
+      if (status.ok()) status = body();
+      Finish(context, call, reactor, method, start, status);
+      admission->EndCall();
+    });
+    if (!admitted.ok()) admission->EndCall();
+  }
+  if (!admitted.ok()) Finish(context, call, reactor, method, start, admitted);
+  return reactor;
 }
 
 absl::StatusOr<std::shared_ptr<Collection>> FindCollection(const ServiceContext* context,
@@ -93,25 +115,36 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
  public:
   UpsertReactor(const ServiceContext* context, grpc::CallbackServerContext* call)
       : context_(context), call_(call), start_(Clock::now()) {
+    const absl::Status admitted = context_->admission->BeginCall();
+    if (!admitted.ok()) {
+      Done(admitted);
+      return;
+    }
+    open_ = true;
     StartRead(&request_);
   }
 
+  // Each message is processed on an admission worker; the next is read only after its response
+  // is written, so at most one message of a stream is in flight.
   void OnReadDone(bool ok) override {
     if (!ok) {  // the client closed its side (or the call broke)
       Done(call_->IsCancelled() ? absl::CancelledError() : absl::OkStatus());
       return;
     }
-    if (call_->IsCancelled()) {
-      Done(absl::CancelledError());
-      return;
-    }
-    response_.Clear();
-    const absl::Status status = Process();
-    if (!status.ok()) {
-      Done(status);
-      return;
-    }
-    StartWrite(&response_);
+    const absl::Status admitted =
+        context_->admission->Submit(static_cast<int64_t>(request_.ByteSizeLong()), [this] {
+          absl::Status status = StillWanted(*call_);
+          if (status.ok()) {
+            response_.Clear();
+            status = Process();
+          }
+          if (!status.ok()) {
+            Done(status);
+            return;
+          }
+          StartWrite(&response_);
+        });
+    if (!admitted.ok()) Done(admitted);
   }
 
   void OnWriteDone(bool ok) override {
@@ -123,6 +156,7 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
   }
 
   void OnDone() override {
+    if (open_) context_->admission->EndCall();
     context_->metrics->RecordRpc(
         "Upsert", absl::StatusCodeToString(final_code_),
         std::chrono::duration<double, std::milli>(Clock::now() - start_).count());
@@ -188,6 +222,7 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
   grpc::CallbackServerContext* call_;
   const Clock::time_point start_;
   absl::StatusCode final_code_ = absl::StatusCode::kOk;
+  bool open_ = false;  // counted by the admission as an open call
   v1::UpsertRequest request_;
   v1::UpsertResponse response_;
 };
@@ -197,7 +232,7 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
 grpc::ServerUnaryReactor* AdminServiceImpl::CreateCollection(
     grpc::CallbackServerContext* call, const v1::CreateCollectionRequest* request,
     v1::CreateCollectionResponse* response) {
-  return Serve(context_, call, "CreateCollection", [&]() -> absl::Status {
+  return Serve(context_, call, "CreateCollection", 0, [this, request, response]() -> absl::Status {
     TESSERA_ASSIGN_OR_RETURN(const CollectionSchema schema, SchemaFromProto(request->schema()));
     TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                              context_->engine->CreateCollection(schema));
@@ -210,7 +245,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::CreateCollection(
 grpc::ServerUnaryReactor* AdminServiceImpl::DropCollection(grpc::CallbackServerContext* call,
                                                            const v1::DropCollectionRequest* request,
                                                            v1::DropCollectionResponse*) {
-  return Serve(context_, call, "DropCollection", [&]() -> absl::Status {
+  return Serve(context_, call, "DropCollection", 0, [this, request]() -> absl::Status {
     TESSERA_RETURN_IF_ERROR(context_->engine->DropCollection(request->name()));
     Log("info", "collection dropped", {{"collection", request->name()}});
     return absl::OkStatus();
@@ -220,7 +255,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::DropCollection(grpc::CallbackServerC
 grpc::ServerUnaryReactor* AdminServiceImpl::ListCollections(grpc::CallbackServerContext* call,
                                                             const v1::ListCollectionsRequest*,
                                                             v1::ListCollectionsResponse* response) {
-  return Serve(context_, call, "ListCollections", [&]() -> absl::Status {
+  return Serve(context_, call, "ListCollections", 0, [this, response]() -> absl::Status {
     for (const std::string& name : context_->engine->ListCollections()) response->add_names(name);
     return absl::OkStatus();
   });
@@ -229,7 +264,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::ListCollections(grpc::CallbackServer
 grpc::ServerUnaryReactor* AdminServiceImpl::GetCollection(grpc::CallbackServerContext* call,
                                                           const v1::GetCollectionRequest* request,
                                                           v1::GetCollectionResponse* response) {
-  return Serve(context_, call, "GetCollection", [&]() -> absl::Status {
+  return Serve(context_, call, "GetCollection", 0, [this, request, response]() -> absl::Status {
     TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                              FindCollection(context_, request->name()));
     SchemaToProto(collection->schema(), response->mutable_schema());
@@ -241,7 +276,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::GetCollection(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* AdminServiceImpl::Flush(grpc::CallbackServerContext* call,
                                                   const v1::FlushRequest* request,
                                                   v1::FlushResponse*) {
-  return Serve(context_, call, "Flush", [&]() -> absl::Status {
+  return Serve(context_, call, "Flush", 0, [this, request]() -> absl::Status {
     TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                              FindCollection(context_, request->name()));
     return collection->Snapshot();
@@ -256,20 +291,21 @@ grpc::ServerBidiReactor<v1::UpsertRequest, v1::UpsertResponse>* IngestServiceImp
 grpc::ServerUnaryReactor* IngestServiceImpl::Delete(grpc::CallbackServerContext* call,
                                                     const v1::DeleteRequest* request,
                                                     v1::DeleteResponse* response) {
-  return Serve(context_, call, "Delete", [&]() -> absl::Status {
-    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
-                             FindCollection(context_, request->collection()));
-    const std::vector<std::string> ids(request->ids().begin(), request->ids().end());
-    TESSERA_ASSIGN_OR_RETURN(const std::vector<bool> existed, collection->Delete(ids));
-    for (bool e : existed) response->add_existed(e);
-    return absl::OkStatus();
-  });
+  return Serve(context_, call, "Delete", static_cast<int64_t>(request->ByteSizeLong()),
+               [this, request, response]() -> absl::Status {
+                 TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
+                                          FindCollection(context_, request->collection()));
+                 const std::vector<std::string> ids(request->ids().begin(), request->ids().end());
+                 TESSERA_ASSIGN_OR_RETURN(const std::vector<bool> existed, collection->Delete(ids));
+                 for (bool e : existed) response->add_existed(e);
+                 return absl::OkStatus();
+               });
 }
 
 grpc::ServerUnaryReactor* IngestServiceImpl::Get(grpc::CallbackServerContext* call,
                                                  const v1::GetRequest* request,
                                                  v1::GetResponse* response) {
-  return Serve(context_, call, "Get", [&]() -> absl::Status {
+  return Serve(context_, call, "Get", 0, [this, request, response]() -> absl::Status {
     TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                              FindCollection(context_, request->collection()));
     // The vectors as stored: they go onto the wire in the same bytes, with no fp32 round trip.
@@ -284,23 +320,26 @@ grpc::ServerUnaryReactor* IngestServiceImpl::Get(grpc::CallbackServerContext* ca
 grpc::ServerUnaryReactor* QueryServiceImpl::Search(grpc::CallbackServerContext* call,
                                                    const v1::SearchRequest* request,
                                                    v1::SearchResponse* response) {
-  return Serve(context_, call, "Search",
-               [&] { return RunSearch(context_, *call, *request, response); });
+  return Serve(
+      context_, call, "Search", static_cast<int64_t>(request->ByteSizeLong()),
+      [this, call, request, response] { return RunSearch(context_, *call, *request, response); });
 }
 
 grpc::ServerUnaryReactor* QueryServiceImpl::SearchBatch(grpc::CallbackServerContext* call,
                                                         const v1::SearchBatchRequest* request,
                                                         v1::SearchBatchResponse* response) {
-  return Serve(context_, call, "SearchBatch", [&]() -> absl::Status {
-    for (int i = 0; i < request->searches_size(); ++i) {
-      const absl::Status search =
-          RunSearch(context_, *call, request->searches(i), response->add_responses());
-      if (!search.ok()) {
-        return absl::Status(search.code(), absl::StrCat("searches[", i, "]: ", search.message()));
-      }
-    }
-    return absl::OkStatus();
-  });
+  return Serve(context_, call, "SearchBatch", static_cast<int64_t>(request->ByteSizeLong()),
+               [this, call, request, response]() -> absl::Status {
+                 for (int i = 0; i < request->searches_size(); ++i) {
+                   const absl::Status search =
+                       RunSearch(context_, *call, request->searches(i), response->add_responses());
+                   if (!search.ok()) {
+                     return absl::Status(search.code(),
+                                         absl::StrCat("searches[", i, "]: ", search.message()));
+                   }
+                 }
+                 return absl::OkStatus();
+               });
 }
 
 }  // namespace tessera::server

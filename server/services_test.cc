@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/auth.h"
@@ -41,6 +42,7 @@ class ServicesTest : public ::testing::Test {
   void TearDown() override {
     if (server_ != nullptr) server_->Shutdown();
     server_.reset();
+    admission_.reset();
     engine_.reset();
     std::filesystem::remove_all(dir_);
   }
@@ -67,7 +69,9 @@ class ServicesTest : public ::testing::Test {
     }
     auto credentials = NewServerCredentials(TlsFiles{}, keys_.get());
     ASSERT_TRUE(credentials.ok()) << credentials.status();
-    context_ = std::make_unique<ServiceContext>(ServiceContext{engine_.get(), &metrics_, config_});
+    admission_ = std::make_unique<Admission>(admission_options_);
+    context_ = std::make_unique<ServiceContext>(
+        ServiceContext{engine_.get(), admission_.get(), &metrics_, config_});
     admin_ = std::make_unique<AdminServiceImpl>(context_.get());
     ingest_ = std::make_unique<IngestServiceImpl>(context_.get());
     query_ = std::make_unique<QueryServiceImpl>(context_.get());
@@ -125,6 +129,8 @@ class ServicesTest : public ::testing::Test {
   ServerConfig config_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<ApiKeys> keys_;
+  AdmissionOptions admission_options_;
+  std::unique_ptr<Admission> admission_;
   Metrics metrics_;
   std::unique_ptr<ServiceContext> context_;
   std::unique_ptr<AdminServiceImpl> admin_;
@@ -294,6 +300,94 @@ TEST_F(ServicesTest, AKeyOverItsRateIsRefusedWithResourceExhaustedAndRecovers) {
   std::this_thread::sleep_for(std::chrono::milliseconds(1100));
   EXPECT_TRUE(Search(5, 0, "slow").ok());
   EXPECT_TRUE(Search(5, 0, "slow").ok());
+}
+
+// Blocks the admission's only worker until Release(): what a saturated server looks like.
+class BlockedWorker {
+ public:
+  explicit BlockedWorker(Admission* admission) {
+    EXPECT_TRUE(admission
+                    ->Submit(0,
+                             [this] {
+                               started_.Notify();
+                               release_.WaitForNotification();
+                             })
+                    .ok());
+    started_.WaitForNotification();
+  }
+  void Release() { release_.Notify(); }
+
+ private:
+  absl::Notification started_, release_;
+};
+
+TEST_F(ServicesTest, ASaturatedServerRefusesAtOnceWithResourceExhaustedNamingTheLimit) {
+  admission_options_.workers = 1;
+  admission_options_.max_queued = 1;
+  Start();
+  ASSERT_NE(CreateWithDocument("c", VectorDtype::kFloat16, kDim, std::vector<float>(8, 0.5f)),
+            nullptr);
+  BlockedWorker blocked(admission_.get());
+  ASSERT_TRUE(admission_->Submit(0, [] {}).ok());  // the queue's one place is taken
+
+  const grpc::Status refused = Search(5, 0);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(refused.error_message(),
+            "server busy: 1 requests already wait for a worker (--max_queued_requests 1); retry "
+            "with backoff");
+  // The Upsert stream is refused per message, the same way.
+  grpc::ClientContext call;
+  auto stream = v1::IngestService::NewStub(channel_)->Upsert(&call);
+  v1::UpsertRequest request;
+  request.set_collection("c");
+  ASSERT_TRUE(stream->Write(request));
+  v1::UpsertResponse response;
+  EXPECT_FALSE(stream->Read(&response));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+
+  blocked.Release();
+  EXPECT_TRUE(Search(5, 0).ok());
+}
+
+TEST_F(ServicesTest, RequestBytesInFlightAreBounded) {
+  admission_options_.workers = 1;
+  admission_options_.max_inflight_bytes = 1024;
+  Start();
+  ASSERT_NE(CreateWithDocument("c", VectorDtype::kFloat16, kDim, std::vector<float>(8, 0.5f)),
+            nullptr);
+  BlockedWorker blocked(admission_.get());
+  ASSERT_TRUE(admission_->Submit(1000, [] {}).ok());
+  const grpc::Status refused = Search(5, 0);  // ~30 bytes more than the limit allows
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("server busy: 1000 request bytes in flight + "));
+  EXPECT_THAT(refused.error_message(), HasSubstr("would exceed --max_inflight_bytes 1024"));
+  blocked.Release();
+  EXPECT_TRUE(Search(5, 0).ok());
+}
+
+TEST_F(ServicesTest, DrainingRefusesNewCallsAndWaitsForOpenOnes) {
+  Start();
+  ASSERT_NE(CreateWithDocument("c", VectorDtype::kFloat16, kDim, std::vector<float>(8, 0.5f)),
+            nullptr);
+  // An open Upsert stream is an open call: Drain waits for it until its deadline.
+  grpc::ClientContext call;
+  auto stream = v1::IngestService::NewStub(channel_)->Upsert(&call);
+  v1::UpsertRequest request;
+  request.set_collection("c");
+  ASSERT_TRUE(stream->Write(request));
+  v1::UpsertResponse response;
+  ASSERT_TRUE(stream->Read(&response));
+  EXPECT_EQ(admission_->Drain(absl::Now() + absl::Milliseconds(200)), 1);
+
+  const grpc::Status refused = Search(5, 0);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(refused.error_message(), "the server is shutting down; retry elsewhere");
+  // The open stream still works; when it ends, nothing is open.
+  ASSERT_TRUE(stream->Write(request));
+  ASSERT_TRUE(stream->Read(&response));
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  EXPECT_EQ(admission_->Drain(absl::Now() + absl::Seconds(10)), 0);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import time
+import unittest
 
 import numpy as np
 
@@ -256,6 +257,26 @@ class LifecycleTest(e2e_util.ServerTestCase):
                 if n == name:
                     with self.assertRaises(tessera.TesseraError):
                         self.client.get(n, doc_id)
+
+
+class ShutdownTest(unittest.TestCase):
+    """SIGTERM with a client connected but idle: the server drains (no call is open) and exits 0
+    at once. gRPC's own graceful shutdown waited ~5 s here for the idle client to answer a ping;
+    the bound below is far under the 30 s grace period, so only a real wait fails it."""
+
+    def test_an_idle_connection_does_not_delay_exit(self):
+        server = e2e_util.Server("--shutdown_grace_seconds", "30")
+        self.addCleanup(server.cleanup)
+        server.start()
+        with server.client() as client:
+            client.create_collection("idle", dim=8)
+            self.assertEqual(client.list_collections(), ["idle"])
+            start = time.monotonic()
+            code = server.stop()
+            elapsed = time.monotonic() - start
+        self.assertEqual(code, 0, server.log()[-2000:])
+        self.assertLess(elapsed, 3.0, server.log()[-2000:])
+        self.assertNotIn("cancelling open calls", server.log())
 
 
 class DropWhileSearchingTest(e2e_util.ServerTestCase):

@@ -1,0 +1,95 @@
+#include "server/admission.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera::server {
+
+Admission::Admission(const AdmissionOptions& options) : options_(options) {
+  workers_.reserve(options_.workers);
+  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { WorkerLoop(); });
+}
+
+Admission::~Admission() {
+  {
+    internal::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  work_cv_.SignalAll();
+  for (std::thread& worker : workers_) worker.join();
+}
+
+absl::Status Admission::BeginCall() {
+  internal::MutexLock lock(&mu_);
+  if (draining_) return absl::UnavailableError("the server is shutting down; retry elsewhere");
+  ++open_calls_;
+  return absl::OkStatus();
+}
+
+void Admission::EndCall() {
+  {
+    internal::MutexLock lock(&mu_);
+    --open_calls_;
+  }
+  calls_cv_.SignalAll();
+}
+
+absl::Status Admission::Submit(int64_t bytes, std::function<void()> task) {
+  {
+    internal::MutexLock lock(&mu_);
+    if (static_cast<int64_t>(queue_.size()) >= options_.max_queued) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("server busy: ", queue_.size(),
+                       " requests already wait for a worker (--max_queued_requests ",
+                       options_.max_queued, "); retry with backoff"));
+    }
+    if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > options_.max_inflight_bytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("server busy: ", inflight_bytes_, " request bytes in flight + ", bytes,
+                       " would exceed --max_inflight_bytes ", options_.max_inflight_bytes,
+                       "; retry with backoff"));
+    }
+    inflight_bytes_ += bytes;
+    queue_.push_back(Task{bytes, std::move(task)});
+  }
+  work_cv_.Signal();
+  return absl::OkStatus();
+}
+
+void Admission::WorkerLoop() {
+  while (true) {
+    Task task;
+    {
+      internal::MutexLock lock(&mu_);
+      while (queue_.empty() && !stopping_) work_cv_.Wait(&mu_);
+      if (queue_.empty()) return;  // stopping, and nothing left to run
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    task.run();
+    internal::MutexLock lock(&mu_);
+    inflight_bytes_ -= task.bytes;
+  }
+}
+
+int64_t Admission::Drain(absl::Time deadline) {
+  internal::MutexLock lock(&mu_);
+  draining_ = true;
+  while (open_calls_ > 0) {
+    if (calls_cv_.WaitWithTimeout(&mu_, deadline - absl::Now())) break;
+  }
+  return open_calls_;
+}
+
+int64_t Admission::queued() const {
+  internal::ReaderMutexLock lock(&mu_);
+  return static_cast<int64_t>(queue_.size());
+}
+
+int64_t Admission::inflight_bytes() const {
+  internal::ReaderMutexLock lock(&mu_);
+  return inflight_bytes_;
+}
+
+}  // namespace tessera::server

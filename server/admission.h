@@ -1,0 +1,80 @@
+// Admission control for the server's handlers. Handlers do not run on gRPC's callback threads
+// (which also move the bytes of every connection): each request is handed to a fixed set of
+// workers through a queue bounded in requests and in request bytes. A request that would exceed
+// either bound is refused at once with RESOURCE_EXHAUSTED naming the limit, so that overload
+// turns into fast refusals a client can back off from, not into unbounded memory and latency.
+//
+// It also counts open calls, so that shutdown can refuse new calls, wait for the open ones, and
+// then close every connection at once (an idle client connection does not delay the exit).
+#ifndef TESSERA_SERVER_ADMISSION_H_
+#define TESSERA_SERVER_ADMISSION_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "index/common/mutex.h"
+
+namespace tessera::server {
+
+struct AdmissionOptions {
+  int workers = 4;                                // threads that run handlers; ≥ 1
+  int64_t max_queued = 256;                       // requests waiting for a worker; ≥ 1
+  int64_t max_inflight_bytes = int64_t{1} << 30;  // request bytes queued or running; ≥ 1
+};
+
+// Thread-safe.
+class Admission {
+ public:
+  explicit Admission(const AdmissionOptions& options);
+  // Runs what is queued, then joins the workers.
+  ~Admission();
+
+  Admission(const Admission&) = delete;
+  Admission& operator=(const Admission&) = delete;
+
+  // A call counts as open from a successful BeginCall to its EndCall (an Upsert stream from its
+  // start to its end). UNAVAILABLE once draining.
+  absl::Status BeginCall();
+  void EndCall();
+
+  // Queues `task` for a worker; `bytes` (the request's size) count against the byte limit until
+  // the task has run. OK, or RESOURCE_EXHAUSTED naming the limit that is full (the task is then
+  // dropped without running). A request larger than the whole byte limit is admitted when
+  // nothing else is in flight, so that every request the message size limit lets through can run.
+  absl::Status Submit(int64_t bytes, std::function<void()> task);
+
+  // Refuses new calls from now on and waits until no call is open or `deadline` passes. Returns
+  // the number of calls still open.
+  int64_t Drain(absl::Time deadline);
+
+  int64_t queued() const;
+  int64_t inflight_bytes() const;
+
+ private:
+  struct Task {
+    int64_t bytes;
+    std::function<void()> run;
+  };
+  void WorkerLoop();
+
+  const AdmissionOptions options_;
+  mutable internal::Mutex mu_;
+  internal::CondVar work_cv_;   // a task was queued, or stopping
+  internal::CondVar calls_cv_;  // open_calls_ dropped
+  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
+  int64_t inflight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t open_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace tessera::server
+
+#endif  // TESSERA_SERVER_ADMISSION_H_
