@@ -82,20 +82,15 @@ absl::Status RunSearch(const ServiceContext* context, const grpc::CallbackServer
                        const v1::SearchRequest& request, v1::SearchResponse* response) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                            FindCollection(context, request.collection()));
-  if (request.query().rows() == 0) {
-    return absl::InvalidArgumentError("query: 0 tokens, expected at least 1");
-  }
   TESSERA_ASSIGN_OR_RETURN(std::vector<float> query,
                            DecodeMatrix(request.query(), collection->schema().dim, "query"));
   SearchOptions options;
-  // k and num_candidates go on as sent (every uint32 fits): the collection checks them against
-  // its limits and names the value in its message.
+  // The numbers go on as sent (every uint32 fits): the collection checks them against its limits
+  // and names the value in its message.
   options.k = request.k() == 0 ? 10 : request.k();
   options.num_candidates = request.num_candidates();
-  options.per_token_candidates =
-      static_cast<int>(std::min<uint32_t>(request.per_token_candidates(), 100000));
-  // Clamped below int's range; the collection names the accepted range.
-  options.nprobe = static_cast<int>(std::min<uint32_t>(request.nprobe(), 1u << 30));
+  options.per_token_candidates = request.per_token_candidates();
+  options.nprobe = request.nprobe();
   TESSERA_ASSIGN_OR_RETURN(options.filter, FilterFromProto(request.filter()));
   options.exhaustive = request.exhaustive();
   options.explain = request.explain();

@@ -232,6 +232,39 @@ TEST_F(ServicesTest, SearchLimitsComeFromTheCollectionWithFieldValueAndLimit) {
   }
 }
 
+TEST_F(ServicesTest, StageOneParametersReachTheCollectionUnclamped) {
+  Start();
+  ASSERT_NE(CreateWithDocument("c", VectorDtype::kFloat16, kDim, std::vector<float>(8, 0.5f)),
+            nullptr);
+  const auto search = [&](uint32_t per_token_candidates, uint32_t nprobe) {
+    v1::SearchRequest request;
+    request.set_collection("c");
+    const std::vector<float> query(kDim, 0.25f);
+    EncodeMatrix(query.data(), 1, kDim, VectorDtype::kFloat32, request.mutable_query());
+    request.set_per_token_candidates(per_token_candidates);
+    request.set_nprobe(nprobe);
+    grpc::ClientContext call;
+    v1::SearchResponse response;
+    return v1::QueryService::NewStub(channel_)->Search(&call, request, &response);
+  };
+  EXPECT_TRUE(search(100000, 16384).ok());
+  const struct {
+    uint32_t per_token_candidates, nprobe;
+    std::string message;
+  } cases[] = {
+      {100001, 0, "per_token_candidates 100001, expected 0 … 100000"},
+      {std::numeric_limits<uint32_t>::max(), 0,
+       "per_token_candidates 4294967295, expected 0 … 100000"},
+      {0, 16385, "nprobe 16385, expected 0 … 16384"},
+      {0, std::numeric_limits<uint32_t>::max(), "nprobe 4294967295, expected 0 … 16384"},
+  };
+  for (const auto& c : cases) {
+    const grpc::Status status = search(c.per_token_candidates, c.nprobe);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << c.message;
+    EXPECT_EQ(status.error_message(), c.message);
+  }
+}
+
 // The key file line of `key` with `rest` (scopes and options): its SHA-256 in hex.
 std::string KeyLine(const std::string& key, const std::string& rest) {
   std::string line = "sha256:";

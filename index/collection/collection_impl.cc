@@ -351,8 +351,13 @@ absl::StatusOr<StoredDocument> CollectionImpl::Get(const std::string& id,
 absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
                                            const SearchOptions& options) const {
   const CollectionLimits& limits = context_.limits;
-  if (query.rows < 1 || query.data == nullptr) {
-    return absl::InvalidArgumentError("query: no tokens, expected at least 1");
+  if (query.rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("query: ", query.rows, " tokens, expected at least 1"));
+  }
+  if (query.data == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("query: ", query.rows, " tokens without data, expected rows × dim floats"));
   }
   if (query.rows > limits.max_query_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -415,9 +420,10 @@ CollectionImpl::SearchPlan CollectionImpl::Plan(const SearchOptions& options) co
     plan.num_candidates = std::min(context_.limits.max_num_candidates,
                                    centroid_stage ? std::max(40 * k, 400) : std::max(10 * k, 100));
   }
-  plan.per_token = options.per_token_candidates > 0 ? options.per_token_candidates
+  // Both validated (ValidateQuery): they fit an int.
+  plan.per_token = options.per_token_candidates > 0 ? static_cast<int>(options.per_token_candidates)
                                                     : std::max(plan.num_candidates, 64);
-  plan.nprobe = options.nprobe;  // 0: each shard's centroid index picks (DefaultNprobe)
+  plan.nprobe = static_cast<int>(options.nprobe);  // 0: each shard's index picks (DefaultNprobe)
   return plan;
 }
 

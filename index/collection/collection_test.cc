@@ -284,7 +284,7 @@ TEST(CollectionWrites, BadInputIsRejectedAndChangesNothing) {
                   ->Search(FloatMatrixView{query.data(), 0, dim}, SearchOptions{})
                   .status()
                   .message(),
-              HasSubstr("query: no tokens"));
+              HasSubstr("query: 0 tokens, expected at least 1"));
 
   // Engine-level errors.
   EXPECT_EQ((*engine)->CreateCollection(Schema("bad", dim)).status().code(),

@@ -93,11 +93,12 @@ struct SearchOptions {
   // max(40·k, 400) once a shard's stage 1 is the centroid index (both capped at
   // CollectionLimits::max_num_candidates).
   int64_t num_candidates = 0;
-  // k′: candidate vectors fetched per query token in stage 1. 0 = the default, max(N, 64).
-  int per_token_candidates = 0;
-  // Centroid index: centroids probed per query token. 0 = the default: 16, or one in 1,024 of a
-  // shard's centroids when that is more (32 at 1M documents).
-  int nprobe = 0;
+  // k′: candidate vectors fetched per query token in stage 1, 0 … 100000. 0 = the default,
+  // max(N, 64). 64-bit for the same reason as k.
+  int64_t per_token_candidates = 0;
+  // Centroid index: centroids probed per query token, 0 … 16384. 0 = the default: 16, or one in
+  // 1,024 of a shard's centroids when that is more (32 at 1M documents).
+  int64_t nprobe = 0;
   Filter filter;
   // Skip stage 1 and score every (matching) document exactly.
   bool exhaustive = false;
