@@ -133,6 +133,23 @@ class SchemaTest(unittest.TestCase):
         client.close()
 
 
+class BatchingTest(unittest.TestCase):
+
+    def test_batches_bound_documents_and_token_bytes(self):
+        page = np.zeros((1030, 128), np.float32)  # a ColPali page: 527,360 bytes
+        docs = [(f"p{i}", page) for i in range(20)]
+        sizes = [len(b) for b in client_module._batched(docs, 64, 4 << 20)]
+        self.assertEqual(sizes, [7, 7, 6])  # 7 pages = 3.7 MB ≤ 4 MiB < 8 pages
+        sizes = [len(b) for b in client_module._batched(docs, 5, 4 << 20)]
+        self.assertEqual(sizes, [5, 5, 5, 5])
+        # A document larger than the byte bound goes alone; without a bound, only the count.
+        big = [("big", np.zeros((5000, 128), np.float32))] + docs[:2]
+        self.assertEqual([len(b) for b in client_module._batched(big, 64, 1 << 20)], [1, 1, 1])
+        self.assertEqual([len(b) for b in client_module._batched(docs, 64)], [20])
+        dicts = [{"id": "a", "tokens": page}, {"id": "b", "tokens": page}]
+        self.assertEqual([len(b) for b in client_module._batched(dicts, 64, 600_000)], [1, 1])
+
+
 class ProgressBarTest(unittest.TestCase):
 
     def test_built_in_bar(self):

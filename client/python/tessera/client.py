@@ -432,13 +432,26 @@ def _format_seconds(seconds: float) -> str:
     return f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes:02d}:{seconds:02d}"
 
 
-def _batched(items: Iterable, size: int) -> Iterator[list]:
-    batch = []
+def _token_bytes(doc) -> int:
+    tokens = doc["tokens"] if isinstance(doc, dict) else doc[1]
+    return int(getattr(tokens, "nbytes", 0))
+
+
+def _batched(items: Iterable, size: int, max_bytes: int = 0) -> Iterator[list]:
+    """Batches of at most `size` documents and, when max_bytes > 0, at most `max_bytes` of token
+    bytes (a larger document goes alone): one Upsert message each, well under the server's
+    message limit even for ColPali pages (~0.5 MB each in fp32)."""
+    batch, batch_bytes = [], 0
     for item in items:
+        item_bytes = _token_bytes(item) if max_bytes > 0 else 0
+        if batch and max_bytes > 0 and batch_bytes + item_bytes > max_bytes:
+            yield batch
+            batch, batch_bytes = [], 0
         batch.append(item)
+        batch_bytes += item_bytes
         if len(batch) >= size:
             yield batch
-            batch = []
+            batch, batch_bytes = [], 0
     if batch:
         yield batch
 
@@ -619,16 +632,19 @@ class Client:
             call.cancel()  # no-op once the call has finished
 
     def upsert(self, collection: str, docs: Iterable, batch_size: int = 64, dtype=None,
-               timeout: Optional[float] = None) -> List[DocumentResult]:
-        """Writes documents over one Upsert stream, `batch_size` per request message, and returns
-        one result per document (check `.ok`: a rejected document does not fail the others).
+               timeout: Optional[float] = None,
+               batch_bytes: int = 4 << 20) -> List[DocumentResult]:
+        """Writes documents over one Upsert stream, at most `batch_size` documents and
+        `batch_bytes` of token bytes per request message (a larger document goes alone), and
+        returns one result per document (check `.ok`: a rejected document does not fail the
+        others).
 
         A document is a dict {id, tokens, layout?, attributes?} or a tuple (id, tokens[, layout[,
         attributes]]); tokens: n_tokens × dim float32 or float16 (sent as is unless `dtype` says
         "fp16"/"fp32"); layout: (rows, cols[, prefix_tokens, suffix_tokens]) or None; attributes:
         {field: int | float | str}. Raises TesseraError when the stream fails.
         """
-        batches = list(_batched(docs, batch_size))
+        batches = list(_batched(docs, batch_size, batch_bytes))
         results: List[DocumentResult] = []
         answered = 0
         for batch_results in self.upsert_stream(collection, batches, dtype, timeout):
@@ -641,7 +657,7 @@ class Client:
 
     def ingest(self, collection: str, docs: Iterable, batch_size: int = 64,
                progress: bool = True, total: Optional[int] = None, dtype=None,
-               timeout: Optional[float] = None) -> IngestSummary:
+               timeout: Optional[float] = None, batch_bytes: int = 4 << 20) -> IngestSummary:
         """Streams any number of documents (a list or a lazy iterable, see `upsert`) in batches
         over one Upsert stream, with a progress bar on stderr (docs/s, ETA when the total is known).
         Returns an IngestSummary; rejected documents are in `.failed`."""
@@ -661,7 +677,7 @@ class Client:
                 yield batch
 
         try:
-            for results in self.upsert_stream(collection, counted(_batched(docs, batch_size)),
+            for results in self.upsert_stream(collection, counted(_batched(docs, batch_size, batch_bytes)),
                                               dtype, timeout):
                 bad = [r for r in results if not r.ok]
                 failed.extend(bad)
