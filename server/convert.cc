@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,17 @@ namespace {
 
 absl::Status Invalid(const std::string& field, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(field, ": ", what));
+}
+
+// A uint32 field as an int: values beyond int's range are refused here, named as sent (the
+// schema's own checks give the meaningful ranges of everything that fits).
+absl::Status ToInt(const std::string& field, uint32_t value, int* out) {
+  if (value > static_cast<uint32_t>(std::numeric_limits<int32_t>::max())) {
+    return Invalid(field,
+                   absl::StrCat(value, ", expected at most ", std::numeric_limits<int32_t>::max()));
+  }
+  *out = static_cast<int>(value);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -82,7 +94,10 @@ absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& pro
     default:
       return Invalid("schema.dtype", absl::StrCat("unknown value ", proto.dtype()));
   }
-  schema.num_shards = proto.num_shards() == 0 ? 1 : static_cast<int>(proto.num_shards());
+  schema.num_shards = 1;
+  if (proto.num_shards() != 0) {
+    TESSERA_RETURN_IF_ERROR(ToInt("schema.num_shards", proto.num_shards(), &schema.num_shards));
+  }
   schema.pooling = PoolingSpec{};
   if (proto.has_hierarchical()) {
     const v1::HierarchicalPooling& h = proto.hierarchical();
@@ -92,14 +107,25 @@ absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& pro
                      absl::StrCat(h.pool_factor(), ", expected 1 … 64"));
     }
     options.pool_factor = static_cast<int>(h.pool_factor());
-    options.method = h.method() == v1::HierarchicalPooling::METHOD_REFERENCE
-                         ? PoolingMethod::kReference
-                         : PoolingMethod::kWard;
-    options.protected_tokens = static_cast<int>(h.protected_tokens());
+    switch (h.method()) {
+      case v1::HierarchicalPooling::METHOD_UNSPECIFIED:
+      case v1::HierarchicalPooling::METHOD_WARD:
+        options.method = PoolingMethod::kWard;
+        break;
+      case v1::HierarchicalPooling::METHOD_REFERENCE:
+        options.method = PoolingMethod::kReference;
+        break;
+      default:
+        return Invalid("schema.hierarchical.method",
+                       absl::StrCat("unknown value ", h.method(),
+                                    ", expected METHOD_WARD (1) or METHOD_REFERENCE (2)"));
+    }
+    TESSERA_RETURN_IF_ERROR(ToInt("schema.hierarchical.protected_tokens", h.protected_tokens(),
+                                  &options.protected_tokens));
     options.renormalize = h.renormalize();
-    // Range-checked with the rest of the schema (ValidateSchema); saturate so none wraps.
-    options.min_vectors =
-        static_cast<int>(std::min<uint32_t>(h.min_vectors(), std::numeric_limits<int32_t>::max()));
+    // Range-checked with the rest of the schema (ValidateSchema).
+    TESSERA_RETURN_IF_ERROR(
+        ToInt("schema.hierarchical.min_vectors", h.min_vectors(), &options.min_vectors));
     schema.pooling.hierarchical = options;
   }
   if (proto.has_spatial()) {
@@ -124,10 +150,16 @@ absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& pro
       default:
         return Invalid("schema.spatial.mode", absl::StrCat("unknown value ", s.mode()));
     }
-    if (s.tile_rows() > 0) options.tile_rows = static_cast<int>(s.tile_rows());
-    if (s.tile_cols() > 0) options.tile_cols = static_cast<int>(s.tile_cols());
-    if (s.window_rows() > 0) options.window_rows = static_cast<int>(s.window_rows());
-    if (s.window_stride() > 0) options.window_stride = static_cast<int>(s.window_stride());
+    // 0 keeps the default.
+    for (const auto& [field, value, out] :
+         {std::tuple{"tile_rows", s.tile_rows(), &options.tile_rows},
+          std::tuple{"tile_cols", s.tile_cols(), &options.tile_cols},
+          std::tuple{"window_rows", s.window_rows(), &options.window_rows},
+          std::tuple{"window_stride", s.window_stride(), &options.window_stride}}) {
+      if (value > 0) {
+        TESSERA_RETURN_IF_ERROR(ToInt(absl::StrCat("schema.spatial.", field), value, out));
+      }
+    }
     options.keep_special_tokens = s.keep_special_tokens();
     options.renormalize = s.renormalize();
     schema.pooling.spatial = options;
@@ -137,13 +169,28 @@ absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& pro
   }
   if (proto.has_candidates()) {
     const v1::CandidateVectors& c = proto.candidates();
-    schema.candidates.kind = c.kind() == v1::CandidateVectors::KIND_GLOBAL_MEAN
-                                 ? CandidateSpec::Kind::kGlobalMean
-                                 : CandidateSpec::Kind::kPooled;
-    if (c.pool_factor() > 0) schema.candidates.pool_factor = static_cast<int>(c.pool_factor());
+    switch (c.kind()) {
+      case v1::CandidateVectors::KIND_UNSPECIFIED:
+      case v1::CandidateVectors::KIND_POOLED:
+        schema.candidates.kind = CandidateSpec::Kind::kPooled;
+        break;
+      case v1::CandidateVectors::KIND_GLOBAL_MEAN:
+        schema.candidates.kind = CandidateSpec::Kind::kGlobalMean;
+        break;
+      default:
+        return Invalid("schema.candidates.kind",
+                       absl::StrCat("unknown value ", c.kind(),
+                                    ", expected KIND_POOLED (1) or KIND_GLOBAL_MEAN (2)"));
+    }
+    if (c.pool_factor() > 0) {
+      TESSERA_RETURN_IF_ERROR(
+          ToInt("schema.candidates.pool_factor", c.pool_factor(), &schema.candidates.pool_factor));
+    }
     if (!c.factory().empty()) schema.candidates.factory = c.factory();
-    if (c.residual_bits() > 0)
-      schema.candidates.residual_bits = static_cast<int>(c.residual_bits());
+    if (c.residual_bits() > 0) {
+      TESSERA_RETURN_IF_ERROR(ToInt("schema.candidates.residual_bits", c.residual_bits(),
+                                    &schema.candidates.residual_bits));
+    }
     if (c.centroid_min_vectors() > 0) {
       schema.candidates.centroid_min_vectors = static_cast<int64_t>(
           std::min<uint64_t>(c.centroid_min_vectors(), std::numeric_limits<int64_t>::max()));
@@ -167,7 +214,9 @@ absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& pro
         break;
       default:
         return Invalid(absl::StrCat("schema.attributes['", field, "']"),
-                       "type unspecified, expected INT64, DOUBLE or STRING");
+                       absl::StrCat("type ", static_cast<int>(type),
+                                    type == v1::ATTRIBUTE_TYPE_UNSPECIFIED ? " (unspecified)" : "",
+                                    ", expected INT64, DOUBLE or STRING"));
     }
   }
   return schema;
@@ -311,6 +360,17 @@ absl::StatusOr<Document> DocumentFromProto(const v1::Document& proto, int64_t di
   document.dim = proto.tokens().cols();
   if (proto.has_layout()) {
     const v1::PatchGrid& grid = proto.layout();
+    // Each within int32, so that the grid's token count cannot overflow; the document's own
+    // validation compares it with the tokens sent.
+    const std::string layout_field =
+        absl::StrCat("documents[", index, "] ('", proto.id().substr(0, 64), "').layout.");
+    for (const auto& [name, value] :
+         {std::pair{"rows", grid.rows()}, std::pair{"cols", grid.cols()},
+          std::pair{"prefix_tokens", grid.prefix_tokens()},
+          std::pair{"suffix_tokens", grid.suffix_tokens()}}) {
+      int unused;
+      TESSERA_RETURN_IF_ERROR(ToInt(absl::StrCat(layout_field, name), value, &unused));
+    }
     document.layout =
         PatchGridLayout{grid.rows(), grid.cols(), grid.prefix_tokens(), grid.suffix_tokens()};
   }

@@ -72,9 +72,14 @@ grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackSer
   return reactor;
 }
 
+absl::Status CheckCollectionName(const std::string& name) {
+  if (name.empty()) return absl::InvalidArgumentError("collection: empty name");
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<Collection>> FindCollection(const ServiceContext* context,
                                                            const std::string& name) {
-  if (name.empty()) return absl::InvalidArgumentError("collection: empty name");
+  TESSERA_RETURN_IF_ERROR(CheckCollectionName(name));
   return context->engine->GetCollection(name);
 }
 
@@ -241,6 +246,7 @@ grpc::ServerUnaryReactor* AdminServiceImpl::DropCollection(grpc::CallbackServerC
                                                            const v1::DropCollectionRequest* request,
                                                            v1::DropCollectionResponse*) {
   return Serve(context_, call, "DropCollection", 0, [this, request]() -> absl::Status {
+    TESSERA_RETURN_IF_ERROR(CheckCollectionName(request->name()));
     TESSERA_RETURN_IF_ERROR(context_->engine->DropCollection(request->name()));
     Log("info", "collection dropped", {{"collection", request->name()}});
     return absl::OkStatus();

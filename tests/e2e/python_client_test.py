@@ -148,6 +148,8 @@ class BatchingTest(unittest.TestCase):
         self.assertEqual([len(b) for b in client_module._batched(docs, 64)], [20])
         dicts = [{"id": "a", "tokens": page}, {"id": "b", "tokens": page}]
         self.assertEqual([len(b) for b in client_module._batched(dicts, 64, 600_000)], [1, 1])
+        messages = [client_module.encode_document(d) for d in dicts]
+        self.assertEqual([len(b) for b in client_module._batched(messages, 64, 600_000)], [1, 1])
 
 
 class ProgressBarTest(unittest.TestCase):

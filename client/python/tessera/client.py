@@ -433,7 +433,10 @@ def _format_seconds(seconds: float) -> str:
 
 
 def _token_bytes(doc) -> int:
-    tokens = doc["tokens"] if isinstance(doc, dict) else doc[1]
+    """Token bytes of a document in any form encode_document accepts (0 when unknown)."""
+    if isinstance(doc, ingest_pb2.Document):
+        return len(doc.tokens.data)
+    tokens = doc["tokens"] if isinstance(doc, Mapping) else doc[1]
     return int(getattr(tokens, "nbytes", 0))
 
 
