@@ -35,9 +35,17 @@ void Admission::EndCall() {
   calls_cv_.SignalAll();
 }
 
-absl::Status Admission::Submit(int64_t bytes, std::function<void()> task) {
+absl::Status Admission::Submit(int64_t bytes, std::function<void()> task, absl::Time deadline) {
   {
     internal::MutexLock lock(&mu_);
+    const absl::Duration wait = ExpectedWaitLocked();
+    const absl::Duration left = deadline - absl::Now();
+    if (wait + mean_run_ > left) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "server busy: the ", queue_.size(), " queued requests need about ",
+          absl::ToInt64Milliseconds(wait), " ms before a worker is free, more than the ",
+          absl::ToInt64Milliseconds(left), " ms left of the call's deadline; retry with backoff"));
+    }
     if (static_cast<int64_t>(queue_.size()) >= options_.max_queued) {
       return absl::ResourceExhaustedError(
           absl::StrCat("server busy: ", queue_.size(),
@@ -66,11 +74,29 @@ void Admission::WorkerLoop() {
       if (queue_.empty()) return;  // stopping, and nothing left to run
       task = std::move(queue_.front());
       queue_.pop_front();
+      ++running_;
     }
+    const absl::Time start = absl::Now();
     task.run();
+    const absl::Duration ran = absl::Now() - start;
     internal::MutexLock lock(&mu_);
+    --running_;
     inflight_bytes_ -= task.bytes;
+    mean_run_ += (ran - mean_run_) / 16;
   }
+}
+
+absl::Duration Admission::ExpectedWaitLocked() const {
+  // Every queued task and the remaining half of every running one, shared by the workers.
+  if (static_cast<int64_t>(queue_.size()) + running_ < options_.workers) {
+    return absl::ZeroDuration();
+  }
+  return mean_run_ * (static_cast<double>(queue_.size()) + 0.5 * running_) / options_.workers;
+}
+
+absl::Duration Admission::ExpectedWait() const {
+  internal::ReaderMutexLock lock(&mu_);
+  return ExpectedWaitLocked();
 }
 
 int64_t Admission::Drain(absl::Time deadline) {

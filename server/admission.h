@@ -3,6 +3,9 @@
 // workers through a queue bounded in requests and in request bytes. A request that would exceed
 // either bound is refused at once with RESOURCE_EXHAUSTED naming the limit, so that overload
 // turns into fast refusals a client can back off from, not into unbounded memory and latency.
+// So is a request whose deadline would pass before a worker could reach it (the queue's expected
+// wait, from the recent mean run time of a task): with short deadlines a deep queue would
+// otherwise fill with requests that all expire while they wait, and almost nothing succeeds.
 //
 // It also counts open calls, so that shutdown can refuse new calls, wait for the open ones, and
 // then close every connection at once (an idle client connection does not delay the exit).
@@ -44,10 +47,12 @@ class Admission {
   void EndCall();
 
   // Queues `task` for a worker; `bytes` (the request's size) count against the byte limit until
-  // the task has run. OK, or RESOURCE_EXHAUSTED naming the limit that is full (the task is then
-  // dropped without running). A request larger than the whole byte limit is admitted when
-  // nothing else is in flight, so that every request the message size limit lets through can run.
-  absl::Status Submit(int64_t bytes, std::function<void()> task);
+  // the task has run. OK, or RESOURCE_EXHAUSTED naming the limit that is full, or saying that
+  // the expected wait exceeds what is left of `deadline` (the task is then dropped without
+  // running). A request larger than the whole byte limit is admitted when nothing else is in
+  // flight, so that every request the message size limit lets through can run.
+  absl::Status Submit(int64_t bytes, std::function<void()> task,
+                      absl::Time deadline = absl::InfiniteFuture());
 
   // Refuses new calls from now on and waits until no call is open or `deadline` passes. Returns
   // the number of calls still open.
@@ -55,6 +60,8 @@ class Admission {
 
   int64_t queued() const;
   int64_t inflight_bytes() const;
+  // How long a request queued now would wait for a worker, by the recent mean run time.
+  absl::Duration ExpectedWait() const;
 
  private:
   struct Task {
@@ -62,6 +69,7 @@ class Admission {
     std::function<void()> run;
   };
   void WorkerLoop();
+  absl::Duration ExpectedWaitLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const AdmissionOptions options_;
   mutable internal::Mutex mu_;
@@ -70,6 +78,9 @@ class Admission {
   std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
   int64_t inflight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t open_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t running_ ABSL_GUARDED_BY(mu_) = 0;
+  // Exponentially weighted mean of a task's run time (weight 1/16 per task).
+  absl::Duration mean_run_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> workers_;

@@ -58,6 +58,40 @@ TEST(Admission, BoundsBytesButAdmitsAnOversizedRequestAlone) {
   EXPECT_TRUE(admission.Submit(100, [] {}).ok());
 }
 
+TEST(Admission, RefusesARequestWhoseDeadlineWouldPassWhileItWaits) {
+  AdmissionOptions options;
+  options.workers = 1;
+  Admission admission(options);
+  // Teach it that a task takes ~20 ms.
+  for (int i = 0; i < 32; ++i) {
+    ASSERT_TRUE(admission.Submit(0, [] { absl::SleepFor(absl::Milliseconds(20)); }).ok());
+  }
+  while (admission.queued() > 0) absl::SleepFor(absl::Milliseconds(5));
+  absl::Notification started, release;
+  ASSERT_TRUE(admission
+                  .Submit(0,
+                          [&] {
+                            started.Notify();
+                            release.WaitForNotification();
+                          })
+                  .ok());
+  started.WaitForNotification();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(admission.Submit(0, [] {}).ok());
+  // 3 queued + half of the running one, at ≥ 15 ms each (the mean after 32 tasks of 20 ms).
+  EXPECT_GE(admission.ExpectedWait(), absl::Milliseconds(45));
+  const absl::Status refused = admission.Submit(
+      0, [] {}, absl::Now() + absl::Milliseconds(20));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(), HasSubstr("server busy: the 3 queued requests need about "));
+  EXPECT_THAT(refused.message(), HasSubstr("ms left of the call's deadline; retry with backoff"));
+  EXPECT_TRUE(admission
+                  .Submit(
+                      0, [] {}, absl::Now() + absl::Seconds(60))
+                  .ok());
+  EXPECT_TRUE(admission.Submit(0, [] {}).ok());  // no deadline
+  release.Notify();
+}
+
 TEST(Admission, DrainRefusesNewCallsAndReturnsWhenTheLastOneEnds) {
   Admission admission(AdmissionOptions{});
   ASSERT_TRUE(admission.BeginCall().ok());

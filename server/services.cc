@@ -39,6 +39,13 @@ Clock::time_point DeadlineOf(const grpc::CallbackServerContext& call) {
   return Clock::now() + (deadline - std::chrono::system_clock::now());
 }
 
+// The call's deadline for the admission: a request that could not start before it is refused.
+absl::Time AdmissionDeadline(const grpc::CallbackServerContext& call) {
+  const auto deadline = call.deadline();
+  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
+  return absl::FromChrono(deadline);
+}
+
 // CANCELLED or DEADLINE_EXCEEDED for a call that ended while it waited for a worker, else OK.
 absl::Status StillWanted(const grpc::CallbackServerContext& call) {
   if (call.IsCancelled()) return absl::CancelledError("the client cancelled the call");
@@ -60,12 +67,15 @@ grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackSer
   Admission* admission = context->admission;
   absl::Status admitted = admission->BeginCall();
   if (admitted.ok()) {
-    admitted = admission->Submit(request_bytes, [=]() {
-      absl::Status status = StillWanted(*call);
-      if (status.ok()) status = body();
-      Finish(context, call, reactor, method, start, status);
-      admission->EndCall();
-    });
+    admitted = admission->Submit(
+        request_bytes,
+        [=]() {
+          absl::Status status = StillWanted(*call);
+          if (status.ok()) status = body();
+          Finish(context, call, reactor, method, start, status);
+          admission->EndCall();
+        },
+        AdmissionDeadline(*call));
     if (!admitted.ok()) admission->EndCall();
   }
   if (!admitted.ok()) Finish(context, call, reactor, method, start, admitted);
@@ -131,8 +141,9 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
       Done(call_->IsCancelled() ? absl::CancelledError() : absl::OkStatus());
       return;
     }
-    const absl::Status admitted =
-        context_->admission->Submit(static_cast<int64_t>(request_.ByteSizeLong()), [this] {
+    const absl::Status admitted = context_->admission->Submit(
+        static_cast<int64_t>(request_.ByteSizeLong()),
+        [this] {
           absl::Status status = StillWanted(*call_);
           if (status.ok()) {
             response_.Clear();
@@ -143,7 +154,8 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
             return;
           }
           StartWrite(&response_);
-        });
+        },
+        AdmissionDeadline(*call_));
     if (!admitted.ok()) Done(admitted);
   }
 
