@@ -1,19 +1,30 @@
 // The engine: collection directories <data_dir>/collections/<name>@<creation time>, each with a
 // `schema` file (written last at creation, so a directory without one is an interrupted create and
 // is removed) and its shards. Dropped collections are moved to <data_dir>/trash and deleted when no
-// search holds them any more.
+// search holds them any more. A collection that cannot be opened because a file of it is corrupt
+// (DATA_LOSS) is kept aside as unavailable, so that one bad collection does not take the others
+// down with it.
 #include "tessera/engine.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "index/collection/collection_impl.h"
 #include "index/collection/schema_codec.h"
+#include "index/common/errno_status.h"
 #include "index/common/mutex.h"
 #include "tessera/status_macros.h"
 
@@ -23,28 +34,37 @@ namespace {
 namespace fs = std::filesystem;
 using internal::CollectionImpl;
 
+// Writes `contents` to a temporary file, fsyncs it, renames it to `path` and fsyncs the directory.
+// Errors name the file (ErrnoStatus: a full disk is RESOURCE_EXHAUSTED, EIO UNAVAILABLE).
 absl::Status WriteFileDurably(const fs::path& path, const std::string& contents) {
-  const fs::path temporary = path.string() + ".tmp";
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << contents;
-    out.flush();
-    if (!out) return absl::InternalError(absl::StrCat("cannot write ", temporary.string()));
+  const std::string temporary = path.string() + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return internal::ErrnoStatus(errno, "cannot create", temporary);
+  absl::Status status;
+  for (size_t written = 0; status.ok() && written < contents.size();) {
+    const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) status = internal::ErrnoStatus(errno, "cannot write", temporary);
+    if (n > 0) written += static_cast<size_t>(n);
   }
-  // fsync the file, then make the rename durable by syncing the directory.
-  for (const fs::path& p : {temporary, path.parent_path()}) {
-    FILE* f = std::fopen(p.c_str(), "r");
-    if (f == nullptr) return absl::InternalError(absl::StrCat("cannot open ", p.string()));
-    const int rc = ::fsync(fileno(f));
-    std::fclose(f);
-    if (rc != 0) return absl::InternalError(absl::StrCat("cannot fsync ", p.string()));
-    if (p == temporary) {
-      std::error_code error;
-      fs::rename(temporary, path, error);
-      if (error) return absl::InternalError(absl::StrCat("cannot rename to ", path.string()));
-    }
+  if (status.ok() && ::fsync(fd) != 0)
+    status = internal::ErrnoStatus(errno, "cannot fsync", temporary);
+  if (::close(fd) != 0 && status.ok())
+    status = internal::ErrnoStatus(errno, "cannot close", temporary);
+  if (status.ok() && ::rename(temporary.c_str(), path.c_str()) != 0) {
+    status = internal::ErrnoStatus(errno, absl::StrCat("cannot rename '", temporary, "' to"),
+                                   path.string());
   }
-  return absl::OkStatus();
+  if (!status.ok()) {
+    ::unlink(temporary.c_str());
+    return status;
+  }
+  const std::string dir = path.parent_path().string();
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return internal::ErrnoStatus(errno, "cannot open directory", dir);
+  if (::fsync(dir_fd) != 0) status = internal::ErrnoStatus(errno, "cannot fsync directory", dir);
+  ::close(dir_fd);
+  return status;
 }
 
 absl::StatusOr<std::string> ReadFile(const fs::path& path) {
@@ -83,13 +103,40 @@ class EngineImpl : public Engine {
         fs::remove_all(entry.path(), error);  // an interrupted create
         continue;
       }
-      TESSERA_ASSIGN_OR_RETURN(const std::string text, ReadFile(schema_path));
-      TESSERA_ASSIGN_OR_RETURN(CollectionSchema schema, internal::DecodeSchema(text));
-      TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<CollectionImpl> collection,
-                               CollectionImpl::Open(entry.path().string(), schema, context_));
-      collections_[schema.name] = std::move(collection);
+      // The name as the directory spells it, for a collection whose schema cannot be read.
+      const std::string dir_name = entry.path().filename().string();
+      const std::string name = dir_name.substr(0, dir_name.rfind('@'));
+      const absl::StatusOr<std::string> text = ReadFile(schema_path);
+      absl::StatusOr<CollectionSchema> schema =
+          text.ok() ? internal::DecodeSchema(*text) : text.status();
+      if (!schema.ok()) {
+        MarkUnavailable(name, entry.path(),
+                        absl::DataLossError(absl::StrCat("schema file '", schema_path.string(),
+                                                         "': ", schema.status().message())));
+        continue;
+      }
+      absl::StatusOr<std::shared_ptr<CollectionImpl>> collection =
+          CollectionImpl::Open(entry.path().string(), *schema, context_);
+      if (absl::IsDataLoss(collection.status())) {
+        MarkUnavailable(schema->name, entry.path(), collection.status());
+        continue;
+      }
+      // Anything else (another process holds the database, a full disk, an I/O error) concerns
+      // the whole data directory: the engine does not open.
+      TESSERA_RETURN_IF_ERROR(collection.status());
+      collections_[schema->name] = std::move(*collection);
     }
+    for (const auto& [name, collection] : collections_) unavailable_.erase(name);
     return absl::OkStatus();
+  }
+
+  void MarkUnavailable(const std::string& name, const fs::path& dir, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const absl::Status status = absl::DataLossError(
+        absl::StrCat("collection '", name, "' is unavailable: ", why.message(),
+                     " (the other collections are served; drop this one or restore its files)"));
+    std::fprintf(stderr, "tessera: %s\n", std::string(status.message()).c_str());
+    unavailable_[name] = Unavailable{dir, status};
   }
 
   absl::StatusOr<std::shared_ptr<Collection>> CreateCollection(
@@ -100,6 +147,11 @@ class EngineImpl : public Engine {
       return absl::AlreadyExistsError(
           absl::StrCat("collection '", schema.name, "' already exists"));
     }
+    if (const auto broken = unavailable_.find(schema.name); broken != unavailable_.end()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("collection '", schema.name,
+                       "' already exists (unavailable: ", broken->second.status.message(), ")"));
+    }
     // A fresh directory per incarnation: a dropped collection of the same name may still be open
     // (RocksDB locks by path) until its last search finishes.
     const fs::path dir =
@@ -108,7 +160,14 @@ class EngineImpl : public Engine {
                      absl::Hex(std::chrono::system_clock::now().time_since_epoch().count()));
     TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<CollectionImpl> collection,
                              CollectionImpl::Open(dir.string(), schema, context_));
-    TESSERA_RETURN_IF_ERROR(WriteFileDurably(dir / "schema", internal::EncodeSchema(schema)));
+    const absl::Status written = WriteFileDurably(dir / "schema", internal::EncodeSchema(schema));
+    if (!written.ok()) {
+      // Without its schema the directory is an interrupted create: close it and remove it now.
+      collection.reset();
+      std::error_code ignored;
+      fs::remove_all(dir, ignored);
+      return written;
+    }
     collections_[schema.name] = collection;
     return std::shared_ptr<Collection>(collection);
   }
@@ -117,7 +176,19 @@ class EngineImpl : public Engine {
     internal::MutexLock lock(&mu_);
     const auto it = collections_.find(name);
     if (it == collections_.end()) {
-      return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
+      const auto broken = unavailable_.find(name);
+      if (broken == unavailable_.end()) {
+        return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
+      }
+      // Nothing holds an unavailable collection open: its files go at once.
+      std::error_code error;
+      fs::remove_all(broken->second.dir, error);
+      if (error) {
+        return absl::InternalError(
+            absl::StrCat("cannot remove ", broken->second.dir.string(), ": ", error.message()));
+      }
+      unavailable_.erase(broken);
+      return absl::OkStatus();
     }
     // Move the directory aside first, so that a crash before the files are deleted leaves nothing
     // that reopens as the old collection.
@@ -141,6 +212,8 @@ class EngineImpl : public Engine {
     internal::MutexLock lock(&mu_);
     const auto it = collections_.find(name);
     if (it == collections_.end()) {
+      const auto broken = unavailable_.find(name);
+      if (broken != unavailable_.end()) return broken->second.status;
       return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
     }
     return std::shared_ptr<Collection>(it->second);
@@ -150,16 +223,33 @@ class EngineImpl : public Engine {
     internal::MutexLock lock(&mu_);
     std::vector<std::string> names;
     for (const auto& [name, collection] : collections_) names.push_back(name);
+    for (const auto& [name, broken] : unavailable_) names.push_back(name);
     std::sort(names.begin(), names.end());
     return names;
   }
 
+  std::vector<std::pair<std::string, absl::Status>> UnavailableCollections() const override {
+    internal::MutexLock lock(&mu_);
+    std::vector<std::pair<std::string, absl::Status>> out;
+    for (const auto& [name, broken] : unavailable_) out.emplace_back(name, broken.status);
+    std::sort(out.begin(), out.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+    return out;
+  }
+
  private:
+  // A collection on disk that could not be opened, and the DATA_LOSS error it answers with.
+  struct Unavailable {
+    fs::path dir;
+    absl::Status status;
+  };
+
   const fs::path data_dir_;
   const internal::CollectionContext context_;
   mutable internal::Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<CollectionImpl>> collections_
       ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Unavailable> unavailable_ ABSL_GUARDED_BY(mu_);
 };
 
 bool IsValidName(const std::string& name) {
@@ -167,6 +257,33 @@ bool IsValidName(const std::string& name) {
   return std::all_of(name.begin(), name.end(), [](char c) {
     return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
   });
+}
+
+// The number after `prefix` in a FAISS factory string ("IVF4096,PQ16" → 4096), or 0.
+int64_t FactoryNumber(const std::string& factory, const std::string& prefix) {
+  const size_t at = factory.find(prefix);
+  if (at == std::string::npos) return 0;
+  int64_t number = 0;
+  for (size_t i = at + prefix.size();
+       i < factory.size() && std::isdigit(static_cast<unsigned char>(factory[i])); ++i) {
+    number = std::min<int64_t>(number * 10 + (factory[i] - '0'), int64_t{1} << 40);
+  }
+  return number;
+}
+
+// A trainable index is trained once it holds min_training_vectors vectors, after that write is
+// durable; FAISS's k-means refuses fewer points than centroids, which would fail that write and
+// every later open. Refused at creation instead.
+absl::Status CheckTrainable(const internal::CandidateIndexOptions& options) {
+  const int64_t centroids = FactoryNumber(options.factory, "IVF");
+  if (centroids > options.min_training_vectors) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "candidate index factory '", options.factory, "': ", centroids,
+        " centroids need at least as many training vectors, and the index is trained on its first ",
+        options.min_training_vectors, " (expected at most ", options.min_training_vectors,
+        " centroids)"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -222,6 +339,7 @@ absl::Status ValidateSchema(const CollectionSchema& schema) {
     options.dim = schema.dim;
     options.factory = schema.candidates.factory;
     TESSERA_RETURN_IF_ERROR(internal::CandidateIndex::Create(options).status());
+    TESSERA_RETURN_IF_ERROR(CheckTrainable(options));
   }
   if (schema.candidates.residual_bits != 2 && schema.candidates.residual_bits != 4) {
     return absl::InvalidArgumentError(absl::StrCat(

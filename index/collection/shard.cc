@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "index/common/thread_pool.h"
+#include "index/storage/record_codec.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::internal {
@@ -57,6 +59,47 @@ bool WantsCentroidIndex(const CandidateSpec& spec, int64_t rerank_vectors) {
   }
   if (spec.factory == "auto") return rerank_vectors >= spec.centroid_min_vectors;
   return false;
+}
+
+// INVALID_ARGUMENT unless `matrix` is well formed and every value, as stored, is finite (an fp32
+// value beyond ±65504 is infinite in fp16).
+absl::Status CheckStoredValues(const StoredMatrix& matrix, const std::string& what) {
+  TESSERA_RETURN_IF_ERROR(ValidateMatrix(matrix, what));
+  const int64_t count = matrix.rows * matrix.cols;
+  for (int64_t i = 0; i < count; ++i) {
+    bool finite = true;
+    if (matrix.dtype == VectorDtype::kFloat16) {
+      uint16_t bits;
+      std::memcpy(&bits, matrix.bytes.data() + 2 * i, sizeof(bits));
+      finite = (bits & 0x7c00u) != 0x7c00u;
+    } else {
+      float value;
+      std::memcpy(&value, matrix.bytes.data() + 4 * i, sizeof(value));
+      finite = std::isfinite(value);
+    }
+    if (!finite) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": value ", i % matrix.cols, " of vector ", i / matrix.cols,
+                       " is not finite as stored (",
+                       matrix.dtype == VectorDtype::kFloat16 ? "fp16, |x| ≤ 65504" : "fp32", ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// What CentroidIndex::Add checks, so that it cannot fail after the write. A mismatch is a bug in
+// the encoder, caught before anything is written.
+absl::Status CheckCodes(const DocumentCodes& codes, int64_t rows, const CentroidCodebook& codebook,
+                        const std::string& what) {
+  const int64_t code_bytes = codebook.codec().code_bytes();
+  bool valid = codes.size() == rows && rows >= 1 &&
+               static_cast<int64_t>(codes.codes.size()) == rows * code_bytes;
+  for (uint32_t id : codes.centroids) valid = valid && id < codebook.num_centroids();
+  if (!valid) {
+    return absl::InternalError(absl::StrCat(what, ": encoding gave ", codes.size(), " codes of ",
+                                            codes.codes.size(), " bytes for ", rows, " vectors"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -262,7 +305,15 @@ absl::Status Shard::RebuildCandidates(const CandidateIndexOptions& options) {
 
 absl::Status Shard::LoadOrRebuildCandidates(const CandidateIndexOptions& options) {
   auto loaded = CandidateIndex::Load(dir_ + "/" + kSnapshotFile, options);
-  if (!loaded.ok()) return RebuildCandidates(options);
+  if (!loaded.ok()) {
+    // Only an acceleration: rebuilt from the store. A missing one is normal (a new shard, a
+    // crash before the first snapshot); a corrupt one is worth a line in the log.
+    if (!absl::IsNotFound(loaded.status())) {
+      std::fprintf(stderr, "tessera: shard '%s': rebuilding the candidate index: %s\n",
+                   dir_.c_str(), std::string(loaded.status().message()).c_str());
+    }
+    return RebuildCandidates(options);
+  }
   std::shared_ptr<CandidateIndex> index = std::move(loaded->first);
   const uint64_t covered = loaded->second;
   // Reconcile with the store: drop documents deleted since, and check that every live document
@@ -303,6 +354,7 @@ bool Shard::NeedsCandidateVectors() const { return CurrentStage1().centroids == 
 
 absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
                                          const std::vector<std::string>& deletes) {
+  TESSERA_RETURN_IF_ERROR(FailedStatus());
   // What indexing needs, kept before the store takes ownership of the writes.
   std::vector<LiveDocument> documents;
   std::vector<StoredMatrix> candidates;
@@ -317,20 +369,27 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
     stage1 = CurrentStage1();
     for (DocumentWrite& write : upserts) {
       const DocumentRecord& record = write.record;
-      // Checks that indexing would otherwise fail on after the durable write.
+      // Everything indexing checks, checked before the durable write (what CandidateIndex::Add
+      // and CentroidIndex::Add would otherwise refuse after it).
+      const std::string what = absl::StrCat("document '", record.external_id, "'");
       if (write.rerank.rows < 1 || write.rerank.cols != schema_.dim) {
         return absl::InvalidArgumentError(
-            absl::StrCat("document '", record.external_id, "': ", write.rerank.rows, " × ",
-                         write.rerank.cols, " rerank vectors, expected ≥ 1 × ", schema_.dim));
+            absl::StrCat(what, ": ", write.rerank.rows, " × ", write.rerank.cols,
+                         " rerank vectors, expected ≥ 1 × ", schema_.dim));
       }
-      if (stage1.centroids == nullptr &&
-          (write.candidates.rows < 1 || write.candidates.rows > kMaxCandidateVectorsPerDocument ||
-           write.candidates.cols != schema_.dim ||
-           write.candidates.dtype != VectorDtype::kFloat32)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("document '", record.external_id, "': ", write.candidates.rows, " × ",
-                         write.candidates.cols, " candidate vectors, expected 1 … ",
-                         kMaxCandidateVectorsPerDocument, " fp32 rows of dim ", schema_.dim));
+      TESSERA_RETURN_IF_ERROR(
+          CheckStoredValues(write.rerank, absl::StrCat(what, ": rerank vectors")));
+      if (stage1.centroids == nullptr) {
+        if (write.candidates.rows < 1 || write.candidates.rows > kMaxCandidateVectorsPerDocument ||
+            write.candidates.cols != schema_.dim ||
+            write.candidates.dtype != VectorDtype::kFloat32) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(what, ": ", write.candidates.rows, " × ", write.candidates.cols,
+                           " candidate vectors, expected 1 … ", kMaxCandidateVectorsPerDocument,
+                           " fp32 rows of dim ", schema_.dim));
+        }
+        TESSERA_RETURN_IF_ERROR(
+            CheckStoredValues(write.candidates, absl::StrCat(what, ": candidate vectors")));
       }
       documents.push_back(LiveDocument{record.external_id, 0, record.attributes, record.num_tokens,
                                        static_cast<int64_t>(record.member_offsets.size()) - 1,
@@ -351,6 +410,11 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
       std::vector<const StoredMatrix*> stored(upserts.size());
       for (size_t i = 0; i < upserts.size(); ++i) stored[i] = &upserts[i].rerank;
       codes = EncodeOnPool(*stage1.centroids, stored);
+      for (size_t i = 0; i < upserts.size(); ++i) {
+        TESSERA_RETURN_IF_ERROR(
+            CheckCodes(codes[i], upserts[i].rerank.rows, stage1.centroids->codebook(),
+                       absl::StrCat("document '", upserts[i].record.external_id, "'")));
+      }
       for (size_t i = 0; i < upserts.size(); ++i) {
         upserts[i].codes = SerializeDocumentCodes(codes[i]);
         upserts[i].code_generation = stage1.generation;
@@ -376,24 +440,49 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
   const absl::Status status = ApplyDerived(stage1, std::move(documents), candidates, codes, result);
   ++next_commit_;
   applied_.SignalAll();
+  if (!status.ok()) {
+    // The write is durable and the table matches the store, but the index misses part of it:
+    // no search may run on it, and no write may build on it, until a reopen rebuilds it.
+    const absl::Status failed = absl::InternalError(absl::StrCat(
+        "shard '", dir_, "': a write is durable but indexing it failed (", status.message(),
+        "); the shard refuses writes and searches until it is reopened, which rebuilds its "
+        "index from the store"));
+    std::fprintf(stderr, "tessera: %s\n", std::string(failed.message()).c_str());
+    MutexLock failed_lock(&failed_mu_);
+    if (failed_.ok()) failed_ = failed;
+    return failed_;
+  }
   MaybeStartTraining();
-  TESSERA_RETURN_IF_ERROR(status);
   return result;
+}
+
+absl::Status Shard::FailedStatus() const {
+  ReaderMutexLock lock(&failed_mu_);
+  return failed_;
+}
+
+void Shard::FailNextIndexUpdateForTesting(absl::Status status) {
+  MutexLock lock(&apply_mu_);
+  index_fault_ = std::move(status);
 }
 
 absl::Status Shard::ApplyDerived(const Stage1& stage1, std::vector<LiveDocument> documents,
                                  const std::vector<StoredMatrix>& candidates,
                                  const std::vector<DocumentCodes>& codes,
                                  const WriteResult& result) {
+  // Every step is attempted and the table always follows the store; the first index error is
+  // returned (the caller fails the shard).
+  absl::Status status = std::move(index_fault_);
+  index_fault_ = absl::OkStatus();
   for (size_t i = 0; i < documents.size(); ++i) {
     const uint64_t replaced = result.replaced_iids[i];
     const uint64_t iid = result.upserted_iids[i];
     if (stage1.centroids != nullptr) {
       if (replaced != 0) stage1.centroids->Remove(replaced);
-      TESSERA_RETURN_IF_ERROR(stage1.centroids->Add(iid, codes[i]));
+      status.Update(stage1.centroids->Add(iid, codes[i]));
     } else {
-      if (replaced != 0) TESSERA_RETURN_IF_ERROR(stage1.candidates->Remove(replaced));
-      TESSERA_RETURN_IF_ERROR(stage1.candidates->Add(iid, View(candidates[i])));
+      if (replaced != 0) status.Update(stage1.candidates->Remove(replaced));
+      status.Update(stage1.candidates->Add(iid, View(candidates[i])));
     }
     max_indexed_iid_ = std::max(max_indexed_iid_, iid);
   }
@@ -402,7 +491,7 @@ absl::Status Shard::ApplyDerived(const Stage1& stage1, std::vector<LiveDocument>
     if (stage1.centroids != nullptr) {
       stage1.centroids->Remove(deleted);
     } else {
-      TESSERA_RETURN_IF_ERROR(stage1.candidates->Remove(deleted));
+      status.Update(stage1.candidates->Remove(deleted));
     }
   }
   MutexLock lock(&table_mu_);
@@ -414,11 +503,11 @@ absl::Status Shard::ApplyDerived(const Stage1& stage1, std::vector<LiveDocument>
   for (uint64_t deleted : result.deleted_iids) {
     if (deleted != 0) RemoveLive(deleted);
   }
-  return absl::OkStatus();
+  return status;
 }
 
 bool Shard::OutgrewTraining() const {
-  if (stopping_.load(std::memory_order_acquire)) return false;
+  if (stopping_.load(std::memory_order_acquire) || !FailedStatus().ok()) return false;
   int64_t vectors = 0;
   {
     ReaderMutexLock lock(&table_mu_);
@@ -610,6 +699,7 @@ absl::Status Shard::Train() {
 }
 
 absl::StatusOr<std::vector<Stage1Hit>> Shard::SearchCandidates(const Stage1Request& request) const {
+  TESSERA_RETURN_IF_ERROR(FailedStatus());
   const Stage1 stage1 = CurrentStage1();
   if (stage1.centroids == nullptr) return SearchCandidateIndex(*stage1.candidates, request);
   CentroidSearchOptions options;
@@ -819,8 +909,10 @@ absl::Status Shard::Snapshot() const {
   TESSERA_RETURN_IF_ERROR(store_->Flush());
   MutexLock lock(&apply_mu_);
   const Stage1 stage1 = CurrentStage1();
-  // The centroid index needs no snapshot: its codes are in the store.
+  // The centroid index needs no snapshot: its codes are in the store. A failed shard's index is
+  // not saved: it misses documents.
   if (stage1.candidates == nullptr) return absl::OkStatus();
+  TESSERA_RETURN_IF_ERROR(FailedStatus());
   return stage1.candidates->Save(dir_ + "/" + kSnapshotFile, max_indexed_iid_);
 }
 

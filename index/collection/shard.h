@@ -23,9 +23,15 @@
 // Consistency: Apply() writes to the store (durably, group-committed with concurrent writers) and
 // then updates the stage-1 index and the table in the store's commit order (commit_index), so the
 // derived state always equals replaying the store. A write is visible to searches once Apply()
-// returns. The candidate index is rebuildable: Open() loads its snapshot and adds documents newer
-// than the snapshot and drops deleted ones, or rebuilds it from the store when the snapshot is
-// missing, stale or corrupt.
+// returns. Atomicity: everything that can reject a write (shapes, finite values as stored, the
+// centroid codes) runs before the durable write; after it only in-memory structures change, and
+// nothing in the input can fail them. Should the index fail anyway (a FAISS error, an
+// allocation), the table still follows the store and the shard is *failed*: Apply and
+// SearchCandidates return INTERNAL until the shard is reopened (which rebuilds the index from the
+// store), while reads of stored documents (LookupId, GetRecord, FetchRerank, Describe) go on. The
+// candidate index is rebuildable: Open() loads its snapshot and adds documents newer than the
+// snapshot and drops deleted ones, or rebuilds it from the store when the snapshot is missing,
+// stale or corrupt.
 //
 // Resident rerank vectors: up to a byte budget, the table also holds each live document's rerank
 // vectors (shared, immutable), loaded at Open() and replaced or dropped with the document in
@@ -36,7 +42,7 @@
 // write stores its codes and a rerank matrix without rows; FetchRerank decodes such documents'
 // codes (centroid + residual) for stage 2, explain and Get. Such a shard never retrains.
 //
-// Lock order: encode_mu_ → apply_mu_ → stage1_mu_ → table_mu_.
+// Lock order: encode_mu_ → apply_mu_ → stage1_mu_ → table_mu_; failed_mu_ is a leaf.
 #ifndef TESSERA_INDEX_COLLECTION_SHARD_H_
 #define TESSERA_INDEX_COLLECTION_SHARD_H_
 
@@ -122,13 +128,21 @@ class Shard {
   // index; it never goes back).
   bool NeedsCandidateVectors() const;
 
-  // Checks, then durably writes upserts and deletes, then indexes them. Nothing is written when a
-  // check fails (INVALID_ARGUMENT naming the document). Returns the store's result.
+  // Checks, then durably writes upserts and deletes, then indexes them. Returns the store's
+  // result, or:
+  // - INVALID_ARGUMENT naming the document when a check fails (rerank or candidate vectors of the
+  //   wrong shape, or with a value that is not finite as stored: fp16 holds |x| ≤ 65504); nothing
+  //   is written;
+  // - the store's error when the write fails (RESOURCE_EXHAUSTED "disk full: …", UNAVAILABLE for
+  //   other I/O errors; see ShardStore::Write); nothing a reader sees is written;
+  // - INTERNAL when the index failed after the durable write (see the class comment), and from
+  //   then on for every call until the shard is reopened.
   absl::StatusOr<WriteResult> Apply(std::vector<DocumentWrite> upserts,
                                     const std::vector<std::string>& deletes);
 
   // Stage 1: up to request.num_documents live documents matching the filter, best approximate
-  // score first (ties: lower iid). Scans are split over the shard's pool.
+  // score first (ties: lower iid). Scans are split over the shard's pool. INTERNAL when the shard
+  // is failed.
   absl::StatusOr<std::vector<Stage1Hit>> SearchCandidates(const Stage1Request& request) const;
 
   // Calls fn(iid, document) for every live document matching `filter`, under a reader lock.
@@ -148,7 +162,7 @@ class Shard {
 
   ShardStats Stats() const;
   // Flushes the store's memtables, then saves the candidate index (when in use) with the iid it
-  // covers.
+  // covers (not when the shard is failed: INTERNAL).
   absl::Status Snapshot() const;
 
   // Blocks until no training runs (none may be starting either).
@@ -156,6 +170,9 @@ class Shard {
   // Called by a training after it has encoded the shard's documents, before it catches up with
   // the writes made meanwhile and swaps its index in (the test may write, delete and search).
   void SetTrainingHookForTesting(std::function<void()> hook);
+  // The next write's index update fails with `status` after its durable write (every step still
+  // runs), as a FAISS error or a failed allocation would.
+  void FailNextIndexUpdateForTesting(absl::Status status);
 
  private:
   // The stage-1 index in use (a consistent pair: exactly one is set).
@@ -178,7 +195,10 @@ class Shard {
   absl::Status RebuildCandidates(const CandidateIndexOptions& options)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   Stage1 CurrentStage1() const;
-  // Applies one committed write to the stage-1 index and the table.
+  // OK, or the INTERNAL error a failed shard answers with.
+  absl::Status FailedStatus() const ABSL_LOCKS_EXCLUDED(failed_mu_);
+  // Applies one committed write to the stage-1 index and the table. Every step runs; the table
+  // always ends up matching the store. Returns the first error of the index.
   absl::Status ApplyDerived(const Stage1& stage1, std::vector<LiveDocument> documents,
                             const std::vector<StoredMatrix>& candidates,
                             const std::vector<DocumentCodes>& codes, const WriteResult& result)
@@ -239,6 +259,11 @@ class Shard {
   // Rerank vectors the current codebook was trained on (0: no codebook).
   int64_t trained_vectors_ ABSL_GUARDED_BY(apply_mu_) = 0;
   std::function<void()> training_hook_ ABSL_GUARDED_BY(apply_mu_);
+  absl::Status index_fault_ ABSL_GUARDED_BY(apply_mu_);  // FailNextIndexUpdateForTesting
+
+  // Set once, when an index update after a durable write failed (a leaf lock).
+  mutable Mutex failed_mu_;
+  absl::Status failed_ ABSL_GUARDED_BY(failed_mu_);
   std::thread trainer_;
   std::atomic<bool> stopping_{false};
 

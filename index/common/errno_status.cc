@@ -24,6 +24,8 @@ absl::Status ErrnoStatus(int error, absl::string_view what, absl::string_view pa
       return absl::ResourceExhaustedError(message);
     case EISDIR:
       return absl::InvalidArgumentError(message);
+    case EIO:
+      return absl::UnavailableError(message);
     default:
       return absl::InternalError(message);
   }

@@ -8,7 +8,8 @@
 namespace tessera::internal {
 
 // "<what> '<path>': <strerror(error)>" with NOT_FOUND (ENOENT, ENOTDIR), PERMISSION_DENIED (EACCES,
-// EPERM, EROFS), RESOURCE_EXHAUSTED (ENOSPC, EDQUOT, EFBIG), INVALID_ARGUMENT (EISDIR) or INTERNAL.
+// EPERM, EROFS), RESOURCE_EXHAUSTED (ENOSPC, EDQUOT, EFBIG), INVALID_ARGUMENT (EISDIR),
+// UNAVAILABLE (EIO: the device failed, as for RocksDB's I/O errors) or INTERNAL.
 absl::Status ErrnoStatus(int error, absl::string_view what, absl::string_view path);
 
 }  // namespace tessera::internal

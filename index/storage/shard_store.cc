@@ -2,8 +2,16 @@
 // and values is in record_codec.h.
 #include "index/storage/shard_store.h"
 
+#include <fcntl.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <ctime>
 #include <deque>
 #include <filesystem>
 #include <limits>
@@ -18,7 +26,9 @@
 #include "rocksdb/cache.h"
 #include "rocksdb/convenience.h"
 #include "rocksdb/db.h"
+#include "rocksdb/env.h"
 #include "rocksdb/filter_policy.h"
+#include "rocksdb/listener.h"
 #include "rocksdb/options.h"
 #include "rocksdb/snapshot.h"
 #include "rocksdb/table.h"
@@ -47,6 +57,15 @@ constexpr uint64_t kStoreFormatVersion = 1;
 constexpr size_t kMaxGroupDocuments = 1000;
 constexpr size_t kMaxGroupBytes = size_t{64} << 20;
 
+// RocksDB's status as an absl::Status: the one place the codes are mapped. RocksDB's message is
+// kept whole; for I/O errors and corruption it names the file ("While appending to file:
+// <dir>/000004.log: No space left on device", "block checksum mismatch: … in <dir>/000012.sst").
+//   IOError NoSpace       RESOURCE_EXHAUSTED "disk full: shard '<dir>': …"
+//   IOError PathNotFound  NOT_FOUND
+//   other IOError         UNAVAILABLE
+//   Corruption            DATA_LOSS
+//   Busy, TryAgain, ShutdownInProgress  UNAVAILABLE; TimedOut, Expired  DEADLINE_EXCEEDED;
+//   NotFound, NotSupported, InvalidArgument, Aborted, CompactionTooLarge  their namesakes.
 absl::Status FromRocks(const rocksdb::Status& s, absl::string_view dir, absl::string_view context) {
   if (s.ok()) return absl::OkStatus();
   const std::string message = absl::StrCat("shard '", dir, "': ", context, ": ", s.ToString());
@@ -60,7 +79,7 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view dir, absl::st
     case rocksdb::Status::kInvalidArgument:
       return absl::InvalidArgumentError(message);
     case rocksdb::Status::kIOError:
-      if (s.IsNoSpace()) return absl::ResourceExhaustedError(message);
+      if (s.IsNoSpace()) return absl::ResourceExhaustedError(absl::StrCat("disk full: ", message));
       if (s.IsPathNotFound()) return absl::NotFoundError(message);
       return absl::UnavailableError(message);
     case rocksdb::Status::kTimedOut:
@@ -78,6 +97,87 @@ absl::Status FromRocks(const rocksdb::Status& s, absl::string_view dir, absl::st
       return absl::InternalError(message);
   }
 }
+
+// The database's info log (<dir>/LOG), written with plain write(2) and errors ignored. RocksDB's
+// own file logger goes through WritableFileWriter, which in an assertion-enabled build (Debian's
+// librocksdb 7.8) aborts the process on the first log line after a failed write: a full disk would
+// take the server down instead of failing the write. Rolls LOG to LOG.old once it exceeds
+// kMaxInfoLogBytes (one old file kept).
+class InfoLog : public rocksdb::Logger {
+ public:
+  static constexpr off_t kMaxInfoLogBytes = off_t{8} << 20;
+
+  explicit InfoLog(std::string path)
+      : rocksdb::Logger(rocksdb::InfoLogLevel::INFO_LEVEL), path_(std::move(path)) {
+    std::rename(path_.c_str(), (path_ + ".old").c_str());
+    MutexLock lock(&mu_);
+    Reopen();
+  }
+  ~InfoLog() override {
+    MutexLock lock(&mu_);
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    char line[4096];
+    const auto now = std::chrono::system_clock::now();
+    const std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+    const int64_t micros =
+        std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count() %
+        1000000;
+    std::tm local{};
+    ::localtime_r(&seconds, &local);
+    size_t n = std::strftime(line, sizeof(line), "%Y/%m/%d-%H:%M:%S", &local);
+    n += std::snprintf(line + n, sizeof(line) - n, ".%06lld ", static_cast<long long>(micros));
+    const int body = std::vsnprintf(line + n, sizeof(line) - n - 1, format, ap);
+    if (body < 0) return;
+    n = std::min(n + static_cast<size_t>(body), sizeof(line) - 2);
+    if (line[n - 1] != '\n') line[n++] = '\n';
+    MutexLock lock(&mu_);
+    if (fd_ < 0) return;
+    if (::write(fd_, line, n) < 0) return;  // a lost log line is not worth failing anything
+    size_ += static_cast<off_t>(n);
+    if (size_ > kMaxInfoLogBytes) {
+      std::rename(path_.c_str(), (path_ + ".old").c_str());
+      Reopen();
+    }
+  }
+  size_t GetLogFileSize() const override {
+    MutexLock lock(&mu_);
+    return static_cast<size_t>(size_);
+  }
+
+ private:
+  void Reopen() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    size_ = 0;
+  }
+
+  const std::string path_;
+  mutable Mutex mu_;
+  int fd_ ABSL_GUARDED_BY(mu_) = -1;
+  off_t size_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Keeps RocksDB from recovering by itself from a full disk. Its own recovery (SstFileManager)
+// waits for free space of the largest write buffer (128 MiB here) and, while it waits, refuses
+// DB::Resume(); the store resumes instead on the next write once statvfs shows room (Impl::
+// ResumeIfStopped), so writes come back as soon as a little space is freed.
+class NoSpaceRecoveryListener : public rocksdb::EventListener {
+ public:
+  void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status error,
+                            bool* auto_recovery) override {
+    if (error.IsNoSpace() && error.severity() >= rocksdb::Status::Severity::kHardError) {
+      *auto_recovery = false;
+    }
+  }
+};
+
+// Free space the store wants on the disk, beyond a write's own bytes, before it resumes a
+// database stopped by a full disk (resuming flushes the memtables first).
+constexpr uint64_t kResumeHeadroomBytes = uint64_t{256} << 10;
 
 // Adds the shard directory to a codec error.
 absl::Status InShard(const absl::Status& status, absl::string_view dir) {
@@ -239,6 +339,17 @@ class ShardStore::Impl {
   }
   void DeleteRows(rocksdb::WriteBatch* batch, uint64_t iid,
                   const std::vector<uint32_t>& code_generations);
+  // Every write to the database: resumes a database a full disk stopped (ResumeIfStopped), then
+  // writes `batch` (synced per options_.sync). Sets *attempted when it reached RocksDB.
+  absl::Status WriteToDb(rocksdb::WriteBatch* batch, absl::string_view context,
+                         bool* attempted = nullptr);
+  // The status of a failed write or flush; remembers a full disk, and says for other I/O errors
+  // that RocksDB refuses writes from then on.
+  absl::Status WriteFailed(const rocksdb::Status& s, absl::string_view context);
+  // When a write failed on a full disk, RocksDB refuses every write (a hard background error)
+  // until DB::Resume(). Calls it once statvfs shows `bytes` + kResumeHeadroomBytes free, and
+  // otherwise fails fast with RESOURCE_EXHAUSTED naming the directory.
+  absl::Status ResumeIfStopped(uint64_t bytes) ABSL_LOCKS_EXCLUDED(resume_mu_);
 
   const std::string dir_;
   const ShardStoreOptions options_;
@@ -268,6 +379,11 @@ class ShardStore::Impl {
   // Copies for lock-free readers.
   std::atomic<int64_t> live_documents_snapshot_{0};
   std::atomic<int64_t> synced_writes_{0};
+
+  // Set when a write or flush failed on a full disk (the database refuses writes until resumed);
+  // cleared by ResumeIfStopped under resume_mu_.
+  std::atomic<bool> stopped_by_full_disk_{false};
+  Mutex resume_mu_;
 };
 
 ShardStore::Impl::~Impl() {
@@ -305,8 +421,9 @@ absl::Status ShardStore::Impl::Open() {
   db_options.max_total_wal_size = size_t{256} << 20;
   db_options.db_write_buffer_size = size_t{256} << 20;
   db_options.max_open_files = 512;
-  db_options.keep_log_file_num = 4;
-  db_options.max_log_file_size = 8 << 20;
+  db_options.keep_log_file_num = 4;  // LOG.old.* files of the RocksDB logger used before InfoLog
+  db_options.info_log = std::make_shared<InfoLog>(dir_ + "/LOG");
+  db_options.listeners.push_back(std::make_shared<NoSpaceRecoveryListener>());
 
   const std::shared_ptr<rocksdb::Cache> cache =
       rocksdb::NewLRUCache(std::max<size_t>(options_.block_cache_bytes, 1 << 20));
@@ -641,12 +758,10 @@ void ShardStore::Impl::CommitGroup(const std::vector<Writer*>& group) {
   // Iids handed out are never handed out again, even when the write fails.
   next_iid_ = next_iid;
 
-  rocksdb::WriteOptions write_options;
-  write_options.sync = options_.sync;
-  const rocksdb::Status s = db_->Write(write_options, &batch);
-  if (write_options.sync) synced_writes_.fetch_add(1, std::memory_order_relaxed);
-  if (!s.ok()) {
-    const absl::Status error = Rocks(s, "writing a batch");
+  bool attempted = false;
+  const absl::Status error = WriteToDb(&batch, "writing a batch", &attempted);
+  if (attempted && options_.sync) synced_writes_.fetch_add(1, std::memory_order_relaxed);
+  if (!error.ok()) {
     for (Writer* w : batched) {
       w->status = error;
       w->result = WriteResult();
@@ -767,9 +882,7 @@ absl::Status ShardStore::Impl::PutCodes(uint32_t generation,
     batch.Put(codes_, EncodeCodesKey(generation, iid), EncodeCodesValue(bytes));
   }
   for (uint64_t iid : removed) batch.Delete(codes_, EncodeCodesKey(generation, iid));
-  rocksdb::WriteOptions write_options;
-  write_options.sync = options_.sync;
-  return Rocks(db_->Write(write_options, &batch), "writing centroid codes");
+  return WriteToDb(&batch, "writing centroid codes");
 }
 
 absl::Status ShardStore::Impl::DropCodeGenerationsExcept(uint32_t keep) {
@@ -780,9 +893,7 @@ absl::Status ShardStore::Impl::DropCodeGenerationsExcept(uint32_t keep) {
   const std::string end(13, '\xff');
   if (keep > 0) batch.DeleteRange(codes_, first, keep_begin);
   batch.DeleteRange(codes_, keep == UINT32_MAX ? end : EncodeCodesKey(keep + 1, 0), end);
-  rocksdb::WriteOptions write_options;
-  write_options.sync = options_.sync;
-  return Rocks(db_->Write(write_options, &batch), "dropping old centroid codes");
+  return WriteToDb(&batch, "dropping old centroid codes");
 }
 
 absl::Status ShardStore::Impl::ForEachCodes(
@@ -834,10 +945,58 @@ ShardStoreStats ShardStore::Impl::Stats() const {
 }
 
 absl::Status ShardStore::Impl::Flush() {
+  TESSERA_RETURN_IF_ERROR(ResumeIfStopped(0));
   rocksdb::FlushOptions flush_options;
   flush_options.wait = true;
-  return Rocks(db_->Flush(flush_options, {meta_, docs_, ids_, rerank_, candidates_, codes_}),
-               "flushing");
+  const rocksdb::Status s =
+      db_->Flush(flush_options, {meta_, docs_, ids_, rerank_, candidates_, codes_});
+  return s.ok() ? absl::OkStatus() : WriteFailed(s, "flushing");
+}
+
+absl::Status ShardStore::Impl::WriteToDb(rocksdb::WriteBatch* batch, absl::string_view context,
+                                         bool* attempted) {
+  TESSERA_RETURN_IF_ERROR(ResumeIfStopped(batch->GetDataSize()));
+  if (attempted != nullptr) *attempted = true;
+  rocksdb::WriteOptions write_options;
+  write_options.sync = options_.sync;
+  const rocksdb::Status s = db_->Write(write_options, batch);
+  return s.ok() ? absl::OkStatus() : WriteFailed(s, context);
+}
+
+absl::Status ShardStore::Impl::WriteFailed(const rocksdb::Status& s, absl::string_view context) {
+  if (s.IsNoSpace()) {
+    stopped_by_full_disk_.store(true, std::memory_order_release);
+    return Rocks(s, context);
+  }
+  const absl::Status status = Rocks(s, context);
+  if (!s.IsIOError()) return status;
+  // A failed WAL or MANIFEST write or sync stops the database for good (the OS may have dropped
+  // the unsynced pages): only reopening it, which replays what reached the disk, writes again.
+  return absl::Status(
+      status.code(),
+      absl::StrCat(status.message(), " (the shard refuses writes until it is reopened)"));
+}
+
+absl::Status ShardStore::Impl::ResumeIfStopped(uint64_t bytes) {
+  if (!stopped_by_full_disk_.load(std::memory_order_acquire)) return absl::OkStatus();
+  MutexLock lock(&resume_mu_);
+  if (!stopped_by_full_disk_.load(std::memory_order_acquire)) return absl::OkStatus();
+  struct statvfs disk;
+  if (::statvfs(dir_.c_str(), &disk) == 0) {
+    const uint64_t free_bytes = static_cast<uint64_t>(disk.f_bavail) * disk.f_frsize;
+    if (free_bytes < bytes + kResumeHeadroomBytes) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("disk full: shard '", dir_, "': ", free_bytes,
+                       " bytes free; writes resume once space is freed"));
+    }
+  }
+  // Flushes the memtables (a failed WAL write leaves the WAL unusable) and clears the error.
+  const rocksdb::Status s = db_->Resume();
+  if (!s.ok()) return WriteFailed(s, "resuming writes after the disk was full");
+  stopped_by_full_disk_.store(false, std::memory_order_release);
+  std::fprintf(stderr, "tessera: shard '%s': disk space is available again, writes resumed\n",
+               dir_.c_str());
+  return absl::OkStatus();
 }
 
 // ShardStore: forwards to Impl.

@@ -104,7 +104,9 @@ struct ShardStoreStats {
 class ShardStore {
  public:
   // Opens (or creates) the database in `dir`. NOT_FOUND when it does not exist and
-  // create_if_missing is false; DATA_LOSS / INTERNAL for a database RocksDB cannot open.
+  // create_if_missing is false; DATA_LOSS (naming the file) for a corrupt database,
+  // RESOURCE_EXHAUSTED / UNAVAILABLE for a full disk / an I/O error, INTERNAL otherwise. RocksDB's
+  // info log goes to dir/LOG (rolled to LOG.old past 8 MiB).
   static absl::StatusOr<std::unique_ptr<ShardStore>> Open(const std::string& dir,
                                                           const ShardStoreOptions& options);
   ~ShardStore();
@@ -117,6 +119,15 @@ class ShardStore {
   // Upserts and deletes (by external id) in one atomic, durable WriteBatch. Within one call, and
   // across calls committed in one group, requests apply in order: a later upsert of the same id
   // replaces an earlier one. INVALID_ARGUMENT for a malformed matrix (size ≠ rows·cols·itemsize).
+  // A failed write wrote nothing that a reader sees (after a failed sync its batch may still be
+  // replayed at the next open: not acknowledged, not lost either). Disk errors (every writing
+  // call, Flush included):
+  // - RESOURCE_EXHAUSTED "disk full: shard '<dir>': …" (RocksDB's message names the file). The
+  //   database then refuses writes; the first write after space was freed resumes it
+  //   (DB::Resume, which flushes the memtables) without reopening, while reads go on throughout.
+  // - UNAVAILABLE naming the file ("IO error: While fdatasync: <dir>/000004.log: …") for any
+  //   other write or sync error. RocksDB stops the database for good then: writes fail until the
+  //   store is reopened (the message says so).
   absl::StatusOr<WriteResult> Write(std::vector<DocumentWrite> upserts,
                                     const std::vector<std::string>& deletes);
 

@@ -4,8 +4,10 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tessera/collection.h"
 #include "tessera/maxsim.h"
@@ -28,9 +30,18 @@ struct EngineOptions {
 };
 
 // Thread-safe.
+//
+// A collection whose files are corrupt (a RocksDB SST, a record failing its checksum, an unreadable
+// schema file) does not stop the engine from opening: it is *unavailable*. It stays listed by
+// ListCollections and UnavailableCollections, GetCollection (hence every call on it) returns
+// DATA_LOSS naming the collection and the file, CreateCollection of its name ALREADY_EXISTS, and
+// DropCollection removes its files. A corrupt candidate index snapshot is not a reason: it is
+// only an acceleration, rebuilt from the shard's database with a line in the log.
 class Engine {
  public:
-  // Opens every collection under `data_dir` (created if missing).
+  // Opens every collection under `data_dir` (created if missing). Fails as a whole only for what
+  // concerns the data directory (cannot create it, a database held by another process, a full
+  // disk, an I/O error); corrupt collections are opened as unavailable (see above).
   static absl::StatusOr<std::unique_ptr<Engine>> Open(const std::string& data_dir,
                                                       const EngineOptions& options = {});
   virtual ~Engine() = default;
@@ -41,11 +52,15 @@ class Engine {
   // NOT_FOUND for an unknown name. Searches already running on the collection finish; its files
   // are removed when the last reference goes away.
   virtual absl::Status DropCollection(const std::string& name) = 0;
-  // NOT_FOUND for an unknown name.
+  // NOT_FOUND for an unknown name; DATA_LOSS for an unavailable collection.
   virtual absl::StatusOr<std::shared_ptr<Collection>> GetCollection(
       const std::string& name) const = 0;
-  // Names, sorted.
+  // Names, sorted, unavailable collections included.
   virtual std::vector<std::string> ListCollections() const = 0;
+  // The unavailable collections and the DATA_LOSS error each answers with, sorted by name.
+  virtual std::vector<std::pair<std::string, absl::Status>> UnavailableCollections() const {
+    return {};
+  }
 };
 
 }  // namespace tessera

@@ -1,0 +1,200 @@
+// Shard::Apply is atomic end to end: everything that can reject a write runs before the durable
+// RocksDB write, and a failure after it (the derived index) marks the shard failed instead of
+// leaving it serving a table that no longer matches the store.
+#include "index/collection/shard.h"
+
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "index/collection/collection_test_util.h"
+#include "index/common/thread_pool.h"
+
+namespace tessera::internal {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kDim = 8;
+
+CollectionSchema Schema(VectorDtype dtype = VectorDtype::kFloat32) {
+  CollectionSchema schema;
+  schema.name = "shard";
+  schema.dim = kDim;
+  schema.dtype = dtype;
+  return schema;
+}
+
+// Row r of document `seed`: a unit vector pointing mostly along axis (seed + r) % dim.
+std::vector<float> Vectors(int seed, int64_t rows) {
+  std::vector<float> values(rows * kDim, 0.01f);
+  for (int64_t r = 0; r < rows; ++r) values[r * kDim + (seed + r) % kDim] = 1.0f;
+  return Normalized(values, kDim);
+}
+
+DocumentWrite Write(const std::string& id, int seed, VectorDtype dtype = VectorDtype::kFloat32) {
+  constexpr int64_t kRows = 3;
+  const std::vector<float> vectors = Vectors(seed, kRows);
+  DocumentWrite write;
+  write.record.external_id = id;
+  write.record.num_tokens = kRows;
+  for (int32_t r = 0; r <= kRows; ++r) write.record.member_offsets.push_back(r);
+  for (int32_t r = 0; r < kRows; ++r) write.record.members.push_back(r);
+  write.rerank = MatrixFromFloat(vectors, kRows, kDim, dtype);
+  write.candidates = MatrixFromFloat(vectors, kRows, kDim, VectorDtype::kFloat32);
+  return write;
+}
+
+class ShardTest : public ::testing::Test {
+ protected:
+  void Open(VectorDtype dtype = VectorDtype::kFloat32) {
+    shard_.reset();
+    absl::StatusOr<std::unique_ptr<Shard>> shard =
+        Shard::Open(dir_.path() + "/shard", Schema(dtype), ShardStoreOptions{}, 1 << 20, pool_);
+    ASSERT_TRUE(shard.ok()) << shard.status();
+    shard_ = std::move(*shard);
+  }
+
+  // The external ids stage 1 nominates for a query along `seed`'s first vector.
+  absl::StatusOr<std::set<std::string>> Search(int seed) const {
+    const std::vector<float> query = Vectors(seed, 1);
+    Stage1Request request;
+    request.query = FloatMatrixView{query.data(), 1, kDim};
+    request.num_documents = 100;
+    absl::StatusOr<std::vector<Stage1Hit>> hits = shard_->SearchCandidates(request);
+    if (!hits.ok()) return hits.status();
+    std::set<std::string> ids;
+    for (const Stage1Hit& hit : *hits) {
+      std::string id;
+      uint64_t version = 0;
+      if (shard_->Describe(hit.iid, &id, &version)) ids.insert(id);
+    }
+    return ids;
+  }
+
+  // The external ids the store holds and the shard's table lists, which must agree.
+  std::set<std::string> Stored() const {
+    std::set<std::string> table;
+    shard_->ForEachLive(Filter{}, [&](uint64_t iid, const LiveDocument& document) {
+      table.insert(document.external_id);
+    });
+    std::set<std::string> store;
+    for (const std::string& id : table) {
+      if (shard_->LookupId(id).ok()) store.insert(id);
+    }
+    EXPECT_EQ(table, store);
+    return table;
+  }
+
+  TempDir dir_;
+  std::shared_ptr<ThreadPool> pool_ = std::make_shared<ThreadPool>(2);
+  std::unique_ptr<Shard> shard_;
+};
+
+// A candidate vector with a NaN passes the shape checks; the candidate index refuses it. Before
+// this was checked ahead of the write, the document was durable when Apply failed, and every
+// later open failed while rebuilding the candidate index from the store.
+TEST_F(ShardTest, NonFiniteCandidateVectorsAreRejectedBeforeTheWrite) {
+  Open();
+  std::vector<DocumentWrite> good;
+  good.push_back(Write("a", 0));
+  ASSERT_TRUE(shard_->Apply(std::move(good), {}).ok());
+
+  std::vector<DocumentWrite> batch;
+  batch.push_back(Write("b", 1));
+  batch.push_back(Write("bad", 2));
+  std::vector<float> candidates = MatrixToFloat(batch.back().candidates);
+  candidates[kDim + 3] = std::numeric_limits<float>::quiet_NaN();
+  batch.back().candidates = MatrixFromFloat(candidates, 3, kDim, VectorDtype::kFloat32);
+  const absl::StatusOr<WriteResult> result = shard_->Apply(std::move(batch), {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+  EXPECT_THAT(result.status().message(), HasSubstr("'bad'"));
+  EXPECT_THAT(result.status().message(), HasSubstr("not finite"));
+  // Nothing of the batch was written, and the shard still takes writes.
+  EXPECT_EQ(Stored(), (std::set<std::string>{"a"}));
+  std::vector<DocumentWrite> after;
+  after.push_back(Write("c", 3));
+  ASSERT_TRUE(shard_->Apply(std::move(after), {}).ok());
+
+  Open();
+  EXPECT_EQ(Stored(), (std::set<std::string>{"a", "c"}));
+  EXPECT_TRUE(absl::IsNotFound(shard_->LookupId("bad").status()));
+  EXPECT_TRUE(absl::IsNotFound(shard_->LookupId("b").status()));
+  absl::StatusOr<std::set<std::string>> found = Search(2);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(*found, (std::set<std::string>{"a", "c"}));
+}
+
+// fp16 storage turns a finite fp32 value beyond 65504 into infinity: stored, it would poison every
+// score against the document. Refused before the write as well.
+TEST_F(ShardTest, RerankVectorsThatOverflowFp16AreRejectedBeforeTheWrite) {
+  Open(VectorDtype::kFloat16);
+  std::vector<DocumentWrite> batch;
+  batch.push_back(Write("big", 0, VectorDtype::kFloat16));
+  std::vector<float> vectors = Vectors(0, 3);
+  vectors[5] = 1e6f;
+  batch.back().rerank = MatrixFromFloat(vectors, 3, kDim, VectorDtype::kFloat16);
+  const absl::StatusOr<WriteResult> result = shard_->Apply(std::move(batch), {});
+  ASSERT_FALSE(result.ok());
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+  EXPECT_THAT(result.status().message(), HasSubstr("'big'"));
+  Open(VectorDtype::kFloat16);
+  EXPECT_TRUE(absl::IsNotFound(shard_->LookupId("big").status()));
+}
+
+// A failure of the in-memory index after the durable write (FAISS, allocation: nothing the input
+// can cause any more) is simulated through the test seam. The write is durable and reported as
+// failed; the shard then refuses writes and searches, never serving an index that misses a
+// stored document, while Get-style reads of the store go on; reopening rebuilds it.
+TEST_F(ShardTest, IndexFailureAfterTheWriteFailsTheShardUntilReopened) {
+  Open();
+  std::vector<DocumentWrite> first;
+  first.push_back(Write("a", 0));
+  ASSERT_TRUE(shard_->Apply(std::move(first), {}).ok());
+
+  shard_->FailNextIndexUpdateForTesting(absl::ResourceExhaustedError("injected: out of memory"));
+  std::vector<DocumentWrite> second;
+  second.push_back(Write("b", 1));
+  const absl::StatusOr<WriteResult> failed = shard_->Apply(std::move(second), {});
+  ASSERT_FALSE(failed.ok());
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kInternal) << failed.status();
+  EXPECT_THAT(failed.status().message(), HasSubstr("injected: out of memory"));
+  EXPECT_THAT(failed.status().message(), HasSubstr("durable"));
+  EXPECT_THAT(failed.status().message(), HasSubstr("reopen"));
+
+  // The table matches the store ("b" is durable), searches and writes are refused.
+  EXPECT_EQ(Stored(), (std::set<std::string>{"a", "b"}));
+  const absl::StatusOr<std::set<std::string>> search = Search(1);
+  ASSERT_FALSE(search.ok());
+  EXPECT_EQ(search.status().code(), absl::StatusCode::kInternal);
+  std::vector<DocumentWrite> third;
+  third.push_back(Write("c", 2));
+  const absl::StatusOr<WriteResult> refused = shard_->Apply(std::move(third), {});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(refused.status().message(), HasSubstr("injected: out of memory"));
+  absl::StatusOr<uint64_t> b = shard_->LookupId("b");
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_TRUE(shard_->GetRecord(*b).ok());
+
+  Open();
+  EXPECT_EQ(Stored(), (std::set<std::string>{"a", "b"}));
+  EXPECT_TRUE(absl::IsNotFound(shard_->LookupId("c").status()));
+  const absl::StatusOr<std::set<std::string>> found = Search(1);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(*found, (std::set<std::string>{"a", "b"}));
+  std::vector<DocumentWrite> fourth;
+  fourth.push_back(Write("d", 3));
+  EXPECT_TRUE(shard_->Apply(std::move(fourth), {}).ok());
+}
+
+}  // namespace
+}  // namespace tessera::internal
