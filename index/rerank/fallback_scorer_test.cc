@@ -1,12 +1,21 @@
+// Tests for the fallback scorer (GPU → CPU): the scorer conformance suite with a primary that
+// always fails (every call is scored by the fallback) and with the CPU scorer as both primary and
+// fallback (the fallback is never taken), and how it reports a fallback.
 #include <atomic>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "index/rerank/scorer_conformance.h"
 #include "tessera/maxsim.h"
 
 namespace tessera {
 namespace {
+
+using maxsim_testing::MaxSimScorerConformance;
+using maxsim_testing::MaxSimScorerValidation;
+using maxsim_testing::ScorerFactory;
 
 // A backend whose device is gone: every call fails the way a lost GPU does.
 class UnavailableScorer final : public MaxSimScorer {
@@ -19,6 +28,47 @@ class UnavailableScorer final : public MaxSimScorer {
     return absl::UnavailableError("device lost");
   }
 };
+
+absl::StatusOr<std::shared_ptr<const MaxSimScorer>> CpuScorer(int num_threads) {
+  CpuMaxSimOptions options;
+  options.num_threads = num_threads;
+  absl::StatusOr<std::unique_ptr<MaxSimScorer>> scorer = NewCpuMaxSimScorer(options);
+  if (!scorer.ok()) return scorer.status();
+  return std::shared_ptr<const MaxSimScorer>(*std::move(scorer));
+}
+
+std::vector<ScorerFactory> FallbackFactories() {
+  ScorerFactory failing_primary;
+  failing_primary.name = "failing_primary";
+  failing_primary.make = [](int num_threads) -> absl::StatusOr<std::unique_ptr<MaxSimScorer>> {
+    absl::StatusOr<std::shared_ptr<const MaxSimScorer>> cpu = CpuScorer(num_threads);
+    if (!cpu.ok()) return cpu.status();
+    return NewFallbackMaxSimScorer(
+        std::make_shared<UnavailableScorer>(), *std::move(cpu), [](const absl::Status& status) {
+          EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+        });
+  };
+  failing_primary.takes_threads = true;
+
+  ScorerFactory cpu_primary;
+  cpu_primary.name = "cpu_primary";
+  cpu_primary.make = [](int num_threads) -> absl::StatusOr<std::unique_ptr<MaxSimScorer>> {
+    absl::StatusOr<std::shared_ptr<const MaxSimScorer>> primary = CpuScorer(num_threads);
+    absl::StatusOr<std::shared_ptr<const MaxSimScorer>> fallback = CpuScorer(num_threads);
+    if (!primary.ok()) return primary.status();
+    if (!fallback.ok()) return fallback.status();
+    return NewFallbackMaxSimScorer(
+        *std::move(primary), *std::move(fallback),
+        [](const absl::Status& status) { ADD_FAILURE() << "unexpected fallback: " << status; });
+  };
+  cpu_primary.takes_threads = true;
+  return {failing_primary, cpu_primary};
+}
+
+INSTANTIATE_TEST_SUITE_P(Fallback, MaxSimScorerConformance,
+                         ::testing::ValuesIn(FallbackFactories()));
+INSTANTIATE_TEST_SUITE_P(Fallback, MaxSimScorerValidation,
+                         ::testing::ValuesIn(FallbackFactories()));
 
 TEST(FallbackMaxSimScorer, UsesTheFallbackAndReportsIt) {
   std::shared_ptr<const MaxSimScorer> cpu = *NewCpuMaxSimScorer();

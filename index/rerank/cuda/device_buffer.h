@@ -42,26 +42,45 @@ inline absl::Status CudaStatus(cudaError_t err, absl::string_view what) {
 #define TESSERA_CUDA_RETURN_IF_ERROR(expr, what) \
   TESSERA_RETURN_IF_ERROR(::tessera::internal::CudaStatus((expr), (what)))
 
-// Device memory of a fixed capacity; Resize() reallocates (contents are not kept).
-class DeviceBuffer {
+// How a CudaBuffer allocates and frees its memory.
+struct DeviceAllocator {
+  static cudaError_t Allocate(void** data, size_t bytes) { return cudaMalloc(data, bytes); }
+  static void Free(void* data) { cudaFree(data); }
+  static std::string Describe(size_t bytes) {
+    return absl::StrCat("cudaMalloc of ", bytes, " bytes");
+  }
+};
+
+struct PinnedAllocator {
+  static cudaError_t Allocate(void** data, size_t bytes) {
+    return cudaHostAlloc(data, bytes, cudaHostAllocDefault);
+  }
+  static void Free(void* data) { cudaFreeHost(data); }
+  static std::string Describe(size_t bytes) {
+    return absl::StrCat("cudaHostAlloc of ", bytes, " pinned bytes");
+  }
+};
+
+// Memory of a fixed capacity from `Allocator`; Resize() reallocates (contents are not kept).
+template <typename Allocator>
+class CudaBuffer {
  public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer() { Release(); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  CudaBuffer() = default;
+  ~CudaBuffer() { Release(); }
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
 
   // Frees the old memory first, so that old and new never coexist against a budget.
   absl::Status Resize(size_t bytes) {
     Release();
     if (bytes == 0) return absl::OkStatus();
-    TESSERA_CUDA_RETURN_IF_ERROR(cudaMalloc(&data_, bytes),
-                                 absl::StrCat("cudaMalloc of ", bytes, " bytes"));
+    TESSERA_CUDA_RETURN_IF_ERROR(Allocator::Allocate(&data_, bytes), Allocator::Describe(bytes));
     capacity_ = bytes;
     return absl::OkStatus();
   }
 
   void Release() {
-    if (data_ != nullptr) cudaFree(data_);
+    if (data_ != nullptr) Allocator::Free(data_);
     data_ = nullptr;
     capacity_ = 0;
   }
@@ -74,36 +93,10 @@ class DeviceBuffer {
   size_t capacity_ = 0;
 };
 
+// Device memory.
+using DeviceBuffer = CudaBuffer<DeviceAllocator>;
 // Page-locked host memory, so that cudaMemcpyAsync from it is a true asynchronous DMA.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  ~PinnedBuffer() { Release(); }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-
-  absl::Status Resize(size_t bytes) {
-    Release();
-    if (bytes == 0) return absl::OkStatus();
-    TESSERA_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&data_, bytes, cudaHostAllocDefault),
-                                 absl::StrCat("cudaHostAlloc of ", bytes, " pinned bytes"));
-    capacity_ = bytes;
-    return absl::OkStatus();
-  }
-
-  void Release() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-    data_ = nullptr;
-    capacity_ = 0;
-  }
-
-  char* data() const { return static_cast<char*>(data_); }
-  size_t capacity() const { return capacity_; }
-
- private:
-  void* data_ = nullptr;
-  size_t capacity_ = 0;
-};
+using PinnedBuffer = CudaBuffer<PinnedAllocator>;
 
 class CudaStream {
  public:
