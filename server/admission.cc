@@ -40,7 +40,7 @@ absl::Status Admission::Submit(int64_t bytes, std::function<void()> task, absl::
     internal::MutexLock lock(&mu_);
     const absl::Duration wait = ExpectedWaitLocked();
     const absl::Duration left = deadline - absl::Now();
-    if (wait + mean_run_ > left) {
+    if (wait > absl::ZeroDuration() && wait > left) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "server busy: the ", queue_.size(), " queued requests need about ",
           absl::ToInt64Milliseconds(wait), " ms before a worker is free, more than the ",

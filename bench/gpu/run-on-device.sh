@@ -15,7 +15,7 @@
 # otherwise the script says what is missing and carries on. If the full project cannot be
 # configured (e.g. FAISS/gRPC/RocksDB missing), it builds a minimal project from the same sources
 # (index/common, index/rerank with cuda/, bench/gpu: needs only Abseil, GoogleTest and CUDA).
-# (RUN_ON_DEVICE_MODE=minimal forces that.) Only the two needed targets are built. The whole run
+# (RUN_ON_DEVICE_MODE=minimal forces that; CMAKE_PREFIX_PATH may point at carried Abseil/zlib.) Only the two needed targets are built. The whole run
 # stays within RUN_ON_DEVICE_DEADLINE_S seconds (default 480); each step gets what is left.
 set -uo pipefail
 
@@ -158,6 +158,7 @@ set(TESSERA_BUILD_TESTS ON)
 list(APPEND CMAKE_MODULE_PATH ${PROJECT_SOURCE_DIR}/cmake)
 find_package(Threads REQUIRED)
 find_package(absl REQUIRED CONFIG)
+find_package(ZLIB REQUIRED)
 find_package(GTest REQUIRED)
 include(TesseraCuda)
 include(TesseraHelpers)
