@@ -48,9 +48,9 @@ TEST(ApiKeys, ChecksKeysByHashScopeAndMethod) {
                             "  read,write   # writer\n", "sha256:", Hex(HashKey("a")), " admin\n"));
   ASSERT_TRUE(keys.ok()) << keys.status();
   EXPECT_EQ((*keys)->size(), 3u);
-  const char* kSearch = "/tessera.v1.QueryService/Search";
-  const char* kUpsert = "/tessera.v1.IngestService/Upsert";
-  const char* kCreate = "/tessera.v1.AdminService/CreateCollection";
+  constexpr char kSearch[] = "/tessera.v1.QueryService/Search";
+  constexpr char kUpsert[] = "/tessera.v1.IngestService/Upsert";
+  constexpr char kCreate[] = "/tessera.v1.AdminService/CreateCollection";
   EXPECT_TRUE((*keys)->Authorize("Bearer r", kSearch).ok());
   EXPECT_TRUE((*keys)->Authorize("Bearer w", kUpsert).ok());
   EXPECT_TRUE((*keys)->Authorize("Bearer a", kCreate).ok());

@@ -253,8 +253,8 @@ absl::Status Shard::LoadCentroids(uint32_t generation) {
   std::vector<uint64_t> orphans;
   {
     ReaderMutexLock lock(&table_mu_);
-    TESSERA_RETURN_IF_ERROR(
-        store_->ForEachCodes(generation, [&](uint64_t iid, std::string bytes) -> absl::Status {
+    TESSERA_RETURN_IF_ERROR(store_->ForEachCodes(
+        generation, [&](uint64_t iid, const std::string& bytes) -> absl::Status {
           table_mu_.AssertReaderHeld();
           if (!live_.contains(iid)) {
             orphans.push_back(iid);

@@ -968,7 +968,7 @@ absl::Status ShardStore::Impl::WriteFailed(const rocksdb::Status& s, absl::strin
     stopped_by_full_disk_.store(true, std::memory_order_release);
     return Rocks(s, context);
   }
-  const absl::Status status = Rocks(s, context);
+  absl::Status status = Rocks(s, context);
   if (!s.IsIOError()) return status;
   // A failed WAL or MANIFEST write or sync stops the database for good (the OS may have dropped
   // the unsynced pages): only reopening it, which replays what reached the disk, writes again.

@@ -86,7 +86,7 @@ class DiskFullTest : public ::testing::Test {
   absl::Status FillDisk(Collection& collection) {
     for (int i = 0; i < 10'000; ++i) {
       Document document = FaultDocument(absl::StrCat("doc", i), kTokens);
-      const absl::Status status = UpsertOne(collection, document);
+      absl::Status status = UpsertOne(collection, document);
       if (!status.ok()) {
         failed_id_ = document.id;
         return status;

@@ -23,9 +23,12 @@
 #define TESSERA_ASSIGN_OR_RETURN(lhs, rexpr) \
   TESSERA_ASSIGN_OR_RETURN_IMPL_(TESSERA_STATUS_CONCAT_(_tessera_statusor_, __LINE__), lhs, rexpr)
 
+// `statusor` names a variable and `lhs` may declare one: neither can take parentheses.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define TESSERA_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                                   \
   if (!statusor.ok()) return std::move(statusor).status();   \
   lhs = std::move(statusor).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 #endif  // TESSERA_STATUS_MACROS_H_
