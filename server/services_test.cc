@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -110,17 +111,27 @@ class ServicesTest : public ::testing::Test {
     return *collection;
   }
 
-  grpc::Status Search(uint32_t k, uint32_t num_candidates, const std::string& api_key = "") {
+  // A one-token search of collection "c" with `settings` applied to the request.
+  grpc::Status SearchWith(const std::function<void(v1::SearchRequest*)>& settings,
+                          const std::string& api_key = "") {
     v1::SearchRequest request;
     request.set_collection("c");
     const std::vector<float> query(kDim, 0.25f);
     EncodeMatrix(query.data(), 1, kDim, VectorDtype::kFloat32, request.mutable_query());
-    request.set_k(k);
-    request.set_num_candidates(num_candidates);
+    settings(&request);
     grpc::ClientContext call;
     if (!api_key.empty()) call.AddMetadata("authorization", "Bearer " + api_key);
     v1::SearchResponse response;
     return v1::QueryService::NewStub(channel_)->Search(&call, request, &response);
+  }
+
+  grpc::Status Search(uint32_t k, uint32_t num_candidates, const std::string& api_key = "") {
+    return SearchWith(
+        [&](v1::SearchRequest* request) {
+          request->set_k(k);
+          request->set_num_candidates(num_candidates);
+        },
+        api_key);
   }
 
   static constexpr int64_t kDim = 4;
@@ -237,15 +248,10 @@ TEST_F(ServicesTest, StageOneParametersReachTheCollectionUnclamped) {
   ASSERT_NE(CreateWithDocument("c", VectorDtype::kFloat16, kDim, std::vector<float>(8, 0.5f)),
             nullptr);
   const auto search = [&](uint32_t per_token_candidates, uint32_t nprobe) {
-    v1::SearchRequest request;
-    request.set_collection("c");
-    const std::vector<float> query(kDim, 0.25f);
-    EncodeMatrix(query.data(), 1, kDim, VectorDtype::kFloat32, request.mutable_query());
-    request.set_per_token_candidates(per_token_candidates);
-    request.set_nprobe(nprobe);
-    grpc::ClientContext call;
-    v1::SearchResponse response;
-    return v1::QueryService::NewStub(channel_)->Search(&call, request, &response);
+    return SearchWith([&](v1::SearchRequest* request) {
+      request->set_per_token_candidates(per_token_candidates);
+      request->set_nprobe(nprobe);
+    });
   };
   EXPECT_TRUE(search(100000, 16384).ok());
   const struct {
