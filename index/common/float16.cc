@@ -6,6 +6,8 @@
 
 #include <cstring>
 
+#include "index/common/cpu_features.h"
+
 namespace tessera {
 namespace {
 
@@ -22,8 +24,8 @@ float BitsToFloat(uint32_t bits) {
 }
 
 bool HasF16c() {
-  static const bool has = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx");
-  return has;
+  static const bool kHas = internal::CpuSupportsF16c() && __builtin_cpu_supports("avx");
+  return kHas;
 }
 
 __attribute__((target("avx,f16c"))) void FloatToHalfF16c(const float* src, size_t count,

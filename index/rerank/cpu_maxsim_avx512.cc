@@ -1,19 +1,9 @@
-// AVX-512 MaxSim kernel (compiled with -mavx512f/bw/vl/dq -mfma -mf16c; only called when the CPU
-// has them). Vector lanes run over query tokens (the query is transposed once per call), so
-// documents need no transposition, only fp16 → fp32 conversion, and the max over document tokens
-// is an element-wise max with no horizontal reduction until the final sum.
-//
-// Per document, a panel of up to kNj = 12 document tokens is read in place (fp32) or converted
-// once into an L1-resident fp32 panel (fp16), and reused by every query tile. The micro-kernel
-// multiplies 32 query tokens (2 zmm of the transposed query) by the panel's 12 tokens: 24
-// accumulators; per dimension k, 2 aligned loads, 12 broadcasts and 24 FMAs. On L1-resident data
-// it runs at the FMA peak (Zen 4: one 512-bit FMA per cycle). The tile's similarities then update a
-// per-query-token running max (and argmax) kept in scratch. Document data is software-prefetched
-// into L2 two panels ahead: without it, streaming documents from DRAM cost ~30%.
-//
-// Tails: the query is zero-padded to 16 lanes by the caller (padding lanes are ignored), short
-// panels use a micro-kernel instantiated for that token count, and fp16 tails are read with masked
-// loads, so nothing past a document's end is ever read.
+// AVX-512 MaxSim kernels (compiled with -mavx512f/bw/vl/dq -mfma -mf16c; only called when the CPU
+// has them): the SIMD driver of cpu_maxsim_simd.h over 16-lane zmm vectors. With 32 registers the
+// micro-kernel is 32 query lanes (2 zmm) × 12 document tokens = 24 accumulators; per dimension 2
+// aligned loads, 12 broadcasts and 24 FMAs. On L1-resident data it runs at the FMA peak (Zen 4:
+// one 512-bit FMA per cycle). The query is zero-padded to 16 lanes by the caller; fp16 tails are
+// read with masked loads, so nothing past a document's end is ever read.
 //
 // No std:: or absl:: inline code here (see cpu_maxsim_kernels.h).
 
@@ -26,233 +16,51 @@
 #pragma GCC diagnostic pop
 
 #include <cstdint>
-#include <utility>  // std::integer_sequence: types only, no code
 
 #include "index/rerank/cpu_maxsim_kernels.h"
+#include "index/rerank/cpu_maxsim_simd.h"
 
 namespace tessera {
 namespace internal {
 namespace {
 
-constexpr int kLanes = 16;
-constexpr int kNj = 12;  // document tokens per micro-kernel
-constexpr int kMaxQv = 2;
-// How far ahead (in panels) document data is prefetched.
-constexpr int kPrefetchPanels = 2;
-// How far ahead (in panels) SimilarityBlock prefetches its contiguous vectors.
-constexpr int kSimilarityPrefetchPanels = 8;
+// The traits interface is described in cpu_maxsim_simd.h.
+struct Avx512 {
+  using Vec = __m512;
+  using Index = __m512i;
+  using Mask = __mmask16;
+  static constexpr int kLanes = 16;
+  static constexpr int kNj = 12;
 
-static_assert(kLanes == kAvx512Lanes, "lane count mismatch");
-static_assert(kNj <= kMaxSimPanelTokens, "panel does not fit the scratch");
+  static Vec Zero() { return _mm512_setzero_ps(); }
+  static Vec Set1(float x) { return _mm512_set1_ps(x); }
+  static Vec Broadcast(const float* p) { return _mm512_set1_ps(*p); }
+  static Vec Load(const float* p) { return _mm512_load_ps(p); }
+  static void Store(float* p, Vec v) { _mm512_store_ps(p, v); }
+  static void StoreUnaligned(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+  static Vec Fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+  static Vec Max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
+  static Mask Greater(Vec a, Vec b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+  static Vec Blend(Vec a, Vec b, Mask m) { return _mm512_mask_mov_ps(a, m, b); }
 
-int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+  static Index LoadIndex(const int32_t* p) { return _mm512_load_si512(p); }
+  static Index SetIndex(int32_t t) { return _mm512_set1_epi32(t); }
+  static void StoreIndex(int32_t* p, Index v) { _mm512_store_si512(p, v); }
+  static Index BlendIndex(Index a, Index b, Mask m) { return _mm512_mask_mov_epi32(a, m, b); }
 
-// fp16 → fp32 of `count` values; the tail uses a masked load so nothing past src + count is read.
-void ConvertHalf(const uint16_t* src, int64_t count, float* dst) {
-  int64_t i = 0;
-  for (; i + 16 <= count; i += 16) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(h));
+  static Vec LoadHalf(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   }
-  if (i < count) {
-    const __mmask16 mask = static_cast<__mmask16>((1u << (count - i)) - 1u);
-    const __m256i h = _mm256_maskz_loadu_epi16(mask, src + i);
-    _mm512_mask_storeu_ps(dst + i, mask, _mm512_cvtph_ps(h));
+  static void ConvertHalfTail(const uint16_t* src, int64_t count, float* dst) {
+    const __mmask16 mask = static_cast<__mmask16>((1u << count) - 1u);
+    _mm512_mask_storeu_ps(dst, mask, _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask, src)));
   }
-}
-
-// Asks for document data in L2 ahead of use: documents stream from DRAM in short bursts (one
-// panel at a time) that the hardware prefetcher does not run ahead of. Walks documents
-// [begin, end) panel by panel; each Next() requests one panel, so calling it once per panel
-// computed (after kPrefetchPanels initial calls) keeps it that many panels ahead.
-class PanelPrefetcher {
- public:
-  PanelPrefetcher(const MaxSimKernelArgs& args, int64_t begin, int64_t end)
-      : docs_(args.docs),
-        end_(end),
-        row_bytes_(args.dim * (args.dtype == VectorDtype::kFloat16 ? 2 : 4)),
-        doc_(begin) {}
-
-  void Next() {
-    if (doc_ >= end_) return;
-    const DocumentRef& doc = docs_[doc_];
-    const int64_t count = doc.num_tokens - token_ < kNj ? doc.num_tokens - token_ : kNj;
-    const char* p = static_cast<const char*>(doc.data) + token_ * row_bytes_;
-    for (int64_t off = 0; off < count * row_bytes_; off += 64) _mm_prefetch(p + off, _MM_HINT_T1);
-    token_ += kNj;
-    if (token_ >= doc.num_tokens) {
-      ++doc_;
-      token_ = 0;
-    }
-  }
-
- private:
-  const DocumentRef* const docs_;
-  const int64_t end_;
-  const int64_t row_bytes_;
-  int64_t doc_;
-  int64_t token_ = 0;
 };
-
-// What a micro-kernel does with its tile of similarities.
-enum class Epilogue {
-  kMax,       // fold into run_max
-  kMaxIndex,  // fold into run_max and run_idx
-  kStore,     // store: out[j * lanes + lane] (out is passed as run_max; run_idx is unused)
-};
-
-// Similarities of QV×16 query lanes (query_t already offset to the tile) against NJ document
-// tokens rows[j * dim + k], folded into run_max/run_idx (first index wins exact ties because
-// tokens are visited in increasing order and only a strictly greater value replaces the max), or
-// stored (kStore).
-template <int QV, int NJ, Epilogue kEpilogue>
-void MicroKernel(const float* __restrict query_t, int64_t lanes, int64_t dim,
-                 const float* __restrict rows, float* __restrict run_max,
-                 int32_t* __restrict run_idx, int32_t first_token) {
-  // The accumulators must live in registers: unroll the j and v loops whatever the -O level.
-  __m512 acc[NJ][QV];
-#pragma GCC unroll 16
-  for (int j = 0; j < NJ; ++j) {
-#pragma GCC unroll 4
-    for (int v = 0; v < QV; ++v) acc[j][v] = _mm512_setzero_ps();
-  }
-  const float* q = query_t;
-  for (int64_t k = 0; k < dim; ++k, q += lanes) {
-    __m512 qv[QV];
-#pragma GCC unroll 4
-    for (int v = 0; v < QV; ++v) qv[v] = _mm512_load_ps(q + v * kLanes);
-#pragma GCC unroll 16
-    for (int j = 0; j < NJ; ++j) {
-      const __m512 d = _mm512_set1_ps(rows[j * dim + k]);
-#pragma GCC unroll 4
-      for (int v = 0; v < QV; ++v) acc[j][v] = _mm512_fmadd_ps(qv[v], d, acc[j][v]);
-    }
-  }
-  if (kEpilogue == Epilogue::kStore) {
-#pragma GCC unroll 16
-    for (int j = 0; j < NJ; ++j) {
-#pragma GCC unroll 4
-      for (int v = 0; v < QV; ++v) _mm512_storeu_ps(run_max + j * lanes + v * kLanes, acc[j][v]);
-    }
-    return;
-  }
-#pragma GCC unroll 4
-  for (int v = 0; v < QV; ++v) {
-    __m512 best = _mm512_load_ps(run_max + v * kLanes);
-    if (kEpilogue == Epilogue::kMaxIndex) {
-      __m512i idx = _mm512_load_si512(run_idx + v * kLanes);
-#pragma GCC unroll 16
-      for (int j = 0; j < NJ; ++j) {
-        const __mmask16 gt = _mm512_cmp_ps_mask(acc[j][v], best, _CMP_GT_OQ);
-        best = _mm512_mask_mov_ps(best, gt, acc[j][v]);
-        idx = _mm512_mask_mov_epi32(idx, gt, _mm512_set1_epi32(first_token + j));
-      }
-      _mm512_store_si512(run_idx + v * kLanes, idx);
-    } else {
-#pragma GCC unroll 16
-      for (int j = 0; j < NJ; ++j) best = _mm512_max_ps(best, acc[j][v]);
-    }
-    _mm512_store_ps(run_max + v * kLanes, best);
-  }
-}
-
-using MicroKernelFn = void (*)(const float*, int64_t, int64_t, const float*, float*, int32_t*,
-                               int32_t);
-
-template <Epilogue kEpilogue>
-struct KernelTable {
-  // fns[qv - 1][nj - 1]
-  MicroKernelFn fns[kMaxQv][kNj];
-};
-
-template <int QV, Epilogue kEpilogue, int... J>
-constexpr void FillRow(MicroKernelFn* row, std::integer_sequence<int, J...>) {
-  ((row[J] = &MicroKernel<QV, J + 1, kEpilogue>), ...);
-}
-
-template <Epilogue kEpilogue>
-constexpr KernelTable<kEpilogue> MakeTable() {
-  KernelTable<kEpilogue> table{};
-  FillRow<1, kEpilogue>(table.fns[0], std::make_integer_sequence<int, kNj>());
-  FillRow<2, kEpilogue>(table.fns[1], std::make_integer_sequence<int, kNj>());
-  return table;
-}
-
-constexpr KernelTable<Epilogue::kMax> kScoreOnly = MakeTable<Epilogue::kMax>();
-constexpr KernelTable<Epilogue::kMaxIndex> kWithBest = MakeTable<Epilogue::kMaxIndex>();
-constexpr KernelTable<Epilogue::kStore> kStore = MakeTable<Epilogue::kStore>();
 
 }  // namespace
 
-void MaxSimAvx512(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* scratch) {
-  const int64_t lanes = args.lanes;
-  const int64_t dim = args.dim;
-  unsigned char* bytes = static_cast<unsigned char*>(scratch);
-  float* run_max = reinterpret_cast<float*>(bytes);
-  bytes += RoundUp(lanes * 4, kMaxSimAlignment);
-  int32_t* run_idx = reinterpret_cast<int32_t*>(bytes);
-  bytes += 2 * RoundUp(lanes * 4, kMaxSimAlignment);
-  float* panel = reinterpret_cast<float*>(bytes);
-
-  const bool want_best = args.best_tokens != nullptr;
-  const MicroKernelFn(*fns)[kNj] = want_best ? kWithBest.fns : kScoreOnly.fns;
-  const __m512 neg_inf = _mm512_set1_ps(-__builtin_inff());
-
-  PanelPrefetcher prefetcher(args, begin, end);
-  for (int p = 0; p < kPrefetchPanels; ++p) prefetcher.Next();
-
-  for (int64_t d = begin; d < end; ++d) {
-    const DocumentRef& doc = args.docs[d];
-    const int64_t n = doc.num_tokens;
-    for (int64_t i = 0; i < lanes; i += kLanes) {
-      _mm512_store_ps(run_max + i, neg_inf);
-      _mm512_store_si512(run_idx + i, _mm512_setzero_si512());
-    }
-    for (int64_t j0 = 0; j0 < n; j0 += kNj) {
-      const int nj = static_cast<int>(n - j0 < kNj ? n - j0 : kNj);
-      prefetcher.Next();
-      const float* rows;
-      if (args.dtype == VectorDtype::kFloat16) {
-        ConvertHalf(static_cast<const uint16_t*>(doc.data) + j0 * dim, nj * dim, panel);
-        rows = panel;
-      } else {
-        rows = static_cast<const float*>(doc.data) + j0 * dim;
-      }
-      for (int64_t i0 = 0; i0 < lanes; i0 += kMaxQv * kLanes) {
-        const int qv = (lanes - i0) >= kMaxQv * kLanes ? kMaxQv : 1;
-        fns[qv - 1][nj - 1](args.query_t + i0, lanes, dim, rows, run_max + i0, run_idx + i0,
-                            static_cast<int32_t>(j0));
-      }
-    }
-    float score = 0.0f;
-    for (int64_t i = 0; i < args.nq; ++i) score += run_max[i];
-    args.scores[d] = score;
-    if (want_best) {
-      int32_t* out = args.best_tokens + d * args.nq;
-      for (int64_t i = 0; i < args.nq; ++i) out[i] = run_idx[i];
-    }
-  }
-}
-
-void SimilarityBlockAvx512(const float* query_t, int64_t lanes, int64_t dim, const float* vectors,
-                           int64_t n, float* out) {
-  // The panel's rows are read a column at a time (kNj streams), which the hardware prefetcher
-  // does not run ahead of: ask for the panel kSimilarityPrefetchPanels ahead (measured on 155k ×
-  // 384 vectors with AVX-512: 51 → 60 GFLOP/s, against 75-85 on a block in cache).
-  for (int64_t j0 = 0; j0 < n; j0 += kNj) {
-    const int nj = static_cast<int>(n - j0 < kNj ? n - j0 : kNj);
-    const float* rows = vectors + j0 * dim;
-    const int64_t ahead = (j0 + kSimilarityPrefetchPanels * kNj) * dim;
-    const int64_t ahead_end = (j0 + (kSimilarityPrefetchPanels + 1) * kNj) * dim;
-    for (int64_t i = ahead; i < ahead_end && i < n * dim; i += 16) {
-      _mm_prefetch(reinterpret_cast<const char*>(vectors + i), _MM_HINT_T1);
-    }
-    for (int64_t i0 = 0; i0 < lanes; i0 += kMaxQv * kLanes) {
-      const int qv = (lanes - i0) >= kMaxQv * kLanes ? kMaxQv : 1;
-      kStore.fns[qv - 1][nj - 1](query_t + i0, lanes, dim, rows, out + j0 * lanes + i0, nullptr, 0);
-    }
-  }
-}
+constexpr MaxSimKernels kAvx512Kernels = {&simd::MaxSim<Avx512>, &simd::SimilarityBlock<Avx512>,
+                                          Avx512::kLanes};
 
 }  // namespace internal
 }  // namespace tessera

@@ -1,8 +1,9 @@
-// Internal entry points of the CPU MaxSim kernels, one per instruction set. Each lives in its own
-// translation unit compiled with that ISA's flags (see CMakeLists.txt) and is only called after a
-// run-time CPU check. Those files must not odr-use inline functions or templates from shared
-// headers (std::, absl::): a COMDAT copy compiled with AVX-512 could be picked by the linker for
-// the whole program. That is why this header is plain data and declarations only.
+// Internal entry points of the CPU MaxSim kernels: one MaxSimKernels table per instruction set.
+// Each lives in its own translation unit compiled with that ISA's flags (see CMakeLists.txt) and
+// is only called after a run-time CPU check. Those files must not odr-use inline functions or
+// templates from shared headers (std::, absl::): a COMDAT copy compiled with AVX-512 could be
+// picked by the linker for the whole program. That is why this header is plain data and
+// declarations only, and why cpu_maxsim_simd.h instantiates everything with internal linkage.
 #ifndef TESSERA_INDEX_RERANK_CPU_MAXSIM_KERNELS_H_
 #define TESSERA_INDEX_RERANK_CPU_MAXSIM_KERNELS_H_
 
@@ -15,10 +16,6 @@ namespace internal {
 
 // Alignment of the transposed query and of every scratch region, in bytes.
 constexpr int64_t kMaxSimAlignment = 64;
-// Query lanes each kernel expects the transposed query to be padded to (its vector width).
-constexpr int64_t kAvx512Lanes = 16;
-constexpr int64_t kAvx2Lanes = 8;
-constexpr int64_t kPortableLanes = 1;
 
 // One Score() call, prepared for a kernel.
 struct MaxSimKernelArgs {
@@ -40,22 +37,28 @@ struct MaxSimKernelArgs {
 // Bytes of scratch one kernel call needs (the same bound for every kernel).
 int64_t MaxSimScratchBytes(int64_t lanes, int64_t dim);
 
-// Score documents [begin, end) of `args`. `scratch`: MaxSimScratchBytes(args.lanes, args.dim)
-// bytes, kMaxSimAlignment-aligned, private to this call. Safe to call concurrently on disjoint
-// document ranges with distinct scratch.
-void MaxSimAvx512(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* scratch);
-void MaxSimAvx2(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* scratch);
-void MaxSimPortable(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* scratch);
+// One instruction set's kernels. Plain data, constant-initialised: safe to use from static
+// initialisers of other translation units.
+struct MaxSimKernels {
+  // Score documents [begin, end) of `args`. `scratch`: MaxSimScratchBytes(args.lanes, args.dim)
+  // bytes, kMaxSimAlignment-aligned, private to this call. Safe to call concurrently on disjoint
+  // document ranges with distinct scratch.
+  void (*maxsim)(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* scratch);
+  // Inner products of `n` fp32 vectors (vectors[j * dim + k]) with every lane of `query_t` (laid
+  // out as MaxSimKernelArgs::query_t): out[j * lanes + i] for j < n, i < lanes (0 in padding
+  // lanes). Stage 1's exact candidate scans use these: the MaxSim micro-kernels with a store for an
+  // epilogue.
+  void (*similarity)(const float* query_t, int64_t lanes, int64_t dim, const float* vectors,
+                     int64_t n, float* out);
+  // Query lanes the kernels expect the transposed query padded to (a multiple of; their vector
+  // width).
+  int64_t lanes;
+};
 
-// Inner products of `n` fp32 vectors (vectors[j * dim + k]) with every lane of `query_t` (laid out
-// as MaxSimKernelArgs::query_t): out[j * lanes + i] for j < n, i < lanes (0 in padding lanes).
-// Stage 1's exact candidate scans use these: the MaxSim micro-kernels with a store for an epilogue.
-void SimilarityBlockAvx512(const float* query_t, int64_t lanes, int64_t dim, const float* vectors,
-                           int64_t n, float* out);
-void SimilarityBlockAvx2(const float* query_t, int64_t lanes, int64_t dim, const float* vectors,
-                         int64_t n, float* out);
-void SimilarityBlockPortable(const float* query_t, int64_t lanes, int64_t dim, const float* vectors,
-                             int64_t n, float* out);
+// Defined in cpu_maxsim_avx512.cc, cpu_maxsim_avx2.cc and cpu_maxsim_portable.cc.
+extern const MaxSimKernels kAvx512Kernels;
+extern const MaxSimKernels kAvx2Kernels;
+extern const MaxSimKernels kPortableKernels;
 
 // Number of document tokens the SIMD kernels convert/process per panel (scratch is sized for it).
 constexpr int64_t kMaxSimPanelTokens = 16;

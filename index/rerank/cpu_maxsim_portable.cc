@@ -23,6 +23,8 @@ int64_t MaxSimScratchBytes(int64_t lanes, int64_t dim) {
          RoundUp(kMaxSimPanelTokens * dim * 4, kMaxSimAlignment);
 }
 
+namespace {
+
 void MaxSimPortable(const MaxSimKernelArgs& args, int64_t begin, int64_t end, void* scratch) {
   const int64_t lanes = args.lanes;
   const int64_t nq = args.nq;
@@ -82,6 +84,11 @@ void SimilarityBlockPortable(const float* query_t, int64_t lanes, int64_t dim, c
     }
   }
 }
+
+}  // namespace
+
+// One lane: the loops need no padding.
+constexpr MaxSimKernels kPortableKernels = {&MaxSimPortable, &SimilarityBlockPortable, 1};
 
 }  // namespace internal
 }  // namespace tessera

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "index/common/cpu_features.h"
 
 namespace tessera {
 namespace internal {
@@ -24,21 +25,14 @@ constexpr int64_t kChunksPerThread = 4;
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// One ISA's kernels and the lane multiple they expect the transposed query padded to.
-struct IsaKernels {
-  void (*maxsim)(const MaxSimKernelArgs&, int64_t, int64_t, void*);
-  void (*similarity)(const float*, int64_t, int64_t, const float*, int64_t, float*);
-  int64_t lanes;
-};
-
-IsaKernels KernelsFor(CpuIsa isa) {
+const MaxSimKernels& KernelsFor(CpuIsa isa) {
   switch (isa) {
     case CpuIsa::kAvx512:
-      return {&MaxSimAvx512, &SimilarityBlockAvx512, kAvx512Lanes};
+      return kAvx512Kernels;
     case CpuIsa::kAvx2:
-      return {&MaxSimAvx2, &SimilarityBlockAvx2, kAvx2Lanes};
+      return kAvx2Kernels;
     default:
-      return {&MaxSimPortable, &SimilarityBlockPortable, kPortableLanes};
+      return kPortableKernels;
   }
 }
 
@@ -72,7 +66,7 @@ AlignedBuffer AllocateAligned(int64_t bytes) {
 QuerySimilarity::QuerySimilarity(FloatMatrixView queries, CpuIsa isa) {
   if (isa == CpuIsa::kAuto) isa = DetectCpuIsa();
   dim_ = queries.cols;
-  const IsaKernels kernels = KernelsFor(isa);
+  const MaxSimKernels& kernels = KernelsFor(isa);
   lanes_ = RoundUp(queries.rows, kernels.lanes);
   query_t_ = TransposeQuery(queries, lanes_);
   kernel_ = kernels.similarity;
@@ -88,10 +82,9 @@ bool CpuSupportsIsa(CpuIsa isa) {
     case CpuIsa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+             __builtin_cpu_supports("fma") && CpuSupportsF16c();
     case CpuIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && CpuSupportsF16c();
     case CpuIsa::kAuto:
     case CpuIsa::kPortable:
       return true;
@@ -162,12 +155,12 @@ absl::Status CpuMaxSimScorer::ScoreImpl(FloatMatrixView query, const DocumentBat
 }  // namespace internal
 
 CpuIsa DetectCpuIsa() {
-  static const CpuIsa best = [] {
+  static const CpuIsa kBest = [] {
     if (internal::CpuSupportsIsa(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
     if (internal::CpuSupportsIsa(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
     return CpuIsa::kPortable;
   }();
-  return best;
+  return kBest;
 }
 
 absl::StatusOr<std::unique_ptr<MaxSimScorer>> NewCpuMaxSimScorer(const CpuMaxSimOptions& options) {
