@@ -35,11 +35,11 @@ TEST(Admission, RunsTasksInOrderOnItsWorkersAndAllQueuedOnesBeforeItEnds) {
 }
 
 TEST(Admission, BoundsBytesButAdmitsAnOversizedRequestAlone) {
+  absl::Notification started, release;  // outlive the admission's worker
   AdmissionOptions options;
   options.workers = 1;
   options.max_inflight_bytes = 100;
   Admission admission(options);
-  absl::Notification started, release;
   // Larger than the whole budget, with nothing else in flight: admitted.
   ASSERT_TRUE(admission
                   .Submit(500,
@@ -59,6 +59,8 @@ TEST(Admission, BoundsBytesButAdmitsAnOversizedRequestAlone) {
 }
 
 TEST(Admission, RefusesARequestWhoseDeadlineWouldPassWhileItWaits) {
+  // Declared before the admission, whose destructor joins the worker that waits on them.
+  absl::Notification started, release;
   AdmissionOptions options;
   options.workers = 1;
   Admission admission(options);
@@ -67,7 +69,6 @@ TEST(Admission, RefusesARequestWhoseDeadlineWouldPassWhileItWaits) {
     ASSERT_TRUE(admission.Submit(0, [] { absl::SleepFor(absl::Milliseconds(20)); }).ok());
   }
   while (admission.queued() > 0) absl::SleepFor(absl::Milliseconds(5));
-  absl::Notification started, release;
   ASSERT_TRUE(admission
                   .Submit(0,
                           [&] {

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/auth.h"
@@ -342,22 +343,35 @@ TEST_F(ServicesTest, AKeyOverItsRateIsRefusedWithResourceExhaustedAndRecovers) {
 }
 
 // Blocks the admission's only worker until Release(): what a saturated server looks like.
+// Release() returns once the admission has run everything queued behind it, so that the next
+// call finds the server idle.
 class BlockedWorker {
  public:
-  explicit BlockedWorker(Admission* admission) {
+  explicit BlockedWorker(Admission* admission) : admission_(admission) {
     EXPECT_TRUE(admission
                     ->Submit(0,
                              [this] {
                                started_.Notify();
                                release_.WaitForNotification();
+                               done_.Notify();
                              })
                     .ok());
     started_.WaitForNotification();
   }
-  void Release() { release_.Notify(); }
+  // The worker must have left the task (and its use of this object) before it is destroyed.
+  ~BlockedWorker() { Release(); }
+
+  void Release() {
+    if (!release_.HasBeenNotified()) release_.Notify();
+    done_.WaitForNotification();
+    while (admission_->queued() > 0 || admission_->inflight_bytes() > 0) {
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  }
 
  private:
-  absl::Notification started_, release_;
+  Admission* const admission_;
+  absl::Notification started_, release_, done_;
 };
 
 TEST_F(ServicesTest, ASaturatedServerRefusesAtOnceWithResourceExhaustedNamingTheLimit) {
