@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+#include <cctype>
 #include <functional>
 #include <map>
 #include <set>
@@ -39,6 +41,33 @@ std::map<std::string, Setter> Settings(ServerConfig* config, std::set<std::strin
       return absl::OkStatus();
     };
   };
+  settings["role"] = [config](const std::string& value) {
+    if (value != "standalone" && value != "shard") return Bad("role", value, "standalone or shard");
+    config->role = value;
+    return absl::OkStatus();
+  };
+  settings["node_id"] = [config](const std::string& value) {
+    const bool valid =
+        !value.empty() && value.size() <= 128 && value != "." && value != ".." &&
+        std::all_of(value.begin(), value.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+        });
+    if (!valid) return Bad("node_id", value, "1-128 characters of [A-Za-z0-9_.-]");
+    config->node_id = value;
+    return absl::OkStatus();
+  };
+  auto address = [&settings](const std::string& name, std::string* field) {
+    settings[name] = [name, field](const std::string& value) {
+      const size_t colon = value.rfind(':');
+      if (colon == std::string::npos || colon == 0 || colon + 1 == value.size()) {
+        return Bad(name, value, "HOST:PORT");
+      }
+      *field = value;
+      return absl::OkStatus();
+    };
+  };
+  address("etcd", &config->etcd);
+  address("advertise_address", &config->advertise_address);
   text("data_dir", &config->data_dir);
   text("listen", &config->listen);
   text("metrics_listen", &config->metrics_listen);
@@ -156,6 +185,10 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
     }
     TESSERA_RETURN_IF_ERROR(setting->second(value));
   }
+  if (config.role == "shard") {
+    if (config.node_id.empty()) return absl::InvalidArgumentError("--role shard needs --node_id");
+    if (config.etcd.empty()) return absl::InvalidArgumentError("--role shard needs --etcd");
+  }
   if (config.tls_cert.empty() != config.tls_key.empty()) {
     return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
   }
@@ -174,6 +207,12 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
 std::string ServerUsage() {
   return R"(usage: tessera-server [--config FILE.yaml] [--flag value ...]
 
+  --role standalone|shard        standalone: the public API (default); shard: the internal
+                                 ShardService, registered in etcd (needs --node_id and --etcd)
+  --node_id NAME                 this node's name in the cluster ([A-Za-z0-9_.-]{1,128})
+  --etcd HOST:PORT               etcd client URL (plaintext) of the cluster's metadata
+  --advertise_address HOST:PORT  address a shard node registers (default: --listen's host and
+                                 bound port)
   --data_dir DIR                 where collections live (default ./tessera-data)
   --listen HOST:PORT             gRPC address (default 127.0.0.1:50051; port 0 picks one)
   --metrics_listen HOST:PORT     Prometheus /metrics and /healthz (default 127.0.0.1:9464; "" off)

@@ -12,6 +12,14 @@
 namespace tessera::server {
 
 struct ServerConfig {
+  // standalone: the public services over one engine. shard: the internal ShardService for the
+  // replicas this node holds, registered in etcd as node_id (DESIGN §7).
+  std::string role = "standalone";
+  std::string node_id;  // [A-Za-z0-9_.-]{1,128}; required with role shard
+  std::string etcd;     // HOST:PORT of an etcd member's client URL; required with role shard
+  // The gRPC address a shard node registers for routers to reach it; "" = the --listen host with
+  // the port it bound.
+  std::string advertise_address;
   std::string data_dir = "./tessera-data";
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";  // "" disables the metrics endpoint

@@ -1,11 +1,18 @@
 // tessera-server: the gRPC server over one Engine (embedded default: one process, one data dir).
+// With --role shard it serves the internal ShardService instead of the public API and registers
+// the node in etcd (DESIGN §7): key /tessera/nodes/<node_id>, value
+// {"address":"HOST:PORT","role":"shard","state":"serving"}, held by a lease of kNodeLeaseSeconds
+// kept alive while the process runs, deleted on SIGTERM/SIGINT before draining. A node that dies
+// without that leaves the key to expire with its lease.
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <iostream>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -13,11 +20,13 @@
 #include "absl/strings/str_cat.h"
 #include "server/admission.h"
 #include "server/auth.h"
+#include "server/cluster/etcd_client.h"
 #include "server/config.h"
 #include "server/credentials.h"
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/services.h"
+#include "server/shard_service.h"
 #include "tessera/cuda_maxsim.h"
 #include "tessera/engine.h"
 
@@ -51,6 +60,125 @@ absl::StatusOr<std::pair<std::shared_ptr<const MaxSimScorer>, std::string>> Rera
   });
   return std::make_pair(std::shared_ptr<const MaxSimScorer>(std::move(scorer)),
                         std::string("cuda"));
+}
+
+constexpr int64_t kNodeLeaseSeconds = 10;
+
+// A shard node's registration in etcd: the key under a lease kept alive on the client's thread.
+// When etcd reports the lease lost (expired while etcd was out of reach for longer than its TTL),
+// a thread of its own registers again under a new lease, every second until that succeeds.
+class NodeRegistration {
+ public:
+  // Grants the lease and writes the key: the node is visible to routers when this returns.
+  static absl::StatusOr<std::unique_ptr<NodeRegistration>> Start(
+      std::unique_ptr<cluster::EtcdClient> etcd, std::string key, std::string value) {
+    auto registration = std::unique_ptr<NodeRegistration>(
+        new NodeRegistration(std::move(etcd), std::move(key), std::move(value)));
+    {
+      std::lock_guard<std::mutex> lock(registration->mu_);
+      const absl::Status registered = registration->RegisterLocked();
+      if (!registered.ok()) return registered;
+    }
+    registration->thread_ = std::thread([r = registration.get()] { r->Loop(); });
+    return registration;
+  }
+
+  // Deletes the key and revokes the lease (best effort: the lease expires anyway).
+  ~NodeRegistration() {
+    std::unique_ptr<cluster::LeaseKeepAlive> keepalive;
+    int64_t lease = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+      keepalive = std::move(keepalive_);
+      lease = lease_;
+    }
+    cv_.notify_all();
+    thread_.join();
+    keepalive.reset();
+    const absl::StatusOr<int64_t> deleted = etcd_->Delete(key_);
+    if (!deleted.ok()) {
+      Log("warning", "node key not deleted; it expires with its lease",
+          {{"key", key_}, {"error", std::string(deleted.status().message())}});
+    }
+    if (lease != 0) etcd_->RevokeLease(lease).IgnoreError();
+    Log("info", "node unregistered", {{"key", key_}});
+  }
+
+ private:
+  NodeRegistration(std::unique_ptr<cluster::EtcdClient> etcd, std::string key, std::string value)
+      : etcd_(std::move(etcd)), key_(std::move(key)), value_(std::move(value)) {}
+
+  absl::Status RegisterLocked() {
+    absl::StatusOr<int64_t> lease = etcd_->GrantLease(kNodeLeaseSeconds);
+    if (!lease.ok()) return lease.status();
+    const absl::StatusOr<int64_t> put = etcd_->Put(key_, value_, *lease);
+    if (!put.ok()) {
+      etcd_->RevokeLease(*lease).IgnoreError();
+      return put.status();
+    }
+    lease_ = *lease;
+    lost_ = false;
+    keepalive_ = etcd_->KeepAlive(*lease, [this](const absl::Status& status) {
+      Log("warning", "node lease lost; registering again",
+          {{"error", std::string(status.message())}});
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        lost_ = true;
+      }
+      cv_.notify_all();
+    });
+    Log("info", "node registered",
+        {{"key", key_}, {"value", value_}, {"lease", std::to_string(*lease)}});
+    return absl::OkStatus();
+  }
+
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      cv_.wait(lock, [this] { return stop_ || lost_; });
+      if (stop_) break;
+      // The old keepalive's thread has finished reporting; destroying it joins that thread.
+      std::unique_ptr<cluster::LeaseKeepAlive> old = std::move(keepalive_);
+      lock.unlock();
+      old.reset();
+      lock.lock();
+      if (stop_) break;
+      const absl::Status registered = RegisterLocked();
+      if (!registered.ok()) {
+        Log("warning", "node registration failed; retrying",
+            {{"error", std::string(registered.message())}});
+        cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; });
+      }
+    }
+  }
+
+  const std::unique_ptr<cluster::EtcdClient> etcd_;
+  const std::string key_;
+  const std::string value_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unique_ptr<cluster::LeaseKeepAlive> keepalive_;  // guarded by mu_
+  int64_t lease_ = 0;                                   // guarded by mu_
+  bool lost_ = false;                                   // guarded by mu_
+  bool stop_ = false;                                   // guarded by mu_
+  std::thread thread_;
+};
+
+// Registers a shard node reachable at `address`.
+absl::StatusOr<std::unique_ptr<NodeRegistration>> RegisterNode(const ServerConfig& config,
+                                                               const std::string& address) {
+  cluster::EtcdClientOptions options;
+  options.endpoint = config.etcd;
+  auto etcd = cluster::EtcdClient::Create(options);
+  if (!etcd.ok()) {
+    return absl::Status(etcd.status().code(),
+                        absl::StrCat("--etcd ", config.etcd, ": ", etcd.status().message()));
+  }
+  const std::string value =
+      absl::StrCat(R"({"address":")", address, R"(","role":"shard","state":"serving"})");
+  return NodeRegistration::Start(*std::move(etcd), absl::StrCat("/tessera/nodes/", config.node_id),
+                                 value);
 }
 
 int Fail(const absl::Status& status) {
@@ -112,9 +240,11 @@ int Run(const ServerConfig& config) {
   admission_options.max_inflight_bytes = config.max_inflight_bytes;
   auto admission = std::make_unique<Admission>(admission_options);
   ServiceContext context{engine->get(), admission.get(), &metrics, config};
+  const bool shard_role = config.role == "shard";
   AdminServiceImpl admin(&context);
   IngestServiceImpl ingest(&context);
   QueryServiceImpl query(&context);
+  ShardServiceImpl shard(&context, config.node_id);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -129,9 +259,15 @@ int Run(const ServerConfig& config) {
   builder.SetResourceQuota(quota);
   builder.SetMaxSendMessageSize(
       std::max<int>(static_cast<int>(config.max_message_bytes), 64 << 20));
-  builder.RegisterService(&admin);
-  builder.RegisterService(&ingest);
-  builder.RegisterService(&query);
+  // A shard node serves only the internal protocol: a client calling the public API there gets
+  // UNIMPLEMENTED.
+  if (shard_role) {
+    builder.RegisterService(&shard);
+  } else {
+    builder.RegisterService(&admin);
+    builder.RegisterService(&ingest);
+    builder.RegisterService(&query);
+  }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen)));
@@ -164,11 +300,25 @@ int Run(const ServerConfig& config) {
   Log("info", "serving",
       {{"listen", absl::StrCat(host, ":", port)},
        {"tls", config.tls_cert.empty() ? "off" : (config.tls_client_ca.empty() ? "on" : "mutual")},
-       {"auth", keys != nullptr ? absl::StrCat(keys->size(), " api keys") : "off"}});
+       {"auth", keys != nullptr ? absl::StrCat(keys->size(), " api keys") : "off"},
+       {"role", config.role}});
+  std::unique_ptr<NodeRegistration> registration;
+  if (shard_role) {
+    const std::string address =
+        config.advertise_address.empty() ? absl::StrCat(host, ":", port) : config.advertise_address;
+    auto registered = RegisterNode(config, address);
+    if (!registered.ok()) {
+      server->Shutdown(std::chrono::system_clock::now());
+      return Fail(registered.status());
+    }
+    registration = std::move(*registered);
+  }
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   Log("info", "draining", {{"signal", strsignal(signal_number)}});
+  // Routers stop choosing this node before it stops taking calls.
+  registration.reset();
   // New calls are refused (UNAVAILABLE, health NOT_SERVING); open ones get the grace period.
   // Then every connection closes at once: gRPC's own graceful shutdown would also wait for idle
   // clients to answer a ping, which an idle client may never do.

@@ -5,82 +5,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/convert.h"
+#include "server/handler_util.h"
 #include "server/log.h"
 #include "server/status_util.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::server {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-// Finishes a unary call with `status`, mapped to gRPC's here and nowhere else, and records its
-// metrics.
-void Finish(const ServiceContext* context, grpc::CallbackServerContext* call,
-            grpc::ServerUnaryReactor* reactor, const char* method, Clock::time_point start,
-            const absl::Status& status) {
-  const std::string code = absl::StatusCodeToString(status.code());
-  context->metrics->RecordRpc(
-      method, code, std::chrono::duration<double, std::milli>(Clock::now() - start).count());
-  if (!status.ok() && !absl::IsNotFound(status) && !absl::IsInvalidArgument(status)) {
-    Log("warning", "rpc failed",
-        {{"method", method},
-         {"code", code},
-         {"message", std::string(status.message())},
-         {"peer", call->peer()}});
-  }
-  reactor->Finish(ToGrpcStatus(status));
-}
-
-// The engine deadline for a call: the client's deadline, if any.
-Clock::time_point DeadlineOf(const grpc::CallbackServerContext& call) {
-  const auto deadline = call.deadline();
-  if (deadline == std::chrono::system_clock::time_point::max()) return Clock::time_point::max();
-  return Clock::now() + (deadline - std::chrono::system_clock::now());
-}
-
-// The call's deadline for the admission: a request that could not start before it is refused.
-absl::Time AdmissionDeadline(const grpc::CallbackServerContext& call) {
-  const auto deadline = call.deadline();
-  if (deadline == std::chrono::system_clock::time_point::max()) return absl::InfiniteFuture();
-  return absl::FromChrono(deadline);
-}
-
-// CANCELLED or DEADLINE_EXCEEDED for a call that ended while it waited for a worker, else OK.
-absl::Status StillWanted(const grpc::CallbackServerContext& call) {
-  if (call.IsCancelled()) return absl::CancelledError("the client cancelled the call");
-  if (DeadlineOf(call) <= Clock::now()) {
-    return absl::DeadlineExceededError("the deadline passed while the call waited for a worker");
-  }
-  return absl::OkStatus();
-}
-
-// One unary call (already authorised by the transport, server/credentials.h): admitted with the
-// request's size, then `body` (a callable returning absl::Status that fills the response) runs on
-// an admission worker and the call finishes with its status — or at once with the admission's
-// refusal.
-template <typename Body>
-grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackServerContext* call,
-                                const char* method, int64_t request_bytes, Body body) {
-  const Clock::time_point start = Clock::now();
-  grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
-  Admission* admission = context->admission;
-  absl::Status admitted = admission->BeginCall();
-  if (admitted.ok()) {
-    admitted = admission->Submit(
-        request_bytes,
-        [=]() {
-          absl::Status status = StillWanted(*call);
-          if (status.ok()) status = body();
-          Finish(context, call, reactor, method, start, status);
-          admission->EndCall();
-        },
-        AdmissionDeadline(*call));
-    if (!admitted.ok()) admission->EndCall();
-  }
-  if (!admitted.ok()) Finish(context, call, reactor, method, start, admitted);
-  return reactor;
-}
 
 absl::Status CheckCollectionName(const std::string& name) {
   if (name.empty()) return absl::InvalidArgumentError("collection: empty name");
@@ -97,25 +28,7 @@ absl::Status RunSearch(const ServiceContext* context, const grpc::CallbackServer
                        const v1::SearchRequest& request, v1::SearchResponse* response) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                            FindCollection(context, request.collection()));
-  TESSERA_ASSIGN_OR_RETURN(std::vector<float> query,
-                           DecodeMatrix(request.query(), collection->schema().dim, "query"));
-  SearchOptions options;
-  // The numbers go on as sent (every uint32 fits): the collection checks them against its limits
-  // and names the value in its message.
-  options.k = request.k() == 0 ? 10 : request.k();
-  options.num_candidates = request.num_candidates();
-  options.per_token_candidates = request.per_token_candidates();
-  options.nprobe = request.nprobe();
-  TESSERA_ASSIGN_OR_RETURN(options.filter, FilterFromProto(request.filter()));
-  options.exhaustive = request.exhaustive();
-  options.explain = request.explain();
-  options.deadline = DeadlineOf(call);
-  const FloatMatrixView view{query.data(), request.query().rows(), request.query().cols()};
-  TESSERA_ASSIGN_OR_RETURN(SearchResult result, collection->Search(view, options));
-  context->metrics->RecordSearchStages(result.timings.candidates_ms, result.timings.fetch_ms,
-                                       result.timings.rerank_ms);
-  SearchResultToProto(result, response);
-  return absl::OkStatus();
+  return SearchCollection(context, call, *collection, request, response);
 }
 
 // One Upsert stream: each request message is validated, written durably and answered by one
@@ -185,49 +98,7 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
   absl::Status Process() {
     TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                              FindCollection(context_, request_.collection()));
-    if (request_.documents_size() > context_->config.max_documents_per_batch) {
-      return absl::ResourceExhaustedError(absl::StrCat("documents: ", request_.documents_size(),
-                                                       " in one message exceeds the limit of ",
-                                                       context_->config.max_documents_per_batch));
-    }
-    const int64_t dim = collection->schema().dim;
-    std::vector<Document> documents;
-    std::vector<int> positions;  // request index of each document sent to the engine
-    std::vector<absl::Status> early(request_.documents_size());
-    for (int i = 0; i < request_.documents_size(); ++i) {
-      absl::StatusOr<Document> document = DocumentFromProto(request_.documents(i), dim, i);
-      if (document.ok()) {
-        positions.push_back(i);
-        documents.push_back(std::move(*document));
-      } else {
-        early[i] = document.status();
-      }
-    }
-    int64_t tokens = 0;
-    for (const Document& document : documents) tokens += document.num_tokens;
-    const std::vector<UpsertOutcome> outcomes = collection->Upsert(std::move(documents));
-    int64_t accepted = 0, vectors = 0;
-    size_t next = 0;
-    for (int i = 0; i < request_.documents_size(); ++i) {
-      v1::DocumentResult* result = response_.add_results();
-      result->set_id(request_.documents(i).id());
-      absl::Status status = early[i];
-      if (status.ok()) {
-        const UpsertOutcome& outcome = outcomes[next++];
-        status = outcome.status;
-        result->set_version(outcome.version);
-        result->set_num_vectors(static_cast<uint32_t>(outcome.num_vectors));
-        if (status.ok()) {
-          ++accepted;
-          vectors += outcome.num_vectors;
-        }
-      }
-      result->set_code(static_cast<int32_t>(status.code()));
-      result->set_message(std::string(status.message()));
-    }
-    context_->metrics->RecordDocuments(accepted, request_.documents_size() - accepted, tokens,
-                                       vectors);
-    return absl::OkStatus();
+    return UpsertDocuments(context_, *collection, request_.documents(), &response_);
   }
 
   const ServiceContext* context_;

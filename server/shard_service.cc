@@ -1,0 +1,209 @@
+#include "server/shard_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "server/convert.h"
+#include "server/handler_util.h"
+#include "server/log.h"
+#include "server/status_util.h"
+#include "tessera/status_macros.h"
+
+namespace tessera::server {
+namespace {
+
+constexpr absl::string_view kReplicaSeparator = ".shard-";
+
+// One replica addressed by a request: its cluster name and shard, and its local name.
+struct Replica {
+  std::string collection;
+  uint32_t shard = 0;
+  std::string local;
+
+  // `message` with the local name replaced by the cluster one, as the public API would say it.
+  std::string Rewrite(absl::string_view message) const {
+    return absl::StrReplaceAll(
+        message, {{absl::StrCat("'", local, "'"), absl::StrCat("'", collection, "'")}});
+  }
+  absl::Status Rewrite(const absl::Status& status) const {
+    if (status.ok()) return status;
+    return absl::Status(status.code(), Rewrite(status.message()));
+  }
+};
+
+absl::StatusOr<Replica> ReplicaOf(const std::string& collection, uint32_t shard) {
+  if (collection.empty()) return absl::InvalidArgumentError("collection: empty name");
+  if (shard >= kMaxShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard ", shard, ", expected 0 … ", kMaxShards - 1));
+  }
+  return Replica{collection, shard, ReplicaName(collection, shard)};
+}
+
+absl::StatusOr<std::shared_ptr<Collection>> FindReplica(const ServiceContext* context,
+                                                        const Replica& replica) {
+  absl::StatusOr<std::shared_ptr<Collection>> collection =
+      context->engine->GetCollection(replica.local);
+  if (!collection.ok()) return replica.Rewrite(collection.status());
+  return collection;
+}
+
+absl::Status RunSearch(const ServiceContext* context, const grpc::CallbackServerContext& call,
+                       const v1::ShardSearchRequest& shard_request, v1::SearchResponse* response) {
+  const v1::SearchRequest& request = shard_request.search();
+  TESSERA_ASSIGN_OR_RETURN(const Replica replica,
+                           ReplicaOf(request.collection(), shard_request.shard()));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection, FindReplica(context, replica));
+  return replica.Rewrite(SearchCollection(context, call, *collection, request, response));
+}
+
+absl::Status RunUpsert(const ServiceContext* context, const v1::ShardUpsertRequest& request,
+                       v1::UpsertResponse* response) {
+  TESSERA_ASSIGN_OR_RETURN(const Replica replica, ReplicaOf(request.collection(), request.shard()));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection, FindReplica(context, replica));
+  return UpsertDocuments(
+      context, *collection, request.documents(), response,
+      [&replica](absl::string_view message) { return replica.Rewrite(message); });
+}
+
+}  // namespace
+
+std::string ReplicaName(absl::string_view collection, uint32_t shard) {
+  return absl::StrCat(collection, kReplicaSeparator, shard);
+}
+
+std::optional<std::pair<std::string, uint32_t>> ParseReplicaName(absl::string_view local_name) {
+  const size_t at = local_name.rfind(kReplicaSeparator);
+  if (at == absl::string_view::npos || at == 0) return std::nullopt;
+  const absl::string_view digits = local_name.substr(at + kReplicaSeparator.size());
+  uint32_t shard = 0;
+  if (digits.empty() || (digits.size() > 1 && digits[0] == '0') ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+      !absl::SimpleAtoi(digits, &shard) || shard >= kMaxShards) {
+    return std::nullopt;
+  }
+  return std::make_pair(std::string(local_name.substr(0, at)), shard);
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Info(grpc::CallbackServerContext* call,
+                                                 const v1::ShardInfoRequest*,
+                                                 v1::ShardInfoResponse* response) {
+  return Serve(context_, call, "ShardService/Info", 0, [this, response]() -> absl::Status {
+    std::vector<std::pair<std::string, uint32_t>> replicas;
+    for (const std::string& name : context_->engine->ListCollections()) {
+      if (auto replica = ParseReplicaName(name)) replicas.push_back(*std::move(replica));
+    }
+    std::sort(replicas.begin(), replicas.end());
+    response->set_node_id(node_id_);
+    for (const auto& [collection, shard] : replicas) {
+      v1::ShardReplica* out = response->add_replicas();
+      out->set_collection(collection);
+      out->set_shard(shard);
+    }
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::CreateCollection(
+    grpc::CallbackServerContext* call, const v1::ShardCreateCollectionRequest* request,
+    v1::ShardCreateCollectionResponse* response) {
+  return Serve(
+      context_, call, "ShardService/CreateCollection", 0,
+      [this, request, response]() -> absl::Status {
+        TESSERA_ASSIGN_OR_RETURN(const CollectionSchema schema, SchemaFromProto(request->schema()));
+        // The cluster schema first, so that a bad one gets the public API's message.
+        TESSERA_RETURN_IF_ERROR(ValidateSchema(schema));
+        TESSERA_ASSIGN_OR_RETURN(const Replica replica, ReplicaOf(schema.name, request->shard()));
+        if (replica.shard >= static_cast<uint32_t>(schema.num_shards)) {
+          return absl::InvalidArgumentError(absl::StrCat("shard ", replica.shard, ", collection '",
+                                                         schema.name, "' has ", schema.num_shards,
+                                                         " shards"));
+        }
+        if (schema.name.size() > kMaxClusterCollectionName) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "collection name '", schema.name, "': ", schema.name.size(),
+              " characters, a sharded collection's name has at most ", kMaxClusterCollectionName));
+        }
+        CollectionSchema local = schema;
+        local.name = replica.local;
+        local.num_shards = 1;
+        absl::StatusOr<std::shared_ptr<Collection>> collection =
+            context_->engine->CreateCollection(local);
+        if (!collection.ok()) return replica.Rewrite(collection.status());
+        SchemaToProto((*collection)->schema(), response->mutable_schema());
+        response->mutable_schema()->set_name(schema.name);
+        response->mutable_schema()->set_num_shards(static_cast<uint32_t>(schema.num_shards));
+        Log("info", "replica created",
+            {{"collection", schema.name}, {"shard", std::to_string(replica.shard)}});
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::DropCollection(
+    grpc::CallbackServerContext* call, const v1::ShardDropCollectionRequest* request,
+    v1::ShardDropCollectionResponse*) {
+  return Serve(context_, call, "ShardService/DropCollection", 0, [this, request]() -> absl::Status {
+    TESSERA_ASSIGN_OR_RETURN(const Replica replica,
+                             ReplicaOf(request->collection(), request->shard()));
+    TESSERA_RETURN_IF_ERROR(replica.Rewrite(context_->engine->DropCollection(replica.local)));
+    Log("info", "replica dropped",
+        {{"collection", replica.collection}, {"shard", std::to_string(replica.shard)}});
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Upsert(grpc::CallbackServerContext* call,
+                                                   const v1::ShardUpsertRequest* request,
+                                                   v1::UpsertResponse* response) {
+  return Serve(context_, call, "ShardService/Upsert", static_cast<int64_t>(request->ByteSizeLong()),
+               [this, request, response] { return RunUpsert(context_, *request, response); });
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Delete(grpc::CallbackServerContext* call,
+                                                   const v1::ShardDeleteRequest* request,
+                                                   v1::DeleteResponse* response) {
+  return Serve(context_, call, "ShardService/Delete", static_cast<int64_t>(request->ByteSizeLong()),
+               [this, request, response]() -> absl::Status {
+                 TESSERA_ASSIGN_OR_RETURN(const Replica replica,
+                                          ReplicaOf(request->collection(), request->shard()));
+                 TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
+                                          FindReplica(context_, replica));
+                 const std::vector<std::string> ids(request->ids().begin(), request->ids().end());
+                 absl::StatusOr<std::vector<bool>> existed = collection->Delete(ids);
+                 if (!existed.ok()) return replica.Rewrite(existed.status());
+                 for (bool e : *existed) response->add_existed(e);
+                 return absl::OkStatus();
+               });
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Get(grpc::CallbackServerContext* call,
+                                                const v1::ShardGetRequest* request,
+                                                v1::GetResponse* response) {
+  return Serve(context_, call, "ShardService/Get", 0, [this, request, response]() -> absl::Status {
+    TESSERA_ASSIGN_OR_RETURN(const Replica replica,
+                             ReplicaOf(request->collection(), request->shard()));
+    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
+                             FindReplica(context_, replica));
+    GetOptions options;
+    options.stored_bytes = true;
+    absl::StatusOr<StoredDocument> document = collection->Get(request->id(), options);
+    if (!document.ok()) return replica.Rewrite(document.status());
+    StoredDocumentToProto(*std::move(document), response);
+    return absl::OkStatus();
+  });
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Search(grpc::CallbackServerContext* call,
+                                                   const v1::ShardSearchRequest* request,
+                                                   v1::SearchResponse* response) {
+  return Serve(
+      context_, call, "Search", static_cast<int64_t>(request->ByteSizeLong()),
+      [this, call, request, response] { return RunSearch(context_, *call, *request, response); });
+}
+
+}  // namespace tessera::server
