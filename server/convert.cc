@@ -48,13 +48,18 @@ absl::StatusOr<std::vector<float>> DecodeMatrix(const v1::Matrix& matrix, int64_
   if (expected_cols > 0 && static_cast<int64_t>(matrix.cols()) != expected_cols) {
     return Invalid(field, absl::StrCat("cols (dim) ", matrix.cols(), ", expected ", expected_cols));
   }
-  const uint64_t count = static_cast<uint64_t>(matrix.rows()) * matrix.cols();
-  if (matrix.data().size() != count * itemsize) {
-    return Invalid(
-        field, absl::StrCat(matrix.data().size(), " bytes of data, expected rows ", matrix.rows(),
-                            " × cols ", matrix.cols(), " × ", itemsize, " = ", count * itemsize));
+  const uint64_t count = static_cast<uint64_t>(matrix.rows()) * matrix.cols();  // < 2^64
+  // count × itemsize can pass 2^64 (rows = cols = 2^31 of fp32 wraps to 0 bytes): checked before
+  // the multiplication.
+  const bool too_large = count > std::numeric_limits<uint64_t>::max() / itemsize;
+  if (too_large || matrix.data().size() != count * itemsize) {
+    return Invalid(field, absl::StrCat(matrix.data().size(), " bytes of data, expected rows ",
+                                       matrix.rows(), " × cols ", matrix.cols(), " × ", itemsize,
+                                       too_large ? " (over 2^64)" : " = ",
+                                       too_large ? "" : absl::StrCat(count * itemsize)));
   }
   std::vector<float> values(count);
+  if (count == 0) return values;  // memcpy may not take the null data() of an empty vector
   if (itemsize == 4) {
     std::memcpy(values.data(), matrix.data().data(), count * 4);
   } else {

@@ -41,6 +41,37 @@ TEST(Convert, MatrixErrorsNameTheField) {
   EXPECT_THAT(DecodeMatrix(matrix, 3, "q").status().message(), HasSubstr("dtype"));
 }
 
+// tests/fuzz/upsert_fuzzer: rows = cols = 2^31 of fp32 is 2^64 bytes, which wrapped to 0 and
+// matched an empty data field; the decoder then asked for a vector of 2^62 floats
+// (corpus/upsert/regression-matrix-size-overflow.pb). Only a call with no expected dim gets there.
+TEST(Convert, MatrixSizesPast64BitsAreRejected) {
+  v1::Matrix matrix;
+  matrix.set_rows(1u << 31);
+  matrix.set_cols(1u << 31);
+  matrix.set_dtype(v1::DTYPE_FLOAT32);
+  const auto decoded = DecodeMatrix(matrix, 0, "documents[0].tokens");
+  EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(decoded.status().message(),
+              HasSubstr("0 bytes of data, expected rows 2147483648 × cols 2147483648 × 4 (over "
+                        "2^64)"));
+}
+
+// tests/fuzz/upsert_fuzzer: a document of 0 tokens made DecodeMatrix memcpy into an empty
+// vector's null data(), which is undefined (corpus/upsert/regression-zero-token-document.pb). It
+// decodes to no values; the collection then rejects the document for its token count.
+TEST(Convert, EmptyMatricesDecodeToNoValues) {
+  for (const v1::DType dtype : {v1::DTYPE_FLOAT32, v1::DTYPE_FLOAT16}) {
+    v1::Document document;
+    document.set_id("empty");
+    document.mutable_tokens()->set_cols(3);
+    document.mutable_tokens()->set_dtype(dtype);
+    const auto decoded = DocumentFromProto(document, 3, 0);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(decoded->num_tokens, 0);
+    EXPECT_TRUE(decoded->tokens.empty());
+  }
+}
+
 TEST(Convert, SchemaRoundTripAndDefaults) {
   v1::CollectionSchema proto;
   proto.set_name("docs");

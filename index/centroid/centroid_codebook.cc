@@ -372,6 +372,13 @@ absl::StatusOr<std::unique_ptr<CentroidCodebook>> CentroidCodebook::Parse(absl::
   }
   std::vector<float> centroids(count * dim);
   std::memcpy(centroids.data(), body.data() + kHeader, centroids.size() * sizeof(float));
+  for (size_t i = 0; i < centroids.size(); ++i) {
+    if (!std::isfinite(centroids[i])) {
+      return absl::DataLossError(absl::StrCat("centroid codebook: centroid ", i / dim, " value ",
+                                              i % dim, " is ", centroids[i],
+                                              ", expected a finite value"));
+    }
+  }
   size_t offset = kHeader + centroids.size() * sizeof(float);
   absl::StatusOr<ResidualCodec> codec = ResidualCodec::Parse(body, &offset);
   if (!codec.ok()) return codec.status();

@@ -83,6 +83,7 @@ absl::StatusOr<DocumentCodes> ParseDocumentCodes(absl::string_view bytes, int64_
   }
   DocumentCodes codes;
   codes.centroids.resize(n);
+  if (n == 0) return codes;  // memcpy may not take the null data() of an empty vector
   std::memcpy(codes.centroids.data(), bytes.data() + 4, n * size_t{4});
   for (uint32_t id : codes.centroids) {
     if (id >= num_centroids) {

@@ -6,7 +6,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -14,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "index/centroid/code_scan.h"
+#include "index/common/crc32.h"
 #include "index/common/thread_pool.h"
 
 namespace tessera::internal {
@@ -129,6 +132,26 @@ TEST(CentroidCodebook, TrainingIsDeterministicAcrossThreadCountsAndRoundTrips) {
   corrupt[corrupt.size() / 2] ^= 1;
   EXPECT_EQ(CentroidCodebook::Parse(corrupt).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(CentroidCodebook::Parse(a.substr(0, 20)).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// tests/fuzz/centroid_codebook_fuzzer: a codebook with a non-finite centroid and a valid checksum
+// parsed (corpus/centroid_codebook/regression-inf-centroid); training never writes one.
+TEST(CentroidCodebook, ParseRejectsNonFiniteCentroids) {
+  const int64_t dim = 8;
+  const std::vector<float> sample = Clustered(200, dim, 4, 7);
+  const std::string good = TrainOrDie(sample, dim, 4, 2, nullptr)->Serialize();
+  constexpr size_t kFirstCentroid = 24;  // "TSCB", u32 version, i64 dim, i64 count
+  for (const float bad :
+       {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    std::string damaged = good;
+    std::memcpy(&damaged[kFirstCentroid + 3 * sizeof(float)], &bad, sizeof(bad));
+    const uint32_t crc = Crc32(absl::string_view(damaged).substr(0, damaged.size() - 4));
+    std::memcpy(&damaged[damaged.size() - 4], &crc, sizeof(crc));
+    const auto parsed = CentroidCodebook::Parse(damaged);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss) << bad;
+    EXPECT_NE(parsed.status().message().find("centroid 0 value 3"), std::string::npos)
+        << parsed.status();
+  }
 }
 
 TEST(CentroidCodebook, RejectsBadOptions) {
@@ -392,6 +415,16 @@ TEST(DocumentCodes, ByteFormRoundTripsAndRejectsDamage) {
   EXPECT_EQ(ParseDocumentCodes(bytes, 4, 7).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(ParseDocumentCodes(bytes.substr(1), 4, 8).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(ParseDocumentCodes(bytes, 5, 8).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// tests/fuzz/record_codec_fuzzer: zero vectors made the parser memcpy into an empty vector's null
+// data(), which is undefined (corpus/record_codec/regression-zero-document-codes).
+TEST(DocumentCodes, ZeroVectorsParseToNoCodes) {
+  const absl::StatusOr<DocumentCodes> parsed = ParseDocumentCodes(std::string(4, '\0'), 4, 8);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->size(), 0);
+  EXPECT_TRUE(parsed->codes.empty());
+  EXPECT_EQ(SerializeDocumentCodes(*parsed), std::string(4, '\0'));
 }
 
 }  // namespace

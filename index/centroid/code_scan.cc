@@ -28,7 +28,11 @@ void QuantizeScanTables(const float* lut, int64_t nibbles, ScanTables* out) {
     out->bias += *lo;
     range = std::max(range, *hi - *lo);
   }
-  out->step = range > 0.0f ? range / static_cast<float>(max_level) : 1.0f;
+  // A range so small that the step underflows to 0 (tables of subnormals: a query of tiny
+  // values) or one that is not finite (tables that overflowed: a query of huge values) gets a step
+  // of 1, and a NaN level becomes 0: nothing undefined reaches the float → byte conversion.
+  const float step = range / static_cast<float>(max_level);
+  out->step = step > 0.0f && std::isfinite(step) ? step : 1.0f;
   const float inverse = 1.0f / out->step;
   out->levels.resize(nibbles * 16);
   for (int64_t n = 0; n < nibbles; ++n) {
@@ -37,7 +41,9 @@ void QuantizeScanTables(const float* lut, int64_t nibbles, ScanTables* out) {
     for (int v = 0; v < 16; ++v) {
       const float level = std::nearbyint((table[v] - lo) * inverse);
       out->levels[n * 16 + v] =
-          static_cast<uint8_t>(std::clamp(level, 0.0f, static_cast<float>(max_level)));
+          std::isnan(level)
+              ? 0
+              : static_cast<uint8_t>(std::clamp(level, 0.0f, static_cast<float>(max_level)));
     }
   }
 }

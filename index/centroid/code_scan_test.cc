@@ -4,6 +4,7 @@
 #include "index/centroid/code_scan.h"
 
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -102,6 +103,36 @@ TEST(CodeScan, QuantisedScoresStayWithinHalfAStepPerNibble) {
     // Every level is used up to the maximum: the widest table spans them all.
     EXPECT_EQ(*std::max_element(tables.levels.begin(), tables.levels.end()), max_level);
   }
+}
+
+// tests/fuzz/search_fuzzer found a query of tiny (but normal) values whose lookup tables held
+// subnormals: the step underflowed to 0, 0 × (1 / 0) made a NaN level, and converting it to a byte
+// is undefined (corpus/search/regression-subnormal-lookup-tables). Tables that overflowed (a query
+// of huge values) made the same NaN from inf − inf.
+TEST(CodeScan, QuantisationOfSubnormalOrOverflowedTablesIsDefined) {
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  const float inf = std::numeric_limits<float>::infinity();
+  ScanTables tables;
+
+  std::vector<float> subnormal(16, 0.0f);  // range 2 · denorm_min: range / 255 underflows to 0
+  subnormal[1] = tiny;
+  subnormal[2] = 2 * tiny;
+  QuantizeScanTables(subnormal.data(), 1, &tables);
+  EXPECT_EQ(tables.step, 1.0f);
+  EXPECT_EQ(tables.levels, std::vector<uint8_t>(16, 0));
+
+  const std::vector<float> overflowed(16, inf);  // inf − inf
+  QuantizeScanTables(overflowed.data(), 1, &tables);
+  EXPECT_EQ(tables.step, 1.0f);
+  EXPECT_EQ(tables.levels, std::vector<uint8_t>(16, 0));
+
+  std::vector<float> unbounded(16, 1.0f);  // range inf: the step would be inf, 1 / step 0
+  unbounded[0] = -inf;
+  QuantizeScanTables(unbounded.data(), 1, &tables);
+  EXPECT_EQ(tables.step, 1.0f);
+  std::vector<uint8_t> expected(16, 255);
+  expected[0] = 0;
+  EXPECT_EQ(tables.levels, expected);
 }
 
 }  // namespace

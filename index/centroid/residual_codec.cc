@@ -1,6 +1,7 @@
 #include "index/centroid/residual_codec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -90,17 +91,29 @@ absl::StatusOr<ResidualCodec> ResidualCodec::Parse(absl::string_view bytes, size
     return absl::DataLossError("residual codec: malformed header");
   }
   const int buckets = 1 << nbits;
-  std::vector<float> cutoffs(dim * (buckets - 1));
-  std::vector<float> weights(dim * buckets);
-  const size_t need = (cutoffs.size() + weights.size()) * sizeof(float);
-  if (*offset > bytes.size() || bytes.size() - *offset < need) {
+  // Checked before allocating, so that a garbage dim cannot ask for more than the bytes hold.
+  const size_t need = static_cast<size_t>(dim) * (2 * buckets - 1) * sizeof(float);
+  if (bytes.size() - *offset < need) {
     return absl::DataLossError(absl::StrCat("residual codec: ", bytes.size() - *offset,
                                             " bytes of tables, expected ", need));
   }
+  std::vector<float> cutoffs(dim * (buckets - 1));
+  std::vector<float> weights(dim * buckets);
   std::memcpy(cutoffs.data(), bytes.data() + *offset, cutoffs.size() * sizeof(float));
   *offset += cutoffs.size() * sizeof(float);
   std::memcpy(weights.data(), bytes.data() + *offset, weights.size() * sizeof(float));
   *offset += weights.size() * sizeof(float);
+  // Training only ever writes finite tables; a NaN or infinity would poison every lookup table
+  // built from them (and their quantisation to bytes).
+  for (const std::vector<float>* table : {&cutoffs, &weights}) {
+    for (size_t i = 0; i < table->size(); ++i) {
+      if (!std::isfinite((*table)[i])) {
+        return absl::DataLossError(
+            absl::StrCat("residual codec: ", table == &cutoffs ? "cutoff " : "weight ", i, " is ",
+                         (*table)[i], ", expected a finite value"));
+      }
+    }
+  }
   return ResidualCodec(dim, nbits, std::move(cutoffs), std::move(weights));
 }
 

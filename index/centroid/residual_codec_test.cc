@@ -4,7 +4,10 @@
 #include "index/centroid/residual_codec.h"
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -117,6 +120,43 @@ TEST_P(ResidualCodecTest, ByteFormRoundTrips) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Bits, ResidualCodecTest, ::testing::Values(2, 4));
+
+// tests/fuzz/centroid_codebook_fuzzer found a codebook whose tables held a NaN (with a valid
+// checksum): it parsed, and the NaN reached the quantisation of the search's lookup tables, a
+// float → byte conversion that is undefined (corpus/centroid_codebook/regression-nan-weight).
+TEST(ResidualCodec, ParseRejectsNonFiniteTables) {
+  const int64_t dim = 4;
+  const std::vector<float> x = Gaussian(100, dim, 5);
+  absl::StatusOr<ResidualCodec> codec = ResidualCodec::Train(x.data(), 100, dim, 2);
+  ASSERT_TRUE(codec.ok()) << codec.status();
+  std::string bytes;
+  codec->AppendTo(&bytes);
+  const size_t first_cutoff = 12;  // after i64 dim, i32 nbits
+  const size_t some_weight = first_cutoff + (dim * 3 + 5) * sizeof(float);
+  for (const size_t at : {first_cutoff, some_weight}) {
+    for (const float bad :
+         {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+          -std::numeric_limits<float>::infinity()}) {
+      std::string damaged = bytes;
+      std::memcpy(&damaged[at], &bad, sizeof(bad));
+      size_t offset = 0;
+      const absl::StatusOr<ResidualCodec> parsed = ResidualCodec::Parse(damaged, &offset);
+      EXPECT_EQ(parsed.status().code(), absl::StatusCode::kDataLoss) << at << " " << bad;
+      EXPECT_NE(parsed.status().message().find("expected a finite value"), std::string::npos)
+          << parsed.status();
+    }
+  }
+}
+
+TEST(ResidualCodec, ParseRejectsTablesLargerThanTheBytes) {
+  std::string bytes;
+  const int64_t dim = int64_t{1} << 20;  // the largest dim Parse takes: 120 MiB of tables
+  const int32_t nbits = 4;
+  bytes.append(reinterpret_cast<const char*>(&dim), sizeof(dim));
+  bytes.append(reinterpret_cast<const char*>(&nbits), sizeof(nbits));
+  size_t offset = 0;
+  EXPECT_EQ(ResidualCodec::Parse(bytes, &offset).status().code(), absl::StatusCode::kDataLoss);
+}
 
 TEST(ResidualCodec, RejectsBadArguments) {
   const std::vector<float> x(16, 0.5f);

@@ -1,0 +1,2 @@
+
+codescodes-1

@@ -1,0 +1,2 @@
+
+papersno-such-document

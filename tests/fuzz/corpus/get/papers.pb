@@ -1,0 +1,2 @@
+
+paperspapers-1

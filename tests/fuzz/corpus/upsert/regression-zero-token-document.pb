@@ -1,0 +1,3 @@
+
+papers
+empty
