@@ -67,8 +67,8 @@ void ScanBlocksPortable(const uint8_t* blocks, int64_t num_blocks, int64_t code_
 
 void ScanBlocks(const uint8_t* blocks, int64_t num_blocks, int64_t code_bytes,
                 const ScanTables& tables, uint16_t* sums) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) {
+  static const bool kAvx2 = __builtin_cpu_supports("avx2");
+  if (kAvx2) {
     ScanBlocksAvx2(blocks, num_blocks, code_bytes, tables.levels.data(), sums);
   } else {
     ScanBlocksPortable(blocks, num_blocks, code_bytes, tables.levels.data(), sums);

@@ -56,7 +56,9 @@ TEST_P(ResidualCodecTest, BucketsAreQuantilesAndWeightsAreBucketMeans) {
   for (int64_t d = 0; d < dim; ++d) {
     for (int b = 0; b < buckets; ++b) {
       // Quantile cutoffs: every bucket holds about n / buckets training values.
-      EXPECT_NEAR(count[d * buckets + b], n / buckets, n / buckets * 0.05 + 2) << d << " " << b;
+      EXPECT_NEAR(count[d * buckets + b], static_cast<double>(n) / buckets,
+                  static_cast<double>(n) / buckets * 0.05 + 2)
+          << d << " " << b;
       EXPECT_NEAR(codec->weights(d)[b], sum[d * buckets + b] / count[d * buckets + b], 1e-6);
     }
   }
