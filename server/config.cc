@@ -134,7 +134,12 @@ absl::Status ApplyYaml(const std::string& path, std::map<std::string, Setter>& s
     return absl::InvalidArgumentError(absl::StrCat("--config ", path, ": expected a mapping"));
   }
   for (const auto& entry : root) {
-    const std::string key = entry.first.as<std::string>();
+    // A key can be any YAML node ("{a b}: 1" has a mapping as its key); only scalars name settings.
+    if (!entry.first.IsScalar()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--config ", path, ": line ", entry.first.Mark().line + 1, ": keys must be plain names"));
+    }
+    const std::string key = entry.first.Scalar();
     const auto setting = settings.find(key);
     if (setting == settings.end()) {
       return absl::InvalidArgumentError(
@@ -144,7 +149,7 @@ absl::Status ApplyYaml(const std::string& path, std::map<std::string, Setter>& s
       return absl::InvalidArgumentError(
           absl::StrCat("--config ", path, ": key '", key, "' needs a scalar value"));
     }
-    TESSERA_RETURN_IF_ERROR(setting->second(entry.second.as<std::string>()));
+    TESSERA_RETURN_IF_ERROR(setting->second(entry.second.Scalar()));
   }
   return absl::OkStatus();
 }

@@ -44,6 +44,13 @@ TEST(ServerConfig, RejectsWhatItCannotUse) {
   std::ofstream(yaml) << "colour: red\n";
   EXPECT_THAT(ParseServerConfig({"s", "--config", yaml}).status().message(),
               HasSubstr("unknown key 'colour'"));
+  // Found by server_config_fuzzer: a mapping as a key made yaml-cpp throw out of the parser.
+  for (const char* bad_key : {"{listnw de_}:\n", "[a, b]: 1\n", "? ~\n: 1\n"}) {
+    std::ofstream(yaml) << bad_key;
+    EXPECT_THAT(ParseServerConfig({"s", "--config", yaml}).status().message(),
+                HasSubstr("keys must be plain names"))
+        << bad_key;
+  }
   std::remove(yaml.c_str());
 }
 
