@@ -42,7 +42,9 @@ std::map<std::string, Setter> Settings(ServerConfig* config, std::set<std::strin
     };
   };
   settings["role"] = [config](const std::string& value) {
-    if (value != "standalone" && value != "shard") return Bad("role", value, "standalone or shard");
+    if (value != "standalone" && value != "shard" && value != "router") {
+      return Bad("role", value, "standalone, shard or router");
+    }
     config->role = value;
     return absl::OkStatus();
   };
@@ -194,6 +196,9 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
     if (config.node_id.empty()) return absl::InvalidArgumentError("--role shard needs --node_id");
     if (config.etcd.empty()) return absl::InvalidArgumentError("--role shard needs --etcd");
   }
+  if (config.role == "router" && config.etcd.empty()) {
+    return absl::InvalidArgumentError("--role router needs --etcd");
+  }
   if (config.tls_cert.empty() != config.tls_key.empty()) {
     return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
   }
@@ -212,8 +217,10 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
 std::string ServerUsage() {
   return R"(usage: tessera-server [--config FILE.yaml] [--flag value ...]
 
-  --role standalone|shard        standalone: the public API (default); shard: the internal
-                                 ShardService, registered in etcd (needs --node_id and --etcd)
+  --role standalone|shard|router standalone: the public API over this process's data (default);
+                                 shard: the internal ShardService, registered in etcd (needs
+                                 --node_id and --etcd); router: the public API over the shard
+                                 nodes etcd lists, holding no data (needs --etcd)
   --node_id NAME                 this node's name in the cluster ([A-Za-z0-9_.-]{1,128})
   --etcd HOST:PORT               etcd client URL (plaintext) of the cluster's metadata
   --advertise_address HOST:PORT  address a shard node registers (default: --listen's host and

@@ -36,6 +36,11 @@ TEST(ServerConfig, RejectsWhatItCannotUse) {
               HasSubstr("unknown flag --bogus"));
   EXPECT_THAT(ParseServerConfig({"s", "--max_k", "zero"}).status().message(),
               HasSubstr("--max_k 'zero'"));
+  EXPECT_THAT(ParseServerConfig({"s", "--role", "router"}).status().message(),
+              HasSubstr("--role router needs --etcd"));
+  EXPECT_TRUE(ParseServerConfig({"s", "--role", "router", "--etcd", "127.0.0.1:2379"}).ok());
+  EXPECT_THAT(ParseServerConfig({"s", "--role", "coordinator"}).status().message(),
+              HasSubstr("standalone, shard or router"));
   EXPECT_THAT(ParseServerConfig({"s", "--rerank_device", "tpu"}).status().message(),
               HasSubstr("auto, cpu or cuda"));
   EXPECT_THAT(ParseServerConfig({"s", "--tls_cert", "a.pem"}).status().message(),

@@ -1,4 +1,5 @@
-// tessera-server: the gRPC server over one Engine (embedded default: one process, one data dir).
+// tessera-server: the gRPC server over one Engine (embedded default: one process, one data dir),
+// or, with --role router, the public API over the shard nodes of a cluster (server/cluster/router.h).
 // With --role shard it serves the internal ShardService instead of the public API and registers
 // the node in etcd (DESIGN §7): key /tessera/nodes/<node_id>, value
 // {"address":"HOST:PORT","role":"shard","state":"serving"}, held by a lease of kNodeLeaseSeconds
@@ -20,9 +21,12 @@
 #include "absl/strings/str_cat.h"
 #include "server/admission.h"
 #include "server/auth.h"
+#include "server/cluster/cluster_state.h"
 #include "server/cluster/etcd_client.h"
+#include "server/cluster/router.h"
 #include "server/config.h"
 #include "server/credentials.h"
+#include "server/engine_backend.h"
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/services.h"
@@ -165,9 +169,7 @@ class NodeRegistration {
   std::thread thread_;
 };
 
-// Registers a shard node reachable at `address`.
-absl::StatusOr<std::unique_ptr<NodeRegistration>> RegisterNode(const ServerConfig& config,
-                                                               const std::string& address) {
+absl::StatusOr<std::unique_ptr<cluster::EtcdClient>> ConnectEtcd(const ServerConfig& config) {
   cluster::EtcdClientOptions options;
   options.endpoint = config.etcd;
   auto etcd = cluster::EtcdClient::Create(options);
@@ -175,6 +177,14 @@ absl::StatusOr<std::unique_ptr<NodeRegistration>> RegisterNode(const ServerConfi
     return absl::Status(etcd.status().code(),
                         absl::StrCat("--etcd ", config.etcd, ": ", etcd.status().message()));
   }
+  return etcd;
+}
+
+// Registers a shard node reachable at `address`.
+absl::StatusOr<std::unique_ptr<NodeRegistration>> RegisterNode(const ServerConfig& config,
+                                                               const std::string& address) {
+  auto etcd = ConnectEtcd(config);
+  if (!etcd.ok()) return etcd.status();
   const std::string value =
       absl::StrCat(R"({"address":")", address, R"(","role":"shard","state":"serving"})");
   return NodeRegistration::Start(*std::move(etcd), absl::StrCat("/tessera/nodes/", config.node_id),
@@ -212,24 +222,46 @@ int Run(const ServerConfig& config) {
              {"message", std::string(status.message())}});
       });
   if (!credentials.ok()) return Fail(credentials.status());
-  EngineOptions engine_options;
-  auto scorer = RerankScorer(config, &metrics);
-  if (!scorer.ok()) return Fail(scorer.status());
-  engine_options.scorer = std::move(scorer->first);
-  const std::string rerank_device = scorer->second;
-  engine_options.threads = config.threads;
-  engine_options.sync_writes = config.sync_writes;
-  engine_options.resident_rerank_bytes = config.resident_rerank_bytes;
-  engine_options.limits.max_tokens_per_document = config.max_tokens_per_document;
-  engine_options.limits.max_k = static_cast<int>(config.max_k);
-  engine_options.limits.max_num_candidates = static_cast<int>(config.max_num_candidates);
-  engine_options.limits.max_query_tokens = static_cast<int>(config.max_query_tokens);
-  auto engine = Engine::Open(config.data_dir, engine_options);
-  if (!engine.ok()) return Fail(engine.status());
-  Log("info", "engine open",
-      {{"data_dir", config.data_dir},
-       {"collections", std::to_string((*engine)->ListCollections().size())},
-       {"rerank_device", rerank_device}});
+  // A router holds no data: its backend is the cluster (server/cluster/router.h).
+  const bool router_role = config.role == "router";
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<cluster::EtcdClient> etcd;
+  std::unique_ptr<cluster::ClusterState> cluster_state;
+  if (router_role) {
+    auto connected = ConnectEtcd(config);
+    if (!connected.ok()) return Fail(connected.status());
+    etcd = *std::move(connected);
+    auto state = cluster::ClusterState::Start(etcd.get());
+    if (!state.ok()) {
+      return Fail(absl::Status(state.status().code(), absl::StrCat("--etcd ", config.etcd, ": ",
+                                                                   state.status().message())));
+    }
+    cluster_state = *std::move(state);
+    Log("info", "cluster state read",
+        {{"etcd", config.etcd},
+         {"shard_nodes", std::to_string(cluster_state->LiveNodes().size())},
+         {"collections", std::to_string(cluster_state->ReadyCollections().size())}});
+  } else {
+    EngineOptions engine_options;
+    auto scorer = RerankScorer(config, &metrics);
+    if (!scorer.ok()) return Fail(scorer.status());
+    engine_options.scorer = std::move(scorer->first);
+    const std::string rerank_device = scorer->second;
+    engine_options.threads = config.threads;
+    engine_options.sync_writes = config.sync_writes;
+    engine_options.resident_rerank_bytes = config.resident_rerank_bytes;
+    engine_options.limits.max_tokens_per_document = config.max_tokens_per_document;
+    engine_options.limits.max_k = static_cast<int>(config.max_k);
+    engine_options.limits.max_num_candidates = static_cast<int>(config.max_num_candidates);
+    engine_options.limits.max_query_tokens = static_cast<int>(config.max_query_tokens);
+    auto opened = Engine::Open(config.data_dir, engine_options);
+    if (!opened.ok()) return Fail(opened.status());
+    engine = *std::move(opened);
+    Log("info", "engine open",
+        {{"data_dir", config.data_dir},
+         {"collections", std::to_string(engine->ListCollections().size())},
+         {"rerank_device", rerank_device}});
+  }
 
   AdmissionOptions admission_options;
   admission_options.workers =
@@ -239,7 +271,17 @@ int Run(const ServerConfig& config) {
   admission_options.max_queued = config.max_queued_requests;
   admission_options.max_inflight_bytes = config.max_inflight_bytes;
   auto admission = std::make_unique<Admission>(admission_options);
-  ServiceContext context{engine->get(), admission.get(), &metrics, config};
+  ServiceContext context{engine.get(), nullptr, admission.get(), &metrics, config};
+  std::unique_ptr<Backend> backend;
+  if (router_role) {
+    cluster::RouterOptions router_options;
+    router_options.max_message_bytes = config.max_message_bytes;
+    router_options.max_documents_per_batch = config.max_documents_per_batch;
+    backend = std::make_unique<cluster::Router>(cluster_state.get(), router_options);
+  } else {
+    backend = std::make_unique<EngineBackend>(&context);
+  }
+  context.backend = backend.get();
   const bool shard_role = config.role == "shard";
   AdminServiceImpl admin(&context);
   IngestServiceImpl ingest(&context);
@@ -275,8 +317,9 @@ int Run(const ServerConfig& config) {
   std::unique_ptr<MetricsHttpServer> http;
   if (!config.metrics_listen.empty()) {
     auto started = MetricsHttpServer::Start(config.metrics_listen, [&] {
-      for (const std::string& name : (*engine)->ListCollections()) {
-        auto collection = (*engine)->GetCollection(name);
+      for (const std::string& name :
+           engine != nullptr ? engine->ListCollections() : std::vector<std::string>{}) {
+        auto collection = engine->GetCollection(name);
         if (!collection.ok()) continue;
         const CollectionStats stats = (*collection)->Stats();
         const std::string labels = absl::StrCat("collection=\"", name, "\"");
@@ -333,7 +376,9 @@ int Run(const ServerConfig& config) {
   server->Wait();  // every call has finished
   http.reset();
   admission.reset();
-  engine->reset();  // snapshots candidate indexes and closes the shards
+  backend.reset();
+  cluster_state.reset();
+  engine.reset();  // snapshots candidate indexes and closes the shards
   Log("info", "stopped");
   return 0;
 }

@@ -18,17 +18,10 @@ absl::Status CheckCollectionName(const std::string& name) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::shared_ptr<Collection>> FindCollection(const ServiceContext* context,
-                                                           const std::string& name) {
-  TESSERA_RETURN_IF_ERROR(CheckCollectionName(name));
-  return context->engine->GetCollection(name);
-}
-
 absl::Status RunSearch(const ServiceContext* context, const grpc::CallbackServerContext& call,
                        const v1::SearchRequest& request, v1::SearchResponse* response) {
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
-                           FindCollection(context, request.collection()));
-  return SearchCollection(context, call, *collection, request, response);
+  TESSERA_RETURN_IF_ERROR(CheckCollectionName(request.collection()));
+  return context->backend->Search(call, request, response);
 }
 
 // One Upsert stream: each request message is validated, written durably and answered by one
@@ -96,9 +89,8 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
   }
 
   absl::Status Process() {
-    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
-                             FindCollection(context_, request_.collection()));
-    return UpsertDocuments(context_, *collection, request_.documents(), &response_);
+    TESSERA_RETURN_IF_ERROR(CheckCollectionName(request_.collection()));
+    return context_->backend->Upsert(request_, &response_);
   }
 
   const ServiceContext* context_;
@@ -115,13 +107,8 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
 grpc::ServerUnaryReactor* AdminServiceImpl::CreateCollection(
     grpc::CallbackServerContext* call, const v1::CreateCollectionRequest* request,
     v1::CreateCollectionResponse* response) {
-  return Serve(context_, call, "CreateCollection", 0, [this, request, response]() -> absl::Status {
-    TESSERA_ASSIGN_OR_RETURN(const CollectionSchema schema, SchemaFromProto(request->schema()));
-    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
-                             context_->engine->CreateCollection(schema));
-    SchemaToProto(collection->schema(), response->mutable_schema());
-    Log("info", "collection created", {{"collection", schema.name}});
-    return absl::OkStatus();
+  return Serve(context_, call, "CreateCollection", 0, [this, request, response] {
+    return context_->backend->CreateCollection(*request, response);
   });
 }
 
@@ -130,30 +117,23 @@ grpc::ServerUnaryReactor* AdminServiceImpl::DropCollection(grpc::CallbackServerC
                                                            v1::DropCollectionResponse*) {
   return Serve(context_, call, "DropCollection", 0, [this, request]() -> absl::Status {
     TESSERA_RETURN_IF_ERROR(CheckCollectionName(request->name()));
-    TESSERA_RETURN_IF_ERROR(context_->engine->DropCollection(request->name()));
-    Log("info", "collection dropped", {{"collection", request->name()}});
-    return absl::OkStatus();
+    return context_->backend->DropCollection(request->name());
   });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::ListCollections(grpc::CallbackServerContext* call,
                                                             const v1::ListCollectionsRequest*,
                                                             v1::ListCollectionsResponse* response) {
-  return Serve(context_, call, "ListCollections", 0, [this, response]() -> absl::Status {
-    for (const std::string& name : context_->engine->ListCollections()) response->add_names(name);
-    return absl::OkStatus();
-  });
+  return Serve(context_, call, "ListCollections", 0,
+               [this, response] { return context_->backend->ListCollections(response); });
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::GetCollection(grpc::CallbackServerContext* call,
                                                           const v1::GetCollectionRequest* request,
                                                           v1::GetCollectionResponse* response) {
   return Serve(context_, call, "GetCollection", 0, [this, request, response]() -> absl::Status {
-    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
-                             FindCollection(context_, request->name()));
-    SchemaToProto(collection->schema(), response->mutable_schema());
-    StatsToProto(collection->Stats(), response->mutable_stats());
-    return absl::OkStatus();
+    TESSERA_RETURN_IF_ERROR(CheckCollectionName(request->name()));
+    return context_->backend->GetCollection(request->name(), response);
   });
 }
 
@@ -161,9 +141,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Flush(grpc::CallbackServerContext* c
                                                   const v1::FlushRequest* request,
                                                   v1::FlushResponse*) {
   return Serve(context_, call, "Flush", 0, [this, request]() -> absl::Status {
-    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
-                             FindCollection(context_, request->name()));
-    return collection->Snapshot();
+    TESSERA_RETURN_IF_ERROR(CheckCollectionName(request->name()));
+    return context_->backend->Flush(request->name());
   });
 }
 
@@ -177,12 +156,8 @@ grpc::ServerUnaryReactor* IngestServiceImpl::Delete(grpc::CallbackServerContext*
                                                     v1::DeleteResponse* response) {
   return Serve(context_, call, "Delete", static_cast<int64_t>(request->ByteSizeLong()),
                [this, request, response]() -> absl::Status {
-                 TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
-                                          FindCollection(context_, request->collection()));
-                 const std::vector<std::string> ids(request->ids().begin(), request->ids().end());
-                 TESSERA_ASSIGN_OR_RETURN(const std::vector<bool> existed, collection->Delete(ids));
-                 for (bool e : existed) response->add_existed(e);
-                 return absl::OkStatus();
+                 TESSERA_RETURN_IF_ERROR(CheckCollectionName(request->collection()));
+                 return context_->backend->Delete(*request, response);
                });
 }
 
@@ -190,14 +165,8 @@ grpc::ServerUnaryReactor* IngestServiceImpl::Get(grpc::CallbackServerContext* ca
                                                  const v1::GetRequest* request,
                                                  v1::GetResponse* response) {
   return Serve(context_, call, "Get", 0, [this, request, response]() -> absl::Status {
-    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
-                             FindCollection(context_, request->collection()));
-    // The vectors as stored: they go onto the wire in the same bytes, with no fp32 round trip.
-    GetOptions options;
-    options.stored_bytes = true;
-    TESSERA_ASSIGN_OR_RETURN(StoredDocument document, collection->Get(request->id(), options));
-    StoredDocumentToProto(std::move(document), response);
-    return absl::OkStatus();
+    TESSERA_RETURN_IF_ERROR(CheckCollectionName(request->collection()));
+    return context_->backend->Get(*request, response);
   });
 }
 

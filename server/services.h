@@ -1,11 +1,13 @@
-// The public gRPC services (callback API). Handlers are thin: convert and validate the request,
-// call the engine, convert the result, finish with the status mapped in one place. API keys are
+// The public gRPC services (callback API). Handlers are thin: admit the request, hand it to the
+// backend (the engine, or the cluster behind a router: server/backend.h), finish with the status
+// mapped in one place. API keys are
 // checked before a handler runs, by the server's credentials (server/credentials.h); handlers run
 // on the admission's workers, not on gRPC's threads (server/admission.h).
 #ifndef TESSERA_SERVER_SERVICES_H_
 #define TESSERA_SERVER_SERVICES_H_
 
 #include "server/admission.h"
+#include "server/backend.h"
 #include "server/config.h"
 #include "server/metrics.h"
 #include "tessera/engine.h"
@@ -17,7 +19,8 @@ namespace tessera::server {
 
 // What every handler needs. Outlives the gRPC server.
 struct ServiceContext {
-  Engine* engine = nullptr;
+  Engine* engine = nullptr;    // null on a router
+  Backend* backend = nullptr;  // what the public services serve from
   Admission* admission = nullptr;
   Metrics* metrics = nullptr;
   ServerConfig config;

@@ -25,6 +25,7 @@
 #include "server/auth.h"
 #include "server/convert.h"
 #include "server/credentials.h"
+#include "server/engine_backend.h"
 #include "tessera/float16.h"
 
 namespace tessera::server {
@@ -73,7 +74,9 @@ class ServicesTest : public ::testing::Test {
     ASSERT_TRUE(credentials.ok()) << credentials.status();
     admission_ = std::make_unique<Admission>(admission_options_);
     context_ = std::make_unique<ServiceContext>(
-        ServiceContext{engine_.get(), admission_.get(), &metrics_, config_});
+        ServiceContext{engine_.get(), nullptr, admission_.get(), &metrics_, config_});
+    backend_ = std::make_unique<EngineBackend>(context_.get());
+    context_->backend = backend_.get();
     admin_ = std::make_unique<AdminServiceImpl>(context_.get());
     ingest_ = std::make_unique<IngestServiceImpl>(context_.get());
     query_ = std::make_unique<QueryServiceImpl>(context_.get());
@@ -145,6 +148,7 @@ class ServicesTest : public ::testing::Test {
   std::unique_ptr<Admission> admission_;
   Metrics metrics_;
   std::unique_ptr<ServiceContext> context_;
+  std::unique_ptr<EngineBackend> backend_;
   std::unique_ptr<AdminServiceImpl> admin_;
   std::unique_ptr<IngestServiceImpl> ingest_;
   std::unique_ptr<QueryServiceImpl> query_;

@@ -206,4 +206,32 @@ grpc::ServerUnaryReactor* ShardServiceImpl::Search(grpc::CallbackServerContext* 
       [this, call, request, response] { return RunSearch(context_, *call, *request, response); });
 }
 
+grpc::ServerUnaryReactor* ShardServiceImpl::Stats(grpc::CallbackServerContext* call,
+                                                  const v1::ShardStatsRequest* request,
+                                                  v1::GetCollectionResponse* response) {
+  return Serve(context_, call, "ShardService/Stats", 0,
+               [this, request, response]() -> absl::Status {
+                 TESSERA_ASSIGN_OR_RETURN(const Replica replica,
+                                          ReplicaOf(request->collection(), request->shard()));
+                 TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
+                                          FindReplica(context_, replica));
+                 SchemaToProto(collection->schema(), response->mutable_schema());
+                 response->mutable_schema()->set_name(replica.collection);
+                 StatsToProto(collection->Stats(), response->mutable_stats());
+                 return absl::OkStatus();
+               });
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Flush(grpc::CallbackServerContext* call,
+                                                  const v1::ShardFlushRequest* request,
+                                                  v1::ShardFlushResponse*) {
+  return Serve(context_, call, "ShardService/Flush", 0, [this, request]() -> absl::Status {
+    TESSERA_ASSIGN_OR_RETURN(const Replica replica,
+                             ReplicaOf(request->collection(), request->shard()));
+    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
+                             FindReplica(context_, replica));
+    return replica.Rewrite(collection->Snapshot());
+  });
+}
+
 }  // namespace tessera::server

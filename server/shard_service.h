@@ -68,6 +68,13 @@ class ShardServiceImpl final : public v1::ShardService::CallbackService {
   grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* call,
                                    const v1::ShardSearchRequest* request,
                                    v1::SearchResponse* response) override;
+  // The replica's schema under the cluster name (num_shards the cluster's) and its statistics.
+  grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* call,
+                                  const v1::ShardStatsRequest* request,
+                                  v1::GetCollectionResponse* response) override;
+  grpc::ServerUnaryReactor* Flush(grpc::CallbackServerContext* call,
+                                  const v1::ShardFlushRequest* request,
+                                  v1::ShardFlushResponse* response) override;
 
  private:
   const ServiceContext* context_;

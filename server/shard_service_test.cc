@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "server/convert.h"
 #include "server/credentials.h"
+#include "server/engine_backend.h"
 
 namespace tessera::server {
 namespace {
@@ -56,8 +57,8 @@ TEST(ShardRoleConfig, ShardNeedsNodeIdAndEtcd) {
   const auto no_etcd = ParseServerConfig({"s", "--role", "shard", "--node_id", "n"});
   EXPECT_TRUE(absl::IsInvalidArgument(no_etcd.status()));
   EXPECT_THAT(no_etcd.status().message(), HasSubstr("--etcd"));
-  EXPECT_THAT(ParseServerConfig({"s", "--role", "router"}).status().message(),
-              HasSubstr("--role 'router', expected standalone or shard"));
+  EXPECT_THAT(ParseServerConfig({"s", "--role", "coordinator"}).status().message(),
+              HasSubstr("--role 'coordinator', expected standalone, shard or router"));
   EXPECT_THAT(ParseServerConfig({"s", "--node_id", "a/b"}).status().message(),
               HasSubstr("--node_id 'a/b'"));
   EXPECT_THAT(ParseServerConfig({"s", "--etcd", "nohost"}).status().message(),
@@ -86,7 +87,9 @@ class ShardServiceTest : public ::testing::Test {
     ASSERT_TRUE(credentials.ok()) << credentials.status();
     admission_ = std::make_unique<Admission>(AdmissionOptions{});
     context_ = std::make_unique<ServiceContext>(
-        ServiceContext{engine_.get(), admission_.get(), &metrics_, config_});
+        ServiceContext{engine_.get(), nullptr, admission_.get(), &metrics_, config_});
+    backend_ = std::make_unique<EngineBackend>(context_.get());
+    context_->backend = backend_.get();
     admin_ = std::make_unique<AdminServiceImpl>(context_.get());
     ingest_ = std::make_unique<IngestServiceImpl>(context_.get());
     query_ = std::make_unique<QueryServiceImpl>(context_.get());
@@ -255,6 +258,7 @@ class ShardServiceTest : public ::testing::Test {
   std::unique_ptr<Admission> admission_;
   Metrics metrics_;
   std::unique_ptr<ServiceContext> context_;
+  std::unique_ptr<EngineBackend> backend_;
   std::unique_ptr<AdminServiceImpl> admin_;
   std::unique_ptr<IngestServiceImpl> ingest_;
   std::unique_ptr<QueryServiceImpl> query_;

@@ -94,15 +94,6 @@ std::string QuotedId(const std::string& id) {
 
 }  // namespace
 
-int ShardOf(const std::string& id, int num_shards) {
-  uint64_t hash = 14695981039346656037ull;
-  for (unsigned char c : id) {
-    hash ^= c;
-    hash *= 1099511628211ull;
-  }
-  return static_cast<int>(hash % static_cast<uint64_t>(num_shards));
-}
-
 struct CollectionImpl::Scored {
   float score = 0.0f;
   int shard = 0;

@@ -25,10 +25,6 @@ struct CollectionContext {
   int64_t resident_rerank_bytes = 0;  // per shard (EngineOptions::resident_rerank_bytes)
 };
 
-// The shard a document id belongs to: FNV-1a 64 of its bytes, modulo the shard count. Stable
-// across processes and versions (it decides where data lives on disk).
-int ShardOf(const std::string& id, int num_shards);
-
 // Largest SearchOptions::nprobe accepted (more probes than centroids are clamped anyway).
 inline constexpr int kMaxNprobe = 16384;
 

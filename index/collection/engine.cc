@@ -288,6 +288,15 @@ absl::Status CheckTrainable(const internal::CandidateIndexOptions& options) {
 
 }  // namespace
 
+int ShardOf(absl::string_view id, int num_shards) {
+  uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : id) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return static_cast<int>(hash % static_cast<uint64_t>(num_shards));
+}
+
 absl::Status ValidateSchema(const CollectionSchema& schema) {
   if (!IsValidName(schema.name)) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -75,6 +75,11 @@ struct CollectionSchema {
 // INVALID_ARGUMENT naming the first field out of range.
 absl::Status ValidateSchema(const CollectionSchema& schema);
 
+// The shard a document id belongs to (num_shards ≥ 1): FNV-1a 64 of its bytes, modulo the shard
+// count. Stable across processes and versions: it decides where data lives on disk, and a
+// router's shard nodes split a collection as a local collection's shards do.
+int ShardOf(absl::string_view id, int num_shards);
+
 // Limits on what one request may carry; enforced with INVALID_ARGUMENT.
 struct CollectionLimits {
   int64_t max_tokens_per_document = kMaxHierarchicalPoolingTokens;

@@ -1,0 +1,702 @@
+#include "server/cluster/router.h"
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "server/convert.h"
+#include "server/log.h"
+#include "server/shard_service.h"
+#include "tessera/collection.h"
+#include "tessera/status_macros.h"
+
+namespace tessera::cluster {
+namespace {
+
+using server::Log;
+
+using Clock = std::chrono::steady_clock;
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+// Runs fn(0) … fn(n - 1) at once: n - 1 on threads of their own, the first on the caller's.
+void RunParallel(size_t n, const std::function<void(size_t)>& fn) {
+  std::vector<std::thread> threads;
+  threads.reserve(n > 0 ? n - 1 : 0);
+  for (size_t i = 1; i < n; ++i) threads.emplace_back(fn, i);
+  if (n > 0) fn(0);
+  for (std::thread& thread : threads) thread.join();
+}
+
+// A failure that another replica may not have: try the next one.
+bool Retryable(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kDataLoss:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::unique_ptr<grpc::ClientContext> ContextWithTimeout(absl::Duration timeout) {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return context;
+}
+
+std::string CollectionKey(const std::string& name) { return absl::StrCat(kCollectionsPrefix, name); }
+
+uint32_t ShardCount(const v1::ClusterCollection& collection) {
+  return static_cast<uint32_t>(collection.shards_size());
+}
+
+// "shard 2 of collection 'papers'".
+std::string ShardName(const std::string& collection, uint32_t shard) {
+  return absl::StrCat("shard ", shard, " of collection '", collection, "'");
+}
+
+// Calls `call` on the replicas in `order`, one after another, until one succeeds or fails with a
+// status another replica would share. Returns that status, or UNAVAILABLE naming the shard and
+// every replica's failure.
+absl::Status TryReplicas(const std::string& shard_name, const std::vector<std::string>& order,
+                         const std::function<absl::Status(const std::string&)>& call) {
+  std::vector<std::string> failures;
+  for (const std::string& node : order) {
+    const absl::Status status = call(node);
+    if (status.ok() || !Retryable(status)) return status;
+    failures.push_back(absl::StrCat(node, ": ", status.message()));
+  }
+  if (failures.empty()) failures.emplace_back("no serving replica");
+  return absl::UnavailableError(
+      absl::StrCat(shard_name, " unavailable (", absl::StrJoin(failures, "; "), ")"));
+}
+
+void AddStats(const v1::CollectionStats& from, v1::CollectionStats* to) {
+  to->set_documents(to->documents() + from.documents());
+  to->set_original_tokens(to->original_tokens() + from.original_tokens());
+  to->set_rerank_vectors(to->rerank_vectors() + from.rerank_vectors());
+  to->set_candidate_vectors(to->candidate_vectors() + from.candidate_vectors());
+  to->set_disk_bytes(to->disk_bytes() + from.disk_bytes());
+  to->set_resident_bytes(to->resident_bytes() + from.resident_bytes());
+  to->set_candidate_bytes(to->candidate_bytes() + from.candidate_bytes());
+  to->set_training_shards(to->training_shards() + from.training_shards());
+  for (const std::string& index : from.candidate_indexes()) to->add_candidate_indexes(index);
+}
+
+void FinishRatios(v1::CollectionStats* stats) {
+  auto ratio = [](uint64_t a, uint64_t b) {
+    return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b);
+  };
+  stats->set_vectors_per_document(ratio(stats->rerank_vectors(), stats->documents()));
+  stats->set_disk_bytes_per_original_token(ratio(stats->disk_bytes(), stats->original_tokens()));
+  stats->set_disk_bytes_per_rerank_vector(ratio(stats->disk_bytes(), stats->rerank_vectors()));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::ShardService::Stub*> Router::StubOf(const std::string& node_id) {
+  const std::optional<std::string> address = state_->AddressOf(node_id);
+  if (!address.has_value()) {
+    return absl::UnavailableError(absl::StrCat("node '", node_id, "' is down"));
+  }
+  tessera::internal::MutexLock lock(&mu_);
+  std::unique_ptr<v1::ShardService::Stub>& stub = stubs_[*address];
+  if (stub == nullptr) {
+    grpc::ChannelArguments arguments;
+    arguments.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
+    arguments.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
+    stub = v1::ShardService::NewStub(grpc::CreateCustomChannel(
+        *address, grpc::InsecureChannelCredentials(), arguments));
+  }
+  return stub.get();
+}
+
+void Router::WaitUntilSeen(const std::string& key) {
+  // A read returns the store's current revision, which covers this router's last write.
+  absl::StatusOr<RangeResult> now = state_->etcd()->GetPrefix(key);
+  if (now.ok()) state_->WaitForRevision(now->revision, absl::Seconds(5));
+}
+
+absl::StatusOr<CollectionEntry> Router::ReadyCollection(const std::string& name) {
+  TESSERA_ASSIGN_OR_RETURN(std::optional<CollectionEntry> entry, state_->Lookup(name));
+  if (!entry.has_value() || entry->collection.state() != v1::ClusterCollection::READY) {
+    return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
+  }
+  return *std::move(entry);
+}
+
+std::vector<std::string> Router::ReadOrder(const v1::ShardPlacement& placement) {
+  std::vector<std::string> serving;
+  for (const v1::ReplicaPlacement& replica : placement.replicas()) {
+    if (!replica.stale() && state_->AddressOf(replica.node_id()).has_value()) {
+      serving.push_back(replica.node_id());
+    }
+  }
+  if (!serving.empty()) {
+    const uint64_t turn = rotation_.fetch_add(1, std::memory_order_relaxed);
+    std::rotate(serving.begin(), serving.begin() + static_cast<ptrdiff_t>(turn % serving.size()),
+                serving.end());
+  }
+  return serving;
+}
+
+absl::Status Router::MarkStale(const std::string& name,
+                               const std::vector<std::pair<uint32_t, std::string>>& replicas) {
+  if (replicas.empty()) return absl::OkStatus();
+  const std::string key = CollectionKey(name);
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    TESSERA_ASSIGN_OR_RETURN(std::optional<KeyValue> read, state_->etcd()->Get(key));
+    if (!read.has_value()) return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
+    v1::ClusterCollection collection;
+    TESSERA_RETURN_IF_ERROR(FromJson(key, read->value, &collection));
+    bool changed = false;
+    for (const auto& [shard, node] : replicas) {
+      if (shard >= ShardCount(collection)) continue;
+      for (v1::ReplicaPlacement& replica : *collection.mutable_shards(static_cast<int>(shard))
+                                               ->mutable_replicas()) {
+        if (replica.node_id() == node && !replica.stale()) {
+          replica.set_stale(true);
+          changed = true;
+          Log("warning", "replica missed a write; marked stale",
+              {{"collection", name}, {"shard", std::to_string(shard)}, {"node", node}});
+        }
+      }
+    }
+    if (!changed) return absl::OkStatus();
+    TESSERA_ASSIGN_OR_RETURN(const bool swapped, state_->etcd()->CompareAndSwap(
+                                                     key, read->mod_revision, ToJson(collection)));
+    if (swapped) return absl::OkStatus();
+  }
+  return absl::AbortedError(absl::StrCat("collection '", name, "': the shard map kept changing"));
+}
+
+absl::Status Router::CreateCollection(const v1::CreateCollectionRequest& request,
+                                      v1::CreateCollectionResponse* response) {
+  TESSERA_ASSIGN_OR_RETURN(const CollectionSchema schema, server::SchemaFromProto(request.schema()));
+  TESSERA_RETURN_IF_ERROR(ValidateSchema(schema));
+  if (schema.name.size() > server::kMaxClusterCollectionName) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("collection name '", schema.name, "': ", schema.name.size(),
+                     " characters, a sharded collection's name has at most ",
+                     server::kMaxClusterCollectionName));
+  }
+  const uint32_t shards = static_cast<uint32_t>(schema.num_shards);
+  if (shards > server::kMaxShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_shards ", shards, ", expected 1 … ", server::kMaxShards));
+  }
+  const uint32_t replicas = std::max<uint32_t>(request.replicas(), 1);
+  const std::vector<LiveNode> nodes = state_->LiveNodes();
+  if (replicas > nodes.size()) {
+    std::vector<std::string> ids;
+    for (const LiveNode& node : nodes) ids.push_back(node.id);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "replicas ", replicas, ": needs as many live shard nodes, ", nodes.size(), " live",
+        ids.empty() ? "" : absl::StrCat(" (", absl::StrJoin(ids, ", "), ")")));
+  }
+
+  v1::ClusterCollection collection;
+  collection.set_state(v1::ClusterCollection::CREATING);
+  *collection.mutable_schema() = request.schema();
+  collection.mutable_schema()->set_num_shards(shards);
+  const size_t first = static_cast<size_t>(ShardOf(schema.name, static_cast<int>(nodes.size())));
+  for (uint32_t s = 0; s < shards; ++s) {
+    v1::ShardPlacement* placement = collection.add_shards();
+    for (uint32_t r = 0; r < replicas; ++r) {
+      placement->add_replicas()->set_node_id(nodes[(first + s + r) % nodes.size()].id);
+    }
+  }
+  const std::string key = CollectionKey(schema.name);
+  TESSERA_ASSIGN_OR_RETURN(const bool reserved,
+                           state_->etcd()->CreateIfAbsent({{key, ToJson(collection)}}));
+  if (!reserved) {
+    return absl::AlreadyExistsError(absl::StrCat("collection '", schema.name, "' already exists"));
+  }
+
+  // Every replica at once; each remembers whether it was created, for the undo.
+  struct Target {
+    uint32_t shard;
+    std::string node;
+    absl::Status status;
+    v1::ShardCreateCollectionResponse response;
+  };
+  std::vector<Target> targets;
+  for (uint32_t s = 0; s < shards; ++s) {
+    for (const v1::ReplicaPlacement& replica : collection.shards(static_cast<int>(s)).replicas()) {
+      targets.push_back(Target{s, replica.node_id(), absl::OkStatus(), {}});
+    }
+  }
+  RunParallel(targets.size(), [&](size_t i) {
+    Target& target = targets[i];
+    absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(target.node);
+    if (!stub.ok()) {
+      target.status = stub.status();
+      return;
+    }
+    v1::ShardCreateCollectionRequest create;
+    *create.mutable_schema() = collection.schema();
+    create.set_shard(target.shard);
+    auto context = ContextWithTimeout(options_.shard_call_timeout);
+    target.status = FromGrpc((*stub)->CreateCollection(context.get(), create, &target.response));
+  });
+  const auto failed = std::find_if(targets.begin(), targets.end(),
+                                   [](const Target& t) { return !t.status.ok(); });
+  if (failed != targets.end()) {
+    const absl::Status error(failed->status.code(),
+                             absl::StrCat(ShardName(schema.name, failed->shard), " on node '",
+                                          failed->node, "': ", failed->status.message()));
+    RunParallel(targets.size(), [&](size_t i) {
+      if (!targets[i].status.ok()) return;
+      absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(targets[i].node);
+      if (!stub.ok()) return;
+      v1::ShardDropCollectionRequest drop;
+      drop.set_collection(schema.name);
+      drop.set_shard(targets[i].shard);
+      v1::ShardDropCollectionResponse dropped;
+      auto context = ContextWithTimeout(options_.shard_call_timeout);
+      (*stub)->DropCollection(context.get(), drop, &dropped);
+    });
+    state_->etcd()->Delete(key).IgnoreError();
+    return error;
+  }
+
+  // The schema with the defaults the nodes filled in, as a standalone server answers it.
+  *collection.mutable_schema() = targets.front().response.schema();
+  collection.set_state(v1::ClusterCollection::READY);
+  TESSERA_ASSIGN_OR_RETURN(const std::optional<KeyValue> reserved_kv, state_->etcd()->Get(key));
+  if (!reserved_kv.has_value()) {
+    return absl::AbortedError(absl::StrCat("collection '", schema.name, "' was dropped meanwhile"));
+  }
+  TESSERA_ASSIGN_OR_RETURN(
+      const bool ready,
+      state_->etcd()->CompareAndSwap(key, reserved_kv->mod_revision, ToJson(collection)));
+  if (!ready) {
+    return absl::AbortedError(absl::StrCat("collection '", schema.name, "' changed meanwhile"));
+  }
+  WaitUntilSeen(key);
+  *response->mutable_schema() = collection.schema();
+  Log("info", "collection created",
+      {{"collection", schema.name},
+       {"shards", std::to_string(shards)},
+       {"replicas", std::to_string(replicas)}});
+  return absl::OkStatus();
+}
+
+absl::Status Router::DropCollection(const std::string& name) {
+  TESSERA_ASSIGN_OR_RETURN(std::optional<CollectionEntry> entry, state_->Lookup(name));
+  if (!entry.has_value() || entry->collection.state() == v1::ClusterCollection::DROPPING) {
+    return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
+  }
+  const std::string key = CollectionKey(name);
+  v1::ClusterCollection dropping = entry->collection;
+  dropping.set_state(v1::ClusterCollection::DROPPING);
+  TESSERA_ASSIGN_OR_RETURN(const bool marked, state_->etcd()->CompareAndSwap(
+                                                  key, entry->mod_revision, ToJson(dropping)));
+  if (!marked) return absl::AbortedError(absl::StrCat("collection '", name, "' changed meanwhile"));
+
+  std::vector<std::pair<uint32_t, std::string>> targets;
+  for (int s = 0; s < dropping.shards_size(); ++s) {
+    for (const v1::ReplicaPlacement& replica : dropping.shards(s).replicas()) {
+      targets.emplace_back(static_cast<uint32_t>(s), replica.node_id());
+    }
+  }
+  RunParallel(targets.size(), [&](size_t i) {
+    const auto& [shard, node] = targets[i];
+    absl::Status status;
+    absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(node);
+    if (stub.ok()) {
+      v1::ShardDropCollectionRequest drop;
+      drop.set_collection(name);
+      drop.set_shard(shard);
+      v1::ShardDropCollectionResponse dropped;
+      auto context = ContextWithTimeout(options_.shard_call_timeout);
+      status = FromGrpc((*stub)->DropCollection(context.get(), drop, &dropped));
+    } else {
+      status = stub.status();
+    }
+    if (!status.ok() && status.code() != absl::StatusCode::kNotFound) {
+      Log("warning", "replica not dropped; it stays on its node's disk",
+          {{"collection", name},
+           {"shard", std::to_string(shard)},
+           {"node", node},
+           {"error", std::string(status.message())}});
+    }
+  });
+  TESSERA_RETURN_IF_ERROR(state_->etcd()->Delete(key).status());
+  WaitUntilSeen(key);
+  Log("info", "collection dropped", {{"collection", name}});
+  return absl::OkStatus();
+}
+
+absl::Status Router::ListCollections(v1::ListCollectionsResponse* response) {
+  for (const std::string& name : state_->ReadyCollections()) response->add_names(name);
+  return absl::OkStatus();
+}
+
+absl::Status Router::GetCollection(const std::string& name, v1::GetCollectionResponse* response) {
+  TESSERA_ASSIGN_OR_RETURN(const CollectionEntry entry, ReadyCollection(name));
+  const v1::ClusterCollection& collection = entry.collection;
+  *response->mutable_schema() = collection.schema();
+  const uint32_t shards = ShardCount(collection);
+  std::vector<v1::GetCollectionResponse> per_shard(shards);
+  std::vector<absl::Status> statuses(shards);
+  RunParallel(shards, [&](size_t s) {
+    statuses[s] = TryReplicas(
+        ShardName(name, static_cast<uint32_t>(s)),
+        ReadOrder(collection.shards(static_cast<int>(s))), [&](const std::string& node) {
+          TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
+          v1::ShardStatsRequest stats;
+          stats.set_collection(name);
+          stats.set_shard(static_cast<uint32_t>(s));
+          auto context = ContextWithTimeout(options_.shard_call_timeout);
+          return FromGrpc(stub->Stats(context.get(), stats, &per_shard[s]));
+        });
+  });
+  for (uint32_t s = 0; s < shards; ++s) {
+    if (statuses[s].ok()) AddStats(per_shard[s].stats(), response->mutable_stats());
+    v1::ShardStatus* status = response->add_shards();
+    status->set_shard(s);
+    for (const v1::ReplicaPlacement& replica : collection.shards(static_cast<int>(s)).replicas()) {
+      v1::ReplicaStatus* out = status->add_replicas();
+      out->set_node_id(replica.node_id());
+      const std::optional<std::string> address = state_->AddressOf(replica.node_id());
+      if (address.has_value()) out->set_address(*address);
+      out->set_state(!address.has_value() ? "down" : replica.stale() ? "stale" : "serving");
+    }
+  }
+  FinishRatios(response->mutable_stats());
+  return absl::OkStatus();
+}
+
+absl::Status Router::Flush(const std::string& name) {
+  TESSERA_ASSIGN_OR_RETURN(const CollectionEntry entry, ReadyCollection(name));
+  std::vector<std::pair<uint32_t, std::string>> targets;
+  for (int s = 0; s < entry.collection.shards_size(); ++s) {
+    for (const v1::ReplicaPlacement& replica : entry.collection.shards(s).replicas()) {
+      if (state_->AddressOf(replica.node_id()).has_value()) {
+        targets.emplace_back(static_cast<uint32_t>(s), replica.node_id());
+      }
+    }
+  }
+  std::vector<absl::Status> statuses(targets.size());
+  RunParallel(targets.size(), [&](size_t i) {
+    const auto& [shard, node] = targets[i];
+    absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(node);
+    if (!stub.ok()) {
+      statuses[i] = stub.status();
+      return;
+    }
+    v1::ShardFlushRequest flush;
+    flush.set_collection(name);
+    flush.set_shard(shard);
+    v1::ShardFlushResponse flushed;
+    auto context = ContextWithTimeout(options_.shard_call_timeout);
+    statuses[i] = FromGrpc((*stub)->Flush(context.get(), flush, &flushed));
+  });
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (!statuses[i].ok()) {
+      return absl::Status(statuses[i].code(),
+                          absl::StrCat(ShardName(name, targets[i].first), " on node '",
+                                       targets[i].second, "': ", statuses[i].message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse* response) {
+  TESSERA_ASSIGN_OR_RETURN(const CollectionEntry entry, ReadyCollection(request.collection()));
+  const std::string& name = request.collection();
+  if (request.documents_size() > options_.max_documents_per_batch) {
+    return absl::ResourceExhaustedError(absl::StrCat("documents: ", request.documents_size(),
+                                                     " in one message exceeds the limit of ",
+                                                     options_.max_documents_per_batch));
+  }
+  const uint32_t shards = ShardCount(entry.collection);
+  // Each shard's part of the message, and where its documents sit in the message.
+  std::vector<v1::ShardUpsertRequest> parts(shards);
+  std::vector<std::vector<int>> positions(shards);
+  for (int i = 0; i < request.documents_size(); ++i) {
+    const auto s = static_cast<uint32_t>(ShardOf(request.documents(i).id(), static_cast<int>(shards)));
+    *parts[s].add_documents() = request.documents(i);
+    positions[s].push_back(i);
+  }
+  // One call per (shard, live replica); replicas that are down missed the write.
+  struct Call {
+    uint32_t shard;
+    std::string node;
+    absl::Status status;
+    v1::UpsertResponse response;
+  };
+  std::vector<Call> calls;
+  std::vector<std::pair<uint32_t, std::string>> missed;
+  for (uint32_t s = 0; s < shards; ++s) {
+    if (positions[s].empty()) continue;
+    parts[s].set_collection(name);
+    parts[s].set_shard(s);
+    for (const v1::ReplicaPlacement& replica : entry.collection.shards(static_cast<int>(s)).replicas()) {
+      if (state_->AddressOf(replica.node_id()).has_value()) {
+        calls.push_back(Call{s, replica.node_id(), absl::OkStatus(), {}});
+      } else {
+        missed.emplace_back(s, replica.node_id());
+      }
+    }
+  }
+  RunParallel(calls.size(), [&](size_t i) {
+    Call& call = calls[i];
+    absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(call.node);
+    if (!stub.ok()) {
+      call.status = stub.status();
+      return;
+    }
+    auto context = ContextWithTimeout(options_.shard_call_timeout);
+    call.status = FromGrpc((*stub)->Upsert(context.get(), parts[call.shard], &call.response));
+    if (call.status.ok() &&
+        call.response.results_size() != static_cast<int>(positions[call.shard].size())) {
+      call.status = absl::InternalError(absl::StrCat("node '", call.node, "' answered ",
+                                                     call.response.results_size(), " results for ",
+                                                     positions[call.shard].size(), " documents"));
+    }
+  });
+
+  // Per document: the first replica's result, unless a replica failed the document (then that
+  // failure). A replica that failed the call, or a document another stored, missed a write.
+  std::vector<v1::DocumentResult> results(static_cast<size_t>(request.documents_size()));
+  std::vector<bool> answered(shards, false);
+  std::vector<std::vector<std::string>> failures(shards);
+  for (const Call& call : calls) {
+    if (!call.status.ok()) {
+      failures[call.shard].push_back(absl::StrCat(call.node, ": ", call.status.message()));
+      missed.emplace_back(call.shard, call.node);
+      continue;
+    }
+    const bool first = !answered[call.shard];
+    answered[call.shard] = true;
+    for (size_t j = 0; j < positions[call.shard].size(); ++j) {
+      const v1::DocumentResult& result = call.response.results(static_cast<int>(j));
+      v1::DocumentResult& merged = results[static_cast<size_t>(positions[call.shard][j])];
+      if (first || (merged.code() == 0 && result.code() != 0)) merged = result;
+    }
+  }
+  for (const Call& call : calls) {
+    if (!call.status.ok()) continue;
+    for (size_t j = 0; j < positions[call.shard].size(); ++j) {
+      const bool failed_here = call.response.results(static_cast<int>(j)).code() != 0;
+      const bool stored_elsewhere = std::any_of(calls.begin(), calls.end(), [&](const Call& other) {
+        return other.shard == call.shard && other.status.ok() &&
+               other.response.results(static_cast<int>(j)).code() == 0;
+      });
+      if (failed_here && stored_elsewhere) {
+        missed.emplace_back(call.shard, call.node);
+        break;
+      }
+    }
+  }
+  // Only a replica that missed what another acknowledged is behind: when no replica of a shard
+  // took the write, nothing was acknowledged.
+  missed.erase(std::remove_if(missed.begin(), missed.end(),
+                              [&](const auto& replica) { return !answered[replica.first]; }),
+               missed.end());
+  const absl::Status recorded = MarkStale(name, missed);
+  for (uint32_t s = 0; s < shards; ++s) {
+    if (positions[s].empty()) continue;
+    absl::Status shard_failure;
+    if (!answered[s]) {
+      if (failures[s].empty()) failures[s].emplace_back("no live replica");
+      shard_failure = absl::UnavailableError(absl::StrCat(
+          ShardName(name, s), " unavailable (", absl::StrJoin(failures[s], "; "), ")"));
+    } else if (!recorded.ok()) {
+      shard_failure = absl::UnavailableError(
+          absl::StrCat(ShardName(name, s), ": a replica missed the write and etcd could not record it: ",
+                       recorded.message()));
+    }
+    if (shard_failure.ok()) continue;
+    for (int position : positions[s]) {
+      v1::DocumentResult& result = results[static_cast<size_t>(position)];
+      result.Clear();
+      result.set_id(request.documents(position).id());
+      result.set_code(static_cast<int32_t>(shard_failure.code()));
+      result.set_message(std::string(shard_failure.message()));
+    }
+  }
+  for (v1::DocumentResult& result : results) *response->add_results() = std::move(result);
+  return absl::OkStatus();
+}
+
+absl::Status Router::Delete(const v1::DeleteRequest& request, v1::DeleteResponse* response) {
+  TESSERA_ASSIGN_OR_RETURN(const CollectionEntry entry, ReadyCollection(request.collection()));
+  const std::string& name = request.collection();
+  const uint32_t shards = ShardCount(entry.collection);
+  std::vector<v1::ShardDeleteRequest> parts(shards);
+  std::vector<std::vector<int>> positions(shards);
+  for (int i = 0; i < request.ids_size(); ++i) {
+    const auto s = static_cast<uint32_t>(ShardOf(request.ids(i), static_cast<int>(shards)));
+    parts[s].add_ids(request.ids(i));
+    positions[s].push_back(i);
+  }
+  struct Call {
+    uint32_t shard;
+    std::string node;
+    absl::Status status;
+    v1::DeleteResponse response;
+  };
+  std::vector<Call> calls;
+  std::vector<std::pair<uint32_t, std::string>> missed;
+  for (uint32_t s = 0; s < shards; ++s) {
+    if (positions[s].empty()) continue;
+    parts[s].set_collection(name);
+    parts[s].set_shard(s);
+    for (const v1::ReplicaPlacement& replica : entry.collection.shards(static_cast<int>(s)).replicas()) {
+      if (state_->AddressOf(replica.node_id()).has_value()) {
+        calls.push_back(Call{s, replica.node_id(), absl::OkStatus(), {}});
+      } else {
+        missed.emplace_back(s, replica.node_id());
+      }
+    }
+  }
+  RunParallel(calls.size(), [&](size_t i) {
+    Call& call = calls[i];
+    absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(call.node);
+    if (!stub.ok()) {
+      call.status = stub.status();
+      return;
+    }
+    auto context = ContextWithTimeout(options_.shard_call_timeout);
+    call.status = FromGrpc((*stub)->Delete(context.get(), parts[call.shard], &call.response));
+    if (call.status.ok() &&
+        call.response.existed_size() != static_cast<int>(positions[call.shard].size())) {
+      call.status = absl::InternalError(absl::StrCat("node '", call.node, "' answered ",
+                                                     call.response.existed_size(), " results for ",
+                                                     positions[call.shard].size(), " ids"));
+    }
+  });
+  std::vector<bool> existed(static_cast<size_t>(request.ids_size()), false);
+  std::vector<bool> answered(shards, false);
+  std::vector<std::vector<std::string>> failures(shards);
+  for (const Call& call : calls) {
+    if (!call.status.ok()) {
+      // A request-level error every replica shares (a bad id) is the caller's.
+      if (!Retryable(call.status) && call.status.code() != absl::StatusCode::kDeadlineExceeded) {
+        return call.status;
+      }
+      failures[call.shard].push_back(absl::StrCat(call.node, ": ", call.status.message()));
+      missed.emplace_back(call.shard, call.node);
+      continue;
+    }
+    answered[call.shard] = true;
+    for (size_t j = 0; j < positions[call.shard].size(); ++j) {
+      if (call.response.existed(static_cast<int>(j))) {
+        existed[static_cast<size_t>(positions[call.shard][j])] = true;
+      }
+    }
+  }
+  for (uint32_t s = 0; s < shards; ++s) {
+    if (!positions[s].empty() && !answered[s]) {
+      if (failures[s].empty()) failures[s].emplace_back("no live replica");
+      return absl::UnavailableError(absl::StrCat(ShardName(name, s), " unavailable (",
+                                                 absl::StrJoin(failures[s], "; "), ")"));
+    }
+  }
+  const absl::Status recorded = MarkStale(name, missed);
+  if (!recorded.ok()) {
+    return absl::UnavailableError(absl::StrCat("collection '", name,
+                                               "': a replica missed the delete and etcd could "
+                                               "not record it: ",
+                                               recorded.message()));
+  }
+  for (bool e : existed) response->add_existed(e);
+  return absl::OkStatus();
+}
+
+absl::Status Router::Get(const v1::GetRequest& request, v1::GetResponse* response) {
+  TESSERA_ASSIGN_OR_RETURN(const CollectionEntry entry, ReadyCollection(request.collection()));
+  const uint32_t shards = ShardCount(entry.collection);
+  const auto s = static_cast<uint32_t>(ShardOf(request.id(), static_cast<int>(shards)));
+  v1::ShardGetRequest get;
+  get.set_collection(request.collection());
+  get.set_shard(s);
+  get.set_id(request.id());
+  return TryReplicas(ShardName(request.collection(), s),
+                     ReadOrder(entry.collection.shards(static_cast<int>(s))),
+                     [&](const std::string& node) -> absl::Status {
+                       TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
+                       auto context = ContextWithTimeout(options_.shard_call_timeout);
+                       response->Clear();
+                       return FromGrpc(stub->Get(context.get(), get, response));
+                     });
+}
+
+absl::Status Router::Search(const grpc::CallbackServerContext& call,
+                            const v1::SearchRequest& request, v1::SearchResponse* response) {
+  const Clock::time_point start = Clock::now();
+  TESSERA_ASSIGN_OR_RETURN(const CollectionEntry entry, ReadyCollection(request.collection()));
+  const uint32_t shards = ShardCount(entry.collection);
+  std::vector<v1::SearchResponse> answers(shards);
+  std::vector<absl::Status> statuses(shards);
+  const Clock::time_point fanout_start = Clock::now();
+  RunParallel(shards, [&](size_t s) {
+    v1::ShardSearchRequest search;
+    search.set_shard(static_cast<uint32_t>(s));
+    *search.mutable_search() = request;
+    statuses[s] = TryReplicas(
+        ShardName(request.collection(), static_cast<uint32_t>(s)),
+        ReadOrder(entry.collection.shards(static_cast<int>(s))),
+        [&](const std::string& node) -> absl::Status {
+          TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
+          // The caller's deadline and cancellation reach the shard.
+          std::unique_ptr<grpc::ClientContext> context =
+              grpc::ClientContext::FromCallbackServerContext(call);
+          answers[s].Clear();
+          return FromGrpc(stub->Search(context.get(), search, &answers[s]));
+        });
+  });
+  const double fanout_ms =
+      std::chrono::duration<double, std::milli>(Clock::now() - fanout_start).count();
+
+  std::vector<v1::Hit> hits;
+  v1::Timings* timings = response->mutable_timings();
+  bool exhaustive = true;
+  uint64_t scored = 0;
+  for (uint32_t s = 0; s < shards; ++s) {
+    if (!statuses[s].ok()) {
+      if (statuses[s].code() != absl::StatusCode::kUnavailable || !request.allow_partial_results()) {
+        return statuses[s];
+      }
+      response->add_missing_shards(s);
+      continue;
+    }
+    v1::SearchResponse& answer = answers[s];
+    for (v1::Hit& hit : *answer.mutable_hits()) hits.push_back(std::move(hit));
+    timings->set_candidates_ms(std::max(timings->candidates_ms(), answer.timings().candidates_ms()));
+    timings->set_fetch_ms(std::max(timings->fetch_ms(), answer.timings().fetch_ms()));
+    timings->set_rerank_ms(std::max(timings->rerank_ms(), answer.timings().rerank_ms()));
+    scored += answer.documents_scored();
+    exhaustive = exhaustive && answer.exhaustive();
+  }
+  std::sort(hits.begin(), hits.end(), [](const v1::Hit& a, const v1::Hit& b) {
+    if (a.score() != b.score()) return a.score() > b.score();
+    return a.id() < b.id();
+  });
+  const size_t k = request.k() == 0 ? 10 : request.k();
+  if (hits.size() > k) hits.resize(k);
+  for (v1::Hit& hit : hits) *response->add_hits() = std::move(hit);
+  response->set_documents_scored(scored);
+  response->set_exhaustive(exhaustive);
+  timings->set_fanout_ms(fanout_ms);
+  timings->set_total_ms(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  return absl::OkStatus();
+}
+
+}  // namespace tessera::cluster
