@@ -54,15 +54,13 @@ absl::Status EngineBackend::Flush(const std::string& name) {
   return collection->Snapshot();
 }
 
-absl::Status EngineBackend::Upsert(const v1::UpsertRequest& request,
-                                   v1::UpsertResponse* response) {
+absl::Status EngineBackend::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse* response) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                            context_->engine->GetCollection(request.collection()));
   return UpsertDocuments(context_, *collection, request.documents(), response);
 }
 
-absl::Status EngineBackend::Delete(const v1::DeleteRequest& request,
-                                   v1::DeleteResponse* response) {
+absl::Status EngineBackend::Delete(const v1::DeleteRequest& request, v1::DeleteResponse* response) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                            context_->engine->GetCollection(request.collection()));
   const std::vector<std::string> ids(request.ids().begin(), request.ids().end());
@@ -83,8 +81,7 @@ absl::Status EngineBackend::Get(const v1::GetRequest& request, v1::GetResponse* 
 }
 
 absl::Status EngineBackend::Search(const grpc::CallbackServerContext& call,
-                                   const v1::SearchRequest& request,
-                                   v1::SearchResponse* response) {
+                                   const v1::SearchRequest& request, v1::SearchResponse* response) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                            context_->engine->GetCollection(request.collection()));
   return SearchCollection(context_, call, *collection, request, response);

@@ -1,7 +1,7 @@
 // tessera-server: the gRPC server over one Engine (embedded default: one process, one data dir),
-// or, with --role router, the public API over the shard nodes of a cluster (server/cluster/router.h).
-// With --role shard it serves the internal ShardService instead of the public API and registers
-// the node in etcd (DESIGN §7): key /tessera/nodes/<node_id>, value
+// or, with --role router, the public API over the shard nodes of a cluster
+// (server/cluster/router.h). With --role shard it serves the internal ShardService instead of the
+// public API and registers the node in etcd (DESIGN §7): key /tessera/nodes/<node_id>, value
 // {"address":"HOST:PORT","role":"shard","state":"serving"}, held by a lease of kNodeLeaseSeconds
 // kept alive while the process runs, deleted on SIGTERM/SIGINT before draining. A node that dies
 // without that leaves the key to expire with its lease.

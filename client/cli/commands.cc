@@ -37,6 +37,8 @@ constexpr FlagSpec kFlags[] = {
     {"pooling", true},
     {"dtype", true},
     {"shards", true},
+    {"replicas", true},
+    {"allow-partial", false},
     {"attribute", true},
     {"factory", true},
     {"candidates", true},
@@ -80,9 +82,10 @@ const std::vector<CommandSpec>& Commands() {
   static const auto* commands = new std::vector<CommandSpec>{
       {"collections create",
        1,
-       {"dim", "pool-factor", "pooling", "dtype", "shards", "attribute", "factory", "candidates",
-        "candidate-pool-factor", "residual-bits", "centroid-min-vectors", "protected-tokens",
-        "min-vectors", "rerank-from-codes", "renormalize", "keep-special-tokens", "json"}},
+       {"dim", "pool-factor", "pooling", "dtype", "shards", "replicas", "attribute", "factory",
+        "candidates", "candidate-pool-factor", "residual-bits", "centroid-min-vectors",
+        "protected-tokens", "min-vectors", "rerank-from-codes", "renormalize",
+        "keep-special-tokens", "json"}},
       {"collections list", 0, {"json"}},
       {"collections get", 1, {"json"}},
       {"collections drop", 1, {}},
@@ -93,7 +96,7 @@ const std::vector<CommandSpec>& Commands() {
       {"search",
        1,
        {"query", "k", "num-candidates", "per-token-candidates", "nprobe", "exhaustive", "explain",
-        "filter", "json"}},
+        "filter", "allow-partial", "json"}},
       {"get", 2, {"vectors", "json"}},
       {"delete", -1, {"json"}},
       {"stats", 1, {"json"}},
@@ -296,8 +299,9 @@ class Cli {
     return absl::OkStatus();
   }
 
-  absl::Status CollectionsCreate(const std::string& name, const v1::CollectionSchema& schema) {
-    TESSERA_ASSIGN_OR_RETURN(v1::CollectionSchema created, client_->CreateCollection(schema));
+  absl::Status CollectionsCreate(const v1::CollectionSchema& schema, uint32_t replicas) {
+    TESSERA_ASSIGN_OR_RETURN(v1::CollectionSchema created,
+                             client_->CreateCollection(schema, replicas));
     if (json_) {
       out_ << SchemaToJsonLine(created);
     } else {
@@ -421,6 +425,10 @@ class Cli {
         result.documents_scored, result.exhaustive ? " (exhaustive)" : "",
         result.timings.candidates_ms, result.timings.fetch_ms, result.timings.rerank_ms,
         result.timings.total_ms);
+    if (!result.missing_shards.empty()) {
+      out_ << "partial results: no replica answered for shard(s) "
+           << absl::StrJoin(result.missing_shards, ", ") << "\n";
+    }
     return absl::OkStatus();
   }
 
@@ -475,10 +483,21 @@ class Cli {
   absl::Status Stats(const std::string& collection) {
     TESSERA_ASSIGN_OR_RETURN(CollectionInfo info, client_->GetCollection(collection));
     if (json_) {
-      out_ << internal::StatsToJson(collection, info.stats).Dump() << "\n";
+      Json json = internal::StatsToJson(collection, info.stats);
+      if (!info.shards.empty()) json.Set("shards", internal::ShardsToJson(info.shards));
+      out_ << json.Dump() << "\n";
     } else {
       out_ << "collection " << Quote(collection) << "\n";
       PrintStats(info.stats);
+      for (const v1::ShardStatus& shard : info.shards) {
+        std::vector<std::string> replicas;
+        for (const v1::ReplicaStatus& replica : shard.replicas()) {
+          replicas.push_back(absl::StrCat(replica.node_id(), " (", replica.state(),
+                                          replica.address().empty() ? "" : ", ", replica.address(),
+                                          ")"));
+        }
+        out_ << "  shard " << shard.shard() << "  " << absl::StrJoin(replicas, ", ") << "\n";
+      }
     }
     return absl::OkStatus();
   }
@@ -564,6 +583,7 @@ absl::StatusOr<SearchOptions> SearchOptionsFromArgs(const ParsedArgs& args) {
   }
   options.exhaustive = args.Has("exhaustive");
   options.explain = args.Has("explain");
+  options.allow_partial_results = args.Has("allow-partial");
   return options;
 }
 
@@ -582,7 +602,7 @@ Global flags:
 
 Commands:
   collections create NAME --dim D [--pool-factor P] [--pooling MODE] [--dtype fp16|fp32]
-          [--shards S] [--attribute NAME:int64|double|string ...] [--factory F]
+          [--shards S] [--replicas R] [--attribute NAME:int64|double|string ...] [--factory F]
           [--candidates pooled|global] [--candidate-pool-factor P] [--residual-bits 2|4]
           [--centroid-min-vectors V] [--rerank-from-codes] [--protected-tokens N]
           [--min-vectors M]
@@ -599,7 +619,7 @@ Commands:
       Acknowledged documents are recorded in FILE.npz.tessera-ingest (or --journal PATH); a rerun
       skips those whose content is unchanged (--no-resume sends everything again).
   search NAME --query Q.npy [--k K] [--num-candidates N] [--per-token-candidates N]
-          [--nprobe P] [--exhaustive] [--explain] [--filter EXPR ...] [--json]
+          [--nprobe P] [--exhaustive] [--explain] [--filter EXPR ...] [--allow-partial] [--json]
       EXPR: FIELD==V, FIELD!=V, FIELD<V, FIELD<=V, FIELD>V, FIELD>=V, or "FIELD in V1,V2,…"
   get NAME ID [--vectors] [--json]
   delete NAME ID... [--json]
@@ -659,12 +679,18 @@ int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, 
 
   // Everything that can be checked without the server is a usage error.
   v1::CollectionSchema schema;
+  uint32_t replicas = 1;
   IngestConfig ingest;
   SearchOptions search;
   if (name == "collections create") {
     absl::StatusOr<v1::CollectionSchema> built = internal::SchemaFromArgs(operands[0], args);
     if (!built.ok()) return usage_error(built.status().message());
     schema = *std::move(built);
+    if (auto value = args.Get("replicas")) {
+      absl::StatusOr<uint32_t> parsed = ParseUint32Flag("replicas", *value, 1);
+      if (!parsed.ok()) return usage_error(parsed.status().message());
+      replicas = *parsed;
+    }
   } else if (name == "ingest") {
     absl::StatusOr<IngestConfig> config = IngestConfigFromArgs(args);
     if (!config.ok()) return usage_error(config.status().message());
@@ -680,7 +706,7 @@ int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, 
   absl::Status status = cli.Connect();
   if (status.ok()) {
     if (name == "collections create") {
-      status = cli.CollectionsCreate(operands[0], schema);
+      status = cli.CollectionsCreate(schema, replicas);
     } else if (name == "collections list") {
       status = cli.CollectionsList();
     } else if (name == "collections get") {
@@ -967,11 +993,17 @@ Json SearchResultToJson(const SearchResult& result, bool explain) {
   timings.Set("fetch", result.timings.fetch_ms);
   timings.Set("rerank", result.timings.rerank_ms);
   timings.Set("total", result.timings.total_ms);
+  if (result.timings.fanout_ms > 0) timings.Set("fanout", result.timings.fanout_ms);
   Json json = Json::Object();
   json.Set("results", std::move(results));
   json.Set("timings_ms", std::move(timings));
   json.Set("documents_scored", result.documents_scored);
   json.Set("exhaustive", result.exhaustive);
+  if (!result.missing_shards.empty()) {
+    Json missing = Json::Array();
+    for (uint32_t shard : result.missing_shards) missing.Push(shard);
+    json.Set("missing_shards", std::move(missing));
+  }
   return json;
 }
 
@@ -1036,6 +1068,25 @@ Json StatsToJson(const std::string& collection, const v1::CollectionStats& stats
   json.Set("candidate_bytes", stats.candidate_bytes());
   json.Set("training_shards", stats.training_shards());
   return json;
+}
+
+Json ShardsToJson(const std::vector<v1::ShardStatus>& shards) {
+  Json list = Json::Array();
+  for (const v1::ShardStatus& shard : shards) {
+    Json replicas = Json::Array();
+    for (const v1::ReplicaStatus& replica : shard.replicas()) {
+      Json entry = Json::Object();
+      entry.Set("node_id", replica.node_id());
+      entry.Set("address", replica.address());
+      entry.Set("state", replica.state());
+      replicas.Push(std::move(entry));
+    }
+    Json entry = Json::Object();
+    entry.Set("shard", shard.shard());
+    entry.Set("replicas", std::move(replicas));
+    list.Push(std::move(entry));
+  }
+  return list;
 }
 
 Json SchemaToJson(const v1::CollectionSchema& schema) {

@@ -54,6 +54,8 @@ Json SearchResultToJson(const SearchResult& result, bool explain);
 Json StoredDocumentToJson(const StoredDocument& document, bool with_vectors);
 // {"collection", then every CollectionStats field by its proto name}
 Json StatsToJson(const std::string& collection, const v1::CollectionStats& stats);
+// A router's shard map: [{"shard", "replicas": [{"node_id", "address", "state"}]}].
+Json ShardsToJson(const std::vector<v1::ShardStatus>& shards);
 // {"name","dim","dtype","pooling":{…},"candidates":{…},"attributes":{NAME:TYPE},"num_shards"}
 Json SchemaToJson(const v1::CollectionSchema& schema);
 Json AttributesToJson(const Attributes& attributes);

@@ -283,6 +283,7 @@ v1::SearchRequest BuildSearchRequest(const std::string& collection, const TokenM
   if (!options.filter.empty()) *request.mutable_filter() = FilterToProto(options.filter);
   request.set_exhaustive(options.exhaustive);
   request.set_explain(options.explain);
+  request.set_allow_partial_results(options.allow_partial_results);
   return request;
 }
 
@@ -352,8 +353,10 @@ SearchResult DecodeSearchResponse(const v1::SearchResponse& response) {
   result.timings.fetch_ms = response.timings().fetch_ms();
   result.timings.rerank_ms = response.timings().rerank_ms();
   result.timings.total_ms = response.timings().total_ms();
+  result.timings.fanout_ms = response.timings().fanout_ms();
   result.documents_scored = response.documents_scored();
   result.exhaustive = response.exhaustive();
+  result.missing_shards.assign(response.missing_shards().begin(), response.missing_shards().end());
   return result;
 }
 
@@ -517,9 +520,11 @@ std::unique_ptr<grpc::ClientContext> Client::MakeContext(absl::Duration timeout)
   return context;
 }
 
-absl::StatusOr<v1::CollectionSchema> Client::CreateCollection(const v1::CollectionSchema& schema) {
+absl::StatusOr<v1::CollectionSchema> Client::CreateCollection(const v1::CollectionSchema& schema,
+                                                              uint32_t replicas) {
   v1::CreateCollectionRequest request;
   *request.mutable_schema() = schema;
+  request.set_replicas(replicas);
   v1::CreateCollectionResponse response;
   auto context = MakeContext(options_.timeout);
   TESSERA_RETURN_IF_ERROR(
@@ -553,6 +558,7 @@ absl::StatusOr<CollectionInfo> Client::GetCollection(const std::string& name) {
   CollectionInfo info;
   info.schema = std::move(*response.mutable_schema());
   info.stats = std::move(*response.mutable_stats());
+  info.shards.assign(response.shards().begin(), response.shards().end());
   return info;
 }
 

@@ -138,6 +138,9 @@ struct SearchOptions {
   Filter filter;                      // tessera/document.h; empty matches everything
   bool exhaustive = false;
   bool explain = false;
+  // Router: when a shard has no replica that answers, return the other shards' hits (listed in
+  // SearchResult::missing_shards) instead of failing with UNAVAILABLE.
+  bool allow_partial_results = false;
 };
 
 struct TokenMatch {
@@ -159,6 +162,7 @@ struct SearchTimings {
   double fetch_ms = 0;
   double rerank_ms = 0;
   double total_ms = 0;
+  double fanout_ms = 0;  // router: the scatter-gather to the shard nodes
 };
 
 struct SearchResult {
@@ -166,6 +170,7 @@ struct SearchResult {
   SearchTimings timings;
   uint64_t documents_scored = 0;
   bool exhaustive = false;
+  std::vector<uint32_t> missing_shards;  // with allow_partial_results
 };
 
 // One search of a SearchBatch.
@@ -178,6 +183,7 @@ struct SearchQuery {
 struct CollectionInfo {
   v1::CollectionSchema schema;
   v1::CollectionStats stats;
+  std::vector<v1::ShardStatus> shards;  // router: each shard's replicas, nodes and state
 };
 
 // Limits for Client::Upsert's split of a document list into stream messages.
@@ -238,7 +244,9 @@ class Client {
 
   // AdminService.
   // The schema as stored, defaults filled in. ALREADY_EXISTS, INVALID_ARGUMENT.
-  absl::StatusOr<v1::CollectionSchema> CreateCollection(const v1::CollectionSchema& schema);
+  // `replicas`: copies of each shard on distinct shard nodes (a router; standalone holds 1).
+  absl::StatusOr<v1::CollectionSchema> CreateCollection(const v1::CollectionSchema& schema,
+                                                        uint32_t replicas = 1);
   absl::Status DropCollection(const std::string& name);
   // Sorted names.
   absl::StatusOr<std::vector<std::string>> ListCollections();

@@ -124,13 +124,14 @@ void ClusterState::Apply(const WatchEvent& event) {
   } else if (absl::StartsWith(key, kCollectionsPrefix)) {
     const std::string name = key.substr(kCollectionsPrefix.size());
     CollectionEntry entry;
-    const absl::Status parsed = put ? FromJson(key, event.kv.value, &entry.collection)
-                                    : absl::NotFoundError("deleted");
+    const absl::Status parsed =
+        put ? FromJson(key, event.kv.value, &entry.collection) : absl::NotFoundError("deleted");
     if (parsed.ok()) {
       entry.mod_revision = event.kv.mod_revision;
       collections_[name] = std::move(entry);
     } else {
-      if (put) Log("warning", "ignoring a collection key", {{"error", std::string(parsed.message())}});
+      if (put)
+        Log("warning", "ignoring a collection key", {{"error", std::string(parsed.message())}});
       collections_.erase(name);
     }
   }

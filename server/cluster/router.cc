@@ -57,7 +57,9 @@ std::unique_ptr<grpc::ClientContext> ContextWithTimeout(absl::Duration timeout) 
   return context;
 }
 
-std::string CollectionKey(const std::string& name) { return absl::StrCat(kCollectionsPrefix, name); }
+std::string CollectionKey(const std::string& name) {
+  return absl::StrCat(kCollectionsPrefix, name);
+}
 
 uint32_t ShardCount(const v1::ClusterCollection& collection) {
   return static_cast<uint32_t>(collection.shards_size());
@@ -118,8 +120,8 @@ absl::StatusOr<v1::ShardService::Stub*> Router::StubOf(const std::string& node_i
     grpc::ChannelArguments arguments;
     arguments.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
     arguments.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
-    stub = v1::ShardService::NewStub(grpc::CreateCustomChannel(
-        *address, grpc::InsecureChannelCredentials(), arguments));
+    stub = v1::ShardService::NewStub(
+        grpc::CreateCustomChannel(*address, grpc::InsecureChannelCredentials(), arguments));
   }
   return stub.get();
 }
@@ -159,14 +161,15 @@ absl::Status Router::MarkStale(const std::string& name,
   const std::string key = CollectionKey(name);
   for (int attempt = 0; attempt < 5; ++attempt) {
     TESSERA_ASSIGN_OR_RETURN(std::optional<KeyValue> read, state_->etcd()->Get(key));
-    if (!read.has_value()) return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
+    if (!read.has_value())
+      return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
     v1::ClusterCollection collection;
     TESSERA_RETURN_IF_ERROR(FromJson(key, read->value, &collection));
     bool changed = false;
     for (const auto& [shard, node] : replicas) {
       if (shard >= ShardCount(collection)) continue;
-      for (v1::ReplicaPlacement& replica : *collection.mutable_shards(static_cast<int>(shard))
-                                               ->mutable_replicas()) {
+      for (v1::ReplicaPlacement& replica :
+           *collection.mutable_shards(static_cast<int>(shard))->mutable_replicas()) {
         if (replica.node_id() == node && !replica.stale()) {
           replica.set_stale(true);
           changed = true;
@@ -185,7 +188,8 @@ absl::Status Router::MarkStale(const std::string& name,
 
 absl::Status Router::CreateCollection(const v1::CreateCollectionRequest& request,
                                       v1::CreateCollectionResponse* response) {
-  TESSERA_ASSIGN_OR_RETURN(const CollectionSchema schema, server::SchemaFromProto(request.schema()));
+  TESSERA_ASSIGN_OR_RETURN(const CollectionSchema schema,
+                           server::SchemaFromProto(request.schema()));
   TESSERA_RETURN_IF_ERROR(ValidateSchema(schema));
   if (schema.name.size() > server::kMaxClusterCollectionName) {
     return absl::InvalidArgumentError(
@@ -252,8 +256,8 @@ absl::Status Router::CreateCollection(const v1::CreateCollectionRequest& request
     auto context = ContextWithTimeout(options_.shard_call_timeout);
     target.status = FromGrpc((*stub)->CreateCollection(context.get(), create, &target.response));
   });
-  const auto failed = std::find_if(targets.begin(), targets.end(),
-                                   [](const Target& t) { return !t.status.ok(); });
+  const auto failed =
+      std::find_if(targets.begin(), targets.end(), [](const Target& t) { return !t.status.ok(); });
   if (failed != targets.end()) {
     const absl::Status error(failed->status.code(),
                              absl::StrCat(ShardName(schema.name, failed->shard), " on node '",
@@ -429,7 +433,8 @@ absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse
   std::vector<v1::ShardUpsertRequest> parts(shards);
   std::vector<std::vector<int>> positions(shards);
   for (int i = 0; i < request.documents_size(); ++i) {
-    const auto s = static_cast<uint32_t>(ShardOf(request.documents(i).id(), static_cast<int>(shards)));
+    const auto s =
+        static_cast<uint32_t>(ShardOf(request.documents(i).id(), static_cast<int>(shards)));
     *parts[s].add_documents() = request.documents(i);
     positions[s].push_back(i);
   }
@@ -446,7 +451,8 @@ absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse
     if (positions[s].empty()) continue;
     parts[s].set_collection(name);
     parts[s].set_shard(s);
-    for (const v1::ReplicaPlacement& replica : entry.collection.shards(static_cast<int>(s)).replicas()) {
+    for (const v1::ReplicaPlacement& replica :
+         entry.collection.shards(static_cast<int>(s)).replicas()) {
       if (state_->AddressOf(replica.node_id()).has_value()) {
         calls.push_back(Call{s, replica.node_id(), absl::OkStatus(), {}});
       } else {
@@ -515,12 +521,12 @@ absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse
     absl::Status shard_failure;
     if (!answered[s]) {
       if (failures[s].empty()) failures[s].emplace_back("no live replica");
-      shard_failure = absl::UnavailableError(absl::StrCat(
-          ShardName(name, s), " unavailable (", absl::StrJoin(failures[s], "; "), ")"));
+      shard_failure = absl::UnavailableError(absl::StrCat(ShardName(name, s), " unavailable (",
+                                                          absl::StrJoin(failures[s], "; "), ")"));
     } else if (!recorded.ok()) {
-      shard_failure = absl::UnavailableError(
-          absl::StrCat(ShardName(name, s), ": a replica missed the write and etcd could not record it: ",
-                       recorded.message()));
+      shard_failure = absl::UnavailableError(absl::StrCat(
+          ShardName(name, s),
+          ": a replica missed the write and etcd could not record it: ", recorded.message()));
     }
     if (shard_failure.ok()) continue;
     for (int position : positions[s]) {
@@ -558,7 +564,8 @@ absl::Status Router::Delete(const v1::DeleteRequest& request, v1::DeleteResponse
     if (positions[s].empty()) continue;
     parts[s].set_collection(name);
     parts[s].set_shard(s);
-    for (const v1::ReplicaPlacement& replica : entry.collection.shards(static_cast<int>(s)).replicas()) {
+    for (const v1::ReplicaPlacement& replica :
+         entry.collection.shards(static_cast<int>(s)).replicas()) {
       if (state_->AddressOf(replica.node_id()).has_value()) {
         calls.push_back(Call{s, replica.node_id(), absl::OkStatus(), {}});
       } else {
@@ -650,17 +657,17 @@ absl::Status Router::Search(const grpc::CallbackServerContext& call,
     v1::ShardSearchRequest search;
     search.set_shard(static_cast<uint32_t>(s));
     *search.mutable_search() = request;
-    statuses[s] = TryReplicas(
-        ShardName(request.collection(), static_cast<uint32_t>(s)),
-        ReadOrder(entry.collection.shards(static_cast<int>(s))),
-        [&](const std::string& node) -> absl::Status {
-          TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
-          // The caller's deadline and cancellation reach the shard.
-          std::unique_ptr<grpc::ClientContext> context =
-              grpc::ClientContext::FromCallbackServerContext(call);
-          answers[s].Clear();
-          return FromGrpc(stub->Search(context.get(), search, &answers[s]));
-        });
+    statuses[s] =
+        TryReplicas(ShardName(request.collection(), static_cast<uint32_t>(s)),
+                    ReadOrder(entry.collection.shards(static_cast<int>(s))),
+                    [&](const std::string& node) -> absl::Status {
+                      TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
+                      // The caller's deadline and cancellation reach the shard.
+                      std::unique_ptr<grpc::ClientContext> context =
+                          grpc::ClientContext::FromCallbackServerContext(call);
+                      answers[s].Clear();
+                      return FromGrpc(stub->Search(context.get(), search, &answers[s]));
+                    });
   });
   const double fanout_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - fanout_start).count();
@@ -671,7 +678,8 @@ absl::Status Router::Search(const grpc::CallbackServerContext& call,
   uint64_t scored = 0;
   for (uint32_t s = 0; s < shards; ++s) {
     if (!statuses[s].ok()) {
-      if (statuses[s].code() != absl::StatusCode::kUnavailable || !request.allow_partial_results()) {
+      if (statuses[s].code() != absl::StatusCode::kUnavailable ||
+          !request.allow_partial_results()) {
         return statuses[s];
       }
       response->add_missing_shards(s);
@@ -679,7 +687,8 @@ absl::Status Router::Search(const grpc::CallbackServerContext& call,
     }
     v1::SearchResponse& answer = answers[s];
     for (v1::Hit& hit : *answer.mutable_hits()) hits.push_back(std::move(hit));
-    timings->set_candidates_ms(std::max(timings->candidates_ms(), answer.timings().candidates_ms()));
+    timings->set_candidates_ms(
+        std::max(timings->candidates_ms(), answer.timings().candidates_ms()));
     timings->set_fetch_ms(std::max(timings->fetch_ms(), answer.timings().fetch_ms()));
     timings->set_rerank_ms(std::max(timings->rerank_ms(), answer.timings().rerank_ms()));
     scored += answer.documents_scored();

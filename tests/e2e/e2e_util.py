@@ -8,11 +8,14 @@ Every test script runs as
 
 import argparse
 import atexit
+import base64
 import glob
+import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -279,3 +282,75 @@ def assert_matches_reference(testcase, hits, reference, k=None, tolerance=1e-4):
             testcase.assertAlmostEqual(reference_score[hit.id], ref_score, delta=tolerance,
                                        msg=f"rank {rank}: {hit.id} instead of {ref_id}")
     testcase.assertEqual(len({hit.id for hit in hits}), len(hits), "duplicate ids in hits")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Etcd:
+    """A single-member etcd (Debian's etcd-server, /usr/bin/etcd) on loopback ports that were free
+    a moment before, with its data in a temporary directory. `available()` is False without the
+    binary (tests skip)."""
+
+    BINARY = "/usr/bin/etcd"
+
+    @classmethod
+    def available(cls):
+        return os.access(cls.BINARY, os.X_OK)
+
+    def __init__(self):
+        self.work_dir = tempfile.mkdtemp(prefix="tessera-etcd-")
+        self.client_port = free_port()
+        self.peer_port = free_port()
+        self.endpoint = f"127.0.0.1:{self.client_port}"
+        self.process = None
+
+    def start(self, timeout=30.0):
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        client = f"http://{self.endpoint}"
+        log = open(os.path.join(self.work_dir, "etcd.log"), "wb")
+        self.process = subprocess.Popen(
+            [self.BINARY, "--name", "e2e", "--data-dir", os.path.join(self.work_dir, "data"),
+             "--listen-client-urls", client, "--advertise-client-urls", client,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", f"e2e={peer}"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{client}/health", timeout=2) as response:
+                    if b'"health":"true"' in response.read():
+                        return self
+            except OSError:
+                pass
+            if self.process.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise AssertionError(f"etcd did not start:\n{self.log()[-3000:]}")
+
+    def log(self):
+        with open(os.path.join(self.work_dir, "etcd.log"), "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def keys(self, prefix):
+        """The keys under `prefix`, through etcd's JSON gateway (v3 API)."""
+        def b64(text):
+            return base64.b64encode(text.encode()).decode()
+        end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        body = json.dumps({"key": b64(prefix), "range_end": b64(end), "keys_only": True}).encode()
+        request = urllib.request.Request(f"http://{self.endpoint}/v3/kv/range", data=body,
+                                         method="POST")
+        with urllib.request.urlopen(request, timeout=5) as response:
+            kvs = json.loads(response.read()).get("kvs", [])
+        return sorted(base64.b64decode(kv["key"]).decode() for kv in kvs)
+
+    def cleanup(self):
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+            self.process = None
+        shutil.rmtree(self.work_dir, ignore_errors=True)

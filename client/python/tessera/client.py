@@ -84,14 +84,17 @@ class Hit:
 
 
 class SearchResult(list):
-    """The hits of one search, best first, with `timings` (ms per stage), `documents_scored` and
-    `exhaustive`."""
+    """The hits of one search, best first, with `timings` (ms per stage), `documents_scored`,
+    `exhaustive` and `missing_shards` (from a router, with allow_partial_results: the shards
+    that no replica answered for, whose hits are missing)."""
 
-    def __init__(self, hits=(), timings=None, documents_scored=0, exhaustive=False):
+    def __init__(self, hits=(), timings=None, documents_scored=0, exhaustive=False,
+                 missing_shards=()):
         super().__init__(hits)
         self.timings: Dict[str, float] = timings or {}
         self.documents_scored: int = documents_scored
         self.exhaustive: bool = exhaustive
+        self.missing_shards: List[int] = list(missing_shards)
 
     @property
     def ids(self) -> List[str]:
@@ -553,7 +556,7 @@ class Client:
                           dtype="fp16", spatial=None, candidates=None,
                           attributes: Optional[Mapping[str, Any]] = None, num_shards: int = 1,
                           protected_tokens: int = 0, renormalize: bool = False,
-                          min_vectors: int = 0,
+                          min_vectors: int = 0, replicas: int = 1,
                           timeout: Optional[float] = None) -> Dict[str, Any]:
         """Creates a collection and returns its schema with the server's defaults filled in.
 
@@ -565,6 +568,8 @@ class Client:
         FAISS factory string or a dict {kind: "pooled"|"global_mean", pool_factor, factory,
         residual_bits, centroid_min_vectors, centroid_min_training_vectors, rerank_from_codes}.
         `attributes`: {field: type} with type "int64", "double" or "string" (or int, float, str).
+        `replicas`: copies of each shard on distinct shard nodes (a router only; a standalone
+        server holds one).
         """
         schema = admin_pb2.CollectionSchema(name=name, dim=dim, dtype=_wire_dtype(dtype),
                                             num_shards=num_shards)
@@ -590,7 +595,8 @@ class Client:
         for field, kind in (attributes or {}).items():
             schema.attributes[field] = _lookup(_ATTRIBUTE_TYPES, kind, f"attribute '{field}' type")
         response = self._call(self.admin_stub.CreateCollection,
-                              admin_pb2.CreateCollectionRequest(schema=schema), timeout)
+                              admin_pb2.CreateCollectionRequest(schema=schema,
+                                                                replicas=replicas), timeout)
         return message_to_dict(response.schema)
 
     def drop_collection(self, name: str, timeout: Optional[float] = None) -> None:
@@ -603,11 +609,17 @@ class Client:
         return list(response.names)
 
     def collection_info(self, name: str, timeout: Optional[float] = None) -> Dict[str, Any]:
-        """{"schema": {...}, "stats": {documents, original_tokens, rerank_vectors, ...}}."""
+        """{"schema": {...}, "stats": {documents, original_tokens, rerank_vectors, ...},
+        "shards": [{shard, replicas: [{node_id, address, state}]}]} ("shards" empty except
+        from a router; a replica's state is "serving", "down" or "stale")."""
         response = self._call(self.admin_stub.GetCollection,
                               admin_pb2.GetCollectionRequest(name=name), timeout)
         return {"schema": message_to_dict(response.schema),
-                "stats": message_to_dict(response.stats)}
+                "stats": message_to_dict(response.stats),
+                "shards": [{"shard": s.shard,
+                            "replicas": [{"node_id": r.node_id, "address": r.address,
+                                          "state": r.state} for r in s.replicas]}
+                           for s in response.shards]}
 
     def flush(self, name: str, timeout: Optional[float] = None) -> None:
         self._call(self.admin_stub.Flush, admin_pb2.FlushRequest(name=name), timeout)
@@ -728,12 +740,13 @@ class Client:
     # Search --------------------------------------------------------------------------------
 
     def _search_request(self, collection, query, k, num_candidates, filter, exhaustive, explain,
-                        per_token_candidates, dtype, nprobe=0) -> query_pb2.SearchRequest:
+                        per_token_candidates, dtype, nprobe=0,
+                        allow_partial_results=False) -> query_pb2.SearchRequest:
         request = query_pb2.SearchRequest(
             collection=collection, query=encode_matrix(query, dtype), k=k,
             num_candidates=num_candidates, per_token_candidates=per_token_candidates,
-            nprobe=nprobe,
-            exhaustive=exhaustive, explain=explain)
+            nprobe=nprobe, exhaustive=exhaustive, explain=explain,
+            allow_partial_results=allow_partial_results)
         encoded_filter = encode_filter(filter)
         if encoded_filter is not None:
             request.filter.CopyFrom(encoded_filter)
@@ -749,26 +762,33 @@ class Client:
                    "fetch_ms": response.timings.fetch_ms,
                    "rerank_ms": response.timings.rerank_ms,
                    "total_ms": response.timings.total_ms}
-        return SearchResult(hits, timings, response.documents_scored, response.exhaustive)
+        if response.timings.fanout_ms:
+            timings["fanout_ms"] = response.timings.fanout_ms
+        return SearchResult(hits, timings, response.documents_scored, response.exhaustive,
+                            response.missing_shards)
 
     def search(self, collection: str, query, k: int = 10, num_candidates: int = 0, filter=None,
                exhaustive: bool = False, explain: bool = False, per_token_candidates: int = 0,
-               dtype=None, timeout: Optional[float] = None, nprobe: int = 0) -> SearchResult:
+               dtype=None, timeout: Optional[float] = None, nprobe: int = 0,
+               allow_partial_results: bool = False) -> SearchResult:
         """Top-k documents by MaxSim for a query (n_query_tokens × dim). num_candidates: N
         documents scored exactly (0 = server default); filter: [(field, op, value(s))] with op
         among ==, !=, <, <=, >, >=, in; exhaustive: score every document exactly; explain: per hit
         and query token, the best document vector and the original tokens it covers; nprobe:
         centroids probed per query token when stage 1 is the centroid index (0 = server
-        default)."""
+        default); allow_partial_results (a router): when a shard has no replica that answers,
+        return the other shards' hits with `missing_shards` set instead of raising UNAVAILABLE."""
         request = self._search_request(collection, query, k, num_candidates, filter, exhaustive,
-                                       explain, per_token_candidates, dtype, nprobe)
+                                       explain, per_token_candidates, dtype, nprobe,
+                                       allow_partial_results)
         return self._search_result(self._call(self.query_stub.Search, request, timeout))
 
     def search_batch(self, collection: str, queries: Sequence, timeout: Optional[float] = None,
                      **options) -> List[SearchResult]:
         """Several queries of one collection in one call; `options` as for `search`."""
         settings = dict(k=10, num_candidates=0, filter=None, exhaustive=False, explain=False,
-                        per_token_candidates=0, dtype=None, nprobe=0)
+                        per_token_candidates=0, dtype=None, nprobe=0,
+                        allow_partial_results=False)
         unknown = set(options) - set(settings)
         if unknown:
             raise TypeError(f"unknown search options {sorted(unknown)}")

@@ -1,0 +1,210 @@
+"""A Tessera cluster as real processes on loopback: etcd, a router and three shard nodes, next to
+a standalone server holding the same documents in a collection of the same shard count. Checks
+that the router answers exactly as the standalone server does (ids, order, scores), through the
+Python client and the `tessera` CLI (create --shards --replicas, stats --json); that searches and
+writes go on when a shard node is SIGKILLed (replicas); that a shard with no live replica fails
+with UNAVAILABLE naming it, or returns the other shards' hits with allow_partial_results; that a
+replica that missed writes comes back stale and serves no reads; and that a restarted router reads
+the cluster back from etcd. Skips without /usr/bin/etcd."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import unittest
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_util  # noqa: E402
+from e2e_util import grpc, tessera  # noqa: E402
+
+DIM = 32
+SHARDS = 3
+COLLECTION = "papers"
+
+
+def shard_of(doc_id, shards):
+    """The router's and a local collection's document → shard function: FNV-1a 64 of the id's
+    bytes, modulo the shard count (an independent implementation of tessera::ShardOf)."""
+    h = 14695981039346656037
+    for byte in doc_id.encode():
+        h = ((h ^ byte) * 1099511628211) % (1 << 64)
+    return h % shards
+
+
+def make_documents(rng, start, count):
+    return [{"id": f"doc-{i:05d}", "tokens": e2e_util.normalized(rng, int(rng.integers(8, 33)), DIM)}
+            for i in range(start, start + count)]
+
+
+@unittest.skipUnless(e2e_util.Etcd.available(), "needs /usr/bin/etcd (Debian etcd-server)")
+class ClusterTest(unittest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        cls.etcd = e2e_util.Etcd()
+        cls.addClassCleanup(cls.etcd.cleanup)
+        cls.etcd.start()
+        cls.shards = []
+        for i in range(3):
+            node = e2e_util.Server("--role", "shard", "--node_id", f"shard-{i}", "--etcd",
+                                   cls.etcd.endpoint)
+            cls.addClassCleanup(node.cleanup)
+            cls.shards.append(node.start())
+        deadline = time.monotonic() + 20
+        while len(cls.etcd.keys("/tessera/nodes/")) < 3:
+            assert time.monotonic() < deadline, cls.etcd.keys("/tessera/nodes/")
+            time.sleep(0.1)
+        cls.router = e2e_util.Server("--role", "router", "--etcd", cls.etcd.endpoint)
+        cls.addClassCleanup(cls.router.cleanup)
+        cls.router.start()
+        cls.standalone = e2e_util.Server()
+        cls.addClassCleanup(cls.standalone.cleanup)
+        cls.standalone.start()
+        cls.cli = os.path.join(os.path.dirname(cls.router.binary), "tessera")
+        cls.rng = np.random.default_rng(7)
+        cls.queries = [e2e_util.normalized(cls.rng, 6, DIM) for _ in range(8)]
+
+    def tessera(self, *args, expect_ok=True):
+        result = subprocess.run([self.cli, "--addr", self.router.address, *args],
+                                capture_output=True, text=True, timeout=60)
+        if expect_ok:
+            self.assertEqual(result.returncode, 0, result.stderr)
+        return result
+
+    def assert_same_answers(self, router, standalone, **options):
+        for query in self.queries:
+            got = router.search(COLLECTION, query, k=10, **options)
+            want = standalone.search(COLLECTION, query, k=10, **options)
+            self.assertEqual(got.ids, want.ids)
+            np.testing.assert_array_equal(got.scores, want.scores)
+            self.assertEqual(got.missing_shards, [])
+            self.assertGreaterEqual(got.timings["fanout_ms"], 0.0)
+
+    def stats(self):
+        return json.loads(self.tessera("stats", COLLECTION, "--json").stdout)
+
+    def wait_for_states(self, node, state, timeout=20.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            shards = self.stats()["shards"]
+            states = [r["state"] for s in shards for r in s["replicas"] if r["node_id"] == node]
+            if states and all(s == state for s in states):
+                return shards
+            self.assertLess(time.monotonic(), deadline, f"{node}: {states}, want {state}")
+            time.sleep(0.2)
+
+    def test_cluster(self):
+        router = self.router.client()
+        standalone = self.standalone.client()
+        self.addCleanup(router.close)
+        self.addCleanup(standalone.close)
+
+        # Placement: 3 shards × 2 replicas over 3 nodes, through the CLI.
+        created = json.loads(self.tessera("collections", "create", COLLECTION, "--dim", str(DIM),
+                                          "--shards", str(SHARDS), "--replicas", "2",
+                                          "--json").stdout)
+        self.assertEqual(created["num_shards"], SHARDS)
+        standalone.create_collection(COLLECTION, DIM, num_shards=SHARDS)
+        refused = self.tessera("collections", "create", "wide", "--dim", "8", "--replicas", "4",
+                               expect_ok=False)
+        self.assertNotEqual(refused.returncode, 0)
+        self.assertIn("FAILED_PRECONDITION", refused.stderr)
+        self.assertIn("needs as many live shard nodes, 3 live", refused.stderr)
+        again = self.tessera("collections", "create", COLLECTION, "--dim", "8", expect_ok=False)
+        self.assertIn("ALREADY_EXISTS", again.stderr)
+        self.assertEqual(router.list_collections(), [COLLECTION])
+        stats = self.stats()
+        self.assertEqual(len(stats["shards"]), SHARDS)
+        for shard in stats["shards"]:
+            nodes = [r["node_id"] for r in shard["replicas"]]
+            self.assertEqual(len(set(nodes)), 2, shard)
+            self.assertEqual({r["state"] for r in shard["replicas"]}, {"serving"})
+
+        # The same documents through both: the same answers, exactly.
+        docs = make_documents(self.rng, 0, 240)
+        self.assertTrue(all(r.ok for r in router.upsert(COLLECTION, docs, batch_size=50)))
+        self.assertTrue(all(r.ok for r in standalone.upsert(COLLECTION, docs, batch_size=50)))
+        self.assertEqual(self.stats()["documents"], 240)
+        self.assert_same_answers(router, standalone, exhaustive=True)
+        self.assert_same_answers(router, standalone, num_candidates=300)
+        got, want = router.get(COLLECTION, "doc-00017"), standalone.get(COLLECTION, "doc-00017")
+        np.testing.assert_array_equal(got["vectors"], want["vectors"])
+        self.assertEqual(got["version"], want["version"])
+        gone = [f"doc-{i:05d}" for i in range(0, 240, 24)] + ["never-stored"]
+        self.assertEqual(router.delete(COLLECTION, gone), standalone.delete(COLLECTION, gone))
+        self.assert_same_answers(router, standalone, exhaustive=True)
+        with self.assertRaises(tessera.TesseraError) as missing:
+            router.get(COLLECTION, "doc-00000")
+        self.assertEqual(missing.exception.code, grpc.StatusCode.NOT_FOUND)
+
+        # One node SIGKILLed: every shard still has a replica. Reads retry on it at once (the
+        # dead node's lease has not expired yet), writes are acknowledged by the live replicas.
+        self.shards[1].kill()
+        self.assert_same_answers(router, standalone, exhaustive=True)
+        more = make_documents(self.rng, 240, 30)
+        self.assertTrue(all(r.ok for r in router.upsert(COLLECTION, more, batch_size=10)))
+        self.assertTrue(all(r.ok for r in standalone.upsert(COLLECTION, more, batch_size=10)))
+        self.assert_same_answers(router, standalone, exhaustive=True)
+        shards = self.wait_for_states("shard-1", "down")
+        self.assert_same_answers(router, standalone, num_candidates=300)
+
+        # A second node down: the shard whose replicas were both on them has none left.
+        self.shards[2].kill()
+        lost = [s["shard"] for s in shards
+                if {r["node_id"] for r in s["replicas"]} == {"shard-1", "shard-2"}]
+        self.assertEqual(len(lost), 1, shards)
+        lost = lost[0]
+        deadline = time.monotonic() + 20
+        while True:  # until the router sees the node down (no retry is then possible)
+            try:
+                router.search(COLLECTION, self.queries[0], k=10)
+            except tessera.TesseraError as error:
+                self.assertEqual(error.code, grpc.StatusCode.UNAVAILABLE)
+                self.assertIn(f"shard {lost} of collection '{COLLECTION}' unavailable",
+                              str(error))
+                break
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.2)
+        for query in self.queries:
+            partial = router.search(COLLECTION, query, k=10, exhaustive=True,
+                                    allow_partial_results=True)
+            self.assertEqual(partial.missing_shards, [lost])
+            everything = standalone.search(COLLECTION, query, k=300, exhaustive=True)
+            want = [i for i in everything.ids if shard_of(i, SHARDS) != lost][:10]
+            self.assertEqual(partial.ids, want)
+        in_lost = next(d["id"] for d in more if shard_of(d["id"], SHARDS) == lost)
+        with self.assertRaises(tessera.TesseraError) as unavailable:
+            router.get(COLLECTION, in_lost)
+        self.assertEqual(unavailable.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertIn(f"shard {lost}", str(unavailable.exception))
+
+        # shard-1 back on its data dir: its replicas missed acknowledged writes, so they are
+        # stale and take no reads; the shard with no serving replica stays unavailable.
+        self.shards[1].start()
+        states = {}
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            states = {(s["shard"], r["node_id"]): r["state"]
+                      for s in self.stats()["shards"] for r in s["replicas"]}
+            if all(v == "stale" for (_, node), v in states.items() if node == "shard-1"):
+                break
+            time.sleep(0.2)
+        self.assertTrue(all(v == "stale" for (_, node), v in states.items() if node == "shard-1"),
+                        states)
+        with self.assertRaises(tessera.TesseraError) as still:
+            router.search(COLLECTION, self.queries[0], k=10)
+        self.assertEqual(still.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+        # A new router reads the cluster back from etcd.
+        self.assertEqual(self.router.stop(), 0)
+        self.router.start()
+        with self.router.client() as fresh:
+            self.assertEqual(fresh.list_collections(), [COLLECTION])
+            self.assertEqual(len(fresh.collection_info(COLLECTION)["shards"]), SHARDS)
+
+
+if __name__ == "__main__":
+    e2e_util.main()
