@@ -107,17 +107,25 @@ struct CollectionImpl::Scored {
 CollectionImpl::CollectionImpl(std::string dir, CollectionSchema schema, CollectionContext context)
     : dir_(std::move(dir)), schema_(std::move(schema)), context_(std::move(context)) {}
 
+namespace {
+
+std::string ShardDirectory(const std::string& dir, int shard) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "/shard-%03d", shard);
+  return dir + name;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<CollectionImpl>> CollectionImpl::Open(const std::string& dir,
                                                                      const CollectionSchema& schema,
                                                                      CollectionContext context) {
   std::shared_ptr<CollectionImpl> collection(new CollectionImpl(dir, schema, std::move(context)));
   const std::string encoded = EncodeSchema(schema);
   for (int s = 0; s < schema.num_shards; ++s) {
-    char name[32];
-    std::snprintf(name, sizeof(name), "/shard-%03d", s);
     TESSERA_ASSIGN_OR_RETURN(
         std::unique_ptr<Shard> shard,
-        Shard::Open(dir + name, schema, collection->context_.store_options,
+        Shard::Open(ShardDirectory(dir, s), schema, collection->context_.store_options,
                     collection->context_.resident_rerank_bytes, collection->context_.pool));
     auto stored = shard->GetMeta("schema");
     // Compared decoded, so that a schema written before a field existed matches its defaults.
@@ -626,6 +634,13 @@ CollectionStats CollectionImpl::Stats() const {
         static_cast<double>(stats.disk_bytes) / stats.rerank_vectors;
   }
   return stats;
+}
+
+absl::Status CollectionImpl::Checkpoint(const std::string& dir) const {
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    TESSERA_RETURN_IF_ERROR(shards_[s]->Checkpoint(ShardDirectory(dir, static_cast<int>(s))));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CollectionImpl::Snapshot() {

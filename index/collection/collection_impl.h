@@ -48,6 +48,9 @@ class CollectionImpl : public Collection {
                                       const SearchOptions& options) const override;
   CollectionStats Stats() const override;
   absl::Status Snapshot() override;
+  // Every shard's Checkpoint under `dir` in the layout Open reads (no schema file: the engine
+  // writes it).
+  absl::Status Checkpoint(const std::string& dir) const;
 
   // See Shard::SetTrainingHookForTesting (every shard gets the hook) and
   // Shard::WaitForTrainingForTesting (waits for every shard).

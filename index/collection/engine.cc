@@ -91,6 +91,8 @@ class EngineImpl : public Engine {
     fs::create_directories(data_dir_ / "collections", error);
     fs::remove_all(data_dir_ / "trash", error);  // drops that had not finished deleting
     fs::create_directories(data_dir_ / "trash", error);
+    fs::remove_all(data_dir_ / "staging", error);  // copies that had not finished arriving
+    fs::create_directories(data_dir_ / "staging", error);
     if (error) {
       return absl::InternalError(
           absl::StrCat("cannot create data directory ", data_dir_.string(), ": ", error.message()));
@@ -152,12 +154,7 @@ class EngineImpl : public Engine {
           absl::StrCat("collection '", schema.name,
                        "' already exists (unavailable: ", broken->second.status.message(), ")"));
     }
-    // A fresh directory per incarnation: a dropped collection of the same name may still be open
-    // (RocksDB locks by path) until its last search finishes.
-    const fs::path dir =
-        data_dir_ / "collections" /
-        absl::StrCat(schema.name, "@",
-                     absl::Hex(std::chrono::system_clock::now().time_since_epoch().count()));
+    const fs::path dir = NewCollectionDirectory(schema.name);
     TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<CollectionImpl> collection,
                              CollectionImpl::Open(dir.string(), schema, context_));
     const absl::Status written = WriteFileDurably(dir / "schema", internal::EncodeSchema(schema));
@@ -171,6 +168,65 @@ class EngineImpl : public Engine {
     collections_[schema.name] = collection;
     return std::shared_ptr<Collection>(collection);
   }
+
+  absl::Status CheckpointCollection(const std::string& name, const std::string& dir) override {
+    std::shared_ptr<CollectionImpl> collection;
+    {
+      internal::MutexLock lock(&mu_);
+      const auto it = collections_.find(name);
+      if (it == collections_.end()) {
+        return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
+      }
+      collection = it->second;
+    }
+    std::error_code error;
+    if (!fs::create_directory(dir, error) || error) {
+      return absl::InternalError(
+          absl::StrCat("cannot create ", dir, ": ", error ? error.message() : "it exists"));
+    }
+    TESSERA_RETURN_IF_ERROR(collection->Checkpoint(dir));
+    return WriteFileDurably(fs::path(dir) / "schema", internal::EncodeSchema(collection->schema()));
+  }
+
+  absl::Status RestoreCollection(const std::string& name, const std::string& dir) override {
+    TESSERA_ASSIGN_OR_RETURN(const std::string text, ReadFile(fs::path(dir) / "schema"));
+    TESSERA_ASSIGN_OR_RETURN(const CollectionSchema schema, internal::DecodeSchema(text));
+    if (schema.name != name) {
+      return absl::InvalidArgumentError(absl::StrCat("the copy in ", dir, " is of collection '",
+                                                     schema.name, "', not '", name, "'"));
+    }
+    // The old collection goes first: two directories of one name must never be on disk together
+    // (a crash would reopen either).
+    {
+      internal::MutexLock lock(&mu_);
+      const auto it = collections_.find(name);
+      if (it != collections_.end()) TESSERA_RETURN_IF_ERROR(RetireLocked(it));
+      const auto broken = unavailable_.find(name);
+      if (broken != unavailable_.end()) {
+        std::error_code error;
+        fs::remove_all(broken->second.dir, error);
+        unavailable_.erase(broken);
+      }
+    }
+    const fs::path target = NewCollectionDirectory(name);
+    std::error_code error;
+    fs::rename(dir, target, error);
+    if (error) {
+      return absl::InternalError(
+          absl::StrCat("cannot move ", dir, " to ", target.string(), ": ", error.message()));
+    }
+    absl::StatusOr<std::shared_ptr<CollectionImpl>> opened =
+        CollectionImpl::Open(target.string(), schema, context_);
+    if (!opened.ok()) {
+      fs::remove_all(target, error);
+      return opened.status();
+    }
+    internal::MutexLock lock(&mu_);
+    collections_[name] = *std::move(opened);
+    return absl::OkStatus();
+  }
+
+  std::string StagingDirectory() const override { return (data_dir_ / "staging").string(); }
 
   absl::Status DropCollection(const std::string& name) override {
     internal::MutexLock lock(&mu_);
@@ -190,8 +246,16 @@ class EngineImpl : public Engine {
       unavailable_.erase(broken);
       return absl::OkStatus();
     }
-    // Move the directory aside first, so that a crash before the files are deleted leaves nothing
-    // that reopens as the old collection.
+    return RetireLocked(it);
+  }
+
+  // Takes a collection out of the engine: moves its directory to the trash first, so that a
+  // crash before the files are deleted leaves nothing that reopens as it; the files go when the
+  // last reference does.
+  absl::Status RetireLocked(
+      absl::flat_hash_map<std::string, std::shared_ptr<CollectionImpl>>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const std::string& name = it->first;
     const fs::path from = it->second->directory();
     const fs::path to =
         data_dir_ / "trash" /
@@ -238,6 +302,14 @@ class EngineImpl : public Engine {
   }
 
  private:
+  // A fresh directory per incarnation: a dropped collection of the same name may still be open
+  // (RocksDB locks by path) until its last search finishes.
+  fs::path NewCollectionDirectory(const std::string& name) const {
+    return data_dir_ / "collections" /
+           absl::StrCat(name, "@",
+                        absl::Hex(std::chrono::system_clock::now().time_since_epoch().count()));
+  }
+
   // A collection on disk that could not be opened, and the DATA_LOSS error it answers with.
   struct Unavailable {
     fs::path dir;

@@ -1,6 +1,12 @@
-// Engine-level schema checks that keep a write from failing after it is durable.
+// Engine-level checks: schema checks that keep a write from failing after it is durable, and the
+// checkpoint/restore pair that copies a collection between engines.
 #include "tessera/engine.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "index/collection/collection_test_util.h"
@@ -38,6 +44,86 @@ TEST(ValidateSchema, RejectsMoreCentroidsThanTrainingVectors) {
   EXPECT_EQ((*engine)->CreateCollection(WithFactory("IVF65536,Flat")).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE((*engine)->ListCollections().empty());
+}
+
+// The ids and scores of a search, for comparing two collections.
+std::vector<std::pair<std::string, float>> Answer(const Collection& collection,
+                                                  const std::vector<float>& query, int64_t dim) {
+  SearchOptions options;
+  options.k = 10;
+  options.exhaustive = true;
+  auto result = collection.Search(FloatMatrixView{query.data(), 6, dim}, options);
+  EXPECT_TRUE(result.ok()) << result.status();
+  std::vector<std::pair<std::string, float>> answer;
+  if (result.ok()) {
+    for (const SearchHit& hit : result->hits) answer.emplace_back(hit.id, hit.score);
+  }
+  return answer;
+}
+
+TEST(Engine, CheckpointRestoresAsTheCollectionWasAtTheCut) {
+  constexpr int64_t kDim = 16;
+  TempDir source_dir, target_dir;
+  auto source = Engine::Open(source_dir.path());
+  auto target = Engine::Open(target_dir.path());
+  ASSERT_TRUE(source.ok() && target.ok());
+  CollectionSchema schema;
+  schema.name = "c";
+  schema.dim = kDim;
+  schema.num_shards = 2;
+  auto collection = (*source)->CreateCollection(schema);
+  ASSERT_TRUE(collection.ok()) << collection.status();
+  Corpus corpus(kDim, 11);
+  std::vector<Document> documents;
+  for (int i = 0; i < 60; ++i) documents.push_back(corpus.Make(absl::StrCat("d", i), 12));
+  for (const UpsertOutcome& outcome : (*collection)->Upsert(documents)) {
+    ASSERT_TRUE(outcome.status.ok()) << outcome.status;
+  }
+  const std::vector<float> query = corpus.QueryFrom(documents[7], 6);
+  const auto before = Answer(**collection, query, kDim);
+
+  const std::string copy = (*target)->StagingDirectory() + "/c";
+  ASSERT_TRUE((*source)->CheckpointCollection("c", copy).ok());
+  // After the cut: in the source only.
+  ASSERT_TRUE((*collection)->Upsert({corpus.Paraphrase(documents[7], "late")})[0].status.ok());
+  ASSERT_TRUE((*collection)->Delete({"d7"}).ok());
+
+  // Into an engine that has no such collection, then over one that has other documents.
+  ASSERT_TRUE((*target)->RestoreCollection("c", copy).ok());
+  auto restored = (*target)->GetCollection("c");
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->Stats().documents, 60);
+  EXPECT_EQ(Answer(**restored, query, kDim), before);
+  EXPECT_EQ((*restored)->Get("late").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*restored)->Get("d7")->version, 1u);
+
+  const std::string again = (*target)->StagingDirectory() + "/again";
+  ASSERT_TRUE((*source)->CheckpointCollection("c", again).ok());
+  ASSERT_TRUE((*target)->RestoreCollection("c", again).ok());
+  restored = (*target)->GetCollection("c");
+  ASSERT_TRUE(restored.ok());
+  EXPECT_EQ((*restored)->Stats().documents, 60);  // 60 + late - d7
+  EXPECT_TRUE((*restored)->Get("late").ok());
+  EXPECT_EQ((*restored)->Get("d7").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Answer(**restored, query, kDim), Answer(**collection, query, kDim));
+
+  // A copy restored under another name changes nothing; unknown names and taken paths fail.
+  const std::string third = (*target)->StagingDirectory() + "/third";
+  ASSERT_TRUE((*source)->CheckpointCollection("c", third).ok());
+  EXPECT_EQ((*target)->RestoreCollection("other", third).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*target)->GetCollection("c").ok());
+  EXPECT_EQ((*source)->CheckpointCollection("missing", copy + "x").code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_FALSE((*source)->CheckpointCollection("c", third).ok());  // exists
+
+  // The restored collection is durable: it reopens with the engine.
+  restored = absl::NotFoundError("closed");
+  target->reset();
+  target = Engine::Open(target_dir.path());
+  ASSERT_TRUE(target.ok()) << target.status();
+  EXPECT_EQ((*target)->ListCollections(), std::vector<std::string>{"c"});
+  EXPECT_EQ((*(*target)->GetCollection("c"))->Stats().documents, 60);
 }
 
 }  // namespace

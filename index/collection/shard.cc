@@ -916,6 +916,15 @@ absl::Status Shard::Snapshot() const {
   return stage1.candidates->Save(dir_ + "/" + kSnapshotFile, max_indexed_iid_);
 }
 
+absl::Status Shard::Checkpoint(const std::string& dir) const {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
+  }
+  return store_->Checkpoint(dir + "/db");
+}
+
 void Shard::WaitForTrainingForTesting() const {
   MutexLock lock(&apply_mu_);
   while (training_) applied_.Wait(&apply_mu_);

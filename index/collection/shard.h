@@ -164,6 +164,9 @@ class Shard {
   // Flushes the store's memtables, then saves the candidate index (when in use) with the iid it
   // covers (not when the shard is failed: INTERNAL).
   absl::Status Snapshot() const;
+  // A consistent copy of the shard's database in `dir` (must not exist), as Open expects it;
+  // no candidate snapshot (Open rebuilds the index from the database).
+  absl::Status Checkpoint(const std::string& dir) const;
 
   // Blocks until no training runs (none may be starting either).
   void WaitForTrainingForTesting() const;

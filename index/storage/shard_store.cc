@@ -32,6 +32,7 @@
 #include "rocksdb/options.h"
 #include "rocksdb/snapshot.h"
 #include "rocksdb/table.h"
+#include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
 #include "tessera/status_macros.h"
 
@@ -268,6 +269,7 @@ class ShardStore::Impl {
   uint64_t LatestSequence() const { return db_->GetLatestSequenceNumber(); }
   ShardStoreStats Stats() const;
   absl::Status Flush();
+  absl::Status Checkpoint(const std::string& dir);
   int64_t SyncedWrites() const { return synced_writes_.load(std::memory_order_relaxed); }
 
  private:
@@ -953,6 +955,18 @@ absl::Status ShardStore::Impl::Flush() {
   return s.ok() ? absl::OkStatus() : WriteFailed(s, "flushing");
 }
 
+absl::Status ShardStore::Impl::Checkpoint(const std::string& dir) {
+  rocksdb::Checkpoint* raw = nullptr;
+  rocksdb::Status s = rocksdb::Checkpoint::Create(db_.get(), &raw);
+  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
+  if (s.ok()) s = checkpoint->CreateCheckpoint(dir);
+  if (!s.ok()) {
+    return absl::InternalError(
+        absl::StrCat("checkpoint of ", dir_, " into ", dir, ": ", s.ToString()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ShardStore::Impl::WriteToDb(rocksdb::WriteBatch* batch, absl::string_view context,
                                          bool* attempted) {
   TESSERA_RETURN_IF_ERROR(ResumeIfStopped(batch->GetDataSize()));
@@ -1080,6 +1094,8 @@ uint64_t ShardStore::LatestSequence() const { return impl_->LatestSequence(); }
 ShardStoreStats ShardStore::Stats() const { return impl_->Stats(); }
 
 absl::Status ShardStore::Flush() { return impl_->Flush(); }
+
+absl::Status ShardStore::Checkpoint(const std::string& dir) { return impl_->Checkpoint(dir); }
 
 int64_t ShardStore::SyncedWritesForTesting() const { return impl_->SyncedWrites(); }
 

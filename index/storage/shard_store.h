@@ -173,6 +173,10 @@ class ShardStore {
   ShardStoreStats Stats() const;
   // Flushes memtables to SST files (not needed for durability: the WAL already has every write).
   absl::Status Flush();
+  // A consistent copy of the database in `dir` (which must not exist; its parent must), openable
+  // by Open: RocksDB's checkpoint, hard links to the SST files where the filesystem allows. A
+  // write racing with it may or may not be in the copy.
+  absl::Status Checkpoint(const std::string& dir);
 
   // WAL-synced RocksDB writes so far (one per committed group when options.sync), so tests can
   // see group commit at work.

@@ -57,6 +57,20 @@ class Engine {
       const std::string& name) const = 0;
   // Names, sorted, unavailable collections included.
   virtual std::vector<std::string> ListCollections() const = 0;
+  // Copies a collection for RestoreCollection (on this or another engine): `dir` (must not
+  // exist; its parent must) gets the schema and a RocksDB checkpoint of every shard, hard links
+  // where the filesystem allows. Writes racing with it may or may not be in the copy: a caller
+  // that needs a cut stops writing first. NOT_FOUND for an unknown name.
+  virtual absl::Status CheckpointCollection(const std::string& name, const std::string& dir) = 0;
+  // Replaces collection `name` (or creates it) with the copy CheckpointCollection wrote into
+  // `dir`, which must be on the data directory's filesystem (`StagingDirectory()` is). The old
+  // collection is dropped first (calls already running on it finish on it), then the directory
+  // is moved into the engine and opened: meanwhile the name is NOT_FOUND, and it stays so when
+  // the copy cannot be opened (the caller copies again). INVALID_ARGUMENT, with nothing
+  // changed, when the copy's schema names another collection.
+  virtual absl::Status RestoreCollection(const std::string& name, const std::string& dir) = 0;
+  // A directory on the data directory's filesystem for copies on their way in (emptied at open).
+  virtual std::string StagingDirectory() const = 0;
   // The unavailable collections and the DATA_LOSS error each answers with, sorted by name.
   virtual std::vector<std::pair<std::string, absl::Status>> UnavailableCollections() const {
     return {};
