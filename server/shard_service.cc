@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -62,10 +63,12 @@ absl::Status RunSearch(const ServiceContext* context, const grpc::CallbackServer
   return replica.Rewrite(SearchCollection(context, call, *collection, request, response));
 }
 
-absl::Status RunUpsert(const ServiceContext* context, const v1::ShardUpsertRequest& request,
-                       v1::UpsertResponse* response) {
+absl::Status RunUpsert(const ServiceContext* context, WriteGate* gate,
+                       const v1::ShardUpsertRequest& request, v1::UpsertResponse* response) {
   TESSERA_ASSIGN_OR_RETURN(const Replica replica, ReplicaOf(request.collection(), request.shard()));
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection, FindReplica(context, replica));
+  TESSERA_RETURN_IF_ERROR(gate->BeginWrite(replica.local, replica.collection));
+  absl::Cleanup end_write = [&] { gate->EndWrite(replica.local); };
   return UpsertDocuments(
       context, *collection, request.documents(), response,
       [&replica](absl::string_view message) { return replica.Rewrite(message); });
@@ -160,8 +163,9 @@ grpc::ServerUnaryReactor* ShardServiceImpl::DropCollection(
 grpc::ServerUnaryReactor* ShardServiceImpl::Upsert(grpc::CallbackServerContext* call,
                                                    const v1::ShardUpsertRequest* request,
                                                    v1::UpsertResponse* response) {
-  return Serve(context_, call, "ShardService/Upsert", static_cast<int64_t>(request->ByteSizeLong()),
-               [this, request, response] { return RunUpsert(context_, *request, response); });
+  return Serve(
+      context_, call, "ShardService/Upsert", static_cast<int64_t>(request->ByteSizeLong()),
+      [this, request, response] { return RunUpsert(context_, &gate_, *request, response); });
 }
 
 grpc::ServerUnaryReactor* ShardServiceImpl::Delete(grpc::CallbackServerContext* call,
@@ -173,6 +177,8 @@ grpc::ServerUnaryReactor* ShardServiceImpl::Delete(grpc::CallbackServerContext* 
                                           ReplicaOf(request->collection(), request->shard()));
                  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                                           FindReplica(context_, replica));
+                 TESSERA_RETURN_IF_ERROR(gate_.BeginWrite(replica.local, replica.collection));
+                 absl::Cleanup end_write = [&] { gate_.EndWrite(replica.local); };
                  const std::vector<std::string> ids(request->ids().begin(), request->ids().end());
                  absl::StatusOr<std::vector<bool>> existed = collection->Delete(ids);
                  if (!existed.ok()) return replica.Rewrite(existed.status());
@@ -232,6 +238,47 @@ grpc::ServerUnaryReactor* ShardServiceImpl::Flush(grpc::CallbackServerContext* c
                              FindReplica(context_, replica));
     return replica.Rewrite(collection->Snapshot());
   });
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::CopyReplica(grpc::CallbackServerContext* call,
+                                                        const v1::ShardCopyRequest* request,
+                                                        v1::ShardCopyResponse* response) {
+  return Serve(
+      context_, call, "ShardService/CopyReplica", 0, [this, request, response]() -> absl::Status {
+        TESSERA_ASSIGN_OR_RETURN(const Replica replica,
+                                 ReplicaOf(request->collection(), request->shard()));
+        TESSERA_RETURN_IF_ERROR(FindReplica(context_, replica).status());
+        if (request->target_address().empty()) {
+          return absl::InvalidArgumentError("target_address: empty");
+        }
+        const auto start = std::chrono::steady_clock::now();
+        TESSERA_RETURN_IF_ERROR(gate_.Close(replica.local, replica.collection));
+        absl::Cleanup reopen = [&] { gate_.Open(replica.local); };
+        v1::ShardReplica named;
+        named.set_collection(replica.collection);
+        named.set_shard(replica.shard);
+        TESSERA_RETURN_IF_ERROR(replica.Rewrite(SendReplicaCopy(
+            context_->engine, replica.local, named, request->target_address(), response)));
+        response->set_seconds(
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+        Log("info", "replica copied",
+            {{"collection", replica.collection},
+             {"shard", std::to_string(replica.shard)},
+             {"target", request->target_address()},
+             {"bytes", std::to_string(response->bytes())},
+             {"seconds", std::to_string(response->seconds())}});
+        return absl::OkStatus();
+      });
+}
+
+grpc::ServerReadReactor<v1::ShardImportChunk>* ShardServiceImpl::ImportReplica(
+    grpc::CallbackServerContext* call, v1::ShardImportResponse*) {
+  return NewImportReactor(context_, call,
+                          [](const v1::ShardReplica& named) -> absl::StatusOr<std::string> {
+                            TESSERA_ASSIGN_OR_RETURN(const Replica replica,
+                                                     ReplicaOf(named.collection(), named.shard()));
+                            return replica.local;
+                          });
 }
 
 }  // namespace tessera::server

@@ -20,6 +20,7 @@
 #include <utility>
 
 #include "absl/strings/string_view.h"
+#include "server/replica_copy.h"
 #include "server/services.h"
 #include "tessera/v1/shard.grpc.pb.h"
 
@@ -75,10 +76,19 @@ class ShardServiceImpl final : public v1::ShardService::CallbackService {
   grpc::ServerUnaryReactor* Flush(grpc::CallbackServerContext* call,
                                   const v1::ShardFlushRequest* request,
                                   v1::ShardFlushResponse* response) override;
+  // Closes the replica to writes (Upsert and Delete answer ABORTED), copies it to the target
+  // node and reopens it once the target has swapped the copy in (server/replica_copy.h). ABORTED
+  // when a copy of the replica already runs.
+  grpc::ServerUnaryReactor* CopyReplica(grpc::CallbackServerContext* call,
+                                        const v1::ShardCopyRequest* request,
+                                        v1::ShardCopyResponse* response) override;
+  grpc::ServerReadReactor<v1::ShardImportChunk>* ImportReplica(
+      grpc::CallbackServerContext* call, v1::ShardImportResponse* response) override;
 
  private:
   const ServiceContext* context_;
   const std::string node_id_;
+  WriteGate gate_;
 };
 
 }  // namespace tessera::server

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <map>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -109,6 +111,105 @@ void FinishRatios(v1::CollectionStats* stats) {
 
 }  // namespace
 
+Router::Router(ClusterState* state, RouterOptions options) : state_(state), options_(options) {
+  if (options_.catch_up_interval > absl::ZeroDuration()) {
+    catch_up_thread_ = std::thread([this] { CatchUpLoop(); });
+  }
+}
+
+Router::~Router() {
+  {
+    tessera::internal::MutexLock lock(&stop_mu_);
+    stop_ = true;
+    if (copy_call_ != nullptr) copy_call_->TryCancel();
+  }
+  stop_cv_.SignalAll();
+  if (catch_up_thread_.joinable()) catch_up_thread_.join();
+}
+
+void Router::CatchUpLoop() {
+  tessera::internal::MutexLock lock(&stop_mu_);
+  while (!stop_) {
+    stop_mu_.Unlock();
+    const bool copied = CatchUpOne();
+    stop_mu_.Lock();
+    if (!copied) stop_cv_.WaitWithTimeout(&stop_mu_, options_.catch_up_interval);
+  }
+}
+
+bool Router::CatchUpOne() {
+  for (const std::string& name : state_->ReadyCollections()) {
+    const std::string key = CollectionKey(name);
+    // The shard map as etcd has it now: its revision guards the final compare-and-swap.
+    absl::StatusOr<std::optional<KeyValue>> read = state_->etcd()->Get(key);
+    if (!read.ok() || !read->has_value()) continue;
+    v1::ClusterCollection collection;
+    if (!FromJson(key, (*read)->value, &collection).ok() ||
+        collection.state() != v1::ClusterCollection::READY) {
+      continue;
+    }
+    for (int s = 0; s < collection.shards_size(); ++s) {
+      v1::ShardPlacement* placement = collection.mutable_shards(s);
+      // The first serving replica in placement order: every router picks the same source, whose
+      // write gate lets one copy of the replica run at a time.
+      const v1::ReplicaPlacement* source = nullptr;
+      for (const v1::ReplicaPlacement& replica : placement->replicas()) {
+        if (!replica.stale() && state_->AddressOf(replica.node_id()).has_value()) {
+          source = &replica;
+          break;
+        }
+      }
+      if (source == nullptr) continue;
+      for (v1::ReplicaPlacement& target : *placement->mutable_replicas()) {
+        const std::optional<std::string> address = state_->AddressOf(target.node_id());
+        if (!target.stale() || !address.has_value()) continue;
+        absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(source->node_id());
+        if (!stub.ok()) return false;
+        v1::ShardCopyRequest copy;
+        copy.set_collection(name);
+        copy.set_shard(static_cast<uint32_t>(s));
+        copy.set_target_address(*address);
+        v1::ShardCopyResponse copied;
+        auto context = ContextWithTimeout(options_.copy_timeout);
+        {
+          tessera::internal::MutexLock lock(&stop_mu_);
+          if (stop_) return false;
+          copy_call_ = context.get();
+        }
+        const absl::Status status = FromGrpc((*stub)->CopyReplica(context.get(), copy, &copied));
+        {
+          tessera::internal::MutexLock lock(&stop_mu_);
+          copy_call_ = nullptr;
+        }
+        if (!status.ok()) {
+          Log("warning", "replica catch-up failed; retrying later",
+              {{"collection", name},
+               {"shard", std::to_string(s)},
+               {"from", source->node_id()},
+               {"to", target.node_id()},
+               {"error", std::string(status.message())}});
+          return false;
+        }
+        target.set_stale(false);
+        absl::StatusOr<bool> marked =
+            state_->etcd()->CompareAndSwap(key, (*read)->mod_revision, ToJson(collection));
+        Log(marked.ok() && *marked ? "info" : "warning",
+            marked.ok() && *marked ? "replica caught up"
+                                   : "replica copied, but the shard map changed meanwhile; "
+                                     "copying again",
+            {{"collection", name},
+             {"shard", std::to_string(s)},
+             {"from", source->node_id()},
+             {"to", target.node_id()},
+             {"bytes", std::to_string(copied.bytes())},
+             {"writes_paused_s", std::to_string(copied.seconds())}});
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 absl::StatusOr<v1::ShardService::Stub*> Router::StubOf(const std::string& node_id) {
   const std::optional<std::string> address = state_->AddressOf(node_id);
   if (!address.has_value()) {
@@ -155,33 +256,66 @@ std::vector<std::string> Router::ReadOrder(const v1::ShardPlacement& placement) 
   return serving;
 }
 
-absl::Status Router::MarkStale(const std::string& name,
-                               const std::vector<std::pair<uint32_t, std::string>>& replicas) {
-  if (replicas.empty()) return absl::OkStatus();
+absl::StatusOr<std::set<uint32_t>> Router::Acknowledge(
+    const std::string& name, const v1::ClusterCollection& seen,
+    const std::map<uint32_t, ShardWrite>& writes) {
+  auto serving = [](const v1::ClusterCollection& collection, uint32_t shard,
+                    const std::string& node) {
+    if (shard >= ShardCount(collection)) return false;
+    for (const v1::ReplicaPlacement& replica :
+         collection.shards(static_cast<int>(shard)).replicas()) {
+      if (replica.node_id() == node) return !replica.stale();
+    }
+    return false;
+  };
+  auto acknowledged = [&](const v1::ClusterCollection& collection, uint32_t shard,
+                          const ShardWrite& write) {
+    return std::any_of(write.stored.begin(), write.stored.end(),
+                       [&](const std::string& node) { return serving(collection, shard, node); });
+  };
+  std::set<uint32_t> refused;
+  bool missed = false;
+  for (const auto& [shard, write] : writes) missed = missed || !write.missed.empty();
+  if (!missed) {  // the common case: every live replica stored it; no etcd round trip
+    for (const auto& [shard, write] : writes) {
+      if (!acknowledged(seen, shard, write)) refused.insert(shard);
+    }
+    return refused;
+  }
+  // Decided on etcd's current shard map, in the same compare-and-swap that records the misses.
   const std::string key = CollectionKey(name);
   for (int attempt = 0; attempt < 5; ++attempt) {
     TESSERA_ASSIGN_OR_RETURN(std::optional<KeyValue> read, state_->etcd()->Get(key));
-    if (!read.has_value())
+    if (!read.has_value()) {
       return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
+    }
     v1::ClusterCollection collection;
     TESSERA_RETURN_IF_ERROR(FromJson(key, read->value, &collection));
+    refused.clear();
     bool changed = false;
-    for (const auto& [shard, node] : replicas) {
-      if (shard >= ShardCount(collection)) continue;
-      for (v1::ReplicaPlacement& replica :
-           *collection.mutable_shards(static_cast<int>(shard))->mutable_replicas()) {
-        if (replica.node_id() == node && !replica.stale()) {
+    for (const auto& [shard, write] : writes) {
+      if (!acknowledged(collection, shard, write)) {
+        refused.insert(shard);  // nothing acknowledged: nobody missed anything
+        continue;
+      }
+      for (const std::string& node : write.missed) {
+        for (v1::ReplicaPlacement& replica :
+             *collection.mutable_shards(static_cast<int>(shard))->mutable_replicas()) {
+          if (replica.node_id() != node) continue;
+          if (!replica.stale()) {
+            Log("warning", "replica missed a write; marked stale",
+                {{"collection", name}, {"shard", std::to_string(shard)}, {"node", node}});
+          }
           replica.set_stale(true);
+          replica.set_missed_writes(replica.missed_writes() + 1);
           changed = true;
-          Log("warning", "replica missed a write; marked stale",
-              {{"collection", name}, {"shard", std::to_string(shard)}, {"node", node}});
         }
       }
     }
-    if (!changed) return absl::OkStatus();
+    if (!changed) return refused;
     TESSERA_ASSIGN_OR_RETURN(const bool swapped, state_->etcd()->CompareAndSwap(
                                                      key, read->mod_revision, ToJson(collection)));
-    if (swapped) return absl::OkStatus();
+    if (swapped) return refused;
   }
   return absl::AbortedError(absl::StrCat("collection '", name, "': the shard map kept changing"));
 }
@@ -446,7 +580,7 @@ absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse
     v1::UpsertResponse response;
   };
   std::vector<Call> calls;
-  std::vector<std::pair<uint32_t, std::string>> missed;
+  std::vector<std::pair<uint32_t, std::string>> down;
   for (uint32_t s = 0; s < shards; ++s) {
     if (positions[s].empty()) continue;
     parts[s].set_collection(name);
@@ -456,7 +590,7 @@ absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse
       if (state_->AddressOf(replica.node_id()).has_value()) {
         calls.push_back(Call{s, replica.node_id(), absl::OkStatus(), {}});
       } else {
-        missed.emplace_back(s, replica.node_id());
+        down.emplace_back(s, replica.node_id());
       }
     }
   }
@@ -478,63 +612,55 @@ absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse
   });
 
   // Per document: the first replica's result, unless a replica failed the document (then that
-  // failure). A replica that failed the call, or a document another stored, missed a write.
+  // failure). A replica that failed the call, or a document another replica stored, missed the
+  // write.
   std::vector<v1::DocumentResult> results(static_cast<size_t>(request.documents_size()));
-  std::vector<bool> answered(shards, false);
+  std::map<uint32_t, ShardWrite> writes;
   std::vector<std::vector<std::string>> failures(shards);
+  std::vector<bool> merged_any(shards, false);
+  for (const auto& [shard, node] : down) writes[shard].missed.push_back(node);
   for (const Call& call : calls) {
+    ShardWrite& write = writes[call.shard];
     if (!call.status.ok()) {
       failures[call.shard].push_back(absl::StrCat(call.node, ": ", call.status.message()));
-      missed.emplace_back(call.shard, call.node);
+      write.missed.push_back(call.node);
       continue;
     }
-    const bool first = !answered[call.shard];
-    answered[call.shard] = true;
+    const bool first = !merged_any[call.shard];
+    merged_any[call.shard] = true;
+    bool missed_one = false;
     for (size_t j = 0; j < positions[call.shard].size(); ++j) {
-      const v1::DocumentResult& result = call.response.results(static_cast<int>(j));
-      v1::DocumentResult& merged = results[static_cast<size_t>(positions[call.shard][j])];
-      if (first || (merged.code() == 0 && result.code() != 0)) merged = result;
-    }
-  }
-  for (const Call& call : calls) {
-    if (!call.status.ok()) continue;
-    for (size_t j = 0; j < positions[call.shard].size(); ++j) {
-      const bool failed_here = call.response.results(static_cast<int>(j)).code() != 0;
+      const int index = static_cast<int>(j);
       const bool stored_elsewhere = std::any_of(calls.begin(), calls.end(), [&](const Call& other) {
         return other.shard == call.shard && other.status.ok() &&
-               other.response.results(static_cast<int>(j)).code() == 0;
+               other.response.results(index).code() == 0;
       });
-      if (failed_here && stored_elsewhere) {
-        missed.emplace_back(call.shard, call.node);
-        break;
-      }
+      missed_one = missed_one || (call.response.results(index).code() != 0 && stored_elsewhere);
+      v1::DocumentResult& merged = results[static_cast<size_t>(positions[call.shard][j])];
+      const v1::DocumentResult& result = call.response.results(index);
+      if (first || (merged.code() == 0 && result.code() != 0)) merged = result;
     }
+    (missed_one ? write.missed : write.stored).push_back(call.node);
   }
-  // Only a replica that missed what another acknowledged is behind: when no replica of a shard
-  // took the write, nothing was acknowledged.
-  missed.erase(std::remove_if(missed.begin(), missed.end(),
-                              [&](const auto& replica) { return !answered[replica.first]; }),
-               missed.end());
-  const absl::Status recorded = MarkStale(name, missed);
-  for (uint32_t s = 0; s < shards; ++s) {
-    if (positions[s].empty()) continue;
-    absl::Status shard_failure;
-    if (!answered[s]) {
-      if (failures[s].empty()) failures[s].emplace_back("no live replica");
-      shard_failure = absl::UnavailableError(absl::StrCat(ShardName(name, s), " unavailable (",
-                                                          absl::StrJoin(failures[s], "; "), ")"));
-    } else if (!recorded.ok()) {
-      shard_failure = absl::UnavailableError(absl::StrCat(
-          ShardName(name, s),
-          ": a replica missed the write and etcd could not record it: ", recorded.message()));
+  absl::StatusOr<std::set<uint32_t>> refused = Acknowledge(name, entry.collection, writes);
+  for (const auto& [shard, write] : writes) {
+    absl::Status failure;
+    if (!refused.ok()) {
+      failure = absl::UnavailableError(
+          absl::StrCat(ShardName(name, shard), ": a replica missed the write and etcd could not ",
+                       "record it: ", refused.status().message()));
+    } else if (refused->count(shard) > 0) {
+      if (failures[shard].empty()) failures[shard].emplace_back("no serving replica stored it");
+      failure = absl::UnavailableError(absl::StrCat(ShardName(name, shard), " unavailable (",
+                                                    absl::StrJoin(failures[shard], "; "), ")"));
     }
-    if (shard_failure.ok()) continue;
-    for (int position : positions[s]) {
+    if (failure.ok()) continue;
+    for (int position : positions[shard]) {
       v1::DocumentResult& result = results[static_cast<size_t>(position)];
       result.Clear();
       result.set_id(request.documents(position).id());
-      result.set_code(static_cast<int32_t>(shard_failure.code()));
-      result.set_message(std::string(shard_failure.message()));
+      result.set_code(static_cast<int32_t>(failure.code()));
+      result.set_message(std::string(failure.message()));
     }
   }
   for (v1::DocumentResult& result : results) *response->add_results() = std::move(result);
@@ -559,7 +685,7 @@ absl::Status Router::Delete(const v1::DeleteRequest& request, v1::DeleteResponse
     v1::DeleteResponse response;
   };
   std::vector<Call> calls;
-  std::vector<std::pair<uint32_t, std::string>> missed;
+  std::vector<std::pair<uint32_t, std::string>> down;
   for (uint32_t s = 0; s < shards; ++s) {
     if (positions[s].empty()) continue;
     parts[s].set_collection(name);
@@ -569,7 +695,7 @@ absl::Status Router::Delete(const v1::DeleteRequest& request, v1::DeleteResponse
       if (state_->AddressOf(replica.node_id()).has_value()) {
         calls.push_back(Call{s, replica.node_id(), absl::OkStatus(), {}});
       } else {
-        missed.emplace_back(s, replica.node_id());
+        down.emplace_back(s, replica.node_id());
       }
     }
   }
@@ -590,38 +716,34 @@ absl::Status Router::Delete(const v1::DeleteRequest& request, v1::DeleteResponse
     }
   });
   std::vector<bool> existed(static_cast<size_t>(request.ids_size()), false);
-  std::vector<bool> answered(shards, false);
+  std::map<uint32_t, ShardWrite> writes;
   std::vector<std::vector<std::string>> failures(shards);
+  for (const auto& [shard, node] : down) writes[shard].missed.push_back(node);
   for (const Call& call : calls) {
+    ShardWrite& write = writes[call.shard];
     if (!call.status.ok()) {
       // A request-level error every replica shares (a bad id) is the caller's.
       if (!Retryable(call.status) && call.status.code() != absl::StatusCode::kDeadlineExceeded) {
         return call.status;
       }
       failures[call.shard].push_back(absl::StrCat(call.node, ": ", call.status.message()));
-      missed.emplace_back(call.shard, call.node);
+      write.missed.push_back(call.node);
       continue;
     }
-    answered[call.shard] = true;
+    write.stored.push_back(call.node);
     for (size_t j = 0; j < positions[call.shard].size(); ++j) {
       if (call.response.existed(static_cast<int>(j))) {
         existed[static_cast<size_t>(positions[call.shard][j])] = true;
       }
     }
   }
-  for (uint32_t s = 0; s < shards; ++s) {
-    if (!positions[s].empty() && !answered[s]) {
-      if (failures[s].empty()) failures[s].emplace_back("no live replica");
-      return absl::UnavailableError(absl::StrCat(ShardName(name, s), " unavailable (",
-                                                 absl::StrJoin(failures[s], "; "), ")"));
-    }
-  }
-  const absl::Status recorded = MarkStale(name, missed);
-  if (!recorded.ok()) {
-    return absl::UnavailableError(absl::StrCat("collection '", name,
-                                               "': a replica missed the delete and etcd could "
-                                               "not record it: ",
-                                               recorded.message()));
+  TESSERA_ASSIGN_OR_RETURN(const std::set<uint32_t> refused,
+                           Acknowledge(name, entry.collection, writes));
+  if (!refused.empty()) {
+    const uint32_t shard = *refused.begin();
+    if (failures[shard].empty()) failures[shard].emplace_back("no serving replica took it");
+    return absl::UnavailableError(absl::StrCat(ShardName(name, shard), " unavailable (",
+                                               absl::StrJoin(failures[shard], "; "), ")"));
   }
   for (bool e : existed) response->add_existed(e);
   return absl::OkStatus();

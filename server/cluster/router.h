@@ -18,14 +18,22 @@
 //   (score desc, id asc): the answer equals a standalone collection's with the same shard
 //   count. A shard with no replica that answers fails the call with UNAVAILABLE naming it,
 //   unless the request allows partial results (then missing_shards lists it).
-// Not yet: a stale replica catching up (it stays out of reads until it is recreated).
+// - Catch-up: a thread copies every stale replica whose node is live from the first serving
+//   replica of its shard (ShardService.CopyReplica: the source refuses writes to the replica with
+//   ABORTED while it checkpoints it and streams it to the target, which swaps it in), then marks
+//   it serving with a compare-and-swap on the revision read before the copy — a write the
+//   replica missed meanwhile changed the key, and the next pass copies again. Writes to that
+//   shard fail with UNAVAILABLE (retryable) while the copy runs; reads go on.
 #ifndef TESSERA_SERVER_CLUSTER_ROUTER_H_
 #define TESSERA_SERVER_CLUSTER_ROUTER_H_
 
 #include <atomic>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/time/time.h"
 #include "index/common/mutex.h"
@@ -41,12 +49,18 @@ struct RouterOptions {
   absl::Duration shard_call_timeout = absl::Seconds(30);
   int64_t max_message_bytes = 64 << 20;  // of the channels to shard nodes
   int64_t max_documents_per_batch = 1024;
+  // How often the catch-up thread looks for stale replicas; zero: never.
+  absl::Duration catch_up_interval = absl::Seconds(2);
+  absl::Duration copy_timeout = absl::Minutes(30);  // of one replica copy
 };
 
 // Thread-safe. `state` outlives the router.
 class Router final : public server::Backend {
  public:
-  Router(ClusterState* state, RouterOptions options) : state_(state), options_(options) {}
+  // Starts the catch-up thread.
+  Router(ClusterState* state, RouterOptions options);
+  // Stops the catch-up thread (a copy in flight is cancelled).
+  ~Router() override;
 
   // Also FAILED_PRECONDITION when fewer live shard nodes than replicas, INVALID_ARGUMENT for a
   // name longer than server::kMaxClusterCollectionName or more than server::kMaxShards shards.
@@ -68,14 +82,29 @@ class Router final : public server::Backend {
   absl::StatusOr<v1::ShardService::Stub*> StubOf(const std::string& node_id);
   // The READY collection `name`, else NOT_FOUND as a standalone server says it.
   absl::StatusOr<CollectionEntry> ReadyCollection(const std::string& name);
-  // Records in etcd that these replicas ((shard, node) pairs) missed a write.
-  absl::Status MarkStale(const std::string& name,
-                         const std::vector<std::pair<uint32_t, std::string>>& replicas);
+  // What one write did to a shard's replicas: which stored it, which did not (down, failed).
+  struct ShardWrite {
+    std::vector<std::string> stored;
+    std::vector<std::string> missed;
+  };
+  // Decides which shards' writes are acknowledged: those where a replica that stored it is
+  // serving (live, not stale). When a replica missed the write, the decision is made on etcd's
+  // current shard map, in the compare-and-swap that marks the replicas that missed it stale (and
+  // counts the miss); `seen` (the router's view) decides otherwise. Returns the shards whose
+  // write is refused (their misses are not recorded: nothing was acknowledged there).
+  absl::StatusOr<std::set<uint32_t>> Acknowledge(const std::string& name,
+                                                 const v1::ClusterCollection& seen,
+                                                 const std::map<uint32_t, ShardWrite>& writes);
   // Waits until this router's view holds its own last write (so that a client reads it back
   // from the same router at once; other routers see it as their watch delivers it).
   void WaitUntilSeen(const std::string& key);
   // The serving replicas of a shard, rotated so that calls spread over them.
   std::vector<std::string> ReadOrder(const v1::ShardPlacement& placement);
+
+  // Copies one stale replica on a live node from a serving one and marks it serving; false when
+  // there was none to copy.
+  bool CatchUpOne();
+  void CatchUpLoop();
 
   ClusterState* const state_;
   const RouterOptions options_;
@@ -83,6 +112,11 @@ class Router final : public server::Backend {
   tessera::internal::Mutex mu_;
   // By address: a node that moves gets a new channel.
   std::map<std::string, std::unique_ptr<v1::ShardService::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  tessera::internal::Mutex stop_mu_;
+  tessera::internal::CondVar stop_cv_;
+  bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
+  grpc::ClientContext* copy_call_ ABSL_GUARDED_BY(stop_mu_) = nullptr;  // to cancel at stop
+  std::thread catch_up_thread_;
 };
 
 }  // namespace tessera::cluster

@@ -4,8 +4,9 @@ that the router answers exactly as the standalone server does (ids, order, score
 Python client and the `tessera` CLI (create --shards --replicas, stats --json); that searches and
 writes go on when a shard node is SIGKILLed (replicas); that a shard with no live replica fails
 with UNAVAILABLE naming it, or returns the other shards' hits with allow_partial_results; that a
-replica that missed writes comes back stale and serves no reads; and that a restarted router reads
-the cluster back from etcd. Skips without /usr/bin/etcd."""
+replica that missed writes comes back stale, serves no reads, and catches up by a copy from a
+serving replica, after which the cluster answers as the standalone server again; and that a
+restarted router reads the cluster back from etcd. Skips without /usr/bin/etcd."""
 
 import json
 import os
@@ -85,6 +86,17 @@ class ClusterTest(unittest.TestCase):
 
     def stats(self):
         return json.loads(self.tessera("stats", COLLECTION, "--json").stdout)
+
+    def wait_for(self, done, timeout=30.0):
+        """Polls stats until done({(shard, node): state}) holds; returns that map."""
+        deadline = time.monotonic() + timeout
+        while True:
+            states = {(s["shard"], r["node_id"]): r["state"]
+                      for s in self.stats()["shards"] for r in s["replicas"]}
+            if done(states):
+                return states
+            self.assertLess(time.monotonic(), deadline, states)
+            time.sleep(0.2)
 
     def wait_for_states(self, node, state, timeout=20.0):
         deadline = time.monotonic() + timeout
@@ -181,22 +193,31 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(unavailable.exception.code, grpc.StatusCode.UNAVAILABLE)
         self.assertIn(f"shard {lost}", str(unavailable.exception))
 
-        # shard-1 back on its data dir: its replicas missed acknowledged writes, so they are
-        # stale and take no reads; the shard with no serving replica stays unavailable.
+        # shard-1 back on its data dir: its replicas missed acknowledged writes, so they come
+        # back stale (no reads) and catch up by a copy from a serving replica of their shard —
+        # except in the lost shard, whose other replica (shard-2) is still down.
         self.shards[1].start()
-        states = {}
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            states = {(s["shard"], r["node_id"]): r["state"]
-                      for s in self.stats()["shards"] for r in s["replicas"]}
-            if all(v == "stale" for (_, node), v in states.items() if node == "shard-1"):
-                break
-            time.sleep(0.2)
-        self.assertTrue(all(v == "stale" for (_, node), v in states.items() if node == "shard-1"),
-                        states)
+        self.wait_for(
+            lambda st: all(v == ("stale" if shard == lost else "serving")
+                           for (shard, node), v in st.items() if node == "shard-1"))
         with self.assertRaises(tessera.TesseraError) as still:
             router.search(COLLECTION, self.queries[0], k=10)
         self.assertEqual(still.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+        # shard-2 back: it holds every write acknowledged for the lost shard (the writes there
+        # were refused while it was down), so it serves at once and is the source of shard-1's
+        # copy; its own replicas elsewhere missed writes and catch up too. Then the cluster
+        # answers as the standalone server again, and takes writes on every shard.
+        self.shards[2].start()
+        self.wait_for(lambda st: all(v == "serving" for v in st.values()), timeout=60)
+        self.assert_same_answers(router, standalone, exhaustive=True)
+        last = make_documents(self.rng, 270, 30)
+        self.assertTrue(all(r.ok for r in router.upsert(COLLECTION, last, batch_size=10)))
+        self.assertTrue(all(r.ok for r in standalone.upsert(COLLECTION, last, batch_size=10)))
+        self.assert_same_answers(router, standalone, exhaustive=True)
+        self.assertEqual(self.stats()["documents"],
+                         standalone.collection_info(COLLECTION)["stats"]["documents"])
+        self.assertIn("replica caught up", self.router.log())
 
         # A new router reads the cluster back from etcd.
         self.assertEqual(self.router.stop(), 0)
