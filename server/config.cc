@@ -74,6 +74,7 @@ std::map<std::string, Setter> Settings(ServerConfig* config, std::set<std::strin
   text("listen", &config->listen);
   text("metrics_listen", &config->metrics_listen);
   text("api_keys", &config->api_keys);
+  text("cluster_key_file", &config->cluster_key_file);
   text("tls_cert", &config->tls_cert);
   text("tls_key", &config->tls_key);
   text("tls_client_ca", &config->tls_client_ca);
@@ -230,6 +231,8 @@ std::string ServerUsage() {
   --metrics_listen HOST:PORT     Prometheus /metrics and /healthz (default 127.0.0.1:9464; "" off)
   --api_keys FILE                "sha256:HASH SCOPES [name=NAME] [rate=N]" lines: enables auth
                                  (HASH: printf %s KEY | sha256sum; scopes: read, write, admin)
+  --cluster_key_file FILE        the API key (first line) routers present to shard nodes and
+                                 shard nodes to each other (admin scope in the nodes' --api_keys)
   --tls_cert FILE --tls_key FILE PEM server certificate and key: serve TLS
   --tls_client_ca FILE           PEM CA: require and verify client certificates (mTLS)
   --insecure [true|false]        allow plaintext on an address beyond loopback (default false:

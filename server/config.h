@@ -24,6 +24,9 @@ struct ServerConfig {
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";  // "" disables the metrics endpoint
   std::string api_keys;  // file of hashed keys (server/auth.h); empty: no authentication
+  // File holding the API key (admin scope on the shard nodes' --api_keys) that routers present
+  // to shard nodes and shard nodes to each other; empty: none sent.
+  std::string cluster_key_file;
   std::string tls_cert;  // PEM; with tls_key enables TLS
   std::string tls_key;
   std::string tls_client_ca;  // PEM; requires and verifies client certificates (mTLS)

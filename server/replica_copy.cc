@@ -178,7 +178,7 @@ void WriteGate::Open(const std::string& collection) {
 
 absl::Status SendReplicaCopy(Engine* engine, const std::string& local,
                              const v1::ShardReplica& replica, const std::string& target_address,
-                             v1::ShardCopyResponse* response) {
+                             const std::string& cluster_key, v1::ShardCopyResponse* response) {
   const std::string dir = FreshDirectory(engine->StagingDirectory(), "outgoing");
   TESSERA_RETURN_IF_ERROR(engine->CheckpointCollection(local, dir));
   std::vector<fs::path> files;
@@ -188,6 +188,8 @@ absl::Status SendReplicaCopy(Engine* engine, const std::string& local,
   auto stub = v1::ShardService::NewStub(
       grpc::CreateChannel(target_address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
+  if (!cluster_key.empty())
+    context.AddMetadata("authorization", absl::StrCat("Bearer ", cluster_key));
   v1::ShardImportResponse imported;
   std::unique_ptr<grpc::ClientWriter<v1::ShardImportChunk>> writer =
       stub->ImportReplica(&context, &imported);
@@ -223,8 +225,8 @@ absl::Status SendReplicaCopy(Engine* engine, const std::string& local,
   std::error_code ignored;
   fs::remove_all(dir, ignored);
   if (!finished.ok()) {
-    return absl::Status(finished.code(), absl::StrCat("copy to ", target_address, ": ",
-                                                      finished.message()));
+    return absl::Status(finished.code(),
+                        absl::StrCat("copy to ", target_address, ": ", finished.message()));
   }
   return status;
 }

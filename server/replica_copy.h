@@ -41,10 +41,11 @@ class WriteGate {
 
 // Checkpoints local collection `local` of `engine` and streams it to the ShardService at
 // `target_address` as replica `replica` (ImportReplica), waiting for the target to swap it in.
-// The caller holds the collection's WriteGate closed. Files and bytes sent go to `response`.
+// The caller holds the collection's WriteGate closed. `cluster_key`, when not empty, is the API
+// key sent to the target. Files and bytes sent go to `response`.
 absl::Status SendReplicaCopy(Engine* engine, const std::string& local,
                              const v1::ShardReplica& replica, const std::string& target_address,
-                             v1::ShardCopyResponse* response);
+                             const std::string& cluster_key, v1::ShardCopyResponse* response);
 
 // The server side of ImportReplica: `local_name` maps the replica named in the first message to
 // the engine's collection name (INVALID_ARGUMENT for a bad one). The stream's files go to a fresh

@@ -12,12 +12,14 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <fstream>
 #include <iostream>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "server/admission.h"
 #include "server/auth.h"
@@ -191,6 +193,22 @@ absl::StatusOr<std::unique_ptr<NodeRegistration>> RegisterNode(const ServerConfi
                                  value);
 }
 
+// The first line of the file, without surrounding whitespace.
+absl::StatusOr<std::string> ReadClusterKey(const std::string& path) {
+  std::ifstream in(path);
+  std::string key;
+  if (!in || !std::getline(in, key)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cluster_key_file ", path, ": cannot read it"));
+  }
+  key = std::string(absl::StripAsciiWhitespace(key));
+  if (key.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--cluster_key_file ", path, ": the first line holds no key"));
+  }
+  return key;
+}
+
 int Fail(const absl::Status& status) {
   Log("error", std::string(status.message()), {{"code", absl::StatusCodeToString(status.code())}});
   return 1;
@@ -272,11 +290,17 @@ int Run(const ServerConfig& config) {
   admission_options.max_inflight_bytes = config.max_inflight_bytes;
   auto admission = std::make_unique<Admission>(admission_options);
   ServiceContext context{engine.get(), nullptr, admission.get(), &metrics, config};
+  if (!config.cluster_key_file.empty()) {
+    auto key = ReadClusterKey(config.cluster_key_file);
+    if (!key.ok()) return Fail(key.status());
+    context.cluster_key = *std::move(key);
+  }
   std::unique_ptr<Backend> backend;
   if (router_role) {
     cluster::RouterOptions router_options;
     router_options.max_message_bytes = config.max_message_bytes;
     router_options.max_documents_per_batch = config.max_documents_per_batch;
+    router_options.cluster_key = context.cluster_key;
     backend = std::make_unique<cluster::Router>(cluster_state.get(), router_options);
   } else {
     backend = std::make_unique<EngineBackend>(&context);

@@ -24,6 +24,7 @@ struct ServiceContext {
   Admission* admission = nullptr;
   Metrics* metrics = nullptr;
   ServerConfig config;
+  std::string cluster_key;  // from config.cluster_key_file; sent on calls to other nodes
 };
 
 class AdminServiceImpl final : public v1::AdminService::CallbackService {

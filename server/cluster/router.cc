@@ -53,9 +53,10 @@ bool Retryable(const absl::Status& status) {
   }
 }
 
-std::unique_ptr<grpc::ClientContext> ContextWithTimeout(absl::Duration timeout) {
-  auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+// A call to a shard node: with `key` as the API key when there is one.
+std::unique_ptr<grpc::ClientContext> WithKey(std::unique_ptr<grpc::ClientContext> context,
+                                             const std::string& key) {
+  if (!key.empty()) context->AddMetadata("authorization", absl::StrCat("Bearer ", key));
   return context;
 }
 
@@ -170,7 +171,7 @@ bool Router::CatchUpOne() {
         copy.set_shard(static_cast<uint32_t>(s));
         copy.set_target_address(*address);
         v1::ShardCopyResponse copied;
-        auto context = ContextWithTimeout(options_.copy_timeout);
+        auto context = ShardCall(options_.copy_timeout);
         {
           tessera::internal::MutexLock lock(&stop_mu_);
           if (stop_) return false;
@@ -208,6 +209,12 @@ bool Router::CatchUpOne() {
     }
   }
   return false;
+}
+
+std::unique_ptr<grpc::ClientContext> Router::ShardCall(absl::Duration timeout) const {
+  auto context = std::make_unique<grpc::ClientContext>();
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  return WithKey(std::move(context), options_.cluster_key);
 }
 
 absl::StatusOr<v1::ShardService::Stub*> Router::StubOf(const std::string& node_id) {
@@ -387,7 +394,7 @@ absl::Status Router::CreateCollection(const v1::CreateCollectionRequest& request
     v1::ShardCreateCollectionRequest create;
     *create.mutable_schema() = collection.schema();
     create.set_shard(target.shard);
-    auto context = ContextWithTimeout(options_.shard_call_timeout);
+    auto context = ShardCall(options_.shard_call_timeout);
     target.status = FromGrpc((*stub)->CreateCollection(context.get(), create, &target.response));
   });
   const auto failed =
@@ -404,7 +411,7 @@ absl::Status Router::CreateCollection(const v1::CreateCollectionRequest& request
       drop.set_collection(schema.name);
       drop.set_shard(targets[i].shard);
       v1::ShardDropCollectionResponse dropped;
-      auto context = ContextWithTimeout(options_.shard_call_timeout);
+      auto context = ShardCall(options_.shard_call_timeout);
       (*stub)->DropCollection(context.get(), drop, &dropped);
     });
     state_->etcd()->Delete(key).IgnoreError();
@@ -460,7 +467,7 @@ absl::Status Router::DropCollection(const std::string& name) {
       drop.set_collection(name);
       drop.set_shard(shard);
       v1::ShardDropCollectionResponse dropped;
-      auto context = ContextWithTimeout(options_.shard_call_timeout);
+      auto context = ShardCall(options_.shard_call_timeout);
       status = FromGrpc((*stub)->DropCollection(context.get(), drop, &dropped));
     } else {
       status = stub.status();
@@ -499,7 +506,7 @@ absl::Status Router::GetCollection(const std::string& name, v1::GetCollectionRes
           v1::ShardStatsRequest stats;
           stats.set_collection(name);
           stats.set_shard(static_cast<uint32_t>(s));
-          auto context = ContextWithTimeout(options_.shard_call_timeout);
+          auto context = ShardCall(options_.shard_call_timeout);
           return FromGrpc(stub->Stats(context.get(), stats, &per_shard[s]));
         });
   });
@@ -541,7 +548,7 @@ absl::Status Router::Flush(const std::string& name) {
     flush.set_collection(name);
     flush.set_shard(shard);
     v1::ShardFlushResponse flushed;
-    auto context = ContextWithTimeout(options_.shard_call_timeout);
+    auto context = ShardCall(options_.shard_call_timeout);
     statuses[i] = FromGrpc((*stub)->Flush(context.get(), flush, &flushed));
   });
   for (size_t i = 0; i < targets.size(); ++i) {
@@ -601,7 +608,7 @@ absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse
       call.status = stub.status();
       return;
     }
-    auto context = ContextWithTimeout(options_.shard_call_timeout);
+    auto context = ShardCall(options_.shard_call_timeout);
     call.status = FromGrpc((*stub)->Upsert(context.get(), parts[call.shard], &call.response));
     if (call.status.ok() &&
         call.response.results_size() != static_cast<int>(positions[call.shard].size())) {
@@ -706,7 +713,7 @@ absl::Status Router::Delete(const v1::DeleteRequest& request, v1::DeleteResponse
       call.status = stub.status();
       return;
     }
-    auto context = ContextWithTimeout(options_.shard_call_timeout);
+    auto context = ShardCall(options_.shard_call_timeout);
     call.status = FromGrpc((*stub)->Delete(context.get(), parts[call.shard], &call.response));
     if (call.status.ok() &&
         call.response.existed_size() != static_cast<int>(positions[call.shard].size())) {
@@ -761,7 +768,7 @@ absl::Status Router::Get(const v1::GetRequest& request, v1::GetResponse* respons
                      ReadOrder(entry.collection.shards(static_cast<int>(s))),
                      [&](const std::string& node) -> absl::Status {
                        TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
-                       auto context = ContextWithTimeout(options_.shard_call_timeout);
+                       auto context = ShardCall(options_.shard_call_timeout);
                        response->Clear();
                        return FromGrpc(stub->Get(context.get(), get, response));
                      });
@@ -779,17 +786,17 @@ absl::Status Router::Search(const grpc::CallbackServerContext& call,
     v1::ShardSearchRequest search;
     search.set_shard(static_cast<uint32_t>(s));
     *search.mutable_search() = request;
-    statuses[s] =
-        TryReplicas(ShardName(request.collection(), static_cast<uint32_t>(s)),
-                    ReadOrder(entry.collection.shards(static_cast<int>(s))),
-                    [&](const std::string& node) -> absl::Status {
-                      TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
-                      // The caller's deadline and cancellation reach the shard.
-                      std::unique_ptr<grpc::ClientContext> context =
-                          grpc::ClientContext::FromCallbackServerContext(call);
-                      answers[s].Clear();
-                      return FromGrpc(stub->Search(context.get(), search, &answers[s]));
-                    });
+    statuses[s] = TryReplicas(
+        ShardName(request.collection(), static_cast<uint32_t>(s)),
+        ReadOrder(entry.collection.shards(static_cast<int>(s))),
+        [&](const std::string& node) -> absl::Status {
+          TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
+          // The caller's deadline and cancellation reach the shard.
+          std::unique_ptr<grpc::ClientContext> context =
+              WithKey(grpc::ClientContext::FromCallbackServerContext(call), options_.cluster_key);
+          answers[s].Clear();
+          return FromGrpc(stub->Search(context.get(), search, &answers[s]));
+        });
   });
   const double fanout_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - fanout_start).count();

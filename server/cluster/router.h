@@ -49,6 +49,7 @@ struct RouterOptions {
   absl::Duration shard_call_timeout = absl::Seconds(30);
   int64_t max_message_bytes = 64 << 20;  // of the channels to shard nodes
   int64_t max_documents_per_batch = 1024;
+  std::string cluster_key;  // API key sent to shard nodes (ServerConfig::cluster_key_file)
   // How often the catch-up thread looks for stale replicas; zero: never.
   absl::Duration catch_up_interval = absl::Seconds(2);
   absl::Duration copy_timeout = absl::Minutes(30);  // of one replica copy
@@ -78,6 +79,8 @@ class Router final : public server::Backend {
                       v1::SearchResponse* response) override;
 
  private:
+  // A context for a call to a shard node with this deadline, carrying the cluster key.
+  std::unique_ptr<grpc::ClientContext> ShardCall(absl::Duration timeout) const;
   // The stub of a live node; UNAVAILABLE naming it when it is not registered.
   absl::StatusOr<v1::ShardService::Stub*> StubOf(const std::string& node_id);
   // The READY collection `name`, else NOT_FOUND as a standalone server says it.

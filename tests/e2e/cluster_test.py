@@ -8,9 +8,11 @@ replica that missed writes comes back stale, serves no reads, and catches up by 
 serving replica, after which the cluster answers as the standalone server again; and that a
 restarted router reads the cluster back from etcd. Skips without /usr/bin/etcd."""
 
+import hashlib
 import json
 import os
 import subprocess
+import tempfile
 import sys
 import time
 import unittest
@@ -225,6 +227,57 @@ class ClusterTest(unittest.TestCase):
         with self.router.client() as fresh:
             self.assertEqual(fresh.list_collections(), [COLLECTION])
             self.assertEqual(len(fresh.collection_info(COLLECTION)["shards"]), SHARDS)
+
+
+@unittest.skipUnless(e2e_util.Etcd.available(), "needs /usr/bin/etcd (Debian etcd-server)")
+class ClusterAuthTest(unittest.TestCase):
+    """Shard nodes with API keys take calls only from routers that present the cluster key."""
+
+    def test_router_needs_the_cluster_key(self):
+        etcd = e2e_util.Etcd()
+        self.addCleanup(etcd.cleanup)
+        etcd.start()
+        keys_dir = tempfile.mkdtemp(prefix="tessera-cluster-keys-")
+        self.addCleanup(lambda: __import__("shutil").rmtree(keys_dir, ignore_errors=True))
+        cluster_key, reader_key = "cluster-secret-1", "reader-secret-2"
+        api_keys = os.path.join(keys_dir, "api_keys")
+        with open(api_keys, "w") as f:
+            for key, scopes in ((cluster_key, "admin"), (reader_key, "read")):
+                f.write(f"sha256:{hashlib.sha256(key.encode()).hexdigest()} {scopes}\n")
+        key_file = os.path.join(keys_dir, "cluster_key")
+        with open(key_file, "w") as f:
+            f.write(cluster_key + "\n")
+        node = e2e_util.Server("--role", "shard", "--node_id", "n0", "--etcd", etcd.endpoint,
+                               "--api_keys", api_keys, client_options={"api_key": reader_key})
+        self.addCleanup(node.cleanup)
+        node.start()
+        deadline = time.monotonic() + 20
+        while not etcd.keys("/tessera/nodes/"):
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.1)
+        keyed = e2e_util.Server("--role", "router", "--etcd", etcd.endpoint,
+                                "--cluster_key_file", key_file)
+        self.addCleanup(keyed.cleanup)
+        keyed.start()
+        keyless = e2e_util.Server("--role", "router", "--etcd", etcd.endpoint)
+        self.addCleanup(keyless.cleanup)
+        keyless.start()
+        with keyless.client() as client:
+            with self.assertRaises(tessera.TesseraError) as refused:
+                client.create_collection("c", 8)
+            self.assertEqual(refused.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+            self.assertEqual(client.list_collections(), [])  # nothing half-created
+        with keyed.client() as client:
+            client.create_collection("c", 8, num_shards=2)
+            docs = [{"id": f"d{i}", "tokens": e2e_util.normalized(np.random.default_rng(i), 4, 8)}
+                    for i in range(20)]
+            self.assertTrue(all(r.ok for r in client.upsert("c", docs)))
+            hits = client.search("c", docs[3]["tokens"], k=3, exhaustive=True)
+            self.assertEqual(hits.ids[0], "d3")
+        with keyless.client() as client:  # the map is shared, the nodes still refuse it
+            with self.assertRaises(tessera.TesseraError) as refused:
+                client.search("c", docs[3]["tokens"], k=3)
+            self.assertEqual(refused.exception.code, grpc.StatusCode.UNAUTHENTICATED)
 
 
 if __name__ == "__main__":
