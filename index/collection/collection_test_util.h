@@ -1,6 +1,6 @@
-// Test helpers shared by the collection tests: a temporary directory, a structured synthetic
-// corpus (topics, near duplicates, queries drawn from documents) and brute-force MaxSim over what
-// Get() returns.
+// Test helpers shared by the collection tests: the temporary directory (index/testing), a
+// structured synthetic corpus (topics, near duplicates, queries drawn from documents) and
+// brute-force MaxSim over what Get() returns.
 #ifndef TESSERA_INDEX_COLLECTION_COLLECTION_TEST_UTIL_H_
 #define TESSERA_INDEX_COLLECTION_COLLECTION_TEST_UTIL_H_
 
@@ -17,25 +17,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "index/testing/temp_dir.h"
 #include "tessera/collection.h"
 
 namespace tessera {
-
-class TempDir {
- public:
-  TempDir() {
-    path_ = std::filesystem::path(::testing::TempDir()) /
-            absl::StrCat("collection_test_", ::getpid(), "_", counter_++);
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string path() const { return path_.string(); }
-
- private:
-  static inline std::atomic<int> counter_{0};
-  std::filesystem::path path_;
-};
 
 inline std::vector<float> Normalized(std::vector<float> v, int64_t dim) {
   for (size_t r = 0; r < v.size() / dim; ++r) {

@@ -32,6 +32,7 @@
 #include "index/storage/record_codec.h"
 #include "index/storage/rocksdb_tsan_suppressions.h"
 #include "index/storage/shard_store.h"
+#include "index/testing/temp_dir.h"
 #include "rocksdb/db.h"
 
 namespace tessera::internal {
@@ -318,9 +319,8 @@ TEST(ShardStoreCrash, AcknowledgedWritesSurviveSigkill) {
   if (const char* env = getenv("TESSERA_CRASH_SEED")) master = std::strtoull(env, nullptr, 10);
   std::cout << "TESSERA_CRASH_SEED=" << master << "\n";
   std::mt19937_64 rng(master);
-  std::string tmpl = std::filesystem::temp_directory_path() / "shard_store_crash.XXXXXX";
-  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-  const std::string root = tmpl;
+  const TempDir temp("shard_store_crash");
+  const std::string& root = temp.path();
 
   int64_t total_acked = 0;
   int trials_with_progress = 0;
@@ -397,7 +397,6 @@ TEST(ShardStoreCrash, AcknowledgedWritesSurviveSigkill) {
       min_new_iid = std::max(min_new_iid, scanned.next_iid);
     }
   }
-  std::filesystem::remove_all(root);
   std::cout << total_acked << " batches acknowledged in " << trials_with_progress << " of "
             << kChains * kCrashesPerChain << " runs\n";
   // Most runs must have made progress, or the test tests nothing.

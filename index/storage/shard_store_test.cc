@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "index/storage/record_codec.h"
 #include "index/storage/rocksdb_tsan_suppressions.h"
+#include "index/testing/temp_dir.h"
 #include "rocksdb/db.h"
 #include "tessera/float16.h"
 
@@ -32,14 +33,6 @@ using ::testing::HasSubstr;
 // A fresh directory per test, removed afterwards.
 class ShardStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    std::string tmpl = std::filesystem::temp_directory_path() / "shard_store_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
-    dir_ = root_ + "/db";
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-
   std::unique_ptr<ShardStore> OpenStore(ShardStoreOptions options = {}) {
     options.block_cache_bytes = 8 << 20;
     auto store = ShardStore::Open(dir_, options);
@@ -47,8 +40,8 @@ class ShardStoreTest : public ::testing::Test {
     return store.ok() ? std::move(store).value() : nullptr;
   }
 
-  std::string root_;
-  std::string dir_;
+  TempDir root_{"shard_store_test"};
+  const std::string dir_ = root_.path() + "/db";
 };
 
 // Deterministic content: the same (id, salt) always gives the same bytes.
