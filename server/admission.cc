@@ -13,7 +13,7 @@ Admission::Admission(const AdmissionOptions& options) : options_(options) {
 
 Admission::~Admission() {
   {
-    internal::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
   work_cv_.SignalAll();
@@ -21,7 +21,7 @@ Admission::~Admission() {
 }
 
 absl::Status Admission::BeginCall() {
-  internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (draining_) return absl::UnavailableError("the server is shutting down; retry elsewhere");
   ++open_calls_;
   return absl::OkStatus();
@@ -29,7 +29,7 @@ absl::Status Admission::BeginCall() {
 
 void Admission::EndCall() {
   {
-    internal::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     --open_calls_;
   }
   calls_cv_.SignalAll();
@@ -37,7 +37,7 @@ void Admission::EndCall() {
 
 absl::Status Admission::Submit(int64_t bytes, std::function<void()> task, absl::Time deadline) {
   {
-    internal::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     const absl::Duration wait = ExpectedWaitLocked();
     const absl::Duration left = deadline - absl::Now();
     if (wait > absl::ZeroDuration() && wait > left) {
@@ -69,7 +69,7 @@ void Admission::WorkerLoop() {
   while (true) {
     Task task;
     {
-      internal::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       while (queue_.empty() && !stopping_) work_cv_.Wait(&mu_);
       if (queue_.empty()) return;  // stopping, and nothing left to run
       task = std::move(queue_.front());
@@ -79,7 +79,7 @@ void Admission::WorkerLoop() {
     const absl::Time start = absl::Now();
     task.run();
     const absl::Duration ran = absl::Now() - start;
-    internal::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     --running_;
     inflight_bytes_ -= task.bytes;
     mean_run_ += (ran - mean_run_) / 16;
@@ -95,12 +95,12 @@ absl::Duration Admission::ExpectedWaitLocked() const {
 }
 
 absl::Duration Admission::ExpectedWait() const {
-  internal::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   return ExpectedWaitLocked();
 }
 
 int64_t Admission::Drain(absl::Time deadline) {
-  internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   draining_ = true;
   while (open_calls_ > 0) {
     if (calls_cv_.WaitWithTimeout(&mu_, deadline - absl::Now())) break;
@@ -109,12 +109,12 @@ int64_t Admission::Drain(absl::Time deadline) {
 }
 
 int64_t Admission::queued() const {
-  internal::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   return static_cast<int64_t>(queue_.size());
 }
 
 int64_t Admission::inflight_bytes() const {
-  internal::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   return inflight_bytes_;
 }
 

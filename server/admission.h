@@ -21,7 +21,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "index/common/mutex.h"
+#include "tessera/base/mutex.h"
 
 namespace tessera::server {
 
@@ -72,9 +72,9 @@ class Admission {
   absl::Duration ExpectedWaitLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const AdmissionOptions options_;
-  mutable internal::Mutex mu_;
-  internal::CondVar work_cv_;   // a task was queued, or stopping
-  internal::CondVar calls_cv_;  // open_calls_ dropped
+  mutable Mutex mu_;
+  CondVar work_cv_;   // a task was queued, or stopping
+  CondVar calls_cv_;  // open_calls_ dropped
   std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
   int64_t inflight_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t open_calls_ ABSL_GUARDED_BY(mu_) = 0;

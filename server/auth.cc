@@ -151,7 +151,7 @@ absl::StatusOr<std::unique_ptr<ApiKeys>> ApiKeys::Load(const std::string& path) 
 
 bool ApiKeys::TakeToken(const Key& key) {
   if (key.rate == 0) return true;
-  internal::MutexLock lock(&key.mu);
+  MutexLock lock(&key.mu);
   const auto now = std::chrono::steady_clock::now();
   const double elapsed_s = std::chrono::duration<double>(now - key.refilled).count();
   key.tokens = std::min(std::max(key.rate, 1.0), key.tokens + elapsed_s * key.rate);

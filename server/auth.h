@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "index/common/mutex.h"
+#include "tessera/base/mutex.h"
 
 namespace tessera::server {
 
@@ -60,7 +60,7 @@ class ApiKeys {
     std::string name;
     double rate = 0;  // calls per second; 0 = unlimited
     // Token bucket: `tokens` as of `refilled`.
-    mutable internal::Mutex mu;
+    mutable Mutex mu;
     mutable double tokens ABSL_GUARDED_BY(mu) = 0;
     mutable std::chrono::steady_clock::time_point refilled ABSL_GUARDED_BY(mu);
   };

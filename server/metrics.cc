@@ -37,7 +37,7 @@ void Histogram::Render(const std::string& name, const std::string& labels, std::
 }
 
 void Metrics::RecordRpc(const std::string& method, const std::string& code, double ms) {
-  internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto& counter = rpc_counts_[absl::StrCat(method, "\t", code)];
   if (counter == nullptr) counter = std::make_unique<std::atomic<uint64_t>>(0);
   counter->fetch_add(1, std::memory_order_relaxed);
@@ -61,13 +61,13 @@ void Metrics::RecordDocuments(int64_t accepted, int64_t rejected, int64_t origin
 }
 
 void Metrics::SetGauge(const std::string& name, const std::string& labels, double value) {
-  internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   gauges_[absl::StrCat(name, "\t", labels)] = value;
 }
 
 std::string Metrics::Render() const {
   std::string out;
-  internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   absl::StrAppend(&out, "# HELP tessera_rpc_total Finished RPCs by method and status code.\n",
                   "# TYPE tessera_rpc_total counter\n");
   for (const auto& [key, counter] : rpc_counts_) {

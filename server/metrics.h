@@ -15,7 +15,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "index/common/mutex.h"
+#include "tessera/base/mutex.h"
 
 namespace tessera::server {
 
@@ -50,7 +50,7 @@ class Metrics {
   std::string Render() const;
 
  private:
-  mutable internal::Mutex mu_;
+  mutable Mutex mu_;
   absl::flat_hash_map<std::string, std::unique_ptr<std::atomic<uint64_t>>> rpc_counts_
       ABSL_GUARDED_BY(mu_);  // "method\tcode"
   absl::flat_hash_map<std::string, std::unique_ptr<Histogram>> rpc_latency_ ABSL_GUARDED_BY(mu_);

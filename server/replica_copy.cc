@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "index/common/errno_status.h"
 #include "server/log.h"
 #include "server/status_util.h"
+#include "tessera/base/errno_status.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::server {
@@ -90,12 +90,12 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::ShardImportChunk>
       std::error_code error;
       fs::create_directories(file.parent_path(), error);
       fd_ = ::open(file.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-      if (fd_ < 0) return internal::ErrnoStatus(errno, "cannot create", file.string());
+      if (fd_ < 0) return ErrnoStatus(errno, "cannot create", file.string());
     }
     const std::string& data = chunk_.data();
     for (size_t done = 0; done < data.size();) {
       const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
-      if (n < 0) return internal::ErrnoStatus(errno, "cannot write", path_);
+      if (n < 0) return ErrnoStatus(errno, "cannot write", path_);
       done += static_cast<size_t>(n);
     }
     return absl::OkStatus();
@@ -105,7 +105,7 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::ShardImportChunk>
   absl::Status CloseFile() {
     if (fd_ < 0) return absl::OkStatus();
     absl::Status status;
-    if (::fsync(fd_) != 0) status = internal::ErrnoStatus(errno, "cannot fsync", path_);
+    if (::fsync(fd_) != 0) status = ErrnoStatus(errno, "cannot fsync", path_);
     ::close(fd_);
     fd_ = -1;
     return status;
@@ -143,7 +143,7 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::ShardImportChunk>
 }  // namespace
 
 absl::Status WriteGate::BeginWrite(const std::string& collection, absl::string_view shown_name) {
-  tessera::internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (closed_.count(collection) > 0) {
     return absl::AbortedError(absl::StrCat("collection '", shown_name,
                                            "': this replica is being copied to a returning "
@@ -154,7 +154,7 @@ absl::Status WriteGate::BeginWrite(const std::string& collection, absl::string_v
 }
 
 void WriteGate::EndWrite(const std::string& collection) {
-  tessera::internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (--writers_[collection] == 0) {
     writers_.erase(collection);
     idle_.SignalAll();
@@ -162,7 +162,7 @@ void WriteGate::EndWrite(const std::string& collection) {
 }
 
 absl::Status WriteGate::Close(const std::string& collection, absl::string_view shown_name) {
-  tessera::internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (!closed_.insert(collection).second) {
     return absl::AbortedError(
         absl::StrCat("collection '", shown_name, "': a copy of this replica is already running"));
@@ -172,7 +172,7 @@ absl::Status WriteGate::Close(const std::string& collection, absl::string_view s
 }
 
 void WriteGate::Open(const std::string& collection) {
-  tessera::internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   closed_.erase(collection);
 }
 

@@ -15,8 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "index/common/mutex.h"
 #include "server/services.h"
+#include "tessera/base/mutex.h"
 #include "tessera/v1/shard.grpc.pb.h"
 
 namespace tessera::server {
@@ -33,8 +33,8 @@ class WriteGate {
   void Open(const std::string& collection);
 
  private:
-  tessera::internal::Mutex mu_;
-  tessera::internal::CondVar idle_;
+  Mutex mu_;
+  CondVar idle_;
   std::map<std::string, int> writers_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> closed_ ABSL_GUARDED_BY(mu_);
 };

@@ -14,7 +14,7 @@
 # Debian packages: scripts/setup runs only when some are missing and apt can reach its mirrors;
 # otherwise the script says what is missing and carries on. If the full project cannot be
 # configured (e.g. FAISS/gRPC/RocksDB missing), it builds a minimal project from the same sources
-# (index/common, index/rerank with cuda/, bench/gpu: needs only Abseil, GoogleTest and CUDA).
+# (index/base, index/common, index/rerank with cuda/, bench/gpu: needs only Abseil, GoogleTest and CUDA).
 # (RUN_ON_DEVICE_MODE=minimal forces that; CMAKE_PREFIX_PATH may point at carried Abseil/zlib.) Only the two needed targets are built. The whole run
 # stays within RUN_ON_DEVICE_DEADLINE_S seconds (default 480); each step gets what is left.
 set -uo pipefail
@@ -164,6 +164,7 @@ include(TesseraCuda)
 include(TesseraHelpers)
 enable_testing()
 include(GoogleTest)
+add_subdirectory(index/base)
 add_subdirectory(index/common)
 add_subdirectory(index/rerank)
 add_subdirectory(bench/gpu)

@@ -26,7 +26,7 @@ inline constexpr int kExitUsage = 2;  // the command line is wrong
 
 // Runs one command line (without the program name). Results go to `out`, progress, warnings and
 // errors to `err`. Returns the exit code.
-int RunTesseraCli(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& err);
 
 std::string TesseraUsage();
 

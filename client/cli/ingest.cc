@@ -18,14 +18,11 @@
 #include "absl/time/clock.h"
 #include "client/cli/ingest_journal.h"
 #include "client/cli/progress.h"
-#include "index/common/mutex.h"
+#include "tessera/base/mutex.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::client {
 namespace {
-
-using ::tessera::internal::Mutex;
-using ::tessera::internal::MutexLock;
 
 absl::Status LineError(absl::string_view source, size_t line, absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(source, ":", line, ": ", what));

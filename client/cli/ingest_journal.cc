@@ -14,12 +14,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "index/common/errno_status.h"
+#include "tessera/base/errno_status.h"
 
 namespace tessera::client {
-
-using ::tessera::internal::ErrnoStatus;
-using ::tessera::internal::MutexLock;
 
 namespace {
 

@@ -26,7 +26,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "client/cpp/client.h"
-#include "index/common/mutex.h"
+#include "tessera/base/mutex.h"
 #include "tessera/document.h"
 
 namespace tessera::client {
@@ -79,7 +79,7 @@ class IngestJournal {
 
   const std::string path_;
   const std::string collection_;
-  mutable ::tessera::internal::Mutex mu_;
+  mutable Mutex mu_;
   int fd_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint64_t> entries_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> order_ ABSL_GUARDED_BY(mu_);  // ids in first-appearance order

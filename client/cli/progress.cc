@@ -12,8 +12,6 @@
 
 namespace tessera::client {
 
-using ::tessera::internal::MutexLock;
-
 std::string FormatEta(absl::Duration duration) {
   int64_t seconds = absl::ToInt64Seconds(absl::Ceil(duration, absl::Seconds(1)));
   if (seconds < 0) seconds = 0;

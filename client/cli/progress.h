@@ -10,7 +10,7 @@
 
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "index/common/mutex.h"
+#include "tessera/base/mutex.h"
 
 namespace tessera::client {
 
@@ -47,9 +47,9 @@ class ProgressReporter {
   FILE* const out_;
   const bool tty_;
   const absl::Time start_;
-  ::tessera::internal::Mutex mu_;
+  Mutex mu_;
   // Signalled when stop_ is set.
-  ::tessera::internal::CondVar stop_cv_;
+  CondVar stop_cv_;
   uint64_t done_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;

@@ -19,7 +19,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "index/common/errno_status.h"
+#include "tessera/base/errno_status.h"
 #include "tessera/status_macros.h"
 
 static_assert(

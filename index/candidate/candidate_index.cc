@@ -51,11 +51,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "index/common/crc32.h"
-#include "index/common/errno_status.h"
-#include "index/common/mutex.h"
 #include "index/common/omp_threads.h"
 #include "index/common/thread_pool.h"
 #include "index/rerank/cpu_maxsim_scorer.h"
+#include "tessera/base/errno_status.h"
+#include "tessera/base/mutex.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::internal {

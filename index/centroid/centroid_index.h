@@ -34,7 +34,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "index/centroid/centroid_codebook.h"
-#include "index/common/mutex.h"
+#include "tessera/base/mutex.h"
 #include "tessera/matrix.h"
 
 namespace tessera::internal {

@@ -24,8 +24,8 @@
 #include "absl/strings/str_cat.h"
 #include "index/collection/collection_impl.h"
 #include "index/collection/schema_codec.h"
-#include "index/common/errno_status.h"
-#include "index/common/mutex.h"
+#include "tessera/base/errno_status.h"
+#include "tessera/base/mutex.h"
 #include "tessera/status_macros.h"
 
 namespace tessera {
@@ -39,21 +39,18 @@ using internal::CollectionImpl;
 absl::Status WriteFileDurably(const fs::path& path, const std::string& contents) {
   const std::string temporary = path.string() + ".tmp";
   const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return internal::ErrnoStatus(errno, "cannot create", temporary);
+  if (fd < 0) return ErrnoStatus(errno, "cannot create", temporary);
   absl::Status status;
   for (size_t written = 0; status.ok() && written < contents.size();) {
     const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) status = internal::ErrnoStatus(errno, "cannot write", temporary);
+    if (n < 0) status = ErrnoStatus(errno, "cannot write", temporary);
     if (n > 0) written += static_cast<size_t>(n);
   }
-  if (status.ok() && ::fsync(fd) != 0)
-    status = internal::ErrnoStatus(errno, "cannot fsync", temporary);
-  if (::close(fd) != 0 && status.ok())
-    status = internal::ErrnoStatus(errno, "cannot close", temporary);
+  if (status.ok() && ::fsync(fd) != 0) status = ErrnoStatus(errno, "cannot fsync", temporary);
+  if (::close(fd) != 0 && status.ok()) status = ErrnoStatus(errno, "cannot close", temporary);
   if (status.ok() && ::rename(temporary.c_str(), path.c_str()) != 0) {
-    status = internal::ErrnoStatus(errno, absl::StrCat("cannot rename '", temporary, "' to"),
-                                   path.string());
+    status = ErrnoStatus(errno, absl::StrCat("cannot rename '", temporary, "' to"), path.string());
   }
   if (!status.ok()) {
     ::unlink(temporary.c_str());
@@ -61,8 +58,8 @@ absl::Status WriteFileDurably(const fs::path& path, const std::string& contents)
   }
   const std::string dir = path.parent_path().string();
   const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return internal::ErrnoStatus(errno, "cannot open directory", dir);
-  if (::fsync(dir_fd) != 0) status = internal::ErrnoStatus(errno, "cannot fsync directory", dir);
+  if (dir_fd < 0) return ErrnoStatus(errno, "cannot open directory", dir);
+  if (::fsync(dir_fd) != 0) status = ErrnoStatus(errno, "cannot fsync directory", dir);
   ::close(dir_fd);
   return status;
 }
@@ -82,7 +79,7 @@ class EngineImpl : public Engine {
 
   ~EngineImpl() override {
     // Snapshot candidate indexes so the next open loads instead of replaying.
-    internal::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     for (auto& [name, collection] : collections_) collection->Snapshot().IgnoreError();
   }
 
@@ -97,7 +94,7 @@ class EngineImpl : public Engine {
       return absl::InternalError(
           absl::StrCat("cannot create data directory ", data_dir_.string(), ": ", error.message()));
     }
-    internal::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     for (const fs::directory_entry& entry : fs::directory_iterator(data_dir_ / "collections")) {
       if (!entry.is_directory()) continue;
       const fs::path schema_path = entry.path() / "schema";
@@ -144,7 +141,7 @@ class EngineImpl : public Engine {
   absl::StatusOr<std::shared_ptr<Collection>> CreateCollection(
       const CollectionSchema& schema) override {
     TESSERA_RETURN_IF_ERROR(ValidateSchema(schema));
-    internal::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (collections_.contains(schema.name)) {
       return absl::AlreadyExistsError(
           absl::StrCat("collection '", schema.name, "' already exists"));
@@ -172,7 +169,7 @@ class EngineImpl : public Engine {
   absl::Status CheckpointCollection(const std::string& name, const std::string& dir) override {
     std::shared_ptr<CollectionImpl> collection;
     {
-      internal::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       const auto it = collections_.find(name);
       if (it == collections_.end()) {
         return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
@@ -198,7 +195,7 @@ class EngineImpl : public Engine {
     // The old collection goes first: two directories of one name must never be on disk together
     // (a crash would reopen either).
     {
-      internal::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       const auto it = collections_.find(name);
       if (it != collections_.end()) TESSERA_RETURN_IF_ERROR(RetireLocked(it));
       const auto broken = unavailable_.find(name);
@@ -221,7 +218,7 @@ class EngineImpl : public Engine {
       fs::remove_all(target, error);
       return opened.status();
     }
-    internal::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     collections_[name] = *std::move(opened);
     return absl::OkStatus();
   }
@@ -229,7 +226,7 @@ class EngineImpl : public Engine {
   std::string StagingDirectory() const override { return (data_dir_ / "staging").string(); }
 
   absl::Status DropCollection(const std::string& name) override {
-    internal::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     const auto it = collections_.find(name);
     if (it == collections_.end()) {
       const auto broken = unavailable_.find(name);
@@ -273,7 +270,7 @@ class EngineImpl : public Engine {
 
   absl::StatusOr<std::shared_ptr<Collection>> GetCollection(
       const std::string& name) const override {
-    internal::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     const auto it = collections_.find(name);
     if (it == collections_.end()) {
       const auto broken = unavailable_.find(name);
@@ -284,7 +281,7 @@ class EngineImpl : public Engine {
   }
 
   std::vector<std::string> ListCollections() const override {
-    internal::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     std::vector<std::string> names;
     for (const auto& [name, collection] : collections_) names.push_back(name);
     for (const auto& [name, broken] : unavailable_) names.push_back(name);
@@ -293,7 +290,7 @@ class EngineImpl : public Engine {
   }
 
   std::vector<std::pair<std::string, absl::Status>> UnavailableCollections() const override {
-    internal::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     std::vector<std::pair<std::string, absl::Status>> out;
     for (const auto& [name, broken] : unavailable_) out.emplace_back(name, broken.status);
     std::sort(out.begin(), out.end(),
@@ -318,7 +315,7 @@ class EngineImpl : public Engine {
 
   const fs::path data_dir_;
   const internal::CollectionContext context_;
-  mutable internal::Mutex mu_;
+  mutable Mutex mu_;
   absl::flat_hash_map<std::string, std::shared_ptr<CollectionImpl>> collections_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Unavailable> unavailable_ ABSL_GUARDED_BY(mu_);

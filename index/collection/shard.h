@@ -61,8 +61,8 @@
 #include "absl/types/span.h"
 #include "index/candidate/candidate_index.h"
 #include "index/centroid/centroid_index.h"
-#include "index/common/mutex.h"
 #include "index/storage/shard_store.h"
+#include "tessera/base/mutex.h"
 #include "tessera/collection.h"
 
 namespace tessera::internal {

@@ -12,7 +12,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/functional/function_ref.h"
-#include "index/common/mutex.h"
+#include "tessera/base/mutex.h"
 
 namespace tessera {
 namespace internal {

@@ -21,7 +21,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "index/common/mutex.h"
 #include "index/storage/record_codec.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/convenience.h"
@@ -34,6 +33,7 @@
 #include "rocksdb/table.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
+#include "tessera/base/mutex.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::internal {

@@ -50,7 +50,7 @@ absl::StatusOr<std::unique_ptr<ClusterState>> ClusterState::Start(EtcdClient* et
 
 ClusterState::~ClusterState() {
   {
-    tessera::internal::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
   changed_.SignalAll();
@@ -63,7 +63,7 @@ absl::Status ClusterState::Resync() {
   absl::StatusOr<RangeResult> read = etcd_->GetPrefix(kPrefix);
   if (!read.ok()) return read.status();
   {
-    tessera::internal::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     nodes_.clear();
     collections_.clear();
     revision_ = read->revision;
@@ -80,7 +80,7 @@ absl::Status ClusterState::Resync() {
       [this](const absl::Status& status) {
         Log("warning", "etcd watch ended; reading the cluster state again",
             {{"error", std::string(status.message())}});
-        tessera::internal::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         watch_failed_ = true;
         changed_.SignalAll();
       });
@@ -90,7 +90,7 @@ absl::Status ClusterState::Resync() {
 }
 
 void ClusterState::ResyncLoop() {
-  tessera::internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   while (!stop_) {
     if (!watch_failed_) {
       changed_.Wait(&mu_);
@@ -111,15 +111,18 @@ void ClusterState::ResyncLoop() {
 void ClusterState::Apply(const WatchEvent& event) {
   const std::string& key = event.kv.key;
   const bool put = event.type == WatchEvent::Type::kPut;
-  tessera::internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (absl::StartsWith(key, kNodesPrefix)) {
     const std::string id = key.substr(kNodesPrefix.size());
     v1::NodeRegistration registration;
     if (put && FromJson(key, event.kv.value, &registration).ok() &&
         registration.role() == "shard" && !registration.address().empty()) {
+      if (nodes_.count(id) == 0) {
+        Log("info", "shard node up", {{"node", id}, {"address", registration.address()}});
+      }
       nodes_[id] = LiveNode{id, registration.address()};
-    } else {
-      nodes_.erase(id);
+    } else if (nodes_.erase(id) > 0) {
+      Log("warning", "shard node down (its registration is gone)", {{"node", id}});
     }
   } else if (absl::StartsWith(key, kCollectionsPrefix)) {
     const std::string name = key.substr(kCollectionsPrefix.size());
@@ -140,14 +143,14 @@ void ClusterState::Apply(const WatchEvent& event) {
 }
 
 std::vector<LiveNode> ClusterState::LiveNodes() const {
-  tessera::internal::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   std::vector<LiveNode> nodes;
   for (const auto& [id, node] : nodes_) nodes.push_back(node);
   return nodes;
 }
 
 std::optional<std::string> ClusterState::AddressOf(const std::string& node_id) const {
-  tessera::internal::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   const auto it = nodes_.find(node_id);
   if (it == nodes_.end()) return std::nullopt;
   return it->second.address;
@@ -155,7 +158,7 @@ std::optional<std::string> ClusterState::AddressOf(const std::string& node_id) c
 
 absl::StatusOr<std::optional<CollectionEntry>> ClusterState::Lookup(const std::string& name) {
   {
-    tessera::internal::ReaderMutexLock lock(&mu_);
+    ReaderMutexLock lock(&mu_);
     const auto it = collections_.find(name);
     if (it != collections_.end()) return it->second;
   }
@@ -171,7 +174,7 @@ absl::StatusOr<std::optional<CollectionEntry>> ClusterState::Lookup(const std::s
 }
 
 std::vector<std::string> ClusterState::ReadyCollections() const {
-  tessera::internal::ReaderMutexLock lock(&mu_);
+  ReaderMutexLock lock(&mu_);
   std::vector<std::string> names;
   for (const auto& [name, entry] : collections_) {
     if (entry.collection.state() == v1::ClusterCollection::READY) names.push_back(name);
@@ -181,7 +184,7 @@ std::vector<std::string> ClusterState::ReadyCollections() const {
 
 void ClusterState::WaitForRevision(int64_t revision, absl::Duration timeout) const {
   const absl::Time deadline = absl::Now() + timeout;
-  tessera::internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   while (revision_ < revision && !stop_) {
     if (changed_.WaitWithTimeout(&mu_, deadline - absl::Now())) break;
   }

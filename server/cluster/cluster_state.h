@@ -22,8 +22,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "index/common/mutex.h"
 #include "server/cluster/etcd_client.h"
+#include "tessera/base/mutex.h"
 #include "tessera/v1/shard.pb.h"
 
 namespace tessera::cluster {
@@ -81,8 +81,8 @@ class ClusterState {
   void ResyncLoop();
 
   EtcdClient* const etcd_;
-  mutable tessera::internal::Mutex mu_;
-  mutable tessera::internal::CondVar changed_;
+  mutable Mutex mu_;
+  mutable CondVar changed_;
   std::map<std::string, LiveNode> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, CollectionEntry> collections_ ABSL_GUARDED_BY(mu_);
   int64_t revision_ ABSL_GUARDED_BY(mu_) = 0;  // the last revision applied

@@ -12,16 +12,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "etcd/etcdserver/etcdserverpb/rpc.grpc.pb.h"
-#include "index/common/mutex.h"
+#include "tessera/base/mutex.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::cluster {
 namespace internal {
-
-using Mutex = ::tessera::internal::Mutex;
-using MutexLock = ::tessera::internal::MutexLock;
-using ReaderMutexLock = ::tessera::internal::ReaderMutexLock;
-using CondVar = ::tessera::internal::CondVar;
 
 // The first wait before reopening a broken stream; doubles up to max_reconnect_backoff.
 constexpr absl::Duration kMinStreamBackoff = absl::Milliseconds(100);

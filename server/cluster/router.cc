@@ -74,15 +74,26 @@ std::string ShardName(const std::string& collection, uint32_t shard) {
 }
 
 // Calls `call` on the replicas in `order`, one after another, until one succeeds or fails with a
-// status another replica would share. Returns that status, or UNAVAILABLE naming the shard and
-// every replica's failure.
+// status another replica would share; returns that status, or UNAVAILABLE naming the shard and
+// every replica's failure. Attempt i of n gets until now + (deadline - now) / (n - i): a replica
+// that hangs (a stopped process keeps its connections open) costs a share of the time, and its
+// DEADLINE_EXCEEDED moves on to the next replica while the caller's deadline has time left.
 absl::Status TryReplicas(const std::string& shard_name, const std::vector<std::string>& order,
-                         const std::function<absl::Status(const std::string&)>& call) {
+                         absl::Time deadline,
+                         const std::function<absl::Status(const std::string&, absl::Time)>& call) {
   std::vector<std::string> failures;
-  for (const std::string& node : order) {
-    const absl::Status status = call(node);
-    if (status.ok() || !Retryable(status)) return status;
-    failures.push_back(absl::StrCat(node, ": ", status.message()));
+  for (size_t i = 0; i < order.size(); ++i) {
+    const absl::Time now = absl::Now();
+    const bool last = i + 1 == order.size();
+    const absl::Time attempt_deadline =
+        last ? deadline : now + (deadline - now) / static_cast<double>(order.size() - i);
+    absl::Status status = call(order[i], attempt_deadline);
+    const bool attempt_timed_out =
+        absl::IsDeadlineExceeded(status) && !last && absl::Now() < deadline;
+    if (status.ok() || (!Retryable(status) && !attempt_timed_out)) return status;
+    Log("warning", "replica failed; trying the next",
+        {{"shard", shard_name}, {"node", order[i]}, {"error", std::string(status.message())}});
+    failures.push_back(absl::StrCat(order[i], ": ", status.message()));
   }
   if (failures.empty()) failures.emplace_back("no serving replica");
   return absl::UnavailableError(
@@ -112,7 +123,8 @@ void FinishRatios(v1::CollectionStats* stats) {
 
 }  // namespace
 
-Router::Router(ClusterState* state, RouterOptions options) : state_(state), options_(options) {
+Router::Router(ClusterState* state, RouterOptions options)
+    : state_(state), options_(std::move(options)) {
   if (options_.catch_up_interval > absl::ZeroDuration()) {
     catch_up_thread_ = std::thread([this] { CatchUpLoop(); });
   }
@@ -120,7 +132,7 @@ Router::Router(ClusterState* state, RouterOptions options) : state_(state), opti
 
 Router::~Router() {
   {
-    tessera::internal::MutexLock lock(&stop_mu_);
+    MutexLock lock(&stop_mu_);
     stop_ = true;
     if (copy_call_ != nullptr) copy_call_->TryCancel();
   }
@@ -129,7 +141,7 @@ Router::~Router() {
 }
 
 void Router::CatchUpLoop() {
-  tessera::internal::MutexLock lock(&stop_mu_);
+  MutexLock lock(&stop_mu_);
   while (!stop_) {
     stop_mu_.Unlock();
     const bool copied = CatchUpOne();
@@ -173,13 +185,13 @@ bool Router::CatchUpOne() {
         v1::ShardCopyResponse copied;
         auto context = ShardCall(options_.copy_timeout);
         {
-          tessera::internal::MutexLock lock(&stop_mu_);
+          MutexLock lock(&stop_mu_);
           if (stop_) return false;
           copy_call_ = context.get();
         }
         const absl::Status status = FromGrpc((*stub)->CopyReplica(context.get(), copy, &copied));
         {
-          tessera::internal::MutexLock lock(&stop_mu_);
+          MutexLock lock(&stop_mu_);
           copy_call_ = nullptr;
         }
         if (!status.ok()) {
@@ -212,8 +224,12 @@ bool Router::CatchUpOne() {
 }
 
 std::unique_ptr<grpc::ClientContext> Router::ShardCall(absl::Duration timeout) const {
+  return ShardCall(absl::Now() + timeout);
+}
+
+std::unique_ptr<grpc::ClientContext> Router::ShardCall(absl::Time deadline) const {
   auto context = std::make_unique<grpc::ClientContext>();
-  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  context->set_deadline(absl::ToChronoTime(deadline));
   return WithKey(std::move(context), options_.cluster_key);
 }
 
@@ -222,7 +238,7 @@ absl::StatusOr<v1::ShardService::Stub*> Router::StubOf(const std::string& node_i
   if (!address.has_value()) {
     return absl::UnavailableError(absl::StrCat("node '", node_id, "' is down"));
   }
-  tessera::internal::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::unique_ptr<v1::ShardService::Stub>& stub = stubs_[*address];
   if (stub == nullptr) {
     grpc::ChannelArguments arguments;
@@ -400,9 +416,9 @@ absl::Status Router::CreateCollection(const v1::CreateCollectionRequest& request
   const auto failed =
       std::find_if(targets.begin(), targets.end(), [](const Target& t) { return !t.status.ok(); });
   if (failed != targets.end()) {
-    const absl::Status error(failed->status.code(),
-                             absl::StrCat(ShardName(schema.name, failed->shard), " on node '",
-                                          failed->node, "': ", failed->status.message()));
+    absl::Status error(failed->status.code(),
+                       absl::StrCat(ShardName(schema.name, failed->shard), " on node '",
+                                    failed->node, "': ", failed->status.message()));
     RunParallel(targets.size(), [&](size_t i) {
       if (!targets[i].status.ok()) return;
       absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(targets[i].node);
@@ -499,16 +515,18 @@ absl::Status Router::GetCollection(const std::string& name, v1::GetCollectionRes
   std::vector<v1::GetCollectionResponse> per_shard(shards);
   std::vector<absl::Status> statuses(shards);
   RunParallel(shards, [&](size_t s) {
-    statuses[s] = TryReplicas(
-        ShardName(name, static_cast<uint32_t>(s)),
-        ReadOrder(collection.shards(static_cast<int>(s))), [&](const std::string& node) {
-          TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
-          v1::ShardStatsRequest stats;
-          stats.set_collection(name);
-          stats.set_shard(static_cast<uint32_t>(s));
-          auto context = ShardCall(options_.shard_call_timeout);
-          return FromGrpc(stub->Stats(context.get(), stats, &per_shard[s]));
-        });
+    statuses[s] =
+        TryReplicas(ShardName(name, static_cast<uint32_t>(s)),
+                    ReadOrder(collection.shards(static_cast<int>(s))),
+                    absl::Now() + options_.shard_call_timeout,
+                    [&](const std::string& node, absl::Time deadline) -> absl::Status {
+                      TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
+                      v1::ShardStatsRequest stats;
+                      stats.set_collection(name);
+                      stats.set_shard(static_cast<uint32_t>(s));
+                      auto context = ShardCall(deadline);
+                      return FromGrpc(stub->Stats(context.get(), stats, &per_shard[s]));
+                    });
   });
   for (uint32_t s = 0; s < shards; ++s) {
     if (statuses[s].ok()) AddStats(per_shard[s].stats(), response->mutable_stats());
@@ -766,9 +784,10 @@ absl::Status Router::Get(const v1::GetRequest& request, v1::GetResponse* respons
   get.set_id(request.id());
   return TryReplicas(ShardName(request.collection(), s),
                      ReadOrder(entry.collection.shards(static_cast<int>(s))),
-                     [&](const std::string& node) -> absl::Status {
+                     absl::Now() + options_.shard_call_timeout,
+                     [&](const std::string& node, absl::Time deadline) -> absl::Status {
                        TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
-                       auto context = ShardCall(options_.shard_call_timeout);
+                       auto context = ShardCall(deadline);
                        response->Clear();
                        return FromGrpc(stub->Get(context.get(), get, response));
                      });
@@ -781,6 +800,9 @@ absl::Status Router::Search(const grpc::CallbackServerContext& call,
   const uint32_t shards = ShardCount(entry.collection);
   std::vector<v1::SearchResponse> answers(shards);
   std::vector<absl::Status> statuses(shards);
+  // The caller's deadline, or the router's own bound for a call without one.
+  const absl::Time caller_deadline = absl::FromChrono(call.deadline());
+  const absl::Time deadline = std::min(caller_deadline, absl::Now() + options_.shard_call_timeout);
   const Clock::time_point fanout_start = Clock::now();
   RunParallel(shards, [&](size_t s) {
     v1::ShardSearchRequest search;
@@ -788,12 +810,14 @@ absl::Status Router::Search(const grpc::CallbackServerContext& call,
     *search.mutable_search() = request;
     statuses[s] = TryReplicas(
         ShardName(request.collection(), static_cast<uint32_t>(s)),
-        ReadOrder(entry.collection.shards(static_cast<int>(s))),
-        [&](const std::string& node) -> absl::Status {
+        ReadOrder(entry.collection.shards(static_cast<int>(s))), deadline,
+        [&](const std::string& node, absl::Time attempt_deadline) -> absl::Status {
           TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
-          // The caller's deadline and cancellation reach the shard.
+          // The caller's cancellation reaches the shard; its deadline too (gRPC keeps the
+          // earlier of the caller's and the attempt's).
           std::unique_ptr<grpc::ClientContext> context =
               WithKey(grpc::ClientContext::FromCallbackServerContext(call), options_.cluster_key);
+          context->set_deadline(absl::ToChronoTime(attempt_deadline));
           answers[s].Clear();
           return FromGrpc(stub->Search(context.get(), search, &answers[s]));
         });

@@ -13,11 +13,15 @@
 //   cannot be recorded, or no replica took the write, the documents fail with UNAVAILABLE
 //   naming the shard.
 // - Reads: Get and Search go to one serving replica per shard (live, not stale; rotated per
-//   call), in parallel, with the caller's deadline and cancellation; a replica that fails is
-//   retried on the next one while time remains. Search merges the shards' exact top k by
-//   (score desc, id asc): the answer equals a standalone collection's with the same shard
-//   count. A shard with no replica that answers fails the call with UNAVAILABLE naming it,
-//   unless the request allows partial results (then missing_shards lists it).
+//   call), in parallel, with the caller's deadline and cancellation; a replica that fails, or
+//   does not answer within its share of the remaining time, is retried on the next one. Search
+//   merges the shards' exact top k by (score desc, id asc). Exhaustive searches equal a
+//   standalone collection's with the same shard count (ids, order, scores). With the cascade,
+//   each shard reranks its own N candidates (a standalone collection reranks the best N over all
+//   its shards): up to S·N documents are scored exactly, a superset, so recall is at least the
+//   standalone's but the answers can differ. A shard with no replica that answers fails the
+//   call with UNAVAILABLE naming it, unless the request allows partial results (then
+//   missing_shards lists it).
 // - Catch-up: a thread copies every stale replica whose node is live from the first serving
 //   replica of its shard (ShardService.CopyReplica: the source refuses writes to the replica with
 //   ABORTED while it checkpoints it and streams it to the target, which swaps it in), then marks
@@ -36,9 +40,9 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "index/common/mutex.h"
 #include "server/backend.h"
 #include "server/cluster/cluster_state.h"
+#include "tessera/base/mutex.h"
 #include "tessera/v1/shard.grpc.pb.h"
 
 namespace tessera::cluster {
@@ -81,6 +85,7 @@ class Router final : public server::Backend {
  private:
   // A context for a call to a shard node with this deadline, carrying the cluster key.
   std::unique_ptr<grpc::ClientContext> ShardCall(absl::Duration timeout) const;
+  std::unique_ptr<grpc::ClientContext> ShardCall(absl::Time deadline) const;
   // The stub of a live node; UNAVAILABLE naming it when it is not registered.
   absl::StatusOr<v1::ShardService::Stub*> StubOf(const std::string& node_id);
   // The READY collection `name`, else NOT_FOUND as a standalone server says it.
@@ -112,11 +117,11 @@ class Router final : public server::Backend {
   ClusterState* const state_;
   const RouterOptions options_;
   std::atomic<uint64_t> rotation_{0};
-  tessera::internal::Mutex mu_;
+  Mutex mu_;
   // By address: a node that moves gets a new channel.
   std::map<std::string, std::unique_ptr<v1::ShardService::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
-  tessera::internal::Mutex stop_mu_;
-  tessera::internal::CondVar stop_cv_;
+  Mutex stop_mu_;
+  CondVar stop_cv_;
   bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
   grpc::ClientContext* copy_call_ ABSL_GUARDED_BY(stop_mu_) = nullptr;  // to cancel at stop
   std::thread catch_up_thread_;

@@ -5,8 +5,8 @@
 // Why not absl::Mutex: Debian's prebuilt Abseil is not compiled with ThreadSanitizer, so TSan
 // cannot see its happens-before edges and reports false races on everything it guards; pthread
 // rwlocks and the standard library's condition variables are intercepted by TSan.
-#ifndef TESSERA_INDEX_COMMON_MUTEX_H_
-#define TESSERA_INDEX_COMMON_MUTEX_H_
+#ifndef TESSERA_BASE_MUTEX_H_
+#define TESSERA_BASE_MUTEX_H_
 
 #include <pthread.h>
 
@@ -16,7 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/time/time.h"
 
-namespace tessera::internal {
+namespace tessera {
 
 // Writers first, as with absl::Mutex: once a writer waits, new readers queue behind it, so a stream
 // of overlapping readers (searches) cannot starve it. std::shared_mutex cannot be asked for this;
@@ -102,6 +102,6 @@ class CondVar {
   std::condition_variable_any cv_;
 };
 
-}  // namespace tessera::internal
+}  // namespace tessera
 
-#endif  // TESSERA_INDEX_COMMON_MUTEX_H_
+#endif  // TESSERA_BASE_MUTEX_H_

@@ -1,4 +1,4 @@
-#include "client/pool/pool_tool.h"
+#include "index/tools/pool/pool_tool.h"
 
 #include <algorithm>
 #include <filesystem>

@@ -3,7 +3,7 @@
 #include <string>
 #include <vector>
 
-#include "client/pool/pool_tool.h"
+#include "index/tools/pool/pool_tool.h"
 
 int main(int argc, char** argv) {
   const std::vector<std::string> args(argv, argv + argc);

@@ -1,11 +1,11 @@
-#include "index/common/errno_status.h"
+#include "tessera/base/errno_status.h"
 
 #include <cerrno>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
 
-namespace tessera::internal {
+namespace tessera {
 
 absl::Status ErrnoStatus(int error, absl::string_view what, absl::string_view path) {
   const std::string message = absl::StrCat(
@@ -31,4 +31,4 @@ absl::Status ErrnoStatus(int error, absl::string_view what, absl::string_view pa
   }
 }
 
-}  // namespace tessera::internal
+}  // namespace tessera

@@ -1,7 +1,7 @@
 // The `tessera-pool` command: pools the token matrices of a NumPy file offline, as ingestion
 // would, and writes the pooled matrices and each token's cluster label to an .npz.
-#ifndef TESSERA_CLIENT_POOL_POOL_TOOL_H_
-#define TESSERA_CLIENT_POOL_POOL_TOOL_H_
+#ifndef TESSERA_INDEX_TOOLS_POOL_POOL_TOOL_H_
+#define TESSERA_INDEX_TOOLS_POOL_POOL_TOOL_H_
 
 #include <optional>
 #include <string>
@@ -33,4 +33,4 @@ absl::Status RunPoolTool(const PoolToolConfig& config);
 
 }  // namespace tessera
 
-#endif  // TESSERA_CLIENT_POOL_POOL_TOOL_H_
+#endif  // TESSERA_INDEX_TOOLS_POOL_POOL_TOOL_H_

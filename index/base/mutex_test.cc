@@ -1,5 +1,5 @@
 // Tests for Mutex and CondVar: exclusion, writers not starved by readers, signals and timed waits.
-#include "index/common/mutex.h"
+#include "tessera/base/mutex.h"
 
 #include <atomic>
 #include <cstdint>
@@ -10,7 +10,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 
-namespace tessera::internal {
+namespace tessera {
 namespace {
 
 TEST(Mutex, WriterExcludesReadersAndWriters) {
@@ -140,4 +140,4 @@ TEST(CondVar, WaitWithTimeoutReturnsOnASignal) {
 }
 
 }  // namespace
-}  // namespace tessera::internal
+}  // namespace tessera
