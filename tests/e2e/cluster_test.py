@@ -2,7 +2,7 @@
 a standalone server holding the same documents in a collection of the same shard count. Checks
 that the router answers exactly as the standalone server does (ids, order, scores), through the
 Python client and the `tessera` CLI (create --shards --replicas, stats --json); that searches and
-writes go on when a shard node is SIGKILLed (replicas); that a shard with no live replica fails
+writes go on when a shard node is stopped (SIGSTOP) or SIGKILLed (replicas); that a shard with no live replica fails
 with UNAVAILABLE naming it, or returns the other shards' hits with allow_partial_results; that a
 replica that missed writes comes back stale, serves no reads, and catches up by a copy from a
 serving replica, after which the cluster answers as the standalone server again; and that a
@@ -11,6 +11,7 @@ restarted router reads the cluster back from etcd. Skips without /usr/bin/etcd."
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import tempfile
 import sys
@@ -175,6 +176,17 @@ class ClusterTest(unittest.TestCase):
         with self.assertRaises(tessera.TesseraError) as missing:
             router.get(COLLECTION, "doc-00000")
         self.assertEqual(missing.exception.code, grpc.StatusCode.NOT_FOUND)
+
+        # One node stopped (SIGSTOP: its connections stay open, it answers nothing): a search
+        # that picks its replica gives it a share of the deadline, then asks the other replica.
+        self.shards[0].process.send_signal(signal.SIGSTOP)
+        try:
+            for query in self.queries[:4]:
+                got = router.search(COLLECTION, query, k=10, exhaustive=True, timeout=4.0)
+                want = standalone.search(COLLECTION, query, k=10, exhaustive=True)
+                self.assertEqual(got.ids, want.ids)
+        finally:
+            self.shards[0].process.send_signal(signal.SIGCONT)
 
         # One node SIGKILLed: every shard still has a replica. Reads retry on it at once (the
         # dead node's lease has not expired yet), writes are acknowledged by the live replicas.
