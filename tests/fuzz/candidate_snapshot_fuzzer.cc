@@ -18,11 +18,22 @@
 // - a loaded index is usable and consistent: Documents() ascending and matching Stats(); a search
 //   finds only its documents, best first; Remove and Add work on it;
 // - round trip: Save and Load again give the same documents, stats and `covered` number.
+//
+// Speed: most mutants that load differ from an earlier one only where Load just carries a value
+// along (the description, `covered`, flag bits other than trained) or inside a FAISS section that
+// is replaced anyway. What the search and the writes do depends only on the rest — the options,
+// the training state, the document table and the FAISS bytes — so those checks (about 20 ms an
+// input under ASan: Remove compacts and rebuilds the FAISS index, and each exact search fills a
+// scan buffer of megabytes) run once per distinct rest, remembered by its hash; Load, the
+// consistency checks and the round trip run on every input. (A 30 s run loaded 44,542 inputs with
+// 36 distinct rests: ~13,000 executions/s instead of ~300.)
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -52,25 +63,35 @@ void Store(std::string* bytes, size_t at, T value) {
   std::memcpy(bytes->data() + at, &value, sizeof(T));
 }
 
-// Where the FAISS section's u64 length sits, reading the payload as Load does; npos when the
-// metadata ends first.
-size_t FaissLengthOffset(const std::string& file) {
+// Where the document table (its u64 count) and the FAISS section's u64 length sit, reading the
+// payload as Load does.
+struct Layout {
+  size_t table = std::string::npos;
+  size_t faiss_length = std::string::npos;  // npos when the metadata ends first
+};
+
+Layout LayoutOf(const std::string& file) {
+  Layout layout;
   size_t at = kHeaderSize + 4;  // flags
   auto fits = [&](uint64_t n) { return file.size() >= at && file.size() - at >= n; };
   for (int text = 0; text < 2; ++text) {  // factory, description
-    if (!fits(4)) return std::string::npos;
+    if (!fits(4)) return layout;
     const uint32_t n = Load<uint32_t>(file, at);
     at += 4;
-    if (!fits(n)) return std::string::npos;
+    if (!fits(n)) return layout;
     at += n;
   }
-  if (!fits(8)) return std::string::npos;
+  if (!fits(8)) return layout;
+  layout.table = at;
   const uint64_t documents = Load<uint64_t>(file, at);
   at += 8;
-  if (documents > (file.size() - at) / 16) return std::string::npos;
+  if (documents > (file.size() - at) / 16) return layout;
   at += documents * 16;
-  return fits(8) ? at : std::string::npos;
+  if (fits(8)) layout.faiss_length = at;
+  return layout;
 }
+
+size_t FaissLengthOffset(const std::string& file) { return LayoutOf(file).faiss_length; }
 
 std::string FactoryOf(const std::string& file) {
   if (file.size() < kHeaderSize + 8) return "";
@@ -157,6 +178,22 @@ void CheckSearch(const CandidateIndex& index, int64_t dim, const std::vector<uin
   }
 }
 
+// True the first time a loaded file with this behaviour key is seen (see the top of the file): the
+// options, the training state, and the payload from the document table on (the table, the FAISS
+// section's length and bytes). `file` loaded, so its layout parses.
+bool FirstWithThisBehaviour(const std::string& file, const CandidateIndexOptions& options,
+                            bool trained) {
+  // Hashes, not the keys: a 64-bit collision among the few thousand states a run reaches is
+  // unlikely enough, and the set stays small. Bounded all the same: forgetting only costs time.
+  static auto* const seen = new std::unordered_set<size_t>;
+  const size_t table = LayoutOf(file).table;
+  FUZZ_CHECK(table != std::string::npos, "a loaded file does not parse");
+  std::string key = absl::StrCat(options.dim, " ", options.factory, " ", trained, " ");
+  key.append(file, table, std::string::npos);
+  if (seen->size() >= (size_t{1} << 20)) seen->clear();
+  return seen->insert(std::hash<std::string_view>()(key)).second;
+}
+
 }  // namespace
 }  // namespace tessera::fuzz
 
@@ -184,7 +221,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
              "Documents() not ascending");
   const internal::CandidateIndexStats stats = index.Stats();
   FUZZ_CHECK(stats.documents == static_cast<int64_t>(documents.size()), "Stats().documents");
-  CheckSearch(index, options.dim, documents);
+  const bool new_behaviour = FirstWithThisBehaviour(file, options, stats.trained);
+  if (new_behaviour) CheckSearch(index, options.dim, documents);
 
   // Save and load again: the same index.
   static const std::string* const again_path = new std::string(ScratchDir() + "/candidates.again");
@@ -200,6 +238,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
              "stats changed in the round trip");
 
   // The loaded index takes writes.
+  if (!new_behaviour) return 0;
   if (!documents.empty()) {
     FUZZ_CHECK(index.Remove(documents.front()).ok(), "Remove");
   }
