@@ -746,7 +746,10 @@ absl::Status CandidateIndex::Impl::ExactSearch(FloatMatrixView queries,
   auto scan_part = [&](int64_t part) {
     std::vector<RowTopK>& best = part_best[part];
     std::vector<float> gathered;
-    std::vector<float> similarities((block_rows + block_rows / 4) * stride);
+    // Sized for the largest block this scan has: a small index must not pay for a 2 MiB block
+    // (zero-filling it cost more than the scan).
+    const size_t largest_block = std::min(block_rows, positions.size());
+    std::vector<float> similarities((largest_block + largest_block / 4) * stride);
     std::vector<float> thresholds(nq);
     const int64_t first = part * num_blocks / num_parts;
     const int64_t last = (part + 1) * num_blocks / num_parts;
