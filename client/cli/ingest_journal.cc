@@ -77,19 +77,19 @@ std::string HashHex(uint64_t hash) {
 }  // namespace
 
 uint64_t Hash64(absl::string_view bytes, uint64_t seed) {
-  constexpr uint64_t m = 0xc6a4a7935bd1e995ULL;
-  constexpr int r = 47;
+  constexpr uint64_t kM = 0xc6a4a7935bd1e995ULL;
+  constexpr int kR = 47;
   const size_t len = bytes.size();
-  uint64_t h = seed ^ (len * m);
+  uint64_t h = seed ^ (len * kM);
   const char* data = bytes.data();
   const char* end = data + (len / 8) * 8;
   for (; data != end; data += 8) {
     uint64_t k = Load64(data);
-    k *= m;
-    k ^= k >> r;
-    k *= m;
+    k *= kM;
+    k ^= k >> kR;
+    k *= kM;
     h ^= k;
-    h *= m;
+    h *= kM;
   }
   const unsigned char* tail = reinterpret_cast<const unsigned char*>(data);
   switch (len & 7) {
@@ -113,11 +113,11 @@ uint64_t Hash64(absl::string_view bytes, uint64_t seed) {
       [[fallthrough]];
     case 1:
       h ^= uint64_t{tail[0]};
-      h *= m;
+      h *= kM;
   }
-  h ^= h >> r;
-  h *= m;
-  h ^= h >> r;
+  h ^= h >> kR;
+  h *= kM;
+  h ^= h >> kR;
   return h;
 }
 

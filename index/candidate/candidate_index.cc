@@ -126,12 +126,12 @@ absl::Status FaissCall(absl::string_view what, Fn&& fn) {
 //   and then spin in sched_yield waiting for each other, while the server already runs searches
 //   in parallel; one BLAS thread per search, like one OpenMP thread (ScopedSingleOmpThread).
 void ConfigureBlasForServing() {
-  static const bool configured = [] {
+  static const bool kConfigured = [] {
     faiss::distance_compute_blas_threshold = 1;
     openblas_set_num_threads(1);
     return true;
   }();
-  (void)configured;
+  (void)kConfigured;
 }
 
 // How the inner index is searched. Every kind removes documents by tombstones (dead_), compacted
@@ -675,8 +675,8 @@ absl::Status CandidateIndex::Impl::MaybeRebuild() {
     TESSERA_RETURN_IF_ERROR(FaissCall("rebuilding the candidate index", [&] {
       ConfigureInner(inner.get(), options_);
       rebuilt = std::make_unique<faiss::IndexIDMap2>(inner.get());
-      inner.release();
       rebuilt->own_fields = true;
+      static_cast<void>(inner.release());  // rebuilt owns it
       if (n > 0) rebuilt->add_with_ids(n, vectors.data(), ids.data());
     }));
   }
@@ -992,8 +992,8 @@ absl::StatusOr<std::unique_ptr<CandidateIndex>> CandidateIndex::Create(
     }
     ConfigureInner(inner.get(), options);
     index = std::make_unique<faiss::IndexIDMap2>(inner.get());
-    inner.release();
     index->own_fields = true;
+    static_cast<void>(inner.release());  // index owns it
   }));
   return std::unique_ptr<CandidateIndex>(new CandidateIndex(
       std::make_unique<Impl>(options, std::move(index), std::move(description), trained,
@@ -1100,7 +1100,7 @@ absl::StatusOr<std::pair<std::unique_ptr<CandidateIndex>, uint64_t>> CandidateIn
         static_cast<int64_t>(idmap->id_map.size()) != idmap->ntotal) {
       return corrupt("the FAISS section is not an inner-product IDMap2 index of this dim");
     }
-    read.release();
+    static_cast<void>(read.release());  // the same object as idmap, owned by index from here
     index.reset(idmap);
   }
   const bool trained = (flags & kFlagTrained) != 0;
