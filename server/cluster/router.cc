@@ -579,6 +579,43 @@ absl::Status Router::Flush(const std::string& name) {
   return absl::OkStatus();
 }
 
+template <typename Response, typename Part, typename Send, typename CountAnswers>
+std::vector<Router::ReplicaCall<Response>> Router::CallReplicas(
+    const v1::ClusterCollection& collection, const std::string& name, std::vector<Part>* parts,
+    const std::vector<std::vector<int>>& positions, const char* items, Send send,
+    CountAnswers count_answers, std::vector<std::pair<uint32_t, std::string>>* down) {
+  std::vector<ReplicaCall<Response>> calls;
+  for (uint32_t s = 0; s < parts->size(); ++s) {
+    if (positions[s].empty()) continue;
+    (*parts)[s].set_collection(name);
+    (*parts)[s].set_shard(s);
+    for (const v1::ReplicaPlacement& replica : collection.shards(static_cast<int>(s)).replicas()) {
+      if (state_->AddressOf(replica.node_id()).has_value()) {
+        calls.push_back(ReplicaCall<Response>{s, replica.node_id(), absl::OkStatus(), {}});
+      } else {
+        down->emplace_back(s, replica.node_id());
+      }
+    }
+  }
+  RunParallel(calls.size(), [&](size_t i) {
+    ReplicaCall<Response>& call = calls[i];
+    absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(call.node);
+    if (!stub.ok()) {
+      call.status = stub.status();
+      return;
+    }
+    auto context = ShardCall(options_.shard_call_timeout);
+    call.status = FromGrpc(send(*stub, context.get(), (*parts)[call.shard], &call.response));
+    const size_t expected = positions[call.shard].size();
+    if (call.status.ok() && count_answers(call.response) != static_cast<int>(expected)) {
+      call.status = absl::InternalError(absl::StrCat("node '", call.node, "' answered ",
+                                                     count_answers(call.response), " results for ",
+                                                     expected, " ", items));
+    }
+  });
+  return calls;
+}
+
 absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse* response) {
   TESSERA_ASSIGN_OR_RETURN(const CollectionEntry entry, ReadyCollection(request.collection()));
   const std::string& name = request.collection();
@@ -598,43 +635,13 @@ absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse
     positions[s].push_back(i);
   }
   // One call per (shard, live replica); replicas that are down missed the write.
-  struct Call {
-    uint32_t shard;
-    std::string node;
-    absl::Status status;
-    v1::UpsertResponse response;
-  };
-  std::vector<Call> calls;
   std::vector<std::pair<uint32_t, std::string>> down;
-  for (uint32_t s = 0; s < shards; ++s) {
-    if (positions[s].empty()) continue;
-    parts[s].set_collection(name);
-    parts[s].set_shard(s);
-    for (const v1::ReplicaPlacement& replica :
-         entry.collection.shards(static_cast<int>(s)).replicas()) {
-      if (state_->AddressOf(replica.node_id()).has_value()) {
-        calls.push_back(Call{s, replica.node_id(), absl::OkStatus(), {}});
-      } else {
-        down.emplace_back(s, replica.node_id());
-      }
-    }
-  }
-  RunParallel(calls.size(), [&](size_t i) {
-    Call& call = calls[i];
-    absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(call.node);
-    if (!stub.ok()) {
-      call.status = stub.status();
-      return;
-    }
-    auto context = ShardCall(options_.shard_call_timeout);
-    call.status = FromGrpc((*stub)->Upsert(context.get(), parts[call.shard], &call.response));
-    if (call.status.ok() &&
-        call.response.results_size() != static_cast<int>(positions[call.shard].size())) {
-      call.status = absl::InternalError(absl::StrCat("node '", call.node, "' answered ",
-                                                     call.response.results_size(), " results for ",
-                                                     positions[call.shard].size(), " documents"));
-    }
-  });
+  std::vector<ReplicaCall<v1::UpsertResponse>> calls = CallReplicas<v1::UpsertResponse>(
+      entry.collection, name, &parts, positions, "documents",
+      [](v1::ShardService::Stub* stub, grpc::ClientContext* context,
+         const v1::ShardUpsertRequest& part,
+         v1::UpsertResponse* answer) { return stub->Upsert(context, part, answer); },
+      [](const v1::UpsertResponse& answer) { return answer.results_size(); }, &down);
 
   // Per document: the first replica's result, unless a replica failed the document (then that
   // failure). A replica that failed the call, or a document another replica stored, missed the
@@ -644,7 +651,7 @@ absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse
   std::vector<std::vector<std::string>> failures(shards);
   std::vector<bool> merged_any(shards, false);
   for (const auto& [shard, node] : down) writes[shard].missed.push_back(node);
-  for (const Call& call : calls) {
+  for (const auto& call : calls) {
     ShardWrite& write = writes[call.shard];
     if (!call.status.ok()) {
       failures[call.shard].push_back(absl::StrCat(call.node, ": ", call.status.message()));
@@ -656,7 +663,7 @@ absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse
     bool missed_one = false;
     for (size_t j = 0; j < positions[call.shard].size(); ++j) {
       const int index = static_cast<int>(j);
-      const bool stored_elsewhere = std::any_of(calls.begin(), calls.end(), [&](const Call& other) {
+      const bool stored_elsewhere = std::any_of(calls.begin(), calls.end(), [&](const auto& other) {
         return other.shard == call.shard && other.status.ok() &&
                other.response.results(index).code() == 0;
       });
@@ -703,48 +710,18 @@ absl::Status Router::Delete(const v1::DeleteRequest& request, v1::DeleteResponse
     parts[s].add_ids(request.ids(i));
     positions[s].push_back(i);
   }
-  struct Call {
-    uint32_t shard;
-    std::string node;
-    absl::Status status;
-    v1::DeleteResponse response;
-  };
-  std::vector<Call> calls;
   std::vector<std::pair<uint32_t, std::string>> down;
-  for (uint32_t s = 0; s < shards; ++s) {
-    if (positions[s].empty()) continue;
-    parts[s].set_collection(name);
-    parts[s].set_shard(s);
-    for (const v1::ReplicaPlacement& replica :
-         entry.collection.shards(static_cast<int>(s)).replicas()) {
-      if (state_->AddressOf(replica.node_id()).has_value()) {
-        calls.push_back(Call{s, replica.node_id(), absl::OkStatus(), {}});
-      } else {
-        down.emplace_back(s, replica.node_id());
-      }
-    }
-  }
-  RunParallel(calls.size(), [&](size_t i) {
-    Call& call = calls[i];
-    absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(call.node);
-    if (!stub.ok()) {
-      call.status = stub.status();
-      return;
-    }
-    auto context = ShardCall(options_.shard_call_timeout);
-    call.status = FromGrpc((*stub)->Delete(context.get(), parts[call.shard], &call.response));
-    if (call.status.ok() &&
-        call.response.existed_size() != static_cast<int>(positions[call.shard].size())) {
-      call.status = absl::InternalError(absl::StrCat("node '", call.node, "' answered ",
-                                                     call.response.existed_size(), " results for ",
-                                                     positions[call.shard].size(), " ids"));
-    }
-  });
+  std::vector<ReplicaCall<v1::DeleteResponse>> calls = CallReplicas<v1::DeleteResponse>(
+      entry.collection, name, &parts, positions, "ids",
+      [](v1::ShardService::Stub* stub, grpc::ClientContext* context,
+         const v1::ShardDeleteRequest& part,
+         v1::DeleteResponse* answer) { return stub->Delete(context, part, answer); },
+      [](const v1::DeleteResponse& answer) { return answer.existed_size(); }, &down);
   std::vector<bool> existed(static_cast<size_t>(request.ids_size()), false);
   std::map<uint32_t, ShardWrite> writes;
   std::vector<std::vector<std::string>> failures(shards);
   for (const auto& [shard, node] : down) writes[shard].missed.push_back(node);
-  for (const Call& call : calls) {
+  for (const auto& call : calls) {
     ShardWrite& write = writes[call.shard];
     if (!call.status.ok()) {
       // A request-level error every replica shares (a bad id) is the caller's.

@@ -90,6 +90,23 @@ class Router final : public server::Backend {
   absl::StatusOr<v1::ShardService::Stub*> StubOf(const std::string& node_id);
   // The READY collection `name`, else NOT_FOUND as a standalone server says it.
   absl::StatusOr<CollectionEntry> ReadyCollection(const std::string& name);
+  // One write call to one replica of a shard, and how it went.
+  template <typename Response>
+  struct ReplicaCall {
+    uint32_t shard;
+    std::string node;
+    absl::Status status;
+    Response response;
+  };
+  // Sends (*parts)[s] — named for `name` and shard s here — to every live replica of each shard s
+  // that has positions, in parallel, with `send(stub, context, part, response)`. A call whose
+  // response does not hold count_answers() == one answer per position fails INTERNAL (`items`
+  // names them in the message). Replicas that are down are appended to *down, not called.
+  template <typename Response, typename Part, typename Send, typename CountAnswers>
+  std::vector<ReplicaCall<Response>> CallReplicas(
+      const v1::ClusterCollection& collection, const std::string& name, std::vector<Part>* parts,
+      const std::vector<std::vector<int>>& positions, const char* items, Send send,
+      CountAnswers count_answers, std::vector<std::pair<uint32_t, std::string>>* down);
   // What one write did to a shard's replicas: which stored it, which did not (down, failed).
   struct ShardWrite {
     std::vector<std::string> stored;
