@@ -426,15 +426,10 @@ CollectionImpl::SearchPlan CollectionImpl::Plan(const SearchOptions& options) co
   return plan;
 }
 
-absl::StatusOr<std::vector<std::pair<int, uint64_t>>> CollectionImpl::NominateCandidates(
+absl::StatusOr<std::vector<CollectionImpl::Nominee>> CollectionImpl::NominateCandidates(
     FloatMatrixView query, const SearchPlan& plan, const Filter& filter,
     SearchTimings* timings) const {
   const Clock::time_point start = Clock::now();
-  struct Nominee {
-    float score;
-    int shard;
-    uint64_t iid;
-  };
   std::vector<Nominee> nominees;
   Stage1Request request;
   request.query = query;
@@ -448,16 +443,41 @@ absl::StatusOr<std::vector<std::pair<int, uint64_t>>> CollectionImpl::NominateCa
       nominees.push_back(Nominee{hit.score, static_cast<int>(s), hit.iid});
     }
   }
-  const size_t keep = std::min<size_t>(plan.num_candidates, nominees.size());
-  std::partial_sort(nominees.begin(), nominees.begin() + keep, nominees.end(),
-                    [](const Nominee& a, const Nominee& b) {
-                      return a.score != b.score ? a.score > b.score : a.iid < b.iid;
-                    });
-  std::vector<std::pair<int, uint64_t>> selected;
-  selected.reserve(keep);
-  for (size_t d = 0; d < keep; ++d) selected.emplace_back(nominees[d].shard, nominees[d].iid);
+  const auto keep = static_cast<size_t>(plan.num_candidates);
+  if (nominees.size() > keep) {
+    // The keep best scores, then the documents tied at the cut by external id: iids differ
+    // between shards and between replicas, ids do not. Ties are rare, so ids are looked up only
+    // for them.
+    std::nth_element(nominees.begin(), nominees.begin() + (keep - 1), nominees.end(),
+                     [](const Nominee& a, const Nominee& b) { return a.score > b.score; });
+    const float cut = nominees[keep - 1].score;
+    const auto tied_begin = std::partition(nominees.begin(), nominees.end(),
+                                           [cut](const Nominee& n) { return n.score > cut; });
+    const auto tied_end = std::partition(tied_begin, nominees.end(),
+                                         [cut](const Nominee& n) { return n.score == cut; });
+    const auto wanted = static_cast<size_t>(nominees.begin() + keep - tied_begin);
+    if (static_cast<size_t>(tied_end - tied_begin) > wanted) {
+      struct Tied {
+        bool gone = false;  // deleted since stage 1: last, the rerank would skip it anyway
+        std::string id;
+        Nominee nominee;
+      };
+      std::vector<Tied> tied;
+      for (auto it = tied_begin; it != tied_end; ++it) {
+        Tied entry{false, "", *it};
+        uint64_t version = 0;
+        entry.gone = !shards_[it->shard]->Describe(it->iid, &entry.id, &version);
+        tied.push_back(std::move(entry));
+      }
+      std::sort(tied.begin(), tied.end(), [](const Tied& a, const Tied& b) {
+        return a.gone != b.gone ? b.gone : a.id < b.id;
+      });
+      for (size_t i = 0; i < wanted; ++i) tied_begin[static_cast<ptrdiff_t>(i)] = tied[i].nominee;
+    }
+    nominees.resize(keep);
+  }
   timings->candidates_ms = MillisecondsSince(start);
-  return selected;
+  return nominees;
 }
 
 absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_best_tokens,
@@ -571,34 +591,58 @@ absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
   for (const auto& shard : shards_) total_documents += shard->num_documents();
 
   SearchResult result;
-  std::vector<std::pair<int, uint64_t>> selected;
-  result.exhaustive = options.exhaustive || plan.num_candidates >= total_documents;
+  result.num_candidates = plan.num_candidates;
+  result.documents = total_documents;
+  std::vector<Nominee> nominees;
+  result.exhaustive =
+      options.exhaustive || (!options.return_nominees && plan.num_candidates >= total_documents);
   if (!result.exhaustive) {
-    TESSERA_ASSIGN_OR_RETURN(selected,
+    TESSERA_ASSIGN_OR_RETURN(nominees,
                              NominateCandidates(query, plan, options.filter, &result.timings));
     // Too few nominees (a selective filter, a tiny collection): score every matching document, so
     // that k matching documents always yield k results.
-    if (static_cast<int64_t>(selected.size()) < std::min<int64_t>(options.k, total_documents)) {
+    if (!options.return_nominees &&
+        static_cast<int64_t>(nominees.size()) < std::min<int64_t>(options.k, total_documents)) {
       result.exhaustive = true;
-      selected.clear();
+      nominees.clear();
     }
   }
   if (Clock::now() > options.deadline) {
     return absl::DeadlineExceededError("search deadline passed after candidate generation");
   }
-  if (result.exhaustive) {
+  std::vector<std::pair<int, uint64_t>> selected;
+  selected.reserve(nominees.size());
+  for (const Nominee& nominee : nominees) selected.emplace_back(nominee.shard, nominee.iid);
+  // A merging caller may need the exact score of every document of a small collection (when the
+  // merged collections are small too); stage 1 has given it the nominees' scores meanwhile.
+  const bool score_all =
+      result.exhaustive || (options.return_nominees && plan.num_candidates >= total_documents);
+  if (score_all) {
+    selected.clear();
     for (size_t s = 0; s < shards_.size(); ++s) {
       shards_[s]->ForEachLive(options.filter, [&](uint64_t iid, const LiveDocument&) {
         selected.emplace_back(static_cast<int>(s), iid);
       });
     }
   }
-  TESSERA_ASSIGN_OR_RETURN(std::vector<Scored> top, RankExactly(query, selected, options, &result));
+  SearchOptions ranking = options;
+  if (options.return_nominees && !options.exhaustive) {
+    ranking.k = std::max<int64_t>(options.k, static_cast<int64_t>(selected.size()));
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<Scored> top, RankExactly(query, selected, ranking, &result));
+  absl::flat_hash_map<std::pair<int, uint64_t>, float> nominee_scores;
+  if (options.return_nominees) {
+    for (const Nominee& nominee : nominees) {
+      nominee_scores[{nominee.shard, nominee.iid}] = nominee.score;
+    }
+  }
   for (Scored& entry : top) {
     SearchHit hit;
     if (options.explain) {
       TESSERA_ASSIGN_OR_RETURN(hit.explanation, Explain(query, entry));
     }
+    const auto nominated = nominee_scores.find({entry.shard, entry.iid});
+    if (nominated != nominee_scores.end()) hit.candidate_score = nominated->second;
     hit.id = std::move(entry.id);
     hit.score = entry.score;
     hit.version = entry.version;

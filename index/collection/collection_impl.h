@@ -77,10 +77,19 @@ class CollectionImpl : public Collection {
     int nprobe = 0;
   };
   SearchPlan Plan(const SearchOptions& options) const;
-  // Stage 1 over every shard: the plan's N best (shard, iid) by approximate score.
-  absl::StatusOr<std::vector<std::pair<int, uint64_t>>> NominateCandidates(
-      FloatMatrixView query, const SearchPlan& plan, const Filter& filter,
-      SearchTimings* timings) const;
+  // A document stage 1 nominated, and its approximate MaxSim.
+  struct Nominee {
+    float score = 0.0f;
+    int shard = 0;
+    uint64_t iid = 0;
+  };
+  // Stage 1 over every shard: the plan's N best documents by approximate score; of documents
+  // tied at the cut, those with the smaller external ids (so that a router merging shard nodes'
+  // nominees cuts where this collection does), in no particular order.
+  absl::StatusOr<std::vector<Nominee>> NominateCandidates(FloatMatrixView query,
+                                                          const SearchPlan& plan,
+                                                          const Filter& filter,
+                                                          SearchTimings* timings) const;
   // Stage 2: exact MaxSim over `selected`, the best options.k (score desc, id asc); adds the
   // documents scored and the fetch/rerank timings to `result`.
   absl::StatusOr<std::vector<Scored>> RankExactly(

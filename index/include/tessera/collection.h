@@ -113,6 +113,14 @@ struct SearchOptions {
   // Give up with DEADLINE_EXCEEDED once this time has passed (checked between stages and chunks);
   // the default never expires.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+  // For a caller that merges the answers of several collections into the answer ONE collection of
+  // all their documents would give (a router over shard nodes): unless `exhaustive`, stage 1 runs
+  // whatever the collection's size, and every document scored exactly is returned (not only the
+  // best k), best first: the stage-1 nominees, each with SearchHit::candidate_score, and, when the
+  // collection holds no more than N documents, every matching one. No exhaustive fallback for
+  // too few nominees: the caller decides that over the merged counts (SearchResult::documents,
+  // ::num_candidates).
+  bool return_nominees = false;
 };
 
 struct TokenMatch {
@@ -127,6 +135,9 @@ struct SearchHit {
   float score = 0.0f;  // exact MaxSim over the stored rerank vectors
   uint64_t version = 0;
   std::vector<TokenMatch> explanation;  // when asked; one entry per query token
+  // SearchOptions::return_nominees: the stage-1 score of a nominated document (none for a
+  // document scored only because the collection is small).
+  std::optional<float> candidate_score;
 };
 
 struct SearchTimings {
@@ -142,6 +153,8 @@ struct SearchResult {
   SearchTimings timings;
   int64_t documents_scored = 0;  // exact MaxSim evaluations
   bool exhaustive = false;       // stage 1 was skipped (asked, or N ≥ the collection's size)
+  int64_t num_candidates = 0;    // N as resolved from SearchOptions and the collection's stage 1
+  int64_t documents = 0;         // documents in the collection when the search began
 };
 
 // A stored document as Get returns it.

@@ -1,0 +1,239 @@
+// MergeSearchResults against its definition: the merged searches of collections that each hold
+// one shard of a collection's documents equal the search of that one collection (ids, order,
+// scores), through the cascade, its exhaustive fallbacks, ties at the stage-1 cut and filters.
+#include "tessera/merge.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "index/collection/collection_impl.h"
+#include "index/collection/collection_test_util.h"
+#include "tessera/engine.h"
+
+namespace tessera {
+namespace {
+
+constexpr int kShards = 3;
+constexpr int64_t kDim = 32;
+
+// The parts searched as a router searches its shard nodes: return_nominees, again with the
+// merged N for a part that resolved less, again exhaustively when the merge asks for it.
+SearchResult SearchParts(const std::vector<std::shared_ptr<Collection>>& parts,
+                         FloatMatrixView query, SearchOptions options) {
+  options.return_nominees = true;
+  std::vector<SearchResult> answers;
+  for (const auto& part : parts) {
+    auto answer = part->Search(query, options);
+    EXPECT_TRUE(answer.ok()) << answer.status();
+    answers.push_back(*std::move(answer));
+  }
+  const int64_t num_candidates = MergedNumCandidates(answers);
+  for (size_t p = 0; p < parts.size(); ++p) {
+    if (answers[p].num_candidates == num_candidates) continue;
+    SearchOptions again = options;
+    again.num_candidates = num_candidates;
+    answers[p] = *parts[p]->Search(query, again);
+  }
+  std::optional<SearchResult> merged = MergeSearchResults(answers, options.k, options.exhaustive);
+  if (merged.has_value()) return *std::move(merged);
+  options.exhaustive = true;
+  answers.clear();
+  for (const auto& part : parts) answers.push_back(*part->Search(query, options));
+  merged = MergeSearchResults(answers, options.k, /*exhaustive=*/true);
+  EXPECT_TRUE(merged.has_value());
+  return *std::move(merged);
+}
+
+struct Collections {
+  TempDir dir;
+  std::unique_ptr<Engine> engine;
+  std::shared_ptr<Collection> whole;
+  std::vector<std::shared_ptr<Collection>> parts;
+  std::vector<Document> documents;
+};
+
+std::vector<std::shared_ptr<Collection>> Everything(const Collections& setup) {
+  std::vector<std::shared_ptr<Collection>> all = setup.parts;
+  all.push_back(setup.whole);
+  return all;
+}
+
+// `num_documents` documents, plus exact copies of some under other ids (ties everywhere), in one
+// collection of kShards shards and in kShards one-shard collections split by ShardOf.
+void Build(Collections* setup, int num_documents, const std::string& factory) {
+  auto engine = Engine::Open(setup->dir.path());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  setup->engine = *std::move(engine);
+  CollectionSchema schema = Schema("whole", kDim);
+  schema.num_shards = kShards;
+  schema.candidates.factory = factory;
+  schema.candidates.centroid_min_training_vectors = 1024;
+  auto whole = setup->engine->CreateCollection(schema);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  setup->whole = *whole;
+  for (int p = 0; p < kShards; ++p) {
+    schema.name = absl::StrCat("part-", p);
+    schema.num_shards = 1;
+    auto part = setup->engine->CreateCollection(schema);
+    ASSERT_TRUE(part.ok()) << part.status();
+    setup->parts.push_back(*part);
+  }
+  Corpus corpus(kDim, 21, /*num_topics=*/32);
+  for (int d = 0; d < num_documents; ++d) {
+    setup->documents.push_back(corpus.Make(absl::StrCat("d", d), 24));
+    if (d % 10 == 0) {
+      Document copy = setup->documents.back();
+      copy.id = absl::StrCat("copy", d);
+      setup->documents.push_back(std::move(copy));
+    }
+  }
+  for (size_t d = 0; d < setup->documents.size(); ++d) {
+    setup->documents[d].attributes["group"] = static_cast<int64_t>(d % 100);
+    setup->documents[d].attributes["lang"] = d % 2 ? "en" : "de";
+  }
+  // The same documents in the same order on both sides, in batches as a client sends them.
+  for (size_t begin = 0; begin < setup->documents.size(); begin += 64) {
+    const std::vector<Document> batch(
+        setup->documents.begin() + static_cast<std::ptrdiff_t>(begin),
+        setup->documents.begin() +
+            static_cast<std::ptrdiff_t>(std::min(setup->documents.size(), begin + 64)));
+    ExpectAllOk(setup->whole->Upsert(batch));
+    std::vector<std::vector<Document>> split(kShards);
+    for (const Document& document : batch) split[ShardOf(document.id, kShards)].push_back(document);
+    for (int p = 0; p < kShards; ++p) ExpectAllOk(setup->parts[p]->Upsert(split[p]));
+    // A centroid index trains in the background on what its shard holds when it starts: let
+    // each shard and its part train on the same documents.
+    for (const auto& collection : Everything(*setup)) {
+      dynamic_cast<internal::CollectionImpl&>(*collection).WaitForTrainingForTesting();
+    }
+  }
+}
+
+// How the one collection answered the searches ExpectSameAnswers compared.
+struct Answered {
+  int cascade = 0;       // stage 1, then the exact rerank of N
+  int scored_whole = 0;  // not asked for, yet exhaustive: N covered it, or too few nominees
+};
+
+void ExpectSameAnswers(const Collections& setup, Answered* answered) {
+  Corpus queries(kDim, 5, /*num_topics=*/32);
+  struct Case {
+    std::string name;
+    SearchOptions options;
+  };
+  std::vector<Case> cases(7);
+  cases[0].name = "defaults";
+  cases[1].name = "N=20";
+  cases[1].options.num_candidates = 20;
+  cases[2].name = "k=5 N=5 k'=8";
+  cases[2].options.k = 5;
+  cases[2].options.num_candidates = 5;
+  cases[2].options.per_token_candidates = 8;
+  cases[3].name = "exhaustive";
+  cases[3].options.exhaustive = true;
+  cases[4].name = "lang=en";
+  cases[4].options.filter.all_of.push_back(
+      FilterCondition{"lang", FilterCondition::Op::kEq, {std::string("en")}});
+  cases[5].name = "group=7 k=30 (fallback: 17 match)";
+  cases[5].options.k = 30;
+  cases[5].options.filter.all_of.push_back(
+      FilterCondition{"group", FilterCondition::Op::kEq, {int64_t{7}}});
+  cases[6].name = "explain";
+  cases[6].options.explain = true;
+  for (int q = 0; q < 8; ++q) {
+    const std::vector<float> query =
+        queries.QueryFrom(setup.documents[(q * 37) % setup.documents.size()], 6);
+    const FloatMatrixView view{query.data(), 6, kDim};
+    for (const Case& c : cases) {
+      SCOPED_TRACE(absl::StrCat("query ", q, ", ", c.name));
+      auto expected = setup.whole->Search(view, c.options);
+      ASSERT_TRUE(expected.ok()) << expected.status();
+      const SearchResult merged = SearchParts(setup.parts, view, c.options);
+      if (!expected->exhaustive) ++answered->cascade;
+      if (expected->exhaustive && !c.options.exhaustive) ++answered->scored_whole;
+      EXPECT_EQ(merged.exhaustive, expected->exhaustive);
+      ASSERT_EQ(merged.hits.size(), expected->hits.size());
+      for (size_t i = 0; i < merged.hits.size(); ++i) {
+        EXPECT_EQ(merged.hits[i].id, expected->hits[i].id) << "rank " << i;
+        EXPECT_EQ(merged.hits[i].score, expected->hits[i].score) << "rank " << i;
+        EXPECT_EQ(merged.hits[i].version, expected->hits[i].version) << "rank " << i;
+        ASSERT_EQ(merged.hits[i].explanation.size(), expected->hits[i].explanation.size());
+        for (size_t t = 0; t < merged.hits[i].explanation.size(); ++t) {
+          EXPECT_EQ(merged.hits[i].explanation[t].document_vector,
+                    expected->hits[i].explanation[t].document_vector);
+          EXPECT_EQ(merged.hits[i].explanation[t].covered_tokens,
+                    expected->hits[i].explanation[t].covered_tokens);
+        }
+      }
+    }
+  }
+}
+
+TEST(MergeSearchResults, EqualsOneCollectionOnTheExactScan) {
+  Collections setup;
+  Build(&setup, 1500, "auto");
+  Answered answered;
+  ExpectSameAnswers(setup, &answered);
+  EXPECT_GE(answered.cascade, 40);
+  EXPECT_GE(answered.scored_whole, 8);  // the group=7 filter leaves too few nominees
+}
+
+TEST(MergeSearchResults, EqualsOneCollectionOnTheCentroidIndex) {
+  Collections setup;
+  Build(&setup, 1500, "centroid");
+  for (const auto& collection : Everything(setup)) {
+    for (const std::string& index : collection->Stats().candidate_indexes) {
+      EXPECT_EQ(index.rfind("Centroid", 0), 0u) << index;
+    }
+  }
+  Answered answered;
+  ExpectSameAnswers(setup, &answered);
+  EXPECT_GE(answered.cascade, 40);
+}
+
+TEST(MergeSearchResults, SmallCollectionsAreScoredWhole) {
+  Collections setup;
+  Build(&setup, 60, "auto");
+  // By default N (100) covers every document; N=20 and N=5 do not.
+  Answered answered;
+  ExpectSameAnswers(setup, &answered);
+  EXPECT_GE(answered.scored_whole, 8 * 4);  // defaults, lang, group, explain
+  EXPECT_GE(answered.cascade, 8);
+}
+
+// The cut on stage-1 scores takes, of documents tied at it, the smaller ids; the nominees'
+// exact scores then decide.
+TEST(MergeSearchResults, CutsTiesByIdAndRanksByExactScore) {
+  auto hit = [](std::string id, float score, std::optional<float> candidate_score) {
+    SearchHit h;
+    h.id = std::move(id);
+    h.score = score;
+    h.candidate_score = candidate_score;
+    return h;
+  };
+  std::vector<SearchResult> parts(2);
+  for (SearchResult& part : parts) {
+    part.num_candidates = 3;
+    part.documents = 10;
+    part.documents_scored = 3;
+  }
+  parts[0].hits = {hit("a", 0.5f, 2.0f), hit("c", 0.9f, 1.0f), hit("e", 0.95f, 0.5f)};
+  parts[1].hits = {hit("b", 0.7f, 1.0f), hit("d", 0.8f, 1.0f), hit("f", 0.99f, 0.4f)};
+  const std::optional<SearchResult> merged = MergeSearchResults(parts, 2, false);
+  ASSERT_TRUE(merged.has_value());
+  // Cut at 3 by stage-1 score: a (2.0), then b and c of the tied b, c, d; best 2 exact: c, b.
+  ASSERT_EQ(merged->hits.size(), 2u);
+  EXPECT_EQ(merged->hits[0].id, "c");
+  EXPECT_EQ(merged->hits[1].id, "b");
+  EXPECT_EQ(merged->documents, 20);
+  EXPECT_EQ(merged->documents_scored, 6);
+  EXPECT_FALSE(merged->exhaustive);
+  // Fewer nominees than k while a part holds more than N: the caller must search exhaustively.
+  for (SearchResult& part : parts) part.hits.resize(1);
+  EXPECT_FALSE(MergeSearchResults(parts, 5, false).has_value());
+}
+
+}  // namespace
+}  // namespace tessera
