@@ -441,4 +441,48 @@ void SearchResultToProto(const SearchResult& result, v1::SearchResponse* out) {
   out->set_exhaustive(result.exhaustive);
 }
 
+void ShardSearchResultToProto(const SearchResult& result, v1::ShardSearchResponse* out) {
+  SearchResultToProto(result, out->mutable_search());
+  for (const SearchHit& hit : result.hits) {
+    out->add_nominated(hit.candidate_score.has_value());
+    out->add_candidate_scores(hit.candidate_score.value_or(0.0f));
+  }
+  // N is at most CollectionLimits::max_num_candidates.
+  out->set_num_candidates(static_cast<uint32_t>(result.num_candidates));
+  out->set_documents(static_cast<uint64_t>(result.documents));
+}
+
+SearchResult SearchResultFromShardProto(v1::ShardSearchResponse* proto) {
+  SearchResult result;
+  v1::SearchResponse& search = *proto->mutable_search();
+  for (int i = 0; i < search.hits_size(); ++i) {
+    v1::Hit& h = *search.mutable_hits(i);
+    SearchHit hit;
+    hit.id = std::move(*h.mutable_id());
+    hit.score = h.score();
+    hit.version = h.version();
+    if (i < proto->nominated_size() && i < proto->candidate_scores_size() && proto->nominated(i)) {
+      hit.candidate_score = proto->candidate_scores(i);
+    }
+    for (const v1::TokenMatch& m : h.explanation()) {
+      TokenMatch match;
+      match.query_token = m.query_token();
+      match.document_vector = m.document_vector();
+      match.similarity = m.similarity();
+      match.covered_tokens.assign(m.covered_tokens().begin(), m.covered_tokens().end());
+      hit.explanation.push_back(std::move(match));
+    }
+    result.hits.push_back(std::move(hit));
+  }
+  result.timings.candidates_ms = search.timings().candidates_ms();
+  result.timings.fetch_ms = search.timings().fetch_ms();
+  result.timings.rerank_ms = search.timings().rerank_ms();
+  result.timings.total_ms = search.timings().total_ms();
+  result.documents_scored = static_cast<int64_t>(search.documents_scored());
+  result.exhaustive = search.exhaustive();
+  result.num_candidates = proto->num_candidates();
+  result.documents = static_cast<int64_t>(proto->documents());
+  return result;
+}
+
 }  // namespace tessera::server

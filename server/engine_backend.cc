@@ -84,7 +84,11 @@ absl::Status EngineBackend::Search(const grpc::CallbackServerContext& call,
                                    const v1::SearchRequest& request, v1::SearchResponse* response) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                            context_->engine->GetCollection(request.collection()));
-  return SearchCollection(context_, call, *collection, request, response);
+  TESSERA_ASSIGN_OR_RETURN(SearchResult result,
+                           SearchCollection(context_, call, *collection, request,
+                                            /*return_nominees=*/false));
+  SearchResultToProto(result, response);
+  return absl::OkStatus();
 }
 
 }  // namespace tessera::server

@@ -70,9 +70,11 @@ grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackSer
   return reactor;
 }
 
-absl::Status SearchCollection(const ServiceContext* context,
-                              const grpc::CallbackServerContext& call, Collection& collection,
-                              const v1::SearchRequest& request, v1::SearchResponse* response) {
+absl::StatusOr<SearchResult> SearchCollection(const ServiceContext* context,
+                                              const grpc::CallbackServerContext& call,
+                                              Collection& collection,
+                                              const v1::SearchRequest& request,
+                                              bool return_nominees) {
   TESSERA_ASSIGN_OR_RETURN(std::vector<float> query,
                            DecodeMatrix(request.query(), collection.schema().dim, "query"));
   SearchOptions options;
@@ -86,12 +88,12 @@ absl::Status SearchCollection(const ServiceContext* context,
   options.exhaustive = request.exhaustive();
   options.explain = request.explain();
   options.deadline = DeadlineOf(call);
+  options.return_nominees = return_nominees;
   const FloatMatrixView view{query.data(), request.query().rows(), request.query().cols()};
   TESSERA_ASSIGN_OR_RETURN(SearchResult result, collection.Search(view, options));
   context->metrics->RecordSearchStages(result.timings.candidates_ms, result.timings.fetch_ms,
                                        result.timings.rerank_ms);
-  SearchResultToProto(result, response);
-  return absl::OkStatus();
+  return result;
 }
 
 absl::Status UpsertDocuments(const ServiceContext* context, Collection& collection,

@@ -42,10 +42,13 @@ grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackSer
                                 std::function<absl::Status()> body);
 
 // A search of `collection`: the request's query and options as the public API reads them
-// (numbers unclamped: the collection checks them and names the value).
-absl::Status SearchCollection(const ServiceContext* context,
-                              const grpc::CallbackServerContext& call, Collection& collection,
-                              const v1::SearchRequest& request, v1::SearchResponse* response);
+// (numbers unclamped: the collection checks them and names the value), with
+// SearchOptions::return_nominees as given (a shard node's part of a router's search).
+absl::StatusOr<SearchResult> SearchCollection(const ServiceContext* context,
+                                              const grpc::CallbackServerContext& call,
+                                              Collection& collection,
+                                              const v1::SearchRequest& request,
+                                              bool return_nominees);
 
 // One Upsert message's documents written to `collection`: one result per document, in order (a
 // rejected document does not fail the others); RESOURCE_EXHAUSTED when the message holds more

@@ -55,12 +55,17 @@ absl::StatusOr<std::shared_ptr<Collection>> FindReplica(const ServiceContext* co
 }
 
 absl::Status RunSearch(const ServiceContext* context, const grpc::CallbackServerContext& call,
-                       const v1::ShardSearchRequest& shard_request, v1::SearchResponse* response) {
+                       const v1::ShardSearchRequest& shard_request,
+                       v1::ShardSearchResponse* response) {
   const v1::SearchRequest& request = shard_request.search();
   TESSERA_ASSIGN_OR_RETURN(const Replica replica,
                            ReplicaOf(request.collection(), shard_request.shard()));
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection, FindReplica(context, replica));
-  return replica.Rewrite(SearchCollection(context, call, *collection, request, response));
+  absl::StatusOr<SearchResult> result =
+      SearchCollection(context, call, *collection, request, /*return_nominees=*/true);
+  if (!result.ok()) return replica.Rewrite(result.status());
+  ShardSearchResultToProto(*result, response);
+  return absl::OkStatus();
 }
 
 absl::Status RunUpsert(const ServiceContext* context, WriteGate* gate,
@@ -206,7 +211,7 @@ grpc::ServerUnaryReactor* ShardServiceImpl::Get(grpc::CallbackServerContext* cal
 
 grpc::ServerUnaryReactor* ShardServiceImpl::Search(grpc::CallbackServerContext* call,
                                                    const v1::ShardSearchRequest* request,
-                                                   v1::SearchResponse* response) {
+                                                   v1::ShardSearchResponse* response) {
   return Serve(
       context_, call, "Search", static_cast<int64_t>(request->ByteSizeLong()),
       [this, call, request, response] { return RunSearch(context_, *call, *request, response); });

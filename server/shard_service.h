@@ -68,7 +68,7 @@ class ShardServiceImpl final : public v1::ShardService::CallbackService {
                                 v1::GetResponse* response) override;
   grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* call,
                                    const v1::ShardSearchRequest* request,
-                                   v1::SearchResponse* response) override;
+                                   v1::ShardSearchResponse* response) override;
   // The replica's schema under the cluster name (num_shards the cluster's) and its statistics.
   grpc::ServerUnaryReactor* Stats(grpc::CallbackServerContext* call,
                                   const v1::ShardStatsRequest* request,

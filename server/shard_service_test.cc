@@ -6,9 +6,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +21,7 @@
 #include "server/convert.h"
 #include "server/credentials.h"
 #include "server/engine_backend.h"
+#include "tessera/merge.h"
 
 namespace tessera::server {
 namespace {
@@ -223,7 +226,7 @@ class ShardServiceTest : public ::testing::Test {
   }
 
   grpc::Status ShardSearch(const v1::SearchRequest& search, uint32_t shard,
-                           v1::SearchResponse* response) {
+                           v1::ShardSearchResponse* response) {
     v1::ShardSearchRequest request;
     request.set_shard(shard);
     *request.mutable_search() = search;
@@ -300,12 +303,13 @@ TEST_F(ShardServiceTest, ReplicasOfTwoShardsAreIndependent) {
   EXPECT_EQ(missing.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(missing.error_message(), "document 'a' not found in collection 'c'");
 
-  v1::SearchResponse found;
+  v1::ShardSearchResponse found;
   ASSERT_TRUE(ShardSearch(Query("c", 5, 7), 0, &found).ok());
-  ASSERT_EQ(found.hits_size(), 1);
-  EXPECT_EQ(found.hits(0).id(), "a");
+  ASSERT_EQ(found.search().hits_size(), 1);
+  EXPECT_EQ(found.search().hits(0).id(), "a");
+  EXPECT_EQ(found.documents(), 1u);
   ASSERT_TRUE(ShardSearch(Query("c", 5, 7), 1, &found).ok());
-  EXPECT_EQ(found.hits_size(), 0);
+  EXPECT_EQ(found.search().hits_size(), 0);
 
   // The same id on the other shard is a separate document.
   ASSERT_TRUE(ShardUpsert("c", 1, {RandomDocument("a", 2, 2)}, &upserted).ok());
@@ -327,6 +331,8 @@ TEST_F(ShardServiceTest, ReplicasOfTwoShardsAreIndependent) {
   EXPECT_EQ(ShardGet("c", 1, "a", &got).error_message(), "collection 'c' not found");
 }
 
+// A shard's part of a router's search, merged alone (tessera/merge.h), is the public search of
+// the same documents; the part holds the nominees, scored, with their stage-1 scores.
 TEST_F(ShardServiceTest, ShardSearchIsThePublicSearchOfTheSameDocuments) {
   ASSERT_TRUE(CreatePublic(Schema("p")).ok());
   ASSERT_TRUE(CreateReplica(Schema("c", 4), 2).ok());
@@ -342,23 +348,48 @@ TEST_F(ShardServiceTest, ShardSearchIsThePublicSearchOfTheSameDocuments) {
   ASSERT_TRUE(ShardUpsert("c", 2, {documents[3], documents[7]}, &response).ok());
 
   for (uint32_t seed : {1u, 2u, 3u}) {
-    for (bool exhaustive : {false, true}) {
-      v1::SearchRequest search = Query("p", 10, seed);
-      search.set_exhaustive(exhaustive);
-      v1::SearchResponse expected, actual;
-      ASSERT_TRUE(PublicSearch(search, &expected).ok());
-      search.set_collection("c");
-      ASSERT_TRUE(ShardSearch(search, 2, &actual).ok());
-      ASSERT_EQ(actual.hits_size(), expected.hits_size());
-      ASSERT_EQ(actual.hits_size(), 10);
-      for (int i = 0; i < actual.hits_size(); ++i) {
-        EXPECT_EQ(actual.hits(i).id(), expected.hits(i).id()) << seed << " " << i;
-        EXPECT_EQ(actual.hits(i).score(), expected.hits(i).score()) << seed << " " << i;
-        EXPECT_EQ(actual.hits(i).version(), expected.hits(i).version()) << seed << " " << i;
+    // N 0: the default (100) covers the 60 documents; N 20: the cascade.
+    for (uint32_t num_candidates : {0u, 20u}) {
+      for (bool exhaustive : {false, true}) {
+        SCOPED_TRACE(
+            absl::StrCat("seed ", seed, " N ", num_candidates, " exhaustive ", exhaustive));
+        v1::SearchRequest search = Query("p", 10, seed);
+        search.set_exhaustive(exhaustive);
+        search.set_num_candidates(num_candidates);
+        v1::SearchResponse expected;
+        ASSERT_TRUE(PublicSearch(search, &expected).ok());
+        search.set_collection("c");
+        v1::ShardSearchResponse part;
+        ASSERT_TRUE(ShardSearch(search, 2, &part).ok());
+        EXPECT_EQ(part.documents(), 60u);
+        const int nominated =
+            static_cast<int>(std::count(part.nominated().begin(), part.nominated().end(), true));
+        if (exhaustive) {
+          EXPECT_EQ(part.search().hits_size(), 10);
+          EXPECT_EQ(nominated, 0);
+        } else if (num_candidates == 20) {
+          EXPECT_EQ(part.num_candidates(), 20u);
+          EXPECT_EQ(part.search().hits_size(), 20);
+          EXPECT_EQ(nominated, 20);
+        } else {
+          EXPECT_EQ(part.search().hits_size(), 60);  // every document, nominated or not
+          EXPECT_GT(nominated, 0);
+        }
+        std::vector<SearchResult> parts;
+        parts.push_back(SearchResultFromShardProto(&part));
+        const std::optional<SearchResult> merged = MergeSearchResults(parts, 10, exhaustive);
+        ASSERT_TRUE(merged.has_value());
+        ASSERT_EQ(merged->hits.size(), 10u);
+        ASSERT_EQ(expected.hits_size(), 10);
+        for (int i = 0; i < 10; ++i) {
+          EXPECT_EQ(merged->hits[i].id, expected.hits(i).id()) << i;
+          EXPECT_EQ(merged->hits[i].score, expected.hits(i).score()) << i;
+          EXPECT_EQ(merged->hits[i].version, expected.hits(i).version()) << i;
+        }
+        EXPECT_EQ(merged->documents_scored, static_cast<int64_t>(expected.documents_scored()));
+        EXPECT_EQ(merged->exhaustive, expected.exhaustive());
+        EXPECT_GT(part.search().timings().total_ms(), 0);
       }
-      EXPECT_EQ(actual.documents_scored(), expected.documents_scored());
-      EXPECT_EQ(actual.exhaustive(), expected.exhaustive());
-      EXPECT_GT(actual.timings().total_ms(), 0);
     }
   }
 }
@@ -385,6 +416,7 @@ TEST_F(ShardServiceTest, BadInputIsAnsweredAsThePublicApiAnswersIt) {
                    "replica not held");
 
   v1::SearchResponse searched;
+  v1::ShardSearchResponse shard_searched;
   for (auto [what, tweak] :
        std::vector<std::pair<std::string, std::function<void(v1::SearchRequest*)>>>{
            {"k over max_k", [](v1::SearchRequest* r) { r->set_k(51); }},
@@ -399,7 +431,7 @@ TEST_F(ShardServiceTest, BadInputIsAnsweredAsThePublicApiAnswersIt) {
     tweak(&search);
     const grpc::Status expected = PublicSearch(search, &searched);
     EXPECT_FALSE(expected.ok()) << what;
-    ExpectSameStatus(ShardSearch(search, 0, &searched), expected, what);
+    ExpectSameStatus(ShardSearch(search, 0, &shard_searched), expected, what);
   }
 
   // Per-document results: a wrong dimension, an empty id, an attribute the schema lacks.

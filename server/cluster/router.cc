@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "server/log.h"
 #include "server/shard_service.h"
 #include "tessera/collection.h"
+#include "tessera/merge.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::cluster {
@@ -770,71 +772,100 @@ absl::Status Router::Get(const v1::GetRequest& request, v1::GetResponse* respons
                      });
 }
 
-absl::Status Router::Search(const grpc::CallbackServerContext& call,
-                            const v1::SearchRequest& request, v1::SearchResponse* response) {
-  const Clock::time_point start = Clock::now();
-  TESSERA_ASSIGN_OR_RETURN(const CollectionEntry entry, ReadyCollection(request.collection()));
-  const uint32_t shards = ShardCount(entry.collection);
-  std::vector<v1::SearchResponse> answers(shards);
-  std::vector<absl::Status> statuses(shards);
-  // The caller's deadline, or the router's own bound for a call without one.
-  const absl::Time caller_deadline = absl::FromChrono(call.deadline());
-  const absl::Time deadline = std::min(caller_deadline, absl::Now() + options_.shard_call_timeout);
-  const Clock::time_point fanout_start = Clock::now();
-  RunParallel(shards, [&](size_t s) {
+void Router::SearchShards(const grpc::CallbackServerContext& call, const CollectionEntry& entry,
+                          const v1::SearchRequest& request, absl::Time deadline,
+                          const std::vector<uint32_t>& shards,
+                          std::map<uint32_t, absl::StatusOr<SearchResult>>* answers) {
+  std::vector<absl::StatusOr<SearchResult>> results(shards.size(), absl::UnknownError(""));
+  RunParallel(shards.size(), [&](size_t i) {
+    const uint32_t s = shards[i];
     v1::ShardSearchRequest search;
-    search.set_shard(static_cast<uint32_t>(s));
+    search.set_shard(s);
     *search.mutable_search() = request;
-    statuses[s] = TryReplicas(
-        ShardName(request.collection(), static_cast<uint32_t>(s)),
-        ReadOrder(entry.collection.shards(static_cast<int>(s))), deadline,
-        [&](const std::string& node, absl::Time attempt_deadline) -> absl::Status {
+    v1::ShardSearchResponse answer;
+    const absl::Status status = TryReplicas(
+        ShardName(request.collection(), s), ReadOrder(entry.collection.shards(static_cast<int>(s))),
+        deadline, [&](const std::string& node, absl::Time attempt_deadline) -> absl::Status {
           TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
           // The caller's cancellation reaches the shard; its deadline too (gRPC keeps the
           // earlier of the caller's and the attempt's).
           std::unique_ptr<grpc::ClientContext> context =
               WithKey(grpc::ClientContext::FromCallbackServerContext(call), options_.cluster_key);
           context->set_deadline(absl::ToChronoTime(attempt_deadline));
-          answers[s].Clear();
-          return FromGrpc(stub->Search(context.get(), search, &answers[s]));
+          answer.Clear();
+          return FromGrpc(stub->Search(context.get(), search, &answer));
         });
+    results[i] = status.ok()
+                     ? absl::StatusOr<SearchResult>(server::SearchResultFromShardProto(&answer))
+                     : absl::StatusOr<SearchResult>(status);
   });
+  for (size_t i = 0; i < shards.size(); ++i) (*answers)[shards[i]] = std::move(results[i]);
+}
+
+absl::Status Router::Search(const grpc::CallbackServerContext& call,
+                            const v1::SearchRequest& request, v1::SearchResponse* response) {
+  const Clock::time_point start = Clock::now();
+  TESSERA_ASSIGN_OR_RETURN(const CollectionEntry entry, ReadyCollection(request.collection()));
+  const uint32_t num_shards = ShardCount(entry.collection);
+  // The caller's deadline, or the router's own bound for a call without one.
+  const absl::Time caller_deadline = absl::FromChrono(call.deadline());
+  const absl::Time deadline = std::min(caller_deadline, absl::Now() + options_.shard_call_timeout);
+  const Clock::time_point fanout_start = Clock::now();
+  // Each shard's part (tessera/merge.h): its nominees scored exactly. A shard that resolved a
+  // smaller default N than another (its stage 1 is still the exact scan) searches again with the
+  // collection's N, and when the nominees are too few for k every shard searches exhaustively,
+  // as a standalone collection would; both are rare second rounds.
+  std::vector<uint32_t> all(num_shards);
+  for (uint32_t s = 0; s < num_shards; ++s) all[s] = s;
+  std::map<uint32_t, absl::StatusOr<SearchResult>> answers;
+  SearchShards(call, entry, request, deadline, all, &answers);
+  // The shards that answered, or the first failure the caller gets.
+  auto answered = [&]() -> absl::StatusOr<std::vector<SearchResult>> {
+    std::vector<SearchResult> parts;
+    response->clear_missing_shards();
+    for (auto& [s, answer] : answers) {
+      if (answer.ok()) {
+        parts.push_back(*answer);
+      } else if (answer.status().code() == absl::StatusCode::kUnavailable &&
+                 request.allow_partial_results()) {
+        response->add_missing_shards(s);
+      } else {
+        return answer.status();
+      }
+    }
+    return parts;
+  };
+  TESSERA_ASSIGN_OR_RETURN(std::vector<SearchResult> parts, answered());
+  const int64_t num_candidates = MergedNumCandidates(parts);
+  if (!request.exhaustive() && request.num_candidates() == 0) {
+    std::vector<uint32_t> again;
+    for (const auto& [s, answer] : answers) {
+      if (answer.ok() && answer->num_candidates != num_candidates) again.push_back(s);
+    }
+    if (!again.empty()) {
+      v1::SearchRequest explicit_n = request;
+      explicit_n.set_num_candidates(static_cast<uint32_t>(num_candidates));
+      SearchShards(call, entry, explicit_n, deadline, again, &answers);
+      TESSERA_ASSIGN_OR_RETURN(parts, answered());
+    }
+  }
+  const int64_t k = request.k() == 0 ? 10 : request.k();
+  std::optional<SearchResult> merged = MergeSearchResults(parts, k, request.exhaustive());
+  if (!merged.has_value()) {
+    v1::SearchRequest exhaustive = request;
+    exhaustive.set_exhaustive(true);
+    SearchShards(call, entry, exhaustive, deadline, all, &answers);
+    TESSERA_ASSIGN_OR_RETURN(parts, answered());
+    merged = MergeSearchResults(std::move(parts), k, /*exhaustive=*/true);
+  }
   const double fanout_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - fanout_start).count();
-
-  std::vector<v1::Hit> hits;
-  v1::Timings* timings = response->mutable_timings();
-  bool exhaustive = true;
-  uint64_t scored = 0;
-  for (uint32_t s = 0; s < shards; ++s) {
-    if (!statuses[s].ok()) {
-      if (statuses[s].code() != absl::StatusCode::kUnavailable ||
-          !request.allow_partial_results()) {
-        return statuses[s];
-      }
-      response->add_missing_shards(s);
-      continue;
-    }
-    v1::SearchResponse& answer = answers[s];
-    for (v1::Hit& hit : *answer.mutable_hits()) hits.push_back(std::move(hit));
-    timings->set_candidates_ms(
-        std::max(timings->candidates_ms(), answer.timings().candidates_ms()));
-    timings->set_fetch_ms(std::max(timings->fetch_ms(), answer.timings().fetch_ms()));
-    timings->set_rerank_ms(std::max(timings->rerank_ms(), answer.timings().rerank_ms()));
-    scored += answer.documents_scored();
-    exhaustive = exhaustive && answer.exhaustive();
-  }
-  std::sort(hits.begin(), hits.end(), [](const v1::Hit& a, const v1::Hit& b) {
-    if (a.score() != b.score()) return a.score() > b.score();
-    return a.id() < b.id();
-  });
-  const size_t k = request.k() == 0 ? 10 : request.k();
-  if (hits.size() > k) hits.resize(k);
-  for (v1::Hit& hit : hits) *response->add_hits() = std::move(hit);
-  response->set_documents_scored(scored);
-  response->set_exhaustive(exhaustive);
-  timings->set_fanout_ms(fanout_ms);
-  timings->set_total_ms(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+  const google::protobuf::RepeatedField<uint32_t> missing = response->missing_shards();
+  server::SearchResultToProto(*merged, response);
+  *response->mutable_missing_shards() = missing;
+  response->mutable_timings()->set_fanout_ms(fanout_ms);
+  response->mutable_timings()->set_total_ms(
+      std::chrono::duration<double, std::milli>(Clock::now() - start).count());
   return absl::OkStatus();
 }
 

@@ -1,6 +1,7 @@
 """A Tessera cluster as real processes on loopback: etcd, a router and three shard nodes, next to
 a standalone server holding the same documents in a collection of the same shard count. Checks
-that the router answers exactly as the standalone server does (ids, order, scores), through the
+that the router answers exactly as the standalone server does (ids, order, scores; exhaustive and
+through the cascade, whose N best nominees the router cuts over all shards), through the
 Python client and the `tessera` CLI (create --shards --replicas, stats --json); that searches and
 writes go on when a shard node is stopped (SIGSTOP) or SIGKILLed (replicas); that a shard with no live replica fails
 with UNAVAILABLE naming it, or returns the other shards' hits with allow_partial_results; that a
@@ -167,6 +168,9 @@ class ClusterTest(unittest.TestCase):
         self.assertEqual(self.stats()["documents"], 240)
         self.assert_same_answers(router, standalone, exhaustive=True)
         self.assert_same_answers(router, standalone, num_candidates=300)
+        # The cascade: the router cuts the shards' nominees where the standalone server does.
+        self.assert_same_answers(router, standalone)
+        self.assert_same_answers(router, standalone, num_candidates=30)
         got, want = router.get(COLLECTION, "doc-00017"), standalone.get(COLLECTION, "doc-00017")
         np.testing.assert_array_equal(got["vectors"], want["vectors"])
         self.assertEqual(got["version"], want["version"])
@@ -198,6 +202,7 @@ class ClusterTest(unittest.TestCase):
         self.assert_same_answers(router, standalone, exhaustive=True)
         shards = self.wait_for_states("shard-1", "down")
         self.assert_same_answers(router, standalone, num_candidates=300)
+        self.assert_same_answers(router, standalone)
 
         # A second node down: the shard whose replicas were both on them has none left.
         self.shards[2].kill()
@@ -251,6 +256,8 @@ class ClusterTest(unittest.TestCase):
         self.assertTrue(all(r.ok for r in router.upsert(COLLECTION, last, batch_size=10)))
         self.assertTrue(all(r.ok for r in standalone.upsert(COLLECTION, last, batch_size=10)))
         self.assert_same_answers(router, standalone, exhaustive=True)
+        self.assert_same_answers(router, standalone)
+        self.assert_same_answers(router, standalone, num_candidates=30)
         self.assertEqual(self.stats()["documents"],
                          standalone.collection_info(COLLECTION)["stats"]["documents"])
         self.assertIn("replica caught up", self.router.log())

@@ -223,12 +223,13 @@ TEST_F(ShardNodeTest, RegistersServesShardServiceAndLeavesOnKillOrTerm) {
     const std::vector<float> query = {1, 0, 0, 0};
     EncodeMatrix(query.data(), 1, 4, VectorDtype::kFloat32,
                  request.mutable_search()->mutable_query());
-    v1::SearchResponse response;
+    v1::ShardSearchResponse response;
     grpc::ClientContext call;
     ASSERT_TRUE(shard->Search(&call, request, &response).ok());
-    ASSERT_EQ(response.hits_size(), 1);
-    EXPECT_EQ(response.hits(0).id(), "a");
-    EXPECT_GT(response.hits(0).score(), 0.0f);
+    ASSERT_EQ(response.search().hits_size(), 1);
+    EXPECT_EQ(response.search().hits(0).id(), "a");
+    EXPECT_GT(response.search().hits(0).score(), 0.0f);
+    EXPECT_EQ(response.documents(), 1u);
   }
   {
     v1::ShardInfoResponse response;
