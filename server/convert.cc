@@ -444,8 +444,7 @@ void SearchResultToProto(const SearchResult& result, v1::SearchResponse* out) {
 void ShardSearchResultToProto(const SearchResult& result, v1::ShardSearchResponse* out) {
   SearchResultToProto(result, out->mutable_search());
   for (const SearchHit& hit : result.hits) {
-    out->add_nominated(hit.candidate_score.has_value());
-    out->add_candidate_scores(hit.candidate_score.value_or(0.0f));
+    if (hit.candidate_score.has_value()) out->add_candidate_scores(*hit.candidate_score);
   }
   // N is at most CollectionLimits::max_num_candidates.
   out->set_num_candidates(static_cast<uint32_t>(result.num_candidates));
@@ -461,9 +460,7 @@ SearchResult SearchResultFromShardProto(v1::ShardSearchResponse* proto) {
     hit.id = std::move(*h.mutable_id());
     hit.score = h.score();
     hit.version = h.version();
-    if (i < proto->nominated_size() && i < proto->candidate_scores_size() && proto->nominated(i)) {
-      hit.candidate_score = proto->candidate_scores(i);
-    }
+    if (i < proto->candidate_scores_size()) hit.candidate_score = proto->candidate_scores(i);
     for (const v1::TokenMatch& m : h.explanation()) {
       TokenMatch match;
       match.query_token = m.query_token();

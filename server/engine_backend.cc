@@ -85,8 +85,7 @@ absl::Status EngineBackend::Search(const grpc::CallbackServerContext& call,
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                            context_->engine->GetCollection(request.collection()));
   TESSERA_ASSIGN_OR_RETURN(SearchResult result,
-                           SearchCollection(context_, call, *collection, request,
-                                            /*return_nominees=*/false));
+                           SearchCollection(context_, call, *collection, request));
   SearchResultToProto(result, response);
   return absl::OkStatus();
 }

@@ -73,8 +73,7 @@ grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackSer
 absl::StatusOr<SearchResult> SearchCollection(const ServiceContext* context,
                                               const grpc::CallbackServerContext& call,
                                               Collection& collection,
-                                              const v1::SearchRequest& request,
-                                              bool return_nominees) {
+                                              const v1::SearchRequest& request, MergeRound round) {
   TESSERA_ASSIGN_OR_RETURN(std::vector<float> query,
                            DecodeMatrix(request.query(), collection.schema().dim, "query"));
   SearchOptions options;
@@ -88,7 +87,8 @@ absl::StatusOr<SearchResult> SearchCollection(const ServiceContext* context,
   options.exhaustive = request.exhaustive();
   options.explain = request.explain();
   options.deadline = DeadlineOf(call);
-  options.return_nominees = return_nominees;
+  options.nominate_only = round.nominate_only;
+  options.rerank_ids = std::move(round.rerank_ids);
   const FloatMatrixView view{query.data(), request.query().rows(), request.query().cols()};
   TESSERA_ASSIGN_OR_RETURN(SearchResult result, collection.Search(view, options));
   context->metrics->RecordSearchStages(result.timings.candidates_ms, result.timings.fetch_ms,

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -41,14 +42,19 @@ grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackSer
                                 const char* method, int64_t request_bytes,
                                 std::function<absl::Status()> body);
 
+// A shard node's round of a router's search (tessera/merge.h); the public API has none.
+struct MergeRound {
+  bool nominate_only = false;
+  std::vector<std::string> rerank_ids;
+};
+
 // A search of `collection`: the request's query and options as the public API reads them
-// (numbers unclamped: the collection checks them and names the value), with
-// SearchOptions::return_nominees as given (a shard node's part of a router's search).
+// (numbers unclamped: the collection checks them and names the value), in `round`.
 absl::StatusOr<SearchResult> SearchCollection(const ServiceContext* context,
                                               const grpc::CallbackServerContext& call,
                                               Collection& collection,
                                               const v1::SearchRequest& request,
-                                              bool return_nominees);
+                                              MergeRound round = {});
 
 // One Upsert message's documents written to `collection`: one result per document, in order (a
 // rejected document does not fail the others); RESOURCE_EXHAUSTED when the message holds more

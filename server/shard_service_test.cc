@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <memory>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -226,10 +226,13 @@ class ShardServiceTest : public ::testing::Test {
   }
 
   grpc::Status ShardSearch(const v1::SearchRequest& search, uint32_t shard,
-                           v1::ShardSearchResponse* response) {
+                           v1::ShardSearchResponse* response, bool nominate_only = false,
+                           const std::vector<std::string>& rerank_ids = {}) {
     v1::ShardSearchRequest request;
     request.set_shard(shard);
     *request.mutable_search() = search;
+    request.set_nominate_only(nominate_only);
+    for (const std::string& id : rerank_ids) request.add_rerank_ids(id);
     grpc::ClientContext call;
     return shard_stub_->Search(&call, request, response);
   }
@@ -331,8 +334,8 @@ TEST_F(ShardServiceTest, ReplicasOfTwoShardsAreIndependent) {
   EXPECT_EQ(ShardGet("c", 1, "a", &got).error_message(), "collection 'c' not found");
 }
 
-// A shard's part of a router's search, merged alone (tessera/merge.h), is the public search of
-// the same documents; the part holds the nominees, scored, with their stage-1 scores.
+// A replica's two rounds of a router's search, merged alone (tessera/merge.h), are the public
+// search of the same documents.
 TEST_F(ShardServiceTest, ShardSearchIsThePublicSearchOfTheSameDocuments) {
   ASSERT_TRUE(CreatePublic(Schema("p")).ok());
   ASSERT_TRUE(CreateReplica(Schema("c", 4), 2).ok());
@@ -350,46 +353,47 @@ TEST_F(ShardServiceTest, ShardSearchIsThePublicSearchOfTheSameDocuments) {
   for (uint32_t seed : {1u, 2u, 3u}) {
     // N 0: the default (100) covers the 60 documents; N 20: the cascade.
     for (uint32_t num_candidates : {0u, 20u}) {
-      for (bool exhaustive : {false, true}) {
-        SCOPED_TRACE(
-            absl::StrCat("seed ", seed, " N ", num_candidates, " exhaustive ", exhaustive));
-        v1::SearchRequest search = Query("p", 10, seed);
-        search.set_exhaustive(exhaustive);
-        search.set_num_candidates(num_candidates);
-        v1::SearchResponse expected;
-        ASSERT_TRUE(PublicSearch(search, &expected).ok());
-        search.set_collection("c");
-        v1::ShardSearchResponse part;
-        ASSERT_TRUE(ShardSearch(search, 2, &part).ok());
-        EXPECT_EQ(part.documents(), 60u);
-        const int nominated =
-            static_cast<int>(std::count(part.nominated().begin(), part.nominated().end(), true));
-        if (exhaustive) {
-          EXPECT_EQ(part.search().hits_size(), 10);
-          EXPECT_EQ(nominated, 0);
-        } else if (num_candidates == 20) {
-          EXPECT_EQ(part.num_candidates(), 20u);
-          EXPECT_EQ(part.search().hits_size(), 20);
-          EXPECT_EQ(nominated, 20);
-        } else {
-          EXPECT_EQ(part.search().hits_size(), 60);  // every document, nominated or not
-          EXPECT_GT(nominated, 0);
-        }
-        std::vector<SearchResult> parts;
-        parts.push_back(SearchResultFromShardProto(&part));
-        const std::optional<SearchResult> merged = MergeSearchResults(parts, 10, exhaustive);
-        ASSERT_TRUE(merged.has_value());
-        ASSERT_EQ(merged->hits.size(), 10u);
-        ASSERT_EQ(expected.hits_size(), 10);
-        for (int i = 0; i < 10; ++i) {
-          EXPECT_EQ(merged->hits[i].id, expected.hits(i).id()) << i;
-          EXPECT_EQ(merged->hits[i].score, expected.hits(i).score()) << i;
-          EXPECT_EQ(merged->hits[i].version, expected.hits(i).version()) << i;
-        }
-        EXPECT_EQ(merged->documents_scored, static_cast<int64_t>(expected.documents_scored()));
-        EXPECT_EQ(merged->exhaustive, expected.exhaustive());
-        EXPECT_GT(part.search().timings().total_ms(), 0);
+      SCOPED_TRACE(absl::StrCat("seed ", seed, " N ", num_candidates));
+      v1::SearchRequest search = Query("p", 10, seed);
+      search.set_num_candidates(num_candidates);
+      v1::SearchResponse expected;
+      ASSERT_TRUE(PublicSearch(search, &expected).ok());
+      ASSERT_EQ(expected.hits_size(), 10);
+      search.set_collection("c");
+
+      v1::ShardSearchResponse round1;
+      ASSERT_TRUE(ShardSearch(search, 2, &round1, /*nominate_only=*/true).ok());
+      EXPECT_EQ(round1.documents(), 60u);
+      EXPECT_EQ(round1.num_candidates(), num_candidates == 0 ? 100u : 20u);
+      EXPECT_EQ(round1.candidate_scores_size(), round1.search().hits_size());
+      EXPECT_TRUE(std::is_sorted(round1.candidate_scores().begin(), round1.candidate_scores().end(),
+                                 std::greater<>()));
+      std::vector<SearchResult> nominations;
+      nominations.push_back(SearchResultFromShardProto(&round1));
+      const auto cut = CutNominations(nominations, 10);
+      ASSERT_EQ(cut.has_value(), num_candidates == 20u);  // N 100 covers the replica
+
+      v1::ShardSearchResponse round2;
+      if (cut.has_value()) {
+        ASSERT_EQ((*cut)[0].size(), 20u);
+        ASSERT_TRUE(ShardSearch(search, 2, &round2, false, (*cut)[0]).ok());
+      } else {
+        search.set_exhaustive(true);
+        ASSERT_TRUE(ShardSearch(search, 2, &round2).ok());
       }
+      EXPECT_EQ(round2.candidate_scores_size(), 0);
+      std::vector<SearchResult> answers;
+      answers.push_back(SearchResultFromShardProto(&round2));
+      const SearchResult merged = MergeTopK(answers, 10);
+      ASSERT_EQ(merged.hits.size(), 10u);
+      for (int i = 0; i < 10; ++i) {
+        EXPECT_EQ(merged.hits[i].id, expected.hits(i).id()) << i;
+        EXPECT_EQ(merged.hits[i].score, expected.hits(i).score()) << i;
+        EXPECT_EQ(merged.hits[i].version, expected.hits(i).version()) << i;
+      }
+      EXPECT_EQ(merged.documents_scored, static_cast<int64_t>(expected.documents_scored()));
+      EXPECT_EQ(merged.exhaustive, expected.exhaustive());
+      EXPECT_GT(round2.search().timings().total_ms(), 0);
     }
   }
 }

@@ -342,10 +342,23 @@ class Bench:
                             "router": list(zip(router_hits.ids, router_hits.scores.tolist())),
                             "standalone": list(zip(standalone_hits.ids,
                                                    standalone_hits.scores.tolist()))})
-        if mismatches:
+        # Stage 1 on the centroid index ranks by each replica's own codebook, trained on what it
+        # held when it trained: the router's shards and the standalone's train apart, so their
+        # cascades nominate differently (as two standalone servers fed in different orders do).
+        # The default-option answers must be identical only on the exact scan.
+        with self.standalone.client() as client:
+            indexes = client.collection_info(COLLECTION, timeout=30.0)["stats"].get(
+                "candidate_indexes", [])
+        centroid = any(str(index).startswith("Centroid") for index in indexes)
+        must_match = [m for m in mismatches if m["options"] == "exhaustive" or not centroid]
+        if must_match:
             self.fail(f"MISMATCH: the router's hits differ from the standalone server's in "
-                      f"{len(mismatches)} of {2 * args.check} searches ({args.check} queries, "
-                      f"exhaustive and default options); first: {json.dumps(mismatches[0])}")
+                      f"{len(must_match)} of {2 * args.check} searches ({args.check} queries, "
+                      f"exhaustive and default options); first: {json.dumps(must_match[0])}")
+        elif mismatches:
+            self.log(f"check: exhaustive hits identical for all {args.check} queries; default "
+                     f"options differ in {len(mismatches)}: stage 1 is the centroid index, whose "
+                     f"codebooks the router's shard nodes and the standalone server train apart")
         else:
             self.log(f"check: hits (ids, order, scores) identical for all {args.check} queries, "
                      f"exhaustive and with default options")
@@ -376,7 +389,8 @@ class Bench:
             out[name]["recall_at_k_vs_exhaustive"] = (round(float(np.mean(recall[name])), 4)
                                                      if recall[name] else None)
         out["answer_check"] = {"queries": args.check, "mismatches": len(mismatches),
-                                   "first_mismatches": mismatches[:3]}
+                               "centroid_stage": centroid,
+                               "first_mismatches": mismatches[:3]}
         out["cpu_cores_during_queries"] = {
             name: round((cpu_after[name] - cpu_before[name]) / wall, 3)
             for name in cpu_before if cpu_before[name] is not None

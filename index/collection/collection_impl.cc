@@ -400,6 +400,15 @@ absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
     return absl::InvalidArgumentError(
         absl::StrCat("nprobe ", options.nprobe, ", expected 0 … ", kMaxNprobe));
   }
+  if (options.nominate_only && (options.exhaustive || !options.rerank_ids.empty())) {
+    return absl::InvalidArgumentError(
+        "nominate_only: stage 1 alone, expected without exhaustive and rerank_ids");
+  }
+  if (static_cast<int64_t>(options.rerank_ids.size()) > limits.max_num_candidates) {
+    return absl::InvalidArgumentError(absl::StrCat("rerank_ids: ", options.rerank_ids.size(),
+                                                   " ids exceeds the limit of ",
+                                                   limits.max_num_candidates));
+  }
   return ValidateFilter(options.filter, schema_.attributes);
 }
 
@@ -593,56 +602,44 @@ absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
   SearchResult result;
   result.num_candidates = plan.num_candidates;
   result.documents = total_documents;
-  std::vector<Nominee> nominees;
-  result.exhaustive =
-      options.exhaustive || (!options.return_nominees && plan.num_candidates >= total_documents);
-  if (!result.exhaustive) {
-    TESSERA_ASSIGN_OR_RETURN(nominees,
-                             NominateCandidates(query, plan, options.filter, &result.timings));
-    // Too few nominees (a selective filter, a tiny collection): score every matching document, so
-    // that k matching documents always yield k results.
-    if (!options.return_nominees &&
-        static_cast<int64_t>(nominees.size()) < std::min<int64_t>(options.k, total_documents)) {
-      result.exhaustive = true;
-      nominees.clear();
-    }
-  }
-  if (Clock::now() > options.deadline) {
-    return absl::DeadlineExceededError("search deadline passed after candidate generation");
+  if (options.nominate_only) {
+    TESSERA_RETURN_IF_ERROR(Nominate(query, plan, options.filter, &result));
+    result.timings.total_ms = MillisecondsSince(search_start);
+    return result;
   }
   std::vector<std::pair<int, uint64_t>> selected;
-  selected.reserve(nominees.size());
-  for (const Nominee& nominee : nominees) selected.emplace_back(nominee.shard, nominee.iid);
-  // A merging caller may need the exact score of every document of a small collection (when the
-  // merged collections are small too); stage 1 has given it the nominees' scores meanwhile.
-  const bool score_all =
-      result.exhaustive || (options.return_nominees && plan.num_candidates >= total_documents);
-  if (score_all) {
-    selected.clear();
-    for (size_t s = 0; s < shards_.size(); ++s) {
-      shards_[s]->ForEachLive(options.filter, [&](uint64_t iid, const LiveDocument&) {
-        selected.emplace_back(static_cast<int>(s), iid);
-      });
+  if (!options.rerank_ids.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(selected, LookupIds(options.rerank_ids));
+  } else {
+    result.exhaustive = options.exhaustive || plan.num_candidates >= total_documents;
+    if (!result.exhaustive) {
+      TESSERA_ASSIGN_OR_RETURN(std::vector<Nominee> nominees,
+                               NominateCandidates(query, plan, options.filter, &result.timings));
+      for (const Nominee& nominee : nominees) selected.emplace_back(nominee.shard, nominee.iid);
+      // Too few nominees (a selective filter, a tiny collection): score every matching document,
+      // so that k matching documents always yield k results.
+      if (static_cast<int64_t>(selected.size()) < std::min<int64_t>(options.k, total_documents)) {
+        result.exhaustive = true;
+        selected.clear();
+      }
+    }
+    if (Clock::now() > options.deadline) {
+      return absl::DeadlineExceededError("search deadline passed after candidate generation");
+    }
+    if (result.exhaustive) {
+      for (size_t s = 0; s < shards_.size(); ++s) {
+        shards_[s]->ForEachLive(options.filter, [&](uint64_t iid, const LiveDocument&) {
+          selected.emplace_back(static_cast<int>(s), iid);
+        });
+      }
     }
   }
-  SearchOptions ranking = options;
-  if (options.return_nominees && !options.exhaustive) {
-    ranking.k = std::max<int64_t>(options.k, static_cast<int64_t>(selected.size()));
-  }
-  TESSERA_ASSIGN_OR_RETURN(std::vector<Scored> top, RankExactly(query, selected, ranking, &result));
-  absl::flat_hash_map<std::pair<int, uint64_t>, float> nominee_scores;
-  if (options.return_nominees) {
-    for (const Nominee& nominee : nominees) {
-      nominee_scores[{nominee.shard, nominee.iid}] = nominee.score;
-    }
-  }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<Scored> top, RankExactly(query, selected, options, &result));
   for (Scored& entry : top) {
     SearchHit hit;
     if (options.explain) {
       TESSERA_ASSIGN_OR_RETURN(hit.explanation, Explain(query, entry));
     }
-    const auto nominated = nominee_scores.find({entry.shard, entry.iid});
-    if (nominated != nominee_scores.end()) hit.candidate_score = nominated->second;
     hit.id = std::move(entry.id);
     hit.score = entry.score;
     hit.version = entry.version;
@@ -650,6 +647,36 @@ absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
   }
   result.timings.total_ms = MillisecondsSince(search_start);
   return result;
+}
+
+absl::Status CollectionImpl::Nominate(FloatMatrixView query, const SearchPlan& plan,
+                                      const Filter& filter, SearchResult* result) const {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<Nominee> nominees,
+                           NominateCandidates(query, plan, filter, &result->timings));
+  std::sort(nominees.begin(), nominees.end(),
+            [](const Nominee& a, const Nominee& b) { return a.score > b.score; });
+  for (const Nominee& nominee : nominees) {
+    SearchHit hit;
+    // A document gone since stage 1 is left out, as the exact rerank would leave it out.
+    if (!shards_[nominee.shard]->Describe(nominee.iid, &hit.id, &hit.version)) continue;
+    hit.candidate_score = nominee.score;
+    result->hits.push_back(std::move(hit));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::pair<int, uint64_t>>> CollectionImpl::LookupIds(
+    const std::vector<std::string>& ids) const {
+  std::vector<std::pair<int, uint64_t>> documents;
+  documents.reserve(ids.size());
+  for (const std::string& id : ids) {
+    const int shard = ShardOf(id, schema_.num_shards);
+    absl::StatusOr<uint64_t> iid = shards_[shard]->LookupId(id);
+    if (absl::IsNotFound(iid.status())) continue;  // deleted since the caller's stage 1
+    TESSERA_RETURN_IF_ERROR(iid.status());
+    documents.emplace_back(shard, *iid);
+  }
+  return documents;
 }
 
 CollectionStats CollectionImpl::Stats() const {

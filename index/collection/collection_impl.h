@@ -90,6 +90,12 @@ class CollectionImpl : public Collection {
                                                           const SearchPlan& plan,
                                                           const Filter& filter,
                                                           SearchTimings* timings) const;
+  // SearchOptions::nominate_only: the nominees as hits, best stage-1 score first.
+  absl::Status Nominate(FloatMatrixView query, const SearchPlan& plan, const Filter& filter,
+                        SearchResult* result) const;
+  // SearchOptions::rerank_ids: the (shard, iid) of each stored id; ids not stored are left out.
+  absl::StatusOr<std::vector<std::pair<int, uint64_t>>> LookupIds(
+      const std::vector<std::string>& ids) const;
   // Stage 2: exact MaxSim over `selected`, the best options.k (score desc, id asc); adds the
   // documents scored and the fetch/rerank timings to `result`.
   absl::StatusOr<std::vector<Scored>> RankExactly(

@@ -4,75 +4,71 @@
 #include <utility>
 
 namespace tessera {
-namespace {
 
-// (score desc, id asc): the order of every answer.
-bool RanksBefore(const SearchHit& a, const SearchHit& b) {
-  return a.score != b.score ? a.score > b.score : a.id < b.id;
-}
-
-// (stage-1 score desc, id asc): the one collection's cut of its nominees.
-bool NominatedBefore(const SearchHit& a, const SearchHit& b) {
-  return *a.candidate_score != *b.candidate_score ? *a.candidate_score > *b.candidate_score
-                                                  : a.id < b.id;
-}
-
-}  // namespace
-
-int64_t MergedNumCandidates(const std::vector<SearchResult>& parts) {
+int64_t MergedNumCandidates(const std::vector<SearchResult>& nominations) {
   int64_t num_candidates = 0;
-  for (const SearchResult& part : parts) {
+  for (const SearchResult& part : nominations) {
     num_candidates = std::max(num_candidates, part.num_candidates);
   }
   return num_candidates;
 }
 
-std::optional<SearchResult> MergeSearchResults(std::vector<SearchResult> parts, int64_t k,
-                                               bool exhaustive) {
+std::optional<std::vector<std::vector<std::string>>> CutNominations(
+    const std::vector<SearchResult>& nominations, int64_t k) {
+  const int64_t num_candidates = MergedNumCandidates(nominations);
+  int64_t documents = 0;
+  struct Nominee {
+    float score;
+    const std::string* id;
+    size_t part;
+  };
+  std::vector<Nominee> nominees;
+  for (size_t p = 0; p < nominations.size(); ++p) {
+    documents += nominations[p].documents;
+    for (const SearchHit& hit : nominations[p].hits) {
+      nominees.push_back(Nominee{hit.candidate_score.value_or(0.0f), &hit.id, p});
+    }
+  }
+  // The one collection scores every matching document when N covers it.
+  if (num_candidates >= documents) return std::nullopt;
+  if (static_cast<int64_t>(nominees.size()) > num_candidates) {
+    // (stage-1 score desc, id asc): the one collection's cut of its nominees.
+    const auto cut = nominees.begin() + num_candidates;
+    std::nth_element(nominees.begin(), cut - 1, nominees.end(),
+                     [](const Nominee& a, const Nominee& b) {
+                       return a.score != b.score ? a.score > b.score : *a.id < *b.id;
+                     });
+    nominees.erase(cut, nominees.end());
+  }
+  // Too few nominees for k (a selective filter): it scores every matching document too.
+  if (static_cast<int64_t>(nominees.size()) < std::min(k, documents)) return std::nullopt;
+  std::vector<std::vector<std::string>> ids(nominations.size());
+  for (const Nominee& nominee : nominees) ids[nominee.part].push_back(*nominee.id);
+  return ids;
+}
+
+SearchResult MergeTopK(std::vector<SearchResult> parts, int64_t k) {
   SearchResult merged;
-  merged.num_candidates = MergedNumCandidates(parts);
-  bool every_part_scored_all = true;  // each part held no more than N documents
-  for (const SearchResult& part : parts) {
+  merged.exhaustive = !parts.empty();
+  std::vector<SearchHit> hits;
+  for (SearchResult& part : parts) {
     merged.documents += part.documents;
     merged.documents_scored += part.documents_scored;
-    every_part_scored_all = every_part_scored_all && part.documents <= merged.num_candidates;
+    merged.num_candidates = std::max(merged.num_candidates, part.num_candidates);
+    merged.exhaustive = merged.exhaustive && part.exhaustive;
     merged.timings.candidates_ms =
         std::max(merged.timings.candidates_ms, part.timings.candidates_ms);
     merged.timings.fetch_ms = std::max(merged.timings.fetch_ms, part.timings.fetch_ms);
     merged.timings.rerank_ms = std::max(merged.timings.rerank_ms, part.timings.rerank_ms);
     merged.timings.total_ms = std::max(merged.timings.total_ms, part.timings.total_ms);
-  }
-  std::vector<SearchHit> hits;
-  for (SearchResult& part : parts) {
     for (SearchHit& hit : part.hits) hits.push_back(std::move(hit));
-  }
-  // The one collection scores every matching document when asked to, or when N covers it: then
-  // every part has scored all of its own (it holds no more than the total).
-  merged.exhaustive = exhaustive || merged.num_candidates >= merged.documents;
-  if (!merged.exhaustive) {
-    auto nominated_end = std::partition(hits.begin(), hits.end(), [](const SearchHit& hit) {
-      return hit.candidate_score.has_value();
-    });
-    auto cut = nominated_end;
-    if (nominated_end - hits.begin() > merged.num_candidates) {
-      cut = hits.begin() + merged.num_candidates;
-      std::nth_element(hits.begin(), cut - 1, nominated_end, NominatedBefore);
-      // nth_element leaves the elements before the N-th no worse than it: the cut.
-    }
-    const int64_t selected = cut - hits.begin();
-    if (selected < std::min(k, merged.documents)) {
-      // Too few nominees: the one collection scores every matching document.
-      if (!every_part_scored_all) return std::nullopt;
-      merged.exhaustive = true;
-    } else {
-      hits.erase(cut, hits.end());
-    }
   }
   const auto keep = static_cast<size_t>(std::min<int64_t>(k, static_cast<int64_t>(hits.size())));
   std::partial_sort(hits.begin(), hits.begin() + static_cast<std::ptrdiff_t>(keep), hits.end(),
-                    RanksBefore);
+                    [](const SearchHit& a, const SearchHit& b) {
+                      return a.score != b.score ? a.score > b.score : a.id < b.id;
+                    });
   hits.resize(keep);
-  for (SearchHit& hit : hits) hit.candidate_score.reset();
   merged.hits = std::move(hits);
   return merged;
 }

@@ -3,6 +3,7 @@
 // scores), through the cascade, its exhaustive fallbacks, ties at the stage-1 cut and filters.
 #include "tessera/merge.h"
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,32 +19,42 @@ namespace {
 constexpr int kShards = 3;
 constexpr int64_t kDim = 32;
 
-// The parts searched as a router searches its shard nodes: return_nominees, again with the
-// merged N for a part that resolved less, again exhaustively when the merge asks for it.
+// The parts searched as a router searches its shard nodes: round 1 (nominate_only; again with
+// the merged N for a part that resolved less), round 2 (rerank_ids of the cut, or exhaustive).
 SearchResult SearchParts(const std::vector<std::shared_ptr<Collection>>& parts,
-                         FloatMatrixView query, SearchOptions options) {
-  options.return_nominees = true;
-  std::vector<SearchResult> answers;
-  for (const auto& part : parts) {
-    auto answer = part->Search(query, options);
+                         FloatMatrixView query, const SearchOptions& options) {
+  auto search = [&](const std::shared_ptr<Collection>& part, const SearchOptions& with) {
+    auto answer = part->Search(query, with);
     EXPECT_TRUE(answer.ok()) << answer.status();
-    answers.push_back(*std::move(answer));
+    return answer.ok() ? *std::move(answer) : SearchResult{};
+  };
+  std::optional<std::vector<std::vector<std::string>>> cut;
+  if (!options.exhaustive) {
+    SearchOptions nominate = options;
+    nominate.nominate_only = true;
+    std::vector<SearchResult> nominations;
+    for (const auto& part : parts) nominations.push_back(search(part, nominate));
+    const int64_t num_candidates = MergedNumCandidates(nominations);
+    for (size_t p = 0; p < parts.size(); ++p) {
+      if (nominations[p].num_candidates == num_candidates) continue;
+      SearchOptions again = nominate;
+      again.num_candidates = num_candidates;
+      nominations[p] = search(parts[p], again);
+    }
+    cut = CutNominations(nominations, options.k);
   }
-  const int64_t num_candidates = MergedNumCandidates(answers);
+  std::vector<SearchResult> answers;
   for (size_t p = 0; p < parts.size(); ++p) {
-    if (answers[p].num_candidates == num_candidates) continue;
-    SearchOptions again = options;
-    again.num_candidates = num_candidates;
-    answers[p] = *parts[p]->Search(query, again);
+    SearchOptions round2 = options;
+    if (cut.has_value()) {
+      if ((*cut)[p].empty()) continue;
+      round2.rerank_ids = (*cut)[p];
+    } else {
+      round2.exhaustive = true;
+    }
+    answers.push_back(search(parts[p], round2));
   }
-  std::optional<SearchResult> merged = MergeSearchResults(answers, options.k, options.exhaustive);
-  if (merged.has_value()) return *std::move(merged);
-  options.exhaustive = true;
-  answers.clear();
-  for (const auto& part : parts) answers.push_back(*part->Search(query, options));
-  merged = MergeSearchResults(answers, options.k, /*exhaustive=*/true);
-  EXPECT_TRUE(merged.has_value());
-  return *std::move(merged);
+  return MergeTopK(std::move(answers), options.k);
 }
 
 struct Collections {
@@ -154,6 +165,7 @@ void ExpectSameAnswers(const Collections& setup, Answered* answered) {
       if (!expected->exhaustive) ++answered->cascade;
       if (expected->exhaustive && !c.options.exhaustive) ++answered->scored_whole;
       EXPECT_EQ(merged.exhaustive, expected->exhaustive);
+      EXPECT_EQ(merged.documents_scored, expected->documents_scored);
       ASSERT_EQ(merged.hits.size(), expected->hits.size());
       for (size_t i = 0; i < merged.hits.size(); ++i) {
         EXPECT_EQ(merged.hits[i].id, expected->hits[i].id) << "rank " << i;
@@ -206,33 +218,68 @@ TEST(MergeSearchResults, SmallCollectionsAreScoredWhole) {
 // The cut on stage-1 scores takes, of documents tied at it, the smaller ids; the nominees'
 // exact scores then decide.
 TEST(MergeSearchResults, CutsTiesByIdAndRanksByExactScore) {
-  auto hit = [](std::string id, float score, std::optional<float> candidate_score) {
+  auto hit = [](std::string id, float score) {
     SearchHit h;
     h.id = std::move(id);
     h.score = score;
-    h.candidate_score = candidate_score;
     return h;
   };
-  std::vector<SearchResult> parts(2);
-  for (SearchResult& part : parts) {
+  std::vector<SearchResult> nominations(2);
+  for (SearchResult& part : nominations) {
     part.num_candidates = 3;
     part.documents = 10;
-    part.documents_scored = 3;
   }
-  parts[0].hits = {hit("a", 0.5f, 2.0f), hit("c", 0.9f, 1.0f), hit("e", 0.95f, 0.5f)};
-  parts[1].hits = {hit("b", 0.7f, 1.0f), hit("d", 0.8f, 1.0f), hit("f", 0.99f, 0.4f)};
-  const std::optional<SearchResult> merged = MergeSearchResults(parts, 2, false);
-  ASSERT_TRUE(merged.has_value());
-  // Cut at 3 by stage-1 score: a (2.0), then b and c of the tied b, c, d; best 2 exact: c, b.
-  ASSERT_EQ(merged->hits.size(), 2u);
-  EXPECT_EQ(merged->hits[0].id, "c");
-  EXPECT_EQ(merged->hits[1].id, "b");
-  EXPECT_EQ(merged->documents, 20);
-  EXPECT_EQ(merged->documents_scored, 6);
-  EXPECT_FALSE(merged->exhaustive);
-  // Fewer nominees than k while a part holds more than N: the caller must search exhaustively.
-  for (SearchResult& part : parts) part.hits.resize(1);
-  EXPECT_FALSE(MergeSearchResults(parts, 5, false).has_value());
+  for (auto [id, score] : {std::pair{"a", 2.0f}, {"c", 1.0f}, {"e", 0.5f}}) {
+    nominations[0].hits.push_back(hit(id, 0));
+    nominations[0].hits.back().candidate_score = score;
+  }
+  for (auto [id, score] : {std::pair{"b", 1.0f}, {"d", 1.0f}, {"f", 0.4f}}) {
+    nominations[1].hits.push_back(hit(id, 0));
+    nominations[1].hits.back().candidate_score = score;
+  }
+  // Cut at 3 by stage-1 score: a (2.0), then b and c of the tied b, c, d.
+  auto cut = CutNominations(nominations, 2);
+  ASSERT_TRUE(cut.has_value());
+  EXPECT_EQ((*cut)[0], (std::vector<std::string>{"a", "c"}));
+  EXPECT_EQ((*cut)[1], (std::vector<std::string>{"b"}));
+  // Fewer nominees than k, or N covering the documents: every matching document is scored.
+  EXPECT_FALSE(CutNominations(nominations, 7).has_value());
+  nominations[0].documents = nominations[1].documents = 1;
+  EXPECT_FALSE(CutNominations(nominations, 2).has_value());
+
+  std::vector<SearchResult> answers(2);
+  answers[0].hits = {hit("a", 0.5f), hit("c", 0.9f)};
+  answers[0].documents_scored = 2;
+  answers[1].hits = {hit("b", 0.9f)};
+  answers[1].documents_scored = 1;
+  const SearchResult merged = MergeTopK(answers, 2);
+  ASSERT_EQ(merged.hits.size(), 2u);
+  EXPECT_EQ(merged.hits[0].id, "b");  // 0.9 tied: by id
+  EXPECT_EQ(merged.hits[1].id, "c");
+  EXPECT_EQ(merged.documents_scored, 3);
+  EXPECT_FALSE(merged.exhaustive);
+}
+
+TEST(MergeSearchResults, RoundOptionsAreValidated) {
+  Collections setup;
+  Build(&setup, 30, "auto");
+  const std::vector<float> query(2 * kDim, 0.1f);
+  const FloatMatrixView view{query.data(), 2, kDim};
+  SearchOptions options;
+  options.nominate_only = true;
+  options.exhaustive = true;
+  EXPECT_EQ(setup.whole->Search(view, options).status().message(),
+            "nominate_only: stage 1 alone, expected without exhaustive and rerank_ids");
+  options = SearchOptions{};
+  options.rerank_ids.assign(10001, "d1");
+  EXPECT_EQ(setup.whole->Search(view, options).status().message(),
+            "rerank_ids: 10001 ids exceeds the limit of 10000");
+  // Ids not stored are skipped; stored ones are scored whatever stage 1 would say.
+  options.rerank_ids = {"nope", "d3", "d7"};
+  auto result = setup.whole->Search(view, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->documents_scored, 2);
+  ASSERT_EQ(result->hits.size(), 2u);
 }
 
 }  // namespace

@@ -773,19 +773,20 @@ absl::Status Router::Get(const v1::GetRequest& request, v1::GetResponse* respons
 }
 
 void Router::SearchShards(const grpc::CallbackServerContext& call, const CollectionEntry& entry,
-                          const v1::SearchRequest& request, absl::Time deadline,
-                          const std::vector<uint32_t>& shards,
+                          absl::Time deadline,
+                          const std::map<uint32_t, v1::ShardSearchRequest>& requests,
                           std::map<uint32_t, absl::StatusOr<SearchResult>>* answers) {
-  std::vector<absl::StatusOr<SearchResult>> results(shards.size(), absl::UnknownError(""));
-  RunParallel(shards.size(), [&](size_t i) {
-    const uint32_t s = shards[i];
-    v1::ShardSearchRequest search;
-    search.set_shard(s);
-    *search.mutable_search() = request;
+  std::vector<const v1::ShardSearchRequest*> calls;
+  for (const auto& [shard, request] : requests) calls.push_back(&request);
+  std::vector<absl::StatusOr<SearchResult>> results(calls.size(), absl::UnknownError(""));
+  RunParallel(calls.size(), [&](size_t i) {
+    const v1::ShardSearchRequest& request = *calls[i];
+    const uint32_t s = request.shard();
     v1::ShardSearchResponse answer;
     const absl::Status status = TryReplicas(
-        ShardName(request.collection(), s), ReadOrder(entry.collection.shards(static_cast<int>(s))),
-        deadline, [&](const std::string& node, absl::Time attempt_deadline) -> absl::Status {
+        ShardName(request.search().collection(), s),
+        ReadOrder(entry.collection.shards(static_cast<int>(s))), deadline,
+        [&](const std::string& node, absl::Time attempt_deadline) -> absl::Status {
           TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
           // The caller's cancellation reaches the shard; its deadline too (gRPC keeps the
           // earlier of the caller's and the attempt's).
@@ -793,14 +794,41 @@ void Router::SearchShards(const grpc::CallbackServerContext& call, const Collect
               WithKey(grpc::ClientContext::FromCallbackServerContext(call), options_.cluster_key);
           context->set_deadline(absl::ToChronoTime(attempt_deadline));
           answer.Clear();
-          return FromGrpc(stub->Search(context.get(), search, &answer));
+          return FromGrpc(stub->Search(context.get(), request, &answer));
         });
-    results[i] = status.ok()
-                     ? absl::StatusOr<SearchResult>(server::SearchResultFromShardProto(&answer))
-                     : absl::StatusOr<SearchResult>(status);
+    if (status.ok()) {
+      results[i] = server::SearchResultFromShardProto(&answer);
+    } else {
+      results[i] = status;
+    }
   });
-  for (size_t i = 0; i < shards.size(); ++i) (*answers)[shards[i]] = std::move(results[i]);
+  for (size_t i = 0; i < calls.size(); ++i) (*answers)[calls[i]->shard()] = std::move(results[i]);
 }
+
+namespace {
+
+// The answers that came back, in shard order, and their shards. A shard that failed UNAVAILABLE
+// goes to *missing when the request allows partial results; any other failure is the call's.
+absl::Status Gather(const std::map<uint32_t, absl::StatusOr<SearchResult>>& answers,
+                    const v1::SearchRequest& request, std::set<uint32_t>* missing,
+                    std::vector<uint32_t>* shards, std::vector<SearchResult>* parts) {
+  shards->clear();
+  parts->clear();
+  for (const auto& [s, answer] : answers) {
+    if (answer.ok()) {
+      shards->push_back(s);
+      parts->push_back(*answer);
+    } else if (answer.status().code() == absl::StatusCode::kUnavailable &&
+               request.allow_partial_results()) {
+      missing->insert(s);
+    } else {
+      return answer.status();
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 absl::Status Router::Search(const grpc::CallbackServerContext& call,
                             const v1::SearchRequest& request, v1::SearchResponse* response) {
@@ -810,59 +838,71 @@ absl::Status Router::Search(const grpc::CallbackServerContext& call,
   // The caller's deadline, or the router's own bound for a call without one.
   const absl::Time caller_deadline = absl::FromChrono(call.deadline());
   const absl::Time deadline = std::min(caller_deadline, absl::Now() + options_.shard_call_timeout);
-  const Clock::time_point fanout_start = Clock::now();
-  // Each shard's part (tessera/merge.h): its nominees scored exactly. A shard that resolved a
-  // smaller default N than another (its stage 1 is still the exact scan) searches again with the
-  // collection's N, and when the nominees are too few for k every shard searches exhaustively,
-  // as a standalone collection would; both are rare second rounds.
-  std::vector<uint32_t> all(num_shards);
-  for (uint32_t s = 0; s < num_shards; ++s) all[s] = s;
-  std::map<uint32_t, absl::StatusOr<SearchResult>> answers;
-  SearchShards(call, entry, request, deadline, all, &answers);
-  // The shards that answered, or the first failure the caller gets.
-  auto answered = [&]() -> absl::StatusOr<std::vector<SearchResult>> {
-    std::vector<SearchResult> parts;
-    response->clear_missing_shards();
-    for (auto& [s, answer] : answers) {
-      if (answer.ok()) {
-        parts.push_back(*answer);
-      } else if (answer.status().code() == absl::StatusCode::kUnavailable &&
-                 request.allow_partial_results()) {
-        response->add_missing_shards(s);
-      } else {
-        return answer.status();
-      }
-    }
-    return parts;
+  const int64_t k = request.k() == 0 ? 10 : request.k();
+  auto shard_request = [&](uint32_t s) {
+    v1::ShardSearchRequest search;
+    search.set_shard(s);
+    *search.mutable_search() = request;
+    return search;
   };
-  TESSERA_ASSIGN_OR_RETURN(std::vector<SearchResult> parts, answered());
-  const int64_t num_candidates = MergedNumCandidates(parts);
-  if (!request.exhaustive() && request.num_candidates() == 0) {
-    std::vector<uint32_t> again;
-    for (const auto& [s, answer] : answers) {
-      if (answer.ok() && answer->num_candidates != num_candidates) again.push_back(s);
+  const Clock::time_point fanout_start = Clock::now();
+  std::set<uint32_t> missing;
+  std::vector<uint32_t> shards(num_shards);
+  for (uint32_t s = 0; s < num_shards; ++s) shards[s] = s;
+  std::vector<SearchResult> parts;
+
+  // Round 1 (tessera/merge.h): every shard nominates; a shard that resolved a smaller default N
+  // than another (its stage 1 is still the exact scan) nominates again with the collection's N.
+  std::optional<std::vector<std::vector<std::string>>> cut;
+  double candidates_ms = 0;
+  if (!request.exhaustive()) {
+    std::map<uint32_t, v1::ShardSearchRequest> round1;
+    for (uint32_t s : shards) {
+      round1[s] = shard_request(s);
+      round1[s].set_nominate_only(true);
+    }
+    std::map<uint32_t, absl::StatusOr<SearchResult>> nominations;
+    SearchShards(call, entry, deadline, round1, &nominations);
+    TESSERA_RETURN_IF_ERROR(Gather(nominations, request, &missing, &shards, &parts));
+    const int64_t num_candidates = MergedNumCandidates(parts);
+    std::map<uint32_t, v1::ShardSearchRequest> again;
+    for (size_t i = 0; i < shards.size(); ++i) {
+      if (parts[i].num_candidates == num_candidates) continue;
+      again[shards[i]] = round1[shards[i]];
+      again[shards[i]].mutable_search()->set_num_candidates(static_cast<uint32_t>(num_candidates));
     }
     if (!again.empty()) {
-      v1::SearchRequest explicit_n = request;
-      explicit_n.set_num_candidates(static_cast<uint32_t>(num_candidates));
-      SearchShards(call, entry, explicit_n, deadline, again, &answers);
-      TESSERA_ASSIGN_OR_RETURN(parts, answered());
+      SearchShards(call, entry, deadline, again, &nominations);
+      TESSERA_RETURN_IF_ERROR(Gather(nominations, request, &missing, &shards, &parts));
     }
+    for (const SearchResult& part : parts) {
+      candidates_ms = std::max(candidates_ms, part.timings.candidates_ms);
+    }
+    cut = CutNominations(parts, k);
   }
-  const int64_t k = request.k() == 0 ? 10 : request.k();
-  std::optional<SearchResult> merged = MergeSearchResults(parts, k, request.exhaustive());
-  if (!merged.has_value()) {
-    v1::SearchRequest exhaustive = request;
-    exhaustive.set_exhaustive(true);
-    SearchShards(call, entry, exhaustive, deadline, all, &answers);
-    TESSERA_ASSIGN_OR_RETURN(parts, answered());
-    merged = MergeSearchResults(std::move(parts), k, /*exhaustive=*/true);
+
+  // Round 2: each shard reranks its ids of the cut — or, where a standalone collection would
+  // score every matching document, every shard searches exhaustively.
+  std::map<uint32_t, v1::ShardSearchRequest> round2;
+  for (size_t i = 0; i < shards.size(); ++i) {
+    v1::ShardSearchRequest search = shard_request(shards[i]);
+    if (cut.has_value()) {
+      if ((*cut)[i].empty()) continue;
+      for (std::string& id : (*cut)[i]) search.add_rerank_ids(std::move(id));
+    } else {
+      search.mutable_search()->set_exhaustive(true);
+    }
+    round2[shards[i]] = std::move(search);
   }
+  std::map<uint32_t, absl::StatusOr<SearchResult>> answers;
+  SearchShards(call, entry, deadline, round2, &answers);
+  TESSERA_RETURN_IF_ERROR(Gather(answers, request, &missing, &shards, &parts));
+  SearchResult merged = MergeTopK(std::move(parts), k);
+  merged.timings.candidates_ms = std::max(merged.timings.candidates_ms, candidates_ms);
   const double fanout_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - fanout_start).count();
-  const google::protobuf::RepeatedField<uint32_t> missing = response->missing_shards();
-  server::SearchResultToProto(*merged, response);
-  *response->mutable_missing_shards() = missing;
+  server::SearchResultToProto(merged, response);
+  for (uint32_t s : missing) response->add_missing_shards(s);
   response->mutable_timings()->set_fanout_ms(fanout_ms);
   response->mutable_timings()->set_total_ms(
       std::chrono::duration<double, std::milli>(Clock::now() - start).count());

@@ -16,11 +16,12 @@
 //   call), in parallel, with the caller's deadline and cancellation; a replica that fails, or
 //   does not answer within its share of the remaining time, is retried on the next one. Search
 //   answers what a standalone collection with the same shard count answers (ids, order, scores;
-//   tessera/merge.h): each shard returns its N best stage-1 nominees scored exactly, and the
-//   router cuts their union at the N best stage-1 scores before it takes the best k (a shard
-//   reranks up to N documents where a standalone shard reranks its share of N). A shard with no
-//   replica that answers fails the call with UNAVAILABLE naming it, unless the request allows
-//   partial results (then missing_shards lists it).
+//   tessera/merge.h) in two rounds: every shard nominates its N best by stage-1 score, the
+//   router cuts their union at the N best, as the standalone collection cuts its shards'
+//   nominees, and each shard reranks its ids of the cut; the router takes the best k. The shards
+//   together rerank N documents, as the standalone collection does. A shard with no replica that
+//   answers fails the call with UNAVAILABLE naming it, unless the request allows partial results
+//   (then missing_shards lists it).
 // - Catch-up: a thread copies every stale replica whose node is live from the first serving
 //   replica of its shard (ShardService.CopyReplica: the source refuses writes to the replica with
 //   ABORTED while it checkpoints it and streams it to the target, which swaps it in), then marks
@@ -123,11 +124,10 @@ class Router final : public server::Backend {
   // Waits until this router's view holds its own last write (so that a client reads it back
   // from the same router at once; other routers see it as their watch delivers it).
   void WaitUntilSeen(const std::string& key);
-  // Each listed shard's part of a search (one serving replica each, retried on the next within
-  // the deadline), in parallel, into (*answers)[shard].
+  // Each shard's request of one round of a search, in parallel (one serving replica each,
+  // retried on the next within the deadline), into (*answers)[shard].
   void SearchShards(const grpc::CallbackServerContext& call, const CollectionEntry& entry,
-                    const v1::SearchRequest& request, absl::Time deadline,
-                    const std::vector<uint32_t>& shards,
+                    absl::Time deadline, const std::map<uint32_t, v1::ShardSearchRequest>& requests,
                     std::map<uint32_t, absl::StatusOr<SearchResult>>* answers);
   // The serving replicas of a shard, rotated so that calls spread over them.
   std::vector<std::string> ReadOrder(const v1::ShardPlacement& placement);

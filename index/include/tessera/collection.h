@@ -113,14 +113,16 @@ struct SearchOptions {
   // Give up with DEADLINE_EXCEEDED once this time has passed (checked between stages and chunks);
   // the default never expires.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-  // For a caller that merges the answers of several collections into the answer ONE collection of
-  // all their documents would give (a router over shard nodes): unless `exhaustive`, stage 1 runs
-  // whatever the collection's size, and every document scored exactly is returned (not only the
-  // best k), best first: the stage-1 nominees, each with SearchHit::candidate_score, and, when the
-  // collection holds no more than N documents, every matching one. No exhaustive fallback for
-  // too few nominees: the caller decides that over the merged counts (SearchResult::documents,
-  // ::num_candidates).
-  bool return_nominees = false;
+  // The two rounds of a caller that merges several collections' searches into the answer ONE
+  // collection of all their documents would give (a router over shard nodes; tessera/merge.h):
+  //   nominate_only  stage 1 only, whatever the collection's size: the N best nominees as hits
+  //                  with SearchHit::candidate_score (score 0), best first; no exhaustive
+  //                  fallback (the caller decides over SearchResult::documents, ::num_candidates
+  //                  of every part). Not with `exhaustive` or `rerank_ids`.
+  //   rerank_ids     when not empty: exact MaxSim over just these documents (ids not stored
+  //                  are skipped), the best k; at most CollectionLimits::max_num_candidates.
+  bool nominate_only = false;
+  std::vector<std::string> rerank_ids;
 };
 
 struct TokenMatch {
@@ -135,8 +137,7 @@ struct SearchHit {
   float score = 0.0f;  // exact MaxSim over the stored rerank vectors
   uint64_t version = 0;
   std::vector<TokenMatch> explanation;  // when asked; one entry per query token
-  // SearchOptions::return_nominees: the stage-1 score of a nominated document (none for a
-  // document scored only because the collection is small).
+  // SearchOptions::nominate_only: the document's stage-1 score.
   std::optional<float> candidate_score;
 };
 

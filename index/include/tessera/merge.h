@@ -3,14 +3,20 @@
 // the same hits, order and scores, cascade or exhaustive.
 //
 // The one collection reranks the N best stage-1 nominees over all its shards; a part knows only
-// its own. So each part is searched with SearchOptions::return_nominees (its N best nominees, all
-// scored exactly, with their stage-1 scores) and the merge cuts the union at the global N, as the
-// one collection does (ties at the cut: smaller id first), before it takes the best k.
+// its own. So a merged search takes two rounds:
+//   1. every part nominates (SearchOptions::nominate_only): its N best ids with stage-1 scores;
+//   2. CutNominations cuts their union at the N best, as the one collection does (ties at the
+//      cut: smaller id first), and each part reranks its ids of the cut (SearchOptions::
+//      rerank_ids); MergeTopK takes the best k of their answers.
+// When the one collection would score every matching document (N covers the collection, or a
+// filter leaves fewer nominees than k), round 2 is an exhaustive search of every part instead.
+// Each part reranks only its share of N, so the parts together do the work of one collection.
 #ifndef TESSERA_MERGE_H_
 #define TESSERA_MERGE_H_
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "tessera/collection.h"
@@ -19,17 +25,21 @@ namespace tessera {
 
 // N for the merged search: the largest any part resolved. A part's default N depends on its own
 // stage 1 (DESIGN §5), and the one collection takes the centroid default as soon as any shard uses
-// it; a part that resolved less must be searched again with this N set explicitly.
-int64_t MergedNumCandidates(const std::vector<SearchResult>& parts);
+// it; a part that resolved less must nominate again with this N set explicitly.
+int64_t MergedNumCandidates(const std::vector<SearchResult>& nominations);
 
-// The merged answer of `parts` (each searched with the same query and options, return_nominees
-// set, and the same N — see MergedNumCandidates), or nullopt when the one collection would have
-// fallen back to scoring every matching document (too few nominees: a selective filter) and some
-// part has not: then search every part again with `exhaustive` and merge those answers.
-// `exhaustive`: the parts were searched exhaustively (plain top-k answers). Hits: best k by (score
-// desc, id asc); timings: the slowest part's per stage; documents_scored: the sum.
-std::optional<SearchResult> MergeSearchResults(std::vector<SearchResult> parts, int64_t k,
-                                               bool exhaustive);
+// Round 1 → round 2: the ids each part must rerank (parts in the order of `nominations`; a part
+// with none need not be searched), or nullopt when the one collection scores every matching
+// document — then search every part with `exhaustive` and merge those answers with MergeTopK.
+// `nominations`: every part's nominate_only answer for the same query and options, with the same
+// N (MergedNumCandidates).
+std::optional<std::vector<std::vector<std::string>>> CutNominations(
+    const std::vector<SearchResult>& nominations, int64_t k);
+
+// The best k of the parts' round-2 (or exhaustive) answers by (score desc, id asc); timings: the
+// slowest part's per stage; documents_scored and documents: the sums; exhaustive when every part
+// was.
+SearchResult MergeTopK(std::vector<SearchResult> parts, int64_t k);
 
 }  // namespace tessera
 
