@@ -91,6 +91,10 @@ def parse_args(argv):
     parser.add_argument("--ingest-batch", type=int, default=64, help="documents per message")
     parser.add_argument("--threads", type=int, default=2,
                         help="--threads of every tessera-server (default 2)")
+    parser.add_argument("--shard-threads", type=int, default=None,
+                        help="--threads of the shard nodes instead (default: --threads); with "
+                             "all nodes on one machine, 1 gives the three of them about the "
+                             "cores the standalone server has")
     parser.add_argument("--server", default=None,
                         help="tessera-server binary (default $TESSERA_SERVER, else "
                         "build/bin/tessera-server)")
@@ -175,7 +179,8 @@ class Bench:
         self.etcd = e2e_util.Etcd().start()
         for i in range(NODES):
             node = e2e_util.Server("--role", "shard", "--node_id", f"shard-{i}", "--etcd",
-                                   self.etcd.endpoint, threads=args.threads)
+                                   self.etcd.endpoint,
+                                   threads=args.shard_threads or args.threads)
             self.nodes.append(node)
             node.start()
         deadline = time.monotonic() + 30
@@ -190,7 +195,8 @@ class Bench:
         self.standalone.start()
         self.log(f"started etcd {self.etcd.endpoint}, shard nodes "
                  f"{', '.join(n.address for n in self.nodes)}, router {self.router.address}, "
-                 f"standalone {self.standalone.address} (--threads {args.threads} each)")
+                 f"standalone {self.standalone.address} (--threads {args.threads}, shard nodes "
+                 f"{args.shard_threads or args.threads})")
 
     def processes(self):
         named = {"router": self.router, "standalone": self.standalone}
@@ -529,7 +535,9 @@ class Bench:
                "docs": args.docs, "queries": args.queries, "seconds": args.seconds,
                "dim": args.dim, "doc_tokens": args.doc_tokens, "query_tokens": args.query_tokens,
                "shards": SHARDS, "replicas": REPLICAS, "shard_nodes": NODES, "k": args.k,
-               "threads_per_server": args.threads, "ingest_streams": args.ingest_streams,
+               "threads_per_server": args.threads,
+               "threads_per_shard_node": args.shard_threads or args.threads,
+               "ingest_streams": args.ingest_streams,
                "clients": args.clients, "deadline_s": args.deadline}
         started = time.monotonic()
         try:

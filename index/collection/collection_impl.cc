@@ -607,33 +607,8 @@ absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
     result.timings.total_ms = MillisecondsSince(search_start);
     return result;
   }
-  std::vector<std::pair<int, uint64_t>> selected;
-  if (!options.rerank_ids.empty()) {
-    TESSERA_ASSIGN_OR_RETURN(selected, LookupIds(options.rerank_ids));
-  } else {
-    result.exhaustive = options.exhaustive || plan.num_candidates >= total_documents;
-    if (!result.exhaustive) {
-      TESSERA_ASSIGN_OR_RETURN(std::vector<Nominee> nominees,
-                               NominateCandidates(query, plan, options.filter, &result.timings));
-      for (const Nominee& nominee : nominees) selected.emplace_back(nominee.shard, nominee.iid);
-      // Too few nominees (a selective filter, a tiny collection): score every matching document,
-      // so that k matching documents always yield k results.
-      if (static_cast<int64_t>(selected.size()) < std::min<int64_t>(options.k, total_documents)) {
-        result.exhaustive = true;
-        selected.clear();
-      }
-    }
-    if (Clock::now() > options.deadline) {
-      return absl::DeadlineExceededError("search deadline passed after candidate generation");
-    }
-    if (result.exhaustive) {
-      for (size_t s = 0; s < shards_.size(); ++s) {
-        shards_[s]->ForEachLive(options.filter, [&](uint64_t iid, const LiveDocument&) {
-          selected.emplace_back(static_cast<int>(s), iid);
-        });
-      }
-    }
-  }
+  TESSERA_ASSIGN_OR_RETURN(const std::vector<Candidate> selected,
+                           SelectForRanking(query, plan, options, &result));
   TESSERA_ASSIGN_OR_RETURN(std::vector<Scored> top, RankExactly(query, selected, options, &result));
   for (Scored& entry : top) {
     SearchHit hit;
@@ -647,6 +622,41 @@ absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
   }
   result.timings.total_ms = MillisecondsSince(search_start);
   return result;
+}
+
+absl::StatusOr<std::vector<CollectionImpl::Candidate>> CollectionImpl::SelectForRanking(
+    FloatMatrixView query, const SearchPlan& plan, const SearchOptions& options,
+    SearchResult* result) const {
+  std::vector<Candidate> selected;
+  if (!options.rerank_ids.empty()) {
+    const Clock::time_point start = Clock::now();
+    TESSERA_ASSIGN_OR_RETURN(selected, LookupIds(options.rerank_ids));
+    result->timings.fetch_ms += MillisecondsSince(start);
+    return selected;
+  }
+  result->exhaustive = options.exhaustive || plan.num_candidates >= result->documents;
+  if (!result->exhaustive) {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<Nominee> nominees,
+                             NominateCandidates(query, plan, options.filter, &result->timings));
+    for (const Nominee& nominee : nominees) selected.emplace_back(nominee.shard, nominee.iid);
+    // Too few nominees (a selective filter, a tiny collection): score every matching document,
+    // so that k matching documents always yield k results.
+    if (static_cast<int64_t>(selected.size()) < std::min<int64_t>(options.k, result->documents)) {
+      result->exhaustive = true;
+      selected.clear();
+    }
+  }
+  if (Clock::now() > options.deadline) {
+    return absl::DeadlineExceededError("search deadline passed after candidate generation");
+  }
+  if (result->exhaustive) {
+    for (size_t s = 0; s < shards_.size(); ++s) {
+      shards_[s]->ForEachLive(options.filter, [&](uint64_t iid, const LiveDocument&) {
+        selected.emplace_back(static_cast<int>(s), iid);
+      });
+    }
+  }
+  return selected;
 }
 
 absl::Status CollectionImpl::Nominate(FloatMatrixView query, const SearchPlan& plan,
@@ -665,9 +675,9 @@ absl::Status CollectionImpl::Nominate(FloatMatrixView query, const SearchPlan& p
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::pair<int, uint64_t>>> CollectionImpl::LookupIds(
+absl::StatusOr<std::vector<CollectionImpl::Candidate>> CollectionImpl::LookupIds(
     const std::vector<std::string>& ids) const {
-  std::vector<std::pair<int, uint64_t>> documents;
+  std::vector<Candidate> documents;
   documents.reserve(ids.size());
   for (const std::string& id : ids) {
     const int shard = ShardOf(id, schema_.num_shards);

@@ -93,9 +93,17 @@ class CollectionImpl : public Collection {
   // SearchOptions::nominate_only: the nominees as hits, best stage-1 score first.
   absl::Status Nominate(FloatMatrixView query, const SearchPlan& plan, const Filter& filter,
                         SearchResult* result) const;
+  // A document to score exactly: (shard, iid).
+  using Candidate = std::pair<int, uint64_t>;
+  // The documents stage 2 scores: SearchOptions::rerank_ids; or stage 1's N best; or every
+  // matching document (asked for, N covers the collection, or too few nominees — then
+  // result->exhaustive). result->documents must hold the collection's size.
+  absl::StatusOr<std::vector<Candidate>> SelectForRanking(FloatMatrixView query,
+                                                          const SearchPlan& plan,
+                                                          const SearchOptions& options,
+                                                          SearchResult* result) const;
   // SearchOptions::rerank_ids: the (shard, iid) of each stored id; ids not stored are left out.
-  absl::StatusOr<std::vector<std::pair<int, uint64_t>>> LookupIds(
-      const std::vector<std::string>& ids) const;
+  absl::StatusOr<std::vector<Candidate>> LookupIds(const std::vector<std::string>& ids) const;
   // Stage 2: exact MaxSim over `selected`, the best options.k (score desc, id asc); adds the
   // documents scored and the fetch/rerank timings to `result`.
   absl::StatusOr<std::vector<Scored>> RankExactly(
