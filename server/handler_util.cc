@@ -88,6 +88,7 @@ absl::StatusOr<SearchResult> SearchCollection(const ServiceContext* context,
   options.explain = request.explain();
   options.deadline = DeadlineOf(call);
   options.nominate_only = round.nominate_only;
+  options.scored_share = round.scored_share;
   options.rerank_ids = std::move(round.rerank_ids);
   const FloatMatrixView view{query.data(), request.query().rows(), request.query().cols()};
   TESSERA_ASSIGN_OR_RETURN(SearchResult result, collection.Search(view, options));

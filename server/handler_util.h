@@ -45,6 +45,7 @@ grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackSer
 // A shard node's round of a router's search (tessera/merge.h); the public API has none.
 struct MergeRound {
   bool nominate_only = false;
+  double scored_share = 0;
   std::vector<std::string> rerank_ids;
 };
 

@@ -63,6 +63,7 @@ absl::Status RunSearch(const ServiceContext* context, const grpc::CallbackServer
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection, FindReplica(context, replica));
   MergeRound round;
   round.nominate_only = shard_request.nominate_only();
+  round.scored_share = shard_request.scored_share();
   round.rerank_ids.assign(shard_request.rerank_ids().begin(), shard_request.rerank_ids().end());
   absl::StatusOr<SearchResult> result =
       SearchCollection(context, call, *collection, request, std::move(round));

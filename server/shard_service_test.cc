@@ -227,11 +227,13 @@ class ShardServiceTest : public ::testing::Test {
 
   grpc::Status ShardSearch(const v1::SearchRequest& search, uint32_t shard,
                            v1::ShardSearchResponse* response, bool nominate_only = false,
-                           const std::vector<std::string>& rerank_ids = {}) {
+                           const std::vector<std::string>& rerank_ids = {},
+                           double scored_share = 0) {
     v1::ShardSearchRequest request;
     request.set_shard(shard);
     *request.mutable_search() = search;
     request.set_nominate_only(nominate_only);
+    request.set_scored_share(scored_share);
     for (const std::string& id : rerank_ids) request.add_rerank_ids(id);
     grpc::ClientContext call;
     return shard_stub_->Search(&call, request, response);
@@ -361,28 +363,37 @@ TEST_F(ShardServiceTest, ShardSearchIsThePublicSearchOfTheSameDocuments) {
       ASSERT_EQ(expected.hits_size(), 10);
       search.set_collection("c");
 
+      // Round 1 scores the best half of N.
       v1::ShardSearchResponse round1;
-      ASSERT_TRUE(ShardSearch(search, 2, &round1, /*nominate_only=*/true).ok());
+      ASSERT_TRUE(ShardSearch(search, 2, &round1, /*nominate_only=*/true, {}, 0.5).ok());
       EXPECT_EQ(round1.documents(), 60u);
-      EXPECT_EQ(round1.num_candidates(), num_candidates == 0 ? 100u : 20u);
-      EXPECT_EQ(round1.candidate_scores_size(), round1.search().hits_size());
+      const uint32_t n = num_candidates == 0 ? 100u : 20u;
+      EXPECT_EQ(round1.num_candidates(), n);
+      ASSERT_EQ(round1.candidate_scores_size(), round1.search().hits_size());
+      ASSERT_EQ(round1.scored_size(), round1.search().hits_size());
       EXPECT_TRUE(std::is_sorted(round1.candidate_scores().begin(), round1.candidate_scores().end(),
                                  std::greater<>()));
+      for (int i = 0; i < round1.scored_size(); ++i) {
+        EXPECT_EQ(round1.scored(i), static_cast<uint32_t>(i) < n / 2) << i;
+        if (round1.scored(i)) EXPECT_NE(round1.search().hits(i).score(), 0.0f) << i;
+      }
       std::vector<SearchResult> nominations;
       nominations.push_back(SearchResultFromShardProto(&round1));
-      const auto cut = CutNominations(nominations, 10);
+      auto cut = CutNominations(nominations, 10);
       ASSERT_EQ(cut.has_value(), num_candidates == 20u);  // N 100 covers the replica
 
       v1::ShardSearchResponse round2;
+      std::vector<SearchResult> answers;
       if (cut.has_value()) {
-        ASSERT_EQ((*cut)[0].size(), 20u);
-        ASSERT_TRUE(ShardSearch(search, 2, &round2, false, (*cut)[0]).ok());
+        ASSERT_EQ(cut->rerank_ids[0].size(), 10u);  // the half round 1 did not score
+        ASSERT_EQ(cut->scored.hits.size(), 10u);
+        answers.push_back(std::move(cut->scored));
+        ASSERT_TRUE(ShardSearch(search, 2, &round2, false, cut->rerank_ids[0]).ok());
       } else {
         search.set_exhaustive(true);
         ASSERT_TRUE(ShardSearch(search, 2, &round2).ok());
       }
       EXPECT_EQ(round2.candidate_scores_size(), 0);
-      std::vector<SearchResult> answers;
       answers.push_back(SearchResultFromShardProto(&round2));
       const SearchResult merged = MergeTopK(answers, 10);
       ASSERT_EQ(merged.hits.size(), 10u);

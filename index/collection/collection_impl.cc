@@ -404,6 +404,10 @@ absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
     return absl::InvalidArgumentError(
         "nominate_only: stage 1 alone, expected without exhaustive and rerank_ids");
   }
+  if (!(options.scored_share >= 0 && options.scored_share <= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scored_share ", options.scored_share, ", expected 0 … 1"));
+  }
   if (static_cast<int64_t>(options.rerank_ids.size()) > limits.max_num_candidates) {
     return absl::InvalidArgumentError(absl::StrCat("rerank_ids: ", options.rerank_ids.size(),
                                                    " ids exceeds the limit of ",
@@ -603,7 +607,7 @@ absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
   result.num_candidates = plan.num_candidates;
   result.documents = total_documents;
   if (options.nominate_only) {
-    TESSERA_RETURN_IF_ERROR(Nominate(query, plan, options.filter, &result));
+    TESSERA_RETURN_IF_ERROR(Nominate(query, plan, options, &result));
     result.timings.total_ms = MillisecondsSince(search_start);
     return result;
   }
@@ -660,16 +664,40 @@ absl::StatusOr<std::vector<CollectionImpl::Candidate>> CollectionImpl::SelectFor
 }
 
 absl::Status CollectionImpl::Nominate(FloatMatrixView query, const SearchPlan& plan,
-                                      const Filter& filter, SearchResult* result) const {
+                                      const SearchOptions& options, SearchResult* result) const {
   TESSERA_ASSIGN_OR_RETURN(std::vector<Nominee> nominees,
-                           NominateCandidates(query, plan, filter, &result->timings));
+                           NominateCandidates(query, plan, options.filter, &result->timings));
   std::sort(nominees.begin(), nominees.end(),
             [](const Nominee& a, const Nominee& b) { return a.score > b.score; });
+  // The best ⌈scored_share × N⌉, scored exactly.
+  const auto num_scored =
+      static_cast<size_t>(std::ceil(options.scored_share * plan.num_candidates));
+  std::vector<Candidate> best;
+  for (size_t i = 0; i < nominees.size() && i < num_scored; ++i) {
+    best.emplace_back(nominees[i].shard, nominees[i].iid);
+  }
+  std::vector<Scored> scored;
+  TESSERA_RETURN_IF_ERROR(ScoreDocuments(query, options.explain, best, &scored, &result->timings));
+  result->documents_scored = static_cast<int64_t>(best.size());
+  absl::flat_hash_map<Candidate, size_t> scored_at;
+  for (size_t i = 0; i < scored.size(); ++i) scored_at[{scored[i].shard, scored[i].iid}] = i;
   for (const Nominee& nominee : nominees) {
     SearchHit hit;
-    // A document gone since stage 1 is left out, as the exact rerank would leave it out.
-    if (!shards_[nominee.shard]->Describe(nominee.iid, &hit.id, &hit.version)) continue;
     hit.candidate_score = nominee.score;
+    const auto it = scored_at.find({nominee.shard, nominee.iid});
+    if (it != scored_at.end()) {
+      Scored& entry = scored[it->second];
+      if (options.explain) {
+        TESSERA_ASSIGN_OR_RETURN(hit.explanation, Explain(query, entry));
+      }
+      hit.id = std::move(entry.id);
+      hit.score = entry.score;
+      hit.version = entry.version;
+    } else {
+      hit.scored = false;
+      // A document gone since stage 1 is left out, as the exact rerank would leave it out.
+      if (!shards_[nominee.shard]->Describe(nominee.iid, &hit.id, &hit.version)) continue;
+    }
     result->hits.push_back(std::move(hit));
   }
   return absl::OkStatus();

@@ -90,11 +90,12 @@ class CollectionImpl : public Collection {
                                                           const SearchPlan& plan,
                                                           const Filter& filter,
                                                           SearchTimings* timings) const;
-  // SearchOptions::nominate_only: the nominees as hits, best stage-1 score first.
-  absl::Status Nominate(FloatMatrixView query, const SearchPlan& plan, const Filter& filter,
-                        SearchResult* result) const;
   // A document to score exactly: (shard, iid).
   using Candidate = std::pair<int, uint64_t>;
+  // SearchOptions::nominate_only: the nominees as hits, best stage-1 score first, the best
+  // options.scored_share of them scored.
+  absl::Status Nominate(FloatMatrixView query, const SearchPlan& plan, const SearchOptions& options,
+                        SearchResult* result) const;
   // The documents stage 2 scores: SearchOptions::rerank_ids; or stage 1's N best; or every
   // matching document (asked for, N covers the collection, or too few nominees — then
   // result->exhaustive). result->documents must hold the collection's size.

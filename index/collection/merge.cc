@@ -13,38 +13,50 @@ int64_t MergedNumCandidates(const std::vector<SearchResult>& nominations) {
   return num_candidates;
 }
 
-std::optional<std::vector<std::vector<std::string>>> CutNominations(
-    const std::vector<SearchResult>& nominations, int64_t k) {
+std::optional<NominationCut> CutNominations(std::vector<SearchResult> nominations, int64_t k) {
   const int64_t num_candidates = MergedNumCandidates(nominations);
   int64_t documents = 0;
   struct Nominee {
     float score;
-    const std::string* id;
+    SearchHit* hit;
     size_t part;
   };
   std::vector<Nominee> nominees;
+  NominationCut cut;
   for (size_t p = 0; p < nominations.size(); ++p) {
-    documents += nominations[p].documents;
-    for (const SearchHit& hit : nominations[p].hits) {
-      nominees.push_back(Nominee{hit.candidate_score.value_or(0.0f), &hit.id, p});
+    SearchResult& part = nominations[p];
+    documents += part.documents;
+    cut.scored.documents_scored += part.documents_scored;
+    cut.scored.timings.candidates_ms =
+        std::max(cut.scored.timings.candidates_ms, part.timings.candidates_ms);
+    cut.scored.timings.fetch_ms = std::max(cut.scored.timings.fetch_ms, part.timings.fetch_ms);
+    cut.scored.timings.rerank_ms = std::max(cut.scored.timings.rerank_ms, part.timings.rerank_ms);
+    for (SearchHit& hit : part.hits) {
+      nominees.push_back(Nominee{hit.candidate_score.value_or(0.0f), &hit, p});
     }
   }
   // The one collection scores every matching document when N covers it.
   if (num_candidates >= documents) return std::nullopt;
   if (static_cast<int64_t>(nominees.size()) > num_candidates) {
     // (stage-1 score desc, id asc): the one collection's cut of its nominees.
-    const auto cut = nominees.begin() + num_candidates;
-    std::nth_element(nominees.begin(), cut - 1, nominees.end(),
+    const auto end = nominees.begin() + num_candidates;
+    std::nth_element(nominees.begin(), end - 1, nominees.end(),
                      [](const Nominee& a, const Nominee& b) {
-                       return a.score != b.score ? a.score > b.score : *a.id < *b.id;
+                       return a.score != b.score ? a.score > b.score : a.hit->id < b.hit->id;
                      });
-    nominees.erase(cut, nominees.end());
+    nominees.erase(end, nominees.end());
   }
   // Too few nominees for k (a selective filter): it scores every matching document too.
   if (static_cast<int64_t>(nominees.size()) < std::min(k, documents)) return std::nullopt;
-  std::vector<std::vector<std::string>> ids(nominations.size());
-  for (const Nominee& nominee : nominees) ids[nominee.part].push_back(*nominee.id);
-  return ids;
+  cut.rerank_ids.resize(nominations.size());
+  for (const Nominee& nominee : nominees) {
+    if (nominee.hit->scored) {
+      cut.scored.hits.push_back(std::move(*nominee.hit));
+    } else {
+      cut.rerank_ids[nominee.part].push_back(std::move(nominee.hit->id));
+    }
+  }
+  return cut;
 }
 
 SearchResult MergeTopK(std::vector<SearchResult> parts, int64_t k) {

@@ -19,19 +19,21 @@ namespace {
 constexpr int kShards = 3;
 constexpr int64_t kDim = 32;
 
-// The parts searched as a router searches its shard nodes: round 1 (nominate_only; again with
-// the merged N for a part that resolved less), round 2 (rerank_ids of the cut, or exhaustive).
+// The parts searched as a router searches its shard nodes: round 1 (nominate_only, scoring the
+// best scored_share of N; again with the merged N for a part that resolved less), round 2
+// (rerank_ids of the cut not scored yet, or exhaustive).
 SearchResult SearchParts(const std::vector<std::shared_ptr<Collection>>& parts,
-                         FloatMatrixView query, const SearchOptions& options) {
+                         FloatMatrixView query, const SearchOptions& options, double scored_share) {
   auto search = [&](const std::shared_ptr<Collection>& part, const SearchOptions& with) {
     auto answer = part->Search(query, with);
     EXPECT_TRUE(answer.ok()) << answer.status();
     return answer.ok() ? *std::move(answer) : SearchResult{};
   };
-  std::optional<std::vector<std::vector<std::string>>> cut;
+  std::optional<NominationCut> cut;
   if (!options.exhaustive) {
     SearchOptions nominate = options;
     nominate.nominate_only = true;
+    nominate.scored_share = scored_share;
     std::vector<SearchResult> nominations;
     for (const auto& part : parts) nominations.push_back(search(part, nominate));
     const int64_t num_candidates = MergedNumCandidates(nominations);
@@ -41,14 +43,15 @@ SearchResult SearchParts(const std::vector<std::shared_ptr<Collection>>& parts,
       again.num_candidates = num_candidates;
       nominations[p] = search(parts[p], again);
     }
-    cut = CutNominations(nominations, options.k);
+    cut = CutNominations(std::move(nominations), options.k);
   }
   std::vector<SearchResult> answers;
+  if (cut.has_value()) answers.push_back(std::move(cut->scored));
   for (size_t p = 0; p < parts.size(); ++p) {
     SearchOptions round2 = options;
     if (cut.has_value()) {
-      if ((*cut)[p].empty()) continue;
-      round2.rerank_ids = (*cut)[p];
+      if (cut->rerank_ids[p].empty()) continue;
+      round2.rerank_ids = cut->rerank_ids[p];
     } else {
       round2.exhaustive = true;
     }
@@ -161,22 +164,27 @@ void ExpectSameAnswers(const Collections& setup, Answered* answered) {
       SCOPED_TRACE(absl::StrCat("query ", q, ", ", c.name));
       auto expected = setup.whole->Search(view, c.options);
       ASSERT_TRUE(expected.ok()) << expected.status();
-      const SearchResult merged = SearchParts(setup.parts, view, c.options);
       if (!expected->exhaustive) ++answered->cascade;
       if (expected->exhaustive && !c.options.exhaustive) ++answered->scored_whole;
-      EXPECT_EQ(merged.exhaustive, expected->exhaustive);
-      EXPECT_EQ(merged.documents_scored, expected->documents_scored);
-      ASSERT_EQ(merged.hits.size(), expected->hits.size());
-      for (size_t i = 0; i < merged.hits.size(); ++i) {
-        EXPECT_EQ(merged.hits[i].id, expected->hits[i].id) << "rank " << i;
-        EXPECT_EQ(merged.hits[i].score, expected->hits[i].score) << "rank " << i;
-        EXPECT_EQ(merged.hits[i].version, expected->hits[i].version) << "rank " << i;
-        ASSERT_EQ(merged.hits[i].explanation.size(), expected->hits[i].explanation.size());
-        for (size_t t = 0; t < merged.hits[i].explanation.size(); ++t) {
-          EXPECT_EQ(merged.hits[i].explanation[t].document_vector,
-                    expected->hits[i].explanation[t].document_vector);
-          EXPECT_EQ(merged.hits[i].explanation[t].covered_tokens,
-                    expected->hits[i].explanation[t].covered_tokens);
+      // Round 1 scoring nothing (every document of the cut goes to round 2), a few per part,
+      // or every nominee.
+      for (double scored_share : {0.0, 0.5, 1.0}) {
+        SCOPED_TRACE(absl::StrCat("scored_share ", scored_share));
+        const SearchResult merged = SearchParts(setup.parts, view, c.options, scored_share);
+        EXPECT_EQ(merged.exhaustive, expected->exhaustive);
+        if (scored_share == 0) EXPECT_EQ(merged.documents_scored, expected->documents_scored);
+        ASSERT_EQ(merged.hits.size(), expected->hits.size());
+        for (size_t i = 0; i < merged.hits.size(); ++i) {
+          EXPECT_EQ(merged.hits[i].id, expected->hits[i].id) << "rank " << i;
+          EXPECT_EQ(merged.hits[i].score, expected->hits[i].score) << "rank " << i;
+          EXPECT_EQ(merged.hits[i].version, expected->hits[i].version) << "rank " << i;
+          ASSERT_EQ(merged.hits[i].explanation.size(), expected->hits[i].explanation.size());
+          for (size_t t = 0; t < merged.hits[i].explanation.size(); ++t) {
+            EXPECT_EQ(merged.hits[i].explanation[t].document_vector,
+                      expected->hits[i].explanation[t].document_vector);
+            EXPECT_EQ(merged.hits[i].explanation[t].covered_tokens,
+                      expected->hits[i].explanation[t].covered_tokens);
+          }
         }
       }
     }
@@ -237,26 +245,32 @@ TEST(MergeSearchResults, CutsTiesByIdAndRanksByExactScore) {
     nominations[1].hits.push_back(hit(id, 0));
     nominations[1].hits.back().candidate_score = score;
   }
-  // Cut at 3 by stage-1 score: a (2.0), then b and c of the tied b, c, d.
+  // Cut at 3 by stage-1 score: a (2.0), then b and c of the tied b, c, d. Round 1 scored c.
+  nominations[0].hits[1].score = 0.9f;
+  nominations[0].hits[0].scored = nominations[0].hits[2].scored = false;
+  for (SearchHit& h : nominations[1].hits) h.scored = false;
   auto cut = CutNominations(nominations, 2);
   ASSERT_TRUE(cut.has_value());
-  EXPECT_EQ((*cut)[0], (std::vector<std::string>{"a", "c"}));
-  EXPECT_EQ((*cut)[1], (std::vector<std::string>{"b"}));
+  EXPECT_EQ(cut->rerank_ids[0], (std::vector<std::string>{"a"}));
+  EXPECT_EQ(cut->rerank_ids[1], (std::vector<std::string>{"b"}));
+  ASSERT_EQ(cut->scored.hits.size(), 1u);
+  EXPECT_EQ(cut->scored.hits[0].id, "c");
   // Fewer nominees than k, or N covering the documents: every matching document is scored.
   EXPECT_FALSE(CutNominations(nominations, 7).has_value());
   nominations[0].documents = nominations[1].documents = 1;
   EXPECT_FALSE(CutNominations(nominations, 2).has_value());
 
-  std::vector<SearchResult> answers(2);
-  answers[0].hits = {hit("a", 0.5f), hit("c", 0.9f)};
-  answers[0].documents_scored = 2;
-  answers[1].hits = {hit("b", 0.9f)};
+  std::vector<SearchResult> answers(3);
+  answers[0] = std::move(cut->scored);  // c, 0.9
+  answers[1].hits = {hit("a", 0.5f)};
   answers[1].documents_scored = 1;
+  answers[2].hits = {hit("b", 0.9f)};
+  answers[2].documents_scored = 1;
   const SearchResult merged = MergeTopK(answers, 2);
   ASSERT_EQ(merged.hits.size(), 2u);
   EXPECT_EQ(merged.hits[0].id, "b");  // 0.9 tied: by id
   EXPECT_EQ(merged.hits[1].id, "c");
-  EXPECT_EQ(merged.documents_scored, 3);
+  EXPECT_EQ(merged.documents_scored, 2);  // round 1 scored none of the hand-made nominations
   EXPECT_FALSE(merged.exhaustive);
 }
 
@@ -270,6 +284,11 @@ TEST(MergeSearchResults, RoundOptionsAreValidated) {
   options.exhaustive = true;
   EXPECT_EQ(setup.whole->Search(view, options).status().message(),
             "nominate_only: stage 1 alone, expected without exhaustive and rerank_ids");
+  options = SearchOptions{};
+  options.nominate_only = true;
+  options.scored_share = 1.5;
+  EXPECT_EQ(setup.whole->Search(view, options).status().message(),
+            "scored_share 1.5, expected 0 … 1");
   options = SearchOptions{};
   options.rerank_ids.assign(10001, "d1");
   EXPECT_EQ(setup.whole->Search(view, options).status().message(),

@@ -807,6 +807,11 @@ void Router::SearchShards(const grpc::CallbackServerContext& call, const Collect
 
 namespace {
 
+// Round 1 scores this many times a shard's even share of the cut (N / S): a shard's share of the
+// best N is rarely that much above the mean, so round 2 is rarely needed, while the shards score
+// at most 1.5 N documents together.
+constexpr double kScoredShareMargin = 1.5;
+
 // The answers that came back, in shard order, and their shards. A shard that failed UNAVAILABLE
 // goes to *missing when the request allows partial results; any other failure is the call's.
 absl::Status Gather(const std::map<uint32_t, absl::StatusOr<SearchResult>>& answers,
@@ -853,13 +858,18 @@ absl::Status Router::Search(const grpc::CallbackServerContext& call,
 
   // Round 1 (tessera/merge.h): every shard nominates; a shard that resolved a smaller default N
   // than another (its stage 1 is still the exact scan) nominates again with the collection's N.
-  std::optional<std::vector<std::vector<std::string>>> cut;
-  double candidates_ms = 0;
+  std::optional<NominationCut> cut;
   if (!request.exhaustive()) {
+    // Each shard scores its likely share of the cut (N / S, with room for the spread) in this
+    // round already, so that round 2 is only for a shard whose share was larger; explanations
+    // are only made for the hits the router keeps.
+    const double scored_share =
+        request.explain() ? 0.0 : std::min(1.0, kScoredShareMargin / num_shards);
     std::map<uint32_t, v1::ShardSearchRequest> round1;
     for (uint32_t s : shards) {
       round1[s] = shard_request(s);
       round1[s].set_nominate_only(true);
+      round1[s].set_scored_share(scored_share);
     }
     std::map<uint32_t, absl::StatusOr<SearchResult>> nominations;
     SearchShards(call, entry, deadline, round1, &nominations);
@@ -875,30 +885,28 @@ absl::Status Router::Search(const grpc::CallbackServerContext& call,
       SearchShards(call, entry, deadline, again, &nominations);
       TESSERA_RETURN_IF_ERROR(Gather(nominations, request, &missing, &shards, &parts));
     }
-    for (const SearchResult& part : parts) {
-      candidates_ms = std::max(candidates_ms, part.timings.candidates_ms);
-    }
-    cut = CutNominations(parts, k);
+    cut = CutNominations(std::move(parts), k);
   }
 
-  // Round 2: each shard reranks its ids of the cut — or, where a standalone collection would
-  // score every matching document, every shard searches exhaustively.
+  // Round 2: each shard reranks its ids of the cut that round 1 did not score — or, where a
+  // standalone collection would score every matching document, every shard searches
+  // exhaustively.
   std::map<uint32_t, v1::ShardSearchRequest> round2;
   for (size_t i = 0; i < shards.size(); ++i) {
     v1::ShardSearchRequest search = shard_request(shards[i]);
     if (cut.has_value()) {
-      if ((*cut)[i].empty()) continue;
-      for (std::string& id : (*cut)[i]) search.add_rerank_ids(std::move(id));
+      if (cut->rerank_ids[i].empty()) continue;
+      for (std::string& id : cut->rerank_ids[i]) search.add_rerank_ids(std::move(id));
     } else {
       search.mutable_search()->set_exhaustive(true);
     }
     round2[shards[i]] = std::move(search);
   }
   std::map<uint32_t, absl::StatusOr<SearchResult>> answers;
-  SearchShards(call, entry, deadline, round2, &answers);
+  if (!round2.empty()) SearchShards(call, entry, deadline, round2, &answers);
   TESSERA_RETURN_IF_ERROR(Gather(answers, request, &missing, &shards, &parts));
-  SearchResult merged = MergeTopK(std::move(parts), k);
-  merged.timings.candidates_ms = std::max(merged.timings.candidates_ms, candidates_ms);
+  if (cut.has_value()) parts.push_back(std::move(cut->scored));
+  const SearchResult merged = MergeTopK(std::move(parts), k);
   const double fanout_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - fanout_start).count();
   server::SearchResultToProto(merged, response);

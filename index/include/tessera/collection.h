@@ -116,12 +116,16 @@ struct SearchOptions {
   // The two rounds of a caller that merges several collections' searches into the answer ONE
   // collection of all their documents would give (a router over shard nodes; tessera/merge.h):
   //   nominate_only  stage 1 only, whatever the collection's size: the N best nominees as hits
-  //                  with SearchHit::candidate_score (score 0), best first; no exhaustive
-  //                  fallback (the caller decides over SearchResult::documents, ::num_candidates
-  //                  of every part). Not with `exhaustive` or `rerank_ids`.
+  //                  with SearchHit::candidate_score, best first; no exhaustive fallback (the
+  //                  caller decides over SearchResult::documents, ::num_candidates of every
+  //                  part). The best ⌈scored_share × N⌉ of them are scored exactly as well
+  //                  (a part's likely share of the caller's cut: round 2 then has nothing left
+  //                  to do for it); the others have SearchHit::scored false.
+  //                  Not with `exhaustive` or `rerank_ids`.
   //   rerank_ids     when not empty: exact MaxSim over just these documents (ids not stored
   //                  are skipped), the best k; at most CollectionLimits::max_num_candidates.
   bool nominate_only = false;
+  double scored_share = 0;  // 0 … 1
   std::vector<std::string> rerank_ids;
 };
 
@@ -137,8 +141,10 @@ struct SearchHit {
   float score = 0.0f;  // exact MaxSim over the stored rerank vectors
   uint64_t version = 0;
   std::vector<TokenMatch> explanation;  // when asked; one entry per query token
-  // SearchOptions::nominate_only: the document's stage-1 score.
+  // SearchOptions::nominate_only: the document's stage-1 score, and whether `score` (and
+  // `explanation`) are there: only for the best SearchOptions::scored_share of the nominees.
   std::optional<float> candidate_score;
+  bool scored = true;
 };
 
 struct SearchTimings {
