@@ -18,10 +18,11 @@
 //   answers what a standalone collection with the same shard count answers (ids, order, scores;
 //   tessera/merge.h) in two rounds: every shard nominates its N best by stage-1 score, the
 //   router cuts their union at the N best, as the standalone collection cuts its shards'
-//   nominees, and each shard reranks its ids of the cut; the router takes the best k. The shards
-//   together rerank N documents, as the standalone collection does. A shard with no replica that
-//   answers fails the call with UNAVAILABLE naming it, unless the request allows partial results
-//   (then missing_shards lists it).
+//   nominees, and each shard reranks its ids of the cut; the router takes the best k. Round 1
+//   already scores each shard's likely share of the cut (1.5 N / S), so round 2 goes only to
+//   shards whose share was larger (none with explain). A shard with no replica that answers
+//   fails the call with UNAVAILABLE naming it, unless the request allows partial results (then
+//   missing_shards lists it).
 // - Catch-up: a thread copies every stale replica whose node is live from the first serving
 //   replica of its shard (ShardService.CopyReplica: the source refuses writes to the replica with
 //   ABORTED while it checkpoints it and streams it to the target, which swaps it in), then marks
