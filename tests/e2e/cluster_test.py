@@ -7,7 +7,9 @@ writes go on when a shard node is stopped (SIGSTOP) or SIGKILLed (replicas); tha
 with UNAVAILABLE naming it, or returns the other shards' hits with allow_partial_results; that a
 replica that missed writes comes back stale, serves no reads, and catches up by a copy from a
 serving replica, after which the cluster answers as the standalone server again; and that a
-restarted router reads the cluster back from etcd. Skips without /usr/bin/etcd."""
+restarted router reads the cluster back from etcd. ClusterFaultsTest: 5,000 documents with a
+shard node SIGKILLed mid-ingest (nothing acknowledged lost, catch-up), a SIGKILLed router replaced
+by a second one, and etcd stopped and restarted. Skips without /usr/bin/etcd."""
 
 import hashlib
 import json
@@ -268,6 +270,138 @@ class ClusterTest(unittest.TestCase):
         with self.router.client() as fresh:
             self.assertIn(COLLECTION, fresh.list_collections())
             self.assertEqual(len(fresh.collection_info(COLLECTION)["shards"]), SHARDS)
+
+
+@unittest.skipUnless(e2e_util.Etcd.available(), "needs /usr/bin/etcd (Debian etcd-server)")
+class ClusterFaultsTest(unittest.TestCase):
+    """5,000 documents through a router while a shard node is SIGKILLed mid-ingest: nothing
+    acknowledged is lost and the answers equal a standalone server's; a SIGKILLed router is
+    replaced by a second one serving the same data; with etcd stopped, searches and writes go on
+    over the cached shard map (a write that needs no change to it, as here, needs no etcd), what
+    must change the map fails with UNAVAILABLE naming etcd, and all recovers when it is back."""
+
+    DOCS = 5000
+
+    def setUp(self):
+        self.etcd = e2e_util.Etcd()
+        self.addCleanup(self.etcd.cleanup)
+        self.etcd.start()
+        self.nodes = []
+        for i in range(3):
+            node = e2e_util.Server("--role", "shard", "--node_id", f"node-{i}", "--etcd",
+                                   self.etcd.endpoint)
+            self.addCleanup(node.cleanup)
+            self.nodes.append(node.start())
+        deadline = time.monotonic() + 20
+        while len(self.etcd.keys("/tessera/nodes/")) < 3:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.1)
+        self.routers = []
+        for _ in range(2):
+            router = e2e_util.Server("--role", "router", "--etcd", self.etcd.endpoint)
+            self.addCleanup(router.cleanup)
+            self.routers.append(router.start())
+        self.standalone = e2e_util.Server()
+        self.addCleanup(self.standalone.cleanup)
+        self.standalone.start()
+
+    def assert_same_answers(self, router, standalone, queries):
+        for query in queries:
+            for options in ({"exhaustive": True}, {}):
+                got = router.search(COLLECTION, query, k=10, **options)
+                want = standalone.search(COLLECTION, query, k=10, **options)
+                self.assertEqual(got.ids, want.ids, options)
+                np.testing.assert_array_equal(got.scores, want.scores)
+                self.assertEqual(got.missing_shards, [])
+
+    def wait_until_serving(self, client, timeout=60.0):
+        deadline = time.monotonic() + timeout
+        while True:
+            shards = client.collection_info(COLLECTION)["shards"]
+            if all(r["state"] == "serving" for s in shards for r in s["replicas"]):
+                return
+            self.assertLess(time.monotonic(), deadline, shards)
+            time.sleep(0.2)
+
+    def test_faults_during_ingest(self):
+        rng = np.random.default_rng(11)
+        docs = make_documents(rng, 0, self.DOCS)
+        queries = [e2e_util.query_near(rng, docs[int(i)]["tokens"], 6)
+                   for i in rng.integers(self.DOCS, size=6)]
+        first, second = (router.client() for router in self.routers)
+        standalone = self.standalone.client()
+        for client in (first, second, standalone):
+            self.addCleanup(client.close)
+        first.create_collection(COLLECTION, DIM, num_shards=SHARDS, replicas=2)
+        standalone.create_collection(COLLECTION, DIM, num_shards=SHARDS)
+        self.assertTrue(all(r.ok for r in standalone.upsert(COLLECTION, docs, batch_size=100)))
+
+        # Ingest through the first router; SIGKILL a shard node once a third is acknowledged.
+        acknowledged, refused = set(), []
+        for start in range(0, self.DOCS, 100):
+            if start == 1700:
+                self.nodes[1].kill()
+            for result in first.upsert(COLLECTION, docs[start:start + 100], batch_size=50):
+                if result.ok:
+                    acknowledged.add(result.id)
+                else:  # a write in flight when the node died: UNAVAILABLE, retryable
+                    self.assertEqual(result.status, grpc.StatusCode.UNAVAILABLE, result.message)
+                    refused.append(result.id)
+        by_id = {d["id"]: d for d in docs}
+        retried = first.upsert(COLLECTION, [by_id[i] for i in refused], batch_size=50)
+        self.assertTrue(all(r.ok for r in retried), [r.message for r in retried if not r.ok])
+        acknowledged.update(refused)
+        self.assertEqual(len(acknowledged), self.DOCS)
+
+        # Nothing acknowledged is lost; the answers are the standalone server's.
+        self.assertEqual(first.collection_info(COLLECTION)["stats"]["documents"], self.DOCS)
+        for i in sorted(acknowledged)[::7]:
+            got = first.get(COLLECTION, i)
+            np.testing.assert_array_equal(
+                got["vectors"], standalone.get(COLLECTION, i)["vectors"])
+        self.assert_same_answers(first, standalone, queries)
+
+        # The node comes back, catches up and serves.
+        states = {r["state"] for s in first.collection_info(COLLECTION)["shards"]
+                  for r in s["replicas"] if r["node_id"] == "node-1"}
+        self.assertNotIn("serving", states)
+        self.nodes[1].start()
+        self.wait_until_serving(first)
+        self.assertIn("replica caught up", self.routers[0].log())
+        self.assert_same_answers(first, standalone, queries)
+
+        # The first router SIGKILLed: the second serves the same data.
+        self.routers[0].kill()
+        self.assert_same_answers(second, standalone, queries)
+
+        # etcd stopped: searches and writes over the cached map go on; creating a collection
+        # (a change to the map) fails with UNAVAILABLE naming etcd.
+        self.etcd.process.kill()
+        self.etcd.process.wait()
+        try:
+            self.assert_same_answers(second, standalone, queries)
+            extra = make_documents(rng, self.DOCS, 20)
+            self.assertTrue(all(r.ok for r in second.upsert(COLLECTION, extra)))
+            self.assertTrue(all(r.ok for r in standalone.upsert(COLLECTION, extra)))
+            self.assert_same_answers(second, standalone, queries)
+            with self.assertRaises(tessera.TesseraError) as down:
+                second.create_collection("later", DIM, replicas=2, timeout=30)
+            self.assertEqual(down.exception.code, grpc.StatusCode.UNAVAILABLE)
+            self.assertIn("etcd", str(down.exception))
+        finally:
+            self.etcd.start()
+        # etcd back (same data): the cluster takes new collections again.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                second.create_collection("later", DIM, replicas=2)
+                break
+            except tessera.TesseraError as error:
+                self.assertEqual(error.code, grpc.StatusCode.UNAVAILABLE, str(error))
+                self.assertLess(time.monotonic(), deadline, str(error))
+                time.sleep(0.5)
+        self.assertIn("later", second.list_collections())
+        self.assert_same_answers(second, standalone, queries)
 
 
 @unittest.skipUnless(e2e_util.Etcd.available(), "needs /usr/bin/etcd (Debian etcd-server)")
