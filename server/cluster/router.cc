@@ -75,33 +75,6 @@ std::string ShardName(const std::string& collection, uint32_t shard) {
   return absl::StrCat("shard ", shard, " of collection '", collection, "'");
 }
 
-// Calls `call` on the replicas in `order`, one after another, until one succeeds or fails with a
-// status another replica would share; returns that status, or UNAVAILABLE naming the shard and
-// every replica's failure. Attempt i of n gets until now + (deadline - now) / (n - i): a replica
-// that hangs (a stopped process keeps its connections open) costs a share of the time, and its
-// DEADLINE_EXCEEDED moves on to the next replica while the caller's deadline has time left.
-absl::Status TryReplicas(const std::string& shard_name, const std::vector<std::string>& order,
-                         absl::Time deadline,
-                         const std::function<absl::Status(const std::string&, absl::Time)>& call) {
-  std::vector<std::string> failures;
-  for (size_t i = 0; i < order.size(); ++i) {
-    const absl::Time now = absl::Now();
-    const bool last = i + 1 == order.size();
-    const absl::Time attempt_deadline =
-        last ? deadline : now + (deadline - now) / static_cast<double>(order.size() - i);
-    absl::Status status = call(order[i], attempt_deadline);
-    const bool attempt_timed_out =
-        absl::IsDeadlineExceeded(status) && !last && absl::Now() < deadline;
-    if (status.ok() || (!Retryable(status) && !attempt_timed_out)) return status;
-    Log("warning", "replica failed; trying the next",
-        {{"shard", shard_name}, {"node", order[i]}, {"error", std::string(status.message())}});
-    failures.push_back(absl::StrCat(order[i], ": ", status.message()));
-  }
-  if (failures.empty()) failures.emplace_back("no serving replica");
-  return absl::UnavailableError(
-      absl::StrCat(shard_name, " unavailable (", absl::StrJoin(failures, "; "), ")"));
-}
-
 void AddStats(const v1::CollectionStats& from, v1::CollectionStats* to) {
   to->set_documents(to->documents() + from.documents());
   to->set_original_tokens(to->original_tokens() + from.original_tokens());
@@ -278,7 +251,61 @@ std::vector<std::string> Router::ReadOrder(const v1::ShardPlacement& placement) 
     std::rotate(serving.begin(), serving.begin() + static_cast<ptrdiff_t>(turn % serving.size()),
                 serving.end());
   }
+  // A node that failed or hung lately is tried last: a stopped process that keeps its
+  // connections open would otherwise cost every call that picks it a share of its deadline until
+  // its lease expires.
+  std::stable_partition(serving.begin(), serving.end(),
+                        [this](const std::string& node) { return !Distrusted(node); });
   return serving;
+}
+
+absl::Status Router::TryReplicas(
+    const std::string& shard_name, const std::vector<std::string>& order, absl::Time deadline,
+    const std::function<absl::Status(const std::string&, absl::Time)>& call) {
+  std::vector<std::string> failures;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const absl::Time now = absl::Now();
+    const bool last = i + 1 == order.size();
+    const absl::Time attempt_deadline =
+        last ? deadline : now + (deadline - now) / static_cast<double>(order.size() - i);
+    absl::Status status = call(order[i], attempt_deadline);
+    const bool attempt_timed_out =
+        absl::IsDeadlineExceeded(status) && !last && absl::Now() < deadline;
+    if (status.ok()) Trust(order[i]);
+    if (status.ok() || (!Retryable(status) && !attempt_timed_out)) return status;
+    Log("warning", "replica failed; trying the next",
+        {{"shard", shard_name}, {"node", order[i]}, {"error", std::string(status.message())}});
+    Distrust(order[i]);
+    failures.push_back(absl::StrCat(order[i], ": ", status.message()));
+  }
+  if (failures.empty()) failures.emplace_back("no serving replica");
+  return absl::UnavailableError(
+      absl::StrCat(shard_name, " unavailable (", absl::StrJoin(failures, "; "), ")"));
+}
+
+void Router::Distrust(const std::string& node) {
+  const absl::Time until = absl::Now() + options_.distrust_for;
+  MutexLock lock(&distrust_mu_);
+  const bool fresh = distrusted_until_.count(node) == 0;
+  distrusted_until_[node] = until;
+  if (fresh) {
+    Log("warning", "shard node tried last for a while",
+        {{"node", node}, {"seconds", absl::StrCat(absl::ToDoubleSeconds(options_.distrust_for))}});
+  }
+}
+
+void Router::Trust(const std::string& node) {
+  MutexLock lock(&distrust_mu_);
+  distrusted_until_.erase(node);
+}
+
+bool Router::Distrusted(const std::string& node) {
+  MutexLock lock(&distrust_mu_);
+  const auto it = distrusted_until_.find(node);
+  if (it == distrusted_until_.end()) return false;
+  if (absl::Now() < it->second) return true;
+  distrusted_until_.erase(it);
+  return false;
 }
 
 absl::StatusOr<std::set<uint32_t>> Router::Acknowledge(

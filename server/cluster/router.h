@@ -33,6 +33,7 @@
 #define TESSERA_SERVER_CLUSTER_ROUTER_H_
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -59,6 +60,9 @@ struct RouterOptions {
   // How often the catch-up thread looks for stale replicas; zero: never.
   absl::Duration catch_up_interval = absl::Seconds(2);
   absl::Duration copy_timeout = absl::Minutes(30);  // of one replica copy
+  // A node whose read failed or timed out is tried after the others for this long (or until it
+  // answers a call): a hung node would otherwise cost calls a share of their deadline each.
+  absl::Duration distrust_for = absl::Seconds(5);
 };
 
 // Thread-safe. `state` outlives the router.
@@ -130,7 +134,21 @@ class Router final : public server::Backend {
   void SearchShards(const grpc::CallbackServerContext& call, const CollectionEntry& entry,
                     absl::Time deadline, const std::map<uint32_t, v1::ShardSearchRequest>& requests,
                     std::map<uint32_t, absl::StatusOr<SearchResult>>* answers);
-  // The serving replicas of a shard, rotated so that calls spread over them.
+  // Calls `call` on the replicas in `order`, one after another, until one succeeds or fails with
+  // a status another replica would share; returns that status, or UNAVAILABLE naming the shard
+  // and every replica's failure. Attempt i of n gets until now + (deadline - now) / (n - i): a
+  // replica that hangs (a stopped process keeps its connections open) costs a share of the time,
+  // and its DEADLINE_EXCEEDED moves on to the next replica while the caller's deadline has time
+  // left. A replica that fails is distrusted (RouterOptions::distrust_for), one that answers is
+  // trusted again.
+  absl::Status TryReplicas(const std::string& shard_name, const std::vector<std::string>& order,
+                           absl::Time deadline,
+                           const std::function<absl::Status(const std::string&, absl::Time)>& call);
+  void Distrust(const std::string& node);
+  void Trust(const std::string& node);
+  bool Distrusted(const std::string& node);
+  // The serving replicas of a shard, rotated so that calls spread over them; distrusted nodes
+  // last.
   std::vector<std::string> ReadOrder(const v1::ShardPlacement& placement);
 
   // Copies one stale replica on a live node from a serving one and marks it serving; false when
@@ -144,6 +162,8 @@ class Router final : public server::Backend {
   Mutex mu_;
   // By address: a node that moves gets a new channel.
   std::map<std::string, std::unique_ptr<v1::ShardService::Stub>> stubs_ ABSL_GUARDED_BY(mu_);
+  Mutex distrust_mu_;
+  std::map<std::string, absl::Time> distrusted_until_ ABSL_GUARDED_BY(distrust_mu_);
   Mutex stop_mu_;
   CondVar stop_cv_;
   bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;

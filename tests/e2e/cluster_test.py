@@ -193,6 +193,8 @@ class ClusterTest(unittest.TestCase):
                 self.assertEqual(got.ids, want.ids)
         finally:
             self.shards[0].process.send_signal(signal.SIGCONT)
+        # The calls after the first timeout try the stopped node last (for a few seconds).
+        self.assertIn("shard node tried last for a while", self.router.log())
 
         # One node SIGKILLed: every shard still has a replica. Reads retry on it at once (the
         # dead node's lease has not expired yet), writes are acknowledged by the live replicas.
