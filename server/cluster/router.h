@@ -14,7 +14,8 @@
 //   naming the shard.
 // - Reads: Get and Search go to one serving replica per shard (live, not stale; rotated per
 //   call), in parallel, with the caller's deadline and cancellation; a replica that fails, or
-//   does not answer within its share of the remaining time, is retried on the next one. Search
+//   does not answer within its share of the remaining time, is retried on the next one (and
+//   tried last for RouterOptions::distrust_for, unless it answers meanwhile). Search
 //   answers what a standalone collection with the same shard count answers (ids, order, scores;
 //   tessera/merge.h) in two rounds: every shard nominates its N best by stage-1 score, the
 //   router cuts their union at the N best, as the standalone collection cuts its shards'
