@@ -78,6 +78,7 @@ std::map<std::string, Setter> Settings(ServerConfig* config, std::set<std::strin
   text("tls_cert", &config->tls_cert);
   text("tls_key", &config->tls_key);
   text("tls_client_ca", &config->tls_client_ca);
+  text("cluster_tls_ca", &config->cluster_tls_ca);
   settings["threads"] = [config](const std::string& value) {
     if (!absl::SimpleAtoi(value, &config->threads) || config->threads < 0) {
       return Bad("threads", value, "an integer ≥ 0");
@@ -235,6 +236,8 @@ std::string ServerUsage() {
                                  shard nodes to each other (admin scope in the nodes' --api_keys)
   --tls_cert FILE --tls_key FILE PEM server certificate and key: serve TLS
   --tls_client_ca FILE           PEM CA: require and verify client certificates (mTLS)
+  --cluster_tls_ca FILE          PEM CA of the shard nodes' certificates: call them over TLS
+                                 (presenting --tls_cert/--tls_key when set)
   --insecure [true|false]        allow plaintext on an address beyond loopback (default false:
                                  such a --listen needs --tls_cert)
   --threads N                    pooling and MaxSim threads (default 0 = all cores)

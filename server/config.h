@@ -30,6 +30,10 @@ struct ServerConfig {
   std::string tls_cert;  // PEM; with tls_key enables TLS
   std::string tls_key;
   std::string tls_client_ca;  // PEM; requires and verifies client certificates (mTLS)
+  // PEM CA that signed the shard nodes' --tls_cert: routers and nodes then call shard nodes over
+  // TLS, verify them with it, and present their own --tls_cert/--tls_key when they have one (for
+  // nodes that require client certificates). Empty: plaintext between nodes.
+  std::string cluster_tls_ca;
   // Plaintext gRPC on an address beyond loopback; without it such a listener needs TLS.
   bool insecure = false;
   int threads = 0;                                   // pooling and MaxSim threads; 0 = all cores

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "tessera/status_macros.h"
 
 namespace tessera::server {
 namespace {
@@ -89,6 +90,18 @@ absl::StatusOr<std::string> ReadPem(const std::string& path) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> NewClusterChannelCredentials(
+    const std::string& cluster_ca, const TlsFiles& own) {
+  if (cluster_ca.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions options;
+  TESSERA_ASSIGN_OR_RETURN(options.pem_root_certs, ReadPem(cluster_ca));
+  if (!own.cert.empty() && !own.key.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(options.pem_cert_chain, ReadPem(own.cert));
+    TESSERA_ASSIGN_OR_RETURN(options.pem_private_key, ReadPem(own.key));
+  }
+  return grpc::SslCredentials(options);
+}
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> NewServerCredentials(
     const TlsFiles& tls, const ApiKeys* keys, RefusalObserver on_refused) {

@@ -31,6 +31,12 @@ using RefusalObserver = std::function<void(absl::string_view method, const absl:
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> NewServerCredentials(
     const TlsFiles& tls, const ApiKeys* keys, RefusalObserver on_refused = nullptr);
 
+// The credentials of calls to other nodes of a cluster: plaintext without `cluster_ca`, else TLS
+// verified against that CA, presenting `own.cert`/`own.key` when set (a node's own --tls_cert and
+// --tls_key). NOT_FOUND naming a PEM file that cannot be read.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> NewClusterChannelCredentials(
+    const std::string& cluster_ca, const TlsFiles& own);
+
 // Whether `listen` ("HOST:PORT", "[::1]:PORT", "unix:PATH") only accepts connections from this
 // machine: a loopback address, localhost or a unix socket.
 bool IsLoopbackAddress(const std::string& listen);

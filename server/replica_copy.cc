@@ -178,6 +178,7 @@ void WriteGate::Open(const std::string& collection) {
 
 absl::Status SendReplicaCopy(Engine* engine, const std::string& local,
                              const v1::ShardReplica& replica, const std::string& target_address,
+                             const std::shared_ptr<grpc::ChannelCredentials>& credentials,
                              const std::string& cluster_key, v1::ShardCopyResponse* response) {
   const std::string dir = FreshDirectory(engine->StagingDirectory(), "outgoing");
   TESSERA_RETURN_IF_ERROR(engine->CheckpointCollection(local, dir));
@@ -185,8 +186,7 @@ absl::Status SendReplicaCopy(Engine* engine, const std::string& local,
   for (const fs::directory_entry& entry : fs::recursive_directory_iterator(dir)) {
     if (entry.is_regular_file()) files.push_back(entry.path());
   }
-  auto stub = v1::ShardService::NewStub(
-      grpc::CreateChannel(target_address, grpc::InsecureChannelCredentials()));
+  auto stub = v1::ShardService::NewStub(grpc::CreateChannel(target_address, credentials));
   grpc::ClientContext context;
   if (!cluster_key.empty())
     context.AddMetadata("authorization", absl::StrCat("Bearer ", cluster_key));

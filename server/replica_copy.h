@@ -41,10 +41,11 @@ class WriteGate {
 
 // Checkpoints local collection `local` of `engine` and streams it to the ShardService at
 // `target_address` as replica `replica` (ImportReplica), waiting for the target to swap it in.
-// The caller holds the collection's WriteGate closed. `cluster_key`, when not empty, is the API
-// key sent to the target. Files and bytes sent go to `response`.
+// The caller holds the collection's WriteGate closed. The call uses `credentials`; `cluster_key`,
+// when not empty, is the API key sent to the target. Files and bytes sent go to `response`.
 absl::Status SendReplicaCopy(Engine* engine, const std::string& local,
                              const v1::ShardReplica& replica, const std::string& target_address,
+                             const std::shared_ptr<grpc::ChannelCredentials>& credentials,
                              const std::string& cluster_key, v1::ShardCopyResponse* response);
 
 // The server side of ImportReplica: `local_name` maps the replica named in the first message to

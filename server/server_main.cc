@@ -295,12 +295,22 @@ int Run(const ServerConfig& config) {
     if (!key.ok()) return Fail(key.status());
     context.cluster_key = *std::move(key);
   }
+  {
+    auto credentials = NewClusterChannelCredentials(
+        config.cluster_tls_ca, TlsFiles{config.tls_cert, config.tls_key, config.tls_client_ca});
+    if (!credentials.ok()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--cluster_tls_ca: ", credentials.status().message())));
+    }
+    context.cluster_credentials = *std::move(credentials);
+  }
   std::unique_ptr<Backend> backend;
   if (router_role) {
     cluster::RouterOptions router_options;
     router_options.max_message_bytes = config.max_message_bytes;
     router_options.max_documents_per_batch = config.max_documents_per_batch;
     router_options.cluster_key = context.cluster_key;
+    router_options.channel_credentials = context.cluster_credentials;
     backend = std::make_unique<cluster::Router>(cluster_state.get(), router_options);
   } else {
     backend = std::make_unique<EngineBackend>(&context);

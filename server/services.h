@@ -25,6 +25,9 @@ struct ServiceContext {
   Metrics* metrics = nullptr;
   ServerConfig config;
   std::string cluster_key;  // from config.cluster_key_file; sent on calls to other nodes
+  // Of calls to other nodes (config.cluster_tls_ca): TLS or plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> cluster_credentials =
+      grpc::InsecureChannelCredentials();
 };
 
 class AdminServiceImpl final : public v1::AdminService::CallbackService {

@@ -266,9 +266,9 @@ grpc::ServerUnaryReactor* ShardServiceImpl::CopyReplica(grpc::CallbackServerCont
         v1::ShardReplica named;
         named.set_collection(replica.collection);
         named.set_shard(replica.shard);
-        TESSERA_RETURN_IF_ERROR(replica.Rewrite(SendReplicaCopy(context_->engine, replica.local,
-                                                                named, request->target_address(),
-                                                                context_->cluster_key, response)));
+        TESSERA_RETURN_IF_ERROR(replica.Rewrite(
+            SendReplicaCopy(context_->engine, replica.local, named, request->target_address(),
+                            context_->cluster_credentials, context_->cluster_key, response)));
         response->set_seconds(
             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
         Log("info", "replica copied",

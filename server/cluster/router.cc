@@ -220,7 +220,7 @@ absl::StatusOr<v1::ShardService::Stub*> Router::StubOf(const std::string& node_i
     arguments.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
     arguments.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
     stub = v1::ShardService::NewStub(
-        grpc::CreateCustomChannel(*address, grpc::InsecureChannelCredentials(), arguments));
+        grpc::CreateCustomChannel(*address, options_.channel_credentials, arguments));
   }
   return stub.get();
 }

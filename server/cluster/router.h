@@ -58,6 +58,9 @@ struct RouterOptions {
   int64_t max_message_bytes = 64 << 20;  // of the channels to shard nodes
   int64_t max_documents_per_batch = 1024;
   std::string cluster_key;  // API key sent to shard nodes (ServerConfig::cluster_key_file)
+  // Of the channels to shard nodes (ServerConfig::cluster_tls_ca): TLS or plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials =
+      grpc::InsecureChannelCredentials();
   // How often the catch-up thread looks for stale replicas; zero: never.
   absl::Duration catch_up_interval = absl::Seconds(2);
   absl::Duration copy_timeout = absl::Minutes(30);  // of one replica copy

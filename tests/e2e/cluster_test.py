@@ -14,6 +14,7 @@ by a second one, and etcd stopped and restarted. Skips without /usr/bin/etcd."""
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -404,6 +405,79 @@ class ClusterFaultsTest(unittest.TestCase):
                 time.sleep(0.5)
         self.assertIn("later", second.list_collections())
         self.assert_same_answers(second, standalone, queries)
+
+
+@unittest.skipUnless(e2e_util.Etcd.available() and shutil.which("openssl"),
+                     "needs /usr/bin/etcd (Debian etcd-server) and openssl")
+class ClusterTlsTest(unittest.TestCase):
+    """Shard nodes that serve mutual TLS: a router with --cluster_tls_ca (and its own certificate)
+    creates, writes and searches through them, and a stale replica catches up by a copy between
+    the nodes over TLS; a router without it cannot reach them."""
+
+    def test_nodes_over_tls(self):
+        d = tempfile.mkdtemp(prefix="tessera-cluster-tls-")
+        self.addCleanup(lambda: shutil.rmtree(d, ignore_errors=True))
+
+        def openssl(*args):
+            subprocess.run(["openssl", *args], cwd=d, check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+                "-subj", "/CN=tessera-cluster-ca")
+        with open(os.path.join(d, "node.ext"), "w") as f:
+            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+        openssl("req", *ec, "-keyout", "node.key", "-out", "node.csr", "-subj", "/CN=node")
+        openssl("x509", "-req", "-in", "node.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", "node.pem", "-days", "2", "-extfile", "node.ext")
+        ca, cert, key = (os.path.join(d, name) for name in ("ca.pem", "node.pem", "node.key"))
+        tls = ["--tls_cert", cert, "--tls_key", key, "--cluster_tls_ca", ca]
+        client_tls = dict(tls_root_cert=ca, tls_client_cert=cert, tls_client_key=key)
+
+        etcd = e2e_util.Etcd()
+        self.addCleanup(etcd.cleanup)
+        etcd.start()
+        nodes = []
+        for i in range(2):
+            node = e2e_util.Server("--role", "shard", "--node_id", f"t{i}", "--etcd",
+                                   etcd.endpoint, *tls, "--tls_client_ca", ca,
+                                   client_options=client_tls)
+            self.addCleanup(node.cleanup)
+            nodes.append(node.start())
+        deadline = time.monotonic() + 20
+        while len(etcd.keys("/tessera/nodes/")) < 2:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.1)
+        router = e2e_util.Server("--role", "router", "--etcd", etcd.endpoint, *tls,
+                                 client_options=dict(tls_root_cert=ca))
+        self.addCleanup(router.cleanup)
+        router.start()
+        plain = e2e_util.Server("--role", "router", "--etcd", etcd.endpoint)
+        self.addCleanup(plain.cleanup)
+        plain.start()
+
+        rng = np.random.default_rng(3)
+        docs = make_documents(rng, 0, 200)
+        with router.client() as client:
+            client.create_collection("c", DIM, num_shards=2, replicas=2)
+            self.assertTrue(all(r.ok for r in client.upsert("c", docs[:100])))
+            nodes[1].kill()  # its replicas miss the next writes, then catch up over TLS
+            self.assertTrue(all(r.ok for r in client.upsert("c", docs[100:])))
+            nodes[1].start()
+            deadline = time.monotonic() + 60
+            while True:
+                shards = client.collection_info("c")["shards"]
+                if all(r["state"] == "serving" for s in shards for r in s["replicas"]):
+                    break
+                self.assertLess(time.monotonic(), deadline, shards)
+                time.sleep(0.2)
+            self.assertIn("replica caught up", router.log())
+            hits = client.search("c", docs[150]["tokens"], k=3, exhaustive=True)
+            self.assertEqual(hits.ids[0], docs[150]["id"])
+            self.assertEqual(client.collection_info("c")["stats"]["documents"], 200)
+        with plain.client() as client:  # plaintext to TLS nodes: no answer
+            with self.assertRaises(tessera.TesseraError) as refused:
+                client.search("c", docs[3]["tokens"], k=3, timeout=10)
+            self.assertEqual(refused.exception.code, grpc.StatusCode.UNAVAILABLE)
 
 
 @unittest.skipUnless(e2e_util.Etcd.available(), "needs /usr/bin/etcd (Debian etcd-server)")
