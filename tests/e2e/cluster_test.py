@@ -47,6 +47,33 @@ def make_documents(rng, start, count):
             for i in range(start, start + count)]
 
 
+def start_shard_nodes(etcd, names, add_cleanup, *flags, client_options=None):
+    """A `--role shard` node per name on `etcd` (each handed to add_cleanup), once every one of
+    them has registered."""
+    nodes = []
+    for name in names:
+        node = e2e_util.Server("--role", "shard", "--node_id", name, "--etcd", etcd.endpoint,
+                               *flags, client_options=client_options)
+        add_cleanup(node.cleanup)
+        nodes.append(node.start())
+    deadline = time.monotonic() + 20
+    while len(etcd.keys("/tessera/nodes/")) < len(names):
+        assert time.monotonic() < deadline, etcd.keys("/tessera/nodes/")
+        time.sleep(0.1)
+    return nodes
+
+
+def wait_until_serving(client, collection, timeout=60.0):
+    """Until every replica of every shard of `collection` is serving."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shards = client.collection_info(collection)["shards"]
+        if all(r["state"] == "serving" for s in shards for r in s["replicas"]):
+            return
+        assert time.monotonic() < deadline, shards
+        time.sleep(0.2)
+
+
 @unittest.skipUnless(e2e_util.Etcd.available(), "needs /usr/bin/etcd (Debian etcd-server)")
 class ClusterTest(unittest.TestCase):
 
@@ -55,16 +82,8 @@ class ClusterTest(unittest.TestCase):
         cls.etcd = e2e_util.Etcd()
         cls.addClassCleanup(cls.etcd.cleanup)
         cls.etcd.start()
-        cls.shards = []
-        for i in range(3):
-            node = e2e_util.Server("--role", "shard", "--node_id", f"shard-{i}", "--etcd",
-                                   cls.etcd.endpoint)
-            cls.addClassCleanup(node.cleanup)
-            cls.shards.append(node.start())
-        deadline = time.monotonic() + 20
-        while len(cls.etcd.keys("/tessera/nodes/")) < 3:
-            assert time.monotonic() < deadline, cls.etcd.keys("/tessera/nodes/")
-            time.sleep(0.1)
+        cls.shards = start_shard_nodes(cls.etcd, [f"shard-{i}" for i in range(3)],
+                                       cls.addClassCleanup)
         cls.router = e2e_util.Server("--role", "router", "--etcd", cls.etcd.endpoint)
         cls.addClassCleanup(cls.router.cleanup)
         cls.router.start()
@@ -289,16 +308,8 @@ class ClusterFaultsTest(unittest.TestCase):
         self.etcd = e2e_util.Etcd()
         self.addCleanup(self.etcd.cleanup)
         self.etcd.start()
-        self.nodes = []
-        for i in range(3):
-            node = e2e_util.Server("--role", "shard", "--node_id", f"node-{i}", "--etcd",
-                                   self.etcd.endpoint)
-            self.addCleanup(node.cleanup)
-            self.nodes.append(node.start())
-        deadline = time.monotonic() + 20
-        while len(self.etcd.keys("/tessera/nodes/")) < 3:
-            self.assertLess(time.monotonic(), deadline)
-            time.sleep(0.1)
+        self.nodes = start_shard_nodes(self.etcd, [f"node-{i}" for i in range(3)],
+                                       self.addCleanup)
         self.routers = []
         for _ in range(2):
             router = e2e_util.Server("--role", "router", "--etcd", self.etcd.endpoint)
@@ -316,15 +327,6 @@ class ClusterFaultsTest(unittest.TestCase):
                 self.assertEqual(got.ids, want.ids, options)
                 np.testing.assert_array_equal(got.scores, want.scores)
                 self.assertEqual(got.missing_shards, [])
-
-    def wait_until_serving(self, client, timeout=60.0):
-        deadline = time.monotonic() + timeout
-        while True:
-            shards = client.collection_info(COLLECTION)["shards"]
-            if all(r["state"] == "serving" for s in shards for r in s["replicas"]):
-                return
-            self.assertLess(time.monotonic(), deadline, shards)
-            time.sleep(0.2)
 
     def test_faults_during_ingest(self):
         rng = np.random.default_rng(11)
@@ -369,7 +371,7 @@ class ClusterFaultsTest(unittest.TestCase):
                   for r in s["replicas"] if r["node_id"] == "node-1"}
         self.assertNotIn("serving", states)
         self.nodes[1].start()
-        self.wait_until_serving(first)
+        wait_until_serving(first, COLLECTION)
         self.assertIn("replica caught up", self.routers[0].log())
         self.assert_same_answers(first, standalone, queries)
 
@@ -436,17 +438,8 @@ class ClusterTlsTest(unittest.TestCase):
         etcd = e2e_util.Etcd()
         self.addCleanup(etcd.cleanup)
         etcd.start()
-        nodes = []
-        for i in range(2):
-            node = e2e_util.Server("--role", "shard", "--node_id", f"t{i}", "--etcd",
-                                   etcd.endpoint, *tls, "--tls_client_ca", ca,
-                                   client_options=client_tls)
-            self.addCleanup(node.cleanup)
-            nodes.append(node.start())
-        deadline = time.monotonic() + 20
-        while len(etcd.keys("/tessera/nodes/")) < 2:
-            self.assertLess(time.monotonic(), deadline)
-            time.sleep(0.1)
+        nodes = start_shard_nodes(etcd, ["t0", "t1"], self.addCleanup, *tls, "--tls_client_ca",
+                                  ca, client_options=client_tls)
         router = e2e_util.Server("--role", "router", "--etcd", etcd.endpoint, *tls,
                                  client_options=dict(tls_root_cert=ca))
         self.addCleanup(router.cleanup)
@@ -463,13 +456,7 @@ class ClusterTlsTest(unittest.TestCase):
             nodes[1].kill()  # its replicas miss the next writes, then catch up over TLS
             self.assertTrue(all(r.ok for r in client.upsert("c", docs[100:])))
             nodes[1].start()
-            deadline = time.monotonic() + 60
-            while True:
-                shards = client.collection_info("c")["shards"]
-                if all(r["state"] == "serving" for s in shards for r in s["replicas"]):
-                    break
-                self.assertLess(time.monotonic(), deadline, shards)
-                time.sleep(0.2)
+            wait_until_serving(client, "c")
             self.assertIn("replica caught up", router.log())
             hits = client.search("c", docs[150]["tokens"], k=3, exhaustive=True)
             self.assertEqual(hits.ids[0], docs[150]["id"])
@@ -498,14 +485,8 @@ class ClusterAuthTest(unittest.TestCase):
         key_file = os.path.join(keys_dir, "cluster_key")
         with open(key_file, "w") as f:
             f.write(cluster_key + "\n")
-        node = e2e_util.Server("--role", "shard", "--node_id", "n0", "--etcd", etcd.endpoint,
-                               "--api_keys", api_keys, client_options={"api_key": reader_key})
-        self.addCleanup(node.cleanup)
-        node.start()
-        deadline = time.monotonic() + 20
-        while not etcd.keys("/tessera/nodes/"):
-            self.assertLess(time.monotonic(), deadline)
-            time.sleep(0.1)
+        start_shard_nodes(etcd, ["n0"], self.addCleanup, "--api_keys", api_keys,
+                          client_options={"api_key": reader_key})
         keyed = e2e_util.Server("--role", "router", "--etcd", etcd.endpoint,
                                 "--cluster_key_file", key_file)
         self.addCleanup(keyed.cleanup)
