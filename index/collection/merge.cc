@@ -4,6 +4,17 @@
 #include <utility>
 
 namespace tessera {
+namespace {
+
+// Each stage's time of the slowest part: the parts run in parallel.
+void KeepSlowest(const SearchTimings& part, SearchTimings* merged) {
+  merged->candidates_ms = std::max(merged->candidates_ms, part.candidates_ms);
+  merged->fetch_ms = std::max(merged->fetch_ms, part.fetch_ms);
+  merged->rerank_ms = std::max(merged->rerank_ms, part.rerank_ms);
+  merged->total_ms = std::max(merged->total_ms, part.total_ms);
+}
+
+}  // namespace
 
 int64_t MergedNumCandidates(const std::vector<SearchResult>& nominations) {
   int64_t num_candidates = 0;
@@ -27,10 +38,7 @@ std::optional<NominationCut> CutNominations(std::vector<SearchResult> nomination
     SearchResult& part = nominations[p];
     documents += part.documents;
     cut.scored.documents_scored += part.documents_scored;
-    cut.scored.timings.candidates_ms =
-        std::max(cut.scored.timings.candidates_ms, part.timings.candidates_ms);
-    cut.scored.timings.fetch_ms = std::max(cut.scored.timings.fetch_ms, part.timings.fetch_ms);
-    cut.scored.timings.rerank_ms = std::max(cut.scored.timings.rerank_ms, part.timings.rerank_ms);
+    KeepSlowest(part.timings, &cut.scored.timings);
     for (SearchHit& hit : part.hits) {
       nominees.push_back(Nominee{hit.candidate_score.value_or(0.0f), &hit, p});
     }
@@ -68,11 +76,7 @@ SearchResult MergeTopK(std::vector<SearchResult> parts, int64_t k) {
     merged.documents_scored += part.documents_scored;
     merged.num_candidates = std::max(merged.num_candidates, part.num_candidates);
     merged.exhaustive = merged.exhaustive && part.exhaustive;
-    merged.timings.candidates_ms =
-        std::max(merged.timings.candidates_ms, part.timings.candidates_ms);
-    merged.timings.fetch_ms = std::max(merged.timings.fetch_ms, part.timings.fetch_ms);
-    merged.timings.rerank_ms = std::max(merged.timings.rerank_ms, part.timings.rerank_ms);
-    merged.timings.total_ms = std::max(merged.timings.total_ms, part.timings.total_ms);
+    KeepSlowest(part.timings, &merged.timings);
     for (SearchHit& hit : part.hits) hits.push_back(std::move(hit));
   }
   const auto keep = static_cast<size_t>(std::min<int64_t>(k, static_cast<int64_t>(hits.size())));
