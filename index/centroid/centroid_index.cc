@@ -16,33 +16,30 @@ namespace {
 // Centroids scored per task when the query × centroid scores are split over the pool.
 constexpr int64_t kCentroidChunk = 2048;
 
-// Per-thread scratch indexed by document ordinal, reset in O(1) per use by an epoch stamp: a
-// slot is valid for the current use only when its stamp equals the epoch. Stamp and value share a
-// slot so that a random access costs one cache miss, not two. Reused across searches (and
-// indexes) on the same thread, so a search allocates nothing proportional to the shard.
-struct OrdinalScratch {
+// Ordinals per accumulation tile: at most 32,768 (12-byte slots: 384 KiB, within a core's L2),
+// at least 256, else a quarter of the shard per thread (so that the pool has tiles to share).
+constexpr int64_t kMaxTileOrdinals = 32768;
+constexpr int64_t kMinTileOrdinals = 256;
+
+// Per-thread scratch for one tile, indexed by ordinal − the tile's first. Every slot is at its
+// default between uses (ScoreTile resets the ones it touched), so a tile costs nothing
+// proportional to its size. Reused across searches on the same thread.
+struct TileScratch {
   struct Slot {
-    uint32_t stamp = 0;
-    float value = 0.0f;
+    float sum = 0.0f;   // Σ (best − missing) over the tokens before `token`
+    float best = 0.0f;  // token `token`'s best score of the document so far
+    int32_t token = -1;
   };
   std::vector<Slot> slots;
-  uint32_t epoch = 0;
+  std::vector<uint32_t> touched;
 
   void Begin(size_t ordinals) {
     if (slots.size() < ordinals) slots.resize(ordinals);
-    if (++epoch == 0) {
-      std::fill(slots.begin(), slots.end(), Slot{});
-      epoch = 1;
-    }
   }
 };
 
-OrdinalScratch& TokenScratch() {
-  thread_local OrdinalScratch scratch;
-  return scratch;
-}
-OrdinalScratch& MergeScratch() {
-  thread_local OrdinalScratch scratch;
+TileScratch& ThreadTileScratch() {
+  thread_local TileScratch scratch;
   return scratch;
 }
 
@@ -240,7 +237,7 @@ bool CentroidIndex::Contains(uint64_t doc) const {
 }
 
 void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, int nprobe,
-                              TokenHits* out) const {
+                              absl::Span<const uint32_t> tile_starts, TokenScan* out) const {
   const int64_t C = codebook_->num_centroids();
   // The nprobe best centroids of this token (ties: lower id), through a bounded heap whose front
   // is the worst kept: most centroids fail the one comparison with it. Centroids come in id
@@ -269,40 +266,80 @@ void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, 
   codec.BuildLookupTable(query, lut.data());
   ScanTables tables;
   QuantizeScanTables(lut.data(), codec.nibbles(), &tables);
-  OrdinalScratch& scratch = TokenScratch();
-  scratch.Begin(ordinal_doc_.size());
-  const uint32_t epoch = scratch.epoch;
-  OrdinalScratch::Slot* slots = scratch.slots.data();
-  thread_local std::vector<uint16_t> sums;
-  std::vector<uint32_t> touched;
-  // Dead ordinals are scanned like live ones and dropped once, at the merge.
+  out->step = tables.step;
+  out->probes.clear();
+  out->tile_ends.clear();
+  int64_t sums_size = 0;
   for (int p = 0; p < nprobe; ++p) {
     const List& list = lists_[ranked[p].second];
-    const size_t n = list.ordinals.size();
-    if (n == 0) continue;
-    const int64_t blocks = static_cast<int64_t>((n + kScanBlockEntries - 1) / kScanBlockEntries);
-    sums.resize(blocks * kScanBlockEntries);
-    ScanBlocks(list.blocks.data(), blocks, code_bytes_, tables, sums.data());
-    const float offset = ranked[p].first + tables.bias;
-    const float step = tables.step;
-    const uint32_t* ordinals = list.ordinals.data();
-    for (size_t e = 0; e < n; ++e) {
-      const float score = offset + step * static_cast<float>(sums[e]);
-      // At or below the missing estimate a vector changes nothing (a token contributes the
-      // larger of the two), so it costs no scratch access.
-      if (score <= out->missing) continue;
-      OrdinalScratch::Slot& slot = slots[ordinals[e]];
-      if (slot.stamp != epoch) {
-        slot.stamp = epoch;
-        slot.value = score;
-        touched.push_back(ordinals[e]);
-      } else if (score > slot.value) {
-        slot.value = score;
+    if (list.ordinals.empty()) continue;
+    out->probes.push_back(Probe{&list, ranked[p].first + tables.bias, sums_size});
+    sums_size +=
+        static_cast<int64_t>(list.blocks.size()) / ScanBlockBytes(code_bytes_) * kScanBlockEntries;
+  }
+  out->sums.resize(sums_size);
+  const size_t tiles = tile_starts.size() - 1;
+  out->tile_ends.resize(out->probes.size() * tiles);
+  for (size_t p = 0; p < out->probes.size(); ++p) {
+    const List& list = *out->probes[p].list;
+    const int64_t blocks = static_cast<int64_t>(list.blocks.size()) / ScanBlockBytes(code_bytes_);
+    ScanBlocks(list.blocks.data(), blocks, code_bytes_, tables, &out->sums[out->probes[p].sums]);
+    // A list's ordinals ascend, so each tile's entries are one run of it.
+    const uint32_t* first = list.ordinals.data();
+    const uint32_t* at = first;
+    for (size_t t = 0; t < tiles; ++t) {
+      at = std::lower_bound(at, first + list.ordinals.size(), tile_starts[t + 1]);
+      out->tile_ends[p * tiles + t] = static_cast<uint32_t>(at - first);
+    }
+  }
+}
+
+void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, size_t tile,
+                              absl::Span<const uint32_t> tile_starts, float missing_sum,
+                              std::vector<std::pair<uint32_t, float>>* out) const {
+  const size_t tiles = tile_starts.size() - 1;
+  const uint32_t first_ordinal = tile_starts[tile];
+  TileScratch& scratch = ThreadTileScratch();
+  scratch.Begin(tile_starts[tile + 1] - first_ordinal);
+  TileScratch::Slot* slots = scratch.slots.data();
+  std::vector<uint32_t>& touched = scratch.touched;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const TokenScan& token = tokens[i];
+    const int32_t token_id = static_cast<int32_t>(i);
+    for (size_t p = 0; p < token.probes.size(); ++p) {
+      const Probe& probe = token.probes[p];
+      const uint32_t begin = tile == 0 ? 0 : token.tile_ends[p * tiles + tile - 1];
+      const uint32_t end = token.tile_ends[p * tiles + tile];
+      const uint32_t* ordinals = probe.list->ordinals.data();
+      const uint16_t* sums = &token.sums[probe.sums];
+      for (uint32_t e = begin; e < end; ++e) {
+        const float score = probe.offset + token.step * static_cast<float>(sums[e]);
+        // At or below the missing estimate a vector changes nothing (a token contributes the
+        // larger of the two), so it costs no scratch access.
+        if (score <= token.missing) continue;
+        TileScratch::Slot& slot = slots[ordinals[e] - first_ordinal];
+        if (slot.token == token_id) {
+          slot.best = std::max(slot.best, score);
+          continue;
+        }
+        if (slot.token < 0) {
+          touched.push_back(ordinals[e]);
+        } else {
+          slot.sum += slot.best - tokens[slot.token].missing;
+        }
+        slot.token = token_id;
+        slot.best = score;
       }
     }
   }
-  out->hits.resize(touched.size());
-  for (size_t t = 0; t < touched.size(); ++t) out->hits[t] = {touched[t], slots[touched[t]].value};
+  // Dead ordinals were scored like live ones; they are dropped here, once.
+  for (uint32_t ordinal : touched) {
+    TileScratch::Slot& slot = slots[ordinal - first_ordinal];
+    const float sum = slot.sum + (slot.best - tokens[slot.token].missing);
+    slot = TileScratch::Slot{};
+    if (!ordinal_dead_[ordinal]) out->emplace_back(ordinal, missing_sum + sum);
+  }
+  touched.clear();
 }
 
 absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
@@ -318,6 +355,7 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
       std::clamp<int64_t>(options.nprobe > 0 ? options.nprobe : DefaultNprobe(C), 1, C));
   const int64_t nq = queries.rows;
   const int64_t dim = queries.cols;
+  const int64_t keep = std::max<int64_t>(options.num_documents, 0);
 
   // Query × centroid scores, centroids split over the pool, stored token-major (row i: token i's
   // score of every centroid) so that each token's selection reads one contiguous row instead of
@@ -345,11 +383,22 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   }
 
   ReaderMutexLock lock(&mu_);
-  std::vector<TokenHits> tokens(nq);
+  // Ordinal tiles: the accumulation over documents runs one tile at a time, so that its scratch
+  // stays in a core's cache instead of taking one random access to a shard-sized array per vector.
+  const uint32_t ordinals = static_cast<uint32_t>(ordinal_doc_.size());
+  const int threads = pool != nullptr ? pool->num_threads() : 1;
+  const uint32_t tile_size = static_cast<uint32_t>(std::clamp<int64_t>(
+      (ordinals + 4 * threads - 1) / (4 * threads), kMinTileOrdinals, kMaxTileOrdinals));
+  std::vector<uint32_t> tile_starts;
+  for (uint32_t start = 0; start < ordinals; start += tile_size) tile_starts.push_back(start);
+  tile_starts.push_back(ordinals);
+  const size_t tiles = tile_starts.size() - 1;
+
+  std::vector<TokenScan> tokens(nq);
   auto scan = [&](int64_t begin, int64_t end) {
     mu_.AssertReaderHeld();
     for (int64_t i = begin; i < end; ++i) {
-      ScanToken(queries.data + i * dim, &token_scores[i * C], nprobe, &tokens[i]);
+      ScanToken(queries.data + i * dim, &token_scores[i * C], nprobe, tile_starts, &tokens[i]);
     }
   };
   if (pool != nullptr) {
@@ -358,39 +407,48 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
     scan(0, nq);
   }
 
-  // Merge: acc[document] = Σ over the tokens that found it above their estimate of
-  // (best − missing), so that the approximate MaxSim is Σ missing + acc.
-  OrdinalScratch& merge = MergeScratch();
-  merge.Begin(ordinal_doc_.size());
-  const uint32_t epoch = merge.epoch;
-  std::vector<uint32_t> touched;
+  // Per tile: (ordinal, approximate MaxSim) of its live documents found above an estimate, cut to
+  // the best `keep` when no filter has to see them first.
   float missing_sum = 0.0f;
-  for (const TokenHits& token : tokens) {
-    missing_sum += token.missing;
-    for (const auto& [ordinal, score] : token.hits) {
-      OrdinalScratch::Slot& slot = merge.slots[ordinal];
-      if (slot.stamp != epoch) {
-        slot.stamp = epoch;
-        slot.value = 0.0f;
-        touched.push_back(ordinal);
+  for (const TokenScan& token : tokens) missing_sum += token.missing;
+  auto better_ordinal = [this](const std::pair<uint32_t, float>& a,
+                               const std::pair<uint32_t, float>& b) {
+    mu_.AssertReaderHeld();
+    return a.second != b.second ? a.second > b.second
+                                : ordinal_doc_[a.first] < ordinal_doc_[b.first];
+  };
+  std::vector<std::vector<std::pair<uint32_t, float>>> tile_hits(tiles);
+  auto score_tiles = [&](int64_t begin, int64_t end) {
+    mu_.AssertReaderHeld();
+    for (int64_t t = begin; t < end; ++t) {
+      std::vector<std::pair<uint32_t, float>>& hits = tile_hits[t];
+      ScoreTile(tokens, t, tile_starts, missing_sum, &hits);
+      if (accept == nullptr && static_cast<int64_t>(hits.size()) > keep) {
+        std::nth_element(hits.begin(), hits.begin() + keep, hits.end(), better_ordinal);
+        hits.resize(keep);
       }
-      slot.value += score - token.missing;
+    }
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(static_cast<int64_t>(tiles), 1, score_tiles);
+  } else {
+    score_tiles(0, static_cast<int64_t>(tiles));
+  }
+
+  std::vector<CentroidHit> hits;
+  for (const auto& tile : tile_hits) {
+    for (const auto& [ordinal, score] : tile) {
+      const uint64_t doc = ordinal_doc_[ordinal];
+      if (accept != nullptr && !(*accept)(doc)) continue;
+      hits.push_back(CentroidHit{doc, score});
     }
   }
-  std::vector<CentroidHit> hits;
-  hits.reserve(touched.size());
-  for (uint32_t ordinal : touched) {
-    if (ordinal_dead_[ordinal]) continue;
-    const uint64_t doc = ordinal_doc_[ordinal];
-    if (accept != nullptr && !(*accept)(doc)) continue;
-    hits.push_back(CentroidHit{doc, missing_sum + merge.slots[ordinal].value});
-  }
-  const size_t keep = std::min<size_t>(hits.size(), std::max<int64_t>(options.num_documents, 0));
+  const size_t kept = std::min<size_t>(hits.size(), keep);
   auto better = [](const CentroidHit& a, const CentroidHit& b) {
     return a.score != b.score ? a.score > b.score : a.doc < b.doc;
   };
-  std::partial_sort(hits.begin(), hits.begin() + keep, hits.end(), better);
-  hits.resize(keep);
+  std::partial_sort(hits.begin(), hits.begin() + kept, hits.end(), better);
+  hits.resize(kept);
   return hits;
 }
 

@@ -13,6 +13,11 @@
 // contributions over the tokens. The top documents by that sum — among those with at least one
 // vector above its token's estimate — go to the exact rerank.
 //
+// A search runs in two parallel passes: per query token, the selection and the code scan (16-bit
+// sums per list entry); then per tile of document ordinals (a list's ordinals ascend, so a tile is
+// one run of each list), the per-document accumulation in a scratch that fits a core's cache —
+// the accumulation's random accesses, not the scan, were most of stage 1 on large shards.
+//
 // Documents are removed by tombstones; the lists are compacted (and ordinals renumbered) once the
 // dead vectors pass kCompactionFraction of all vectors.
 //
@@ -25,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -115,19 +121,37 @@ class CentroidIndex {
 
  private:
   struct List {
-    std::vector<uint32_t> ordinals;  // per entry: the document's ordinal
+    std::vector<uint32_t> ordinals;  // per entry: the document's ordinal, ascending
     // The entries' codes in blocks of kScanBlockEntries (code_scan.h); the last block's unused
     // entries are zero.
     std::vector<uint8_t> blocks;
   };
-  // Per query token: the deduplicated (ordinal, best score) pairs of its probed lists.
-  struct TokenHits {
-    std::vector<std::pair<uint32_t, float>> hits;
+  // One probed list of a query token: score = offset + step · sums[entry].
+  struct Probe {
+    const List* list = nullptr;
+    float offset = 0.0f;  // the centroid's score + the tables' bias
+    int64_t sums = 0;     // where the list's sums start in TokenScan::sums
+  };
+  // One query token's scan: the 16-bit sums of its probed lists' codes, and where each tile's
+  // entries end in each list (tile_ends[probe · tiles + tile]).
+  struct TokenScan {
+    std::vector<Probe> probes;
+    std::vector<uint16_t> sums;
+    std::vector<uint32_t> tile_ends;
+    float step = 0.0f;
     float missing = 0.0f;
   };
 
-  // One query token: centroid_scores holds its score of every centroid (C values).
-  void ScanToken(const float* query, const float* centroid_scores, int nprobe, TokenHits* out) const
+  // One query token: selects its nprobe best centroids (centroid_scores holds its score of every
+  // centroid, C values) and scores their lists' codes.
+  void ScanToken(const float* query, const float* centroid_scores, int nprobe,
+                 absl::Span<const uint32_t> tile_starts, TokenScan* out) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Appends (ordinal, approximate MaxSim) for the live documents of tile `tile` (ordinals
+  // [tile_starts[tile], tile_starts[tile + 1])) that some token found above its estimate.
+  void ScoreTile(absl::Span<const TokenScan> tokens, size_t tile,
+                 absl::Span<const uint32_t> tile_starts, float missing_sum,
+                 std::vector<std::pair<uint32_t, float>>* out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void CompactLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t MemoryBytesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
