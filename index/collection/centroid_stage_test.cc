@@ -217,7 +217,8 @@ TEST(CentroidStage, WritesDuringTrainingAndRetrainingAreFoundAndDeletesNeverRetu
   TempDir dir;
   Corpus corpus(kDim, 23);
   std::vector<Document> sources;
-  const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 1000, &sources);
+  // ~2,500 documents of ~20 vectors: past kRetrainGrowth × the first training's ~10,000.
+  const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 2000, &sources);
   {
     auto engine = Engine::Open(dir.path());
     ASSERT_TRUE(engine.ok());
@@ -241,7 +242,8 @@ TEST(CentroidStage, WritesDuringTrainingAndRetrainingAreFoundAndDeletesNeverRetu
     ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid")) << StageOf(**collection);
     live.Check();
 
-    // A retrain once the shard has doubled, with writes going on against the old index.
+    // A retrain once the shard has grown kRetrainGrowth times, with writes going on against the
+    // old index.
     gate.Arm();
     UpsertAll(**collection, std::vector<Document>(documents.begin() + 500, documents.end()));
     ASSERT_TRUE(gate.WaitReached());
@@ -271,13 +273,13 @@ TEST(CentroidStage, WritesDuringTrainingAndRetrainingAreFoundAndDeletesNeverRetu
   }
 }
 
-// A shard that doubles while a training runs retrains as soon as that training ends, without
+// A shard that outgrows a running training retrains as soon as that training ends, without
 // waiting for another write (once ingest is over, none may come).
 TEST(CentroidStage, AShardThatOutgrewARunningTrainingRetrainsWhenItEnds) {
   TempDir dir;
   Corpus corpus(kDim, 29);
   std::vector<Document> sources;
-  const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 1000, &sources);
+  const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 1800, &sources);
   auto engine = Engine::Open(dir.path());
   ASSERT_TRUE(engine.ok());
   CollectionSchema schema = Schema("outgrown", kDim);
@@ -290,10 +292,10 @@ TEST(CentroidStage, AShardThatOutgrewARunningTrainingRetrainsWhenItEnds) {
   UpsertAll(**collection, std::vector<Document>(documents.begin(), documents.begin() + 400));
   ASSERT_TRUE(gate.WaitReached());
   const int64_t first_training = (*collection)->Stats().rerank_vectors;
-  // Past twice what the blocked training counted, while it still runs.
+  // Past kRetrainGrowth × what the blocked training counted, while it still runs.
   UpsertAll(**collection, std::vector<Document>(documents.begin() + 400, documents.end()));
   const int64_t vectors = (*collection)->Stats().rerank_vectors;
-  ASSERT_GE(vectors, 2 * first_training);
+  ASSERT_GE(vectors, internal::kRetrainGrowth * first_training);
   gate.Release();
   Impl(**collection).WaitForTrainingForTesting();
   // The codebook is the one for the grown shard (DefaultNumCentroids of all its vectors), not the

@@ -32,8 +32,6 @@ constexpr int64_t kSampleVectorsPerCentroid = 32;
 // A training catches up without holding the write path until fewer documents than this were
 // written since its last pass; the rest it encodes with writes held.
 constexpr size_t kCatchUpDocuments = 512;
-// A shard retrains once it holds this many times the vectors its codebook was trained on.
-constexpr int64_t kRetrainGrowth = 2;
 constexpr uint64_t kSampleSeed = 0x53414d504c453031;
 
 FloatMatrixView View(const StoredMatrix& matrix) {

@@ -9,9 +9,9 @@
 //   runs on a background thread: it trains a codebook on a sample, encodes every live document
 //   into a new index while writes go on, then — holding the write path for the few documents
 //   written meanwhile — catches up and swaps the new index in. The shard retrains the same way
-//   once it holds twice the vectors its codebook was trained on. A shard never goes back to the
-//   candidate index; documents written with the centroid index carry codes and no candidate
-//   vectors.
+//   once it holds kRetrainGrowth (4) times the vectors its codebook was trained on. A shard never
+//   goes back to the candidate index; documents written with the centroid index carry codes and no
+//   candidate vectors.
 //
 // Durability of the centroid index: each trained codebook is generation g (meta keys
 // "centroid_generation" and "codebook/<g>"), and every document's codes are stored under g in
@@ -106,6 +106,13 @@ struct Stage1Hit {
   uint64_t iid = 0;
   float score = 0.0f;
 };
+
+// A shard retrains once it holds this many times the vectors its codebook was trained on. The
+// codebook's size follows √vectors (DefaultNumCentroids), so it doubles at every 4× growth; a
+// retraining in between only refreshed the sample, at the cost of re-encoding every document (on
+// a 1M-document build, the one at 2× — 33M vectors — ran through the second half of the ingest and
+// 9 minutes past it). 4× also bounds how far the data can drift from the sample.
+inline constexpr int64_t kRetrainGrowth = 4;
 
 class Shard {
  public:

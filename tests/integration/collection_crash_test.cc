@@ -49,7 +49,7 @@ CollectionSchema Schema() {
 }
 
 // Stage 1 is the centroid index from 2,000 rerank vectors per shard on, retrained at every
-// doubling: the writers are killed while a training runs.
+// kRetrainGrowth-fold growth: the writers are killed while a training runs.
 CollectionSchema CentroidSchema() {
   CollectionSchema schema = Schema();
   schema.name = "crash_centroid";
