@@ -27,6 +27,8 @@ constexpr char kGenerationKey[] = "centroid_generation";
 std::string CodebookKey(uint32_t generation) { return absl::StrCat("codebook/", generation); }
 // Documents read per MultiGet when loading resident rerank vectors or encoding for a training.
 constexpr size_t kReadBatch = 256;
+// A search's reads of rerank vectors are split over the pool in parts of at least this many.
+constexpr size_t kMinReadsPerPart = 16;
 // Training samples about this many vectors per centroid (k-means quality flattens beyond ~30).
 constexpr int64_t kSampleVectorsPerCentroid = 32;
 // A training catches up without holding the write path until fewer documents than this were
@@ -799,13 +801,31 @@ absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> Shard::FetchRer
     }
   }
   if (missing.empty()) return matrices;
-  TESSERA_ASSIGN_OR_RETURN(std::vector<std::optional<StoredMatrix>> stored,
-                           store_->MultiGetRerank(missing));
-  for (size_t j = 0; j < missing.size(); ++j) {
-    // Absent: removed since; left null.
-    if (!stored[j].has_value()) continue;
-    matrices[missing_at[j]] = std::make_shared<const StoredMatrix>(std::move(*stored[j]));
-  }
+  // The reads are split over the pool: a read that misses the page cache waits on the disk, and
+  // the parts wait together.
+  const int64_t parts = std::min<int64_t>(
+      pool_->num_threads(), static_cast<int64_t>(missing.size() + kMinReadsPerPart - 1) /
+                                static_cast<int64_t>(kMinReadsPerPart));
+  std::vector<absl::Status> statuses(parts);
+  pool_->ParallelFor(parts, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t part = begin; part < end; ++part) {
+      const size_t first = missing.size() * part / parts;
+      const size_t last = missing.size() * (part + 1) / parts;
+      absl::StatusOr<std::vector<std::optional<StoredMatrix>>> stored =
+          store_->MultiGetRerank(absl::MakeConstSpan(missing).subspan(first, last - first));
+      if (!stored.ok()) {
+        statuses[part] = stored.status();
+        continue;
+      }
+      for (size_t j = first; j < last; ++j) {
+        // Absent: removed since; left null.
+        if (!(*stored)[j - first].has_value()) continue;
+        matrices[missing_at[j]] =
+            std::make_shared<const StoredMatrix>(std::move(*(*stored)[j - first]));
+      }
+    }
+  });
+  for (const absl::Status& status : statuses) TESSERA_RETURN_IF_ERROR(status);
   TESSERA_RETURN_IF_ERROR(DecodeRerankFromCodes(iids, &matrices));
   return matrices;
 }

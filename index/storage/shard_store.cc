@@ -200,8 +200,11 @@ rocksdb::CompressionType LightCompression() {
   return rocksdb::kNoCompression;
 }
 
-// Per-CF tuning. Vectors are essentially incompressible, so rerank/candidates skip compression
-// and use large blocks (one value is often bigger than a block anyway); docs and ids are small
+// Per-CF tuning. Vectors are essentially incompressible, so rerank/candidates/codes skip
+// compression. They are read by point lookups of a few hundred documents per query, so their
+// blocks are small: a value larger than a block is a block of its own, and a lookup reads that
+// value only (with 64 KiB blocks, a 16 KiB document read 64 KiB from disk — most of a 1M-document
+// shard's query time once its rerank vectors outgrew the page cache). Docs and ids are small
 // records looked up by key, so they get bloom filters (ids: most lookups at ingest are misses).
 rocksdb::ColumnFamilyOptions CfOptions(const std::shared_ptr<rocksdb::Cache>& cache,
                                        size_t write_buffer_bytes, size_t block_bytes, bool bloom,
@@ -434,9 +437,9 @@ absl::Status ShardStore::Impl::Open() {
       {kMetaCf, CfOptions(cache, 4 << 20, 4 << 10, false, true)},
       {kDocsCf, CfOptions(cache, 32 << 20, 16 << 10, true, true)},
       {kIdsCf, CfOptions(cache, 16 << 20, 4 << 10, true, true)},
-      {kRerankCf, CfOptions(cache, 128 << 20, 64 << 10, false, false)},
-      {kCandidatesCf, CfOptions(cache, 64 << 20, 32 << 10, false, false)},
-      {kCodesCf, CfOptions(cache, 64 << 20, 32 << 10, false, false)},
+      {kRerankCf, CfOptions(cache, 128 << 20, 4 << 10, false, false)},
+      {kCandidatesCf, CfOptions(cache, 64 << 20, 4 << 10, false, false)},
+      {kCodesCf, CfOptions(cache, 64 << 20, 4 << 10, false, false)},
   };
   if (exists) {
     // RocksDB refuses to open a database without all of its column families.
