@@ -55,7 +55,7 @@ void AppendWithHeadroom(std::vector<T>& v, const T* data, size_t n) {
 }  // namespace
 
 int DefaultNprobe(int64_t num_centroids) {
-  return static_cast<int>(std::max<int64_t>(16, num_centroids / 1024));
+  return static_cast<int>(std::max<int64_t>(16, num_centroids / 512));
 }
 
 std::string SerializeDocumentCodes(const DocumentCodes& codes) {

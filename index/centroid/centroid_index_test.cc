@@ -336,11 +336,12 @@ TEST_F(CentroidIndexTest, FewProbesMatchTheDocumentedApproximation) {
   for (int nprobe : {1, 3, 8}) ExpectMatchesReference(*index_, nprobe, nullptr, 20 + nprobe);
 }
 
-TEST(DefaultNprobe, ProbesOneInAThousandOfLargeCodebooks) {
+TEST(DefaultNprobe, ProbesOneIn512OfLargeCodebooks) {
   EXPECT_EQ(DefaultNprobe(64), 16);
-  EXPECT_EQ(DefaultNprobe(16384), 16);
-  EXPECT_EQ(DefaultNprobe(32768), 32);
-  EXPECT_EQ(DefaultNprobe(65536), 64);
+  EXPECT_EQ(DefaultNprobe(8192), 16);
+  EXPECT_EQ(DefaultNprobe(16384), 32);
+  EXPECT_EQ(DefaultNprobe(32768), 64);
+  EXPECT_EQ(DefaultNprobe(65536), 128);
 }
 
 TEST_F(CentroidIndexTest, NprobeZeroIsTheDefault) {

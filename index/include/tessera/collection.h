@@ -102,7 +102,7 @@ struct SearchOptions {
   // max(N, 64). 64-bit for the same reason as k.
   int64_t per_token_candidates = 0;
   // Centroid index: centroids probed per query token, 0 … 16384. 0 = the default: 16, or one in
-  // 1,024 of a shard's centroids when that is more (32 at 1M documents).
+  // 512 of a shard's centroids when that is more (64 at 1M documents).
   int64_t nprobe = 0;
   Filter filter;
   // Skip stage 1 and score every (matching) document exactly.
