@@ -43,12 +43,13 @@ TileScratch& ThreadTileScratch() {
   return scratch;
 }
 
-// Appends with 1/8 headroom instead of std::vector's doubling: lists are most of a shard's
-// memory (on average 6% slack instead of 25–50%), and a list that grew by one entry should not
-// double.
+// Appends with 1/16 headroom instead of std::vector's doubling: lists are most of a shard's
+// memory (on average 3% slack instead of 25–50%; 1/8 left a 1M-document shard at 40.03 bytes per
+// vector), and a list that grew by one entry should not double. Each entry is copied ~16 times
+// over a list's growth, a few seconds of a 1M-document build.
 template <typename T>
 void AppendWithHeadroom(std::vector<T>& v, const T* data, size_t n) {
-  if (v.size() + n > v.capacity()) v.reserve(v.size() + n + (v.size() + n) / 8 + 8);
+  if (v.size() + n > v.capacity()) v.reserve(v.size() + n + (v.size() + n) / 16 + 8);
   v.insert(v.end(), data, data + n);
 }
 
