@@ -315,7 +315,7 @@ TEST(CentroidStage, RerankFromCodesScoresTheDecodedVectors) {
   const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 900, &sources);
   std::vector<std::string> ids;
   for (const Document& document : documents) ids.push_back(document.id);
-  const int64_t kTraining = 4'000;
+  constexpr int64_t kTraining = 4'000;
   auto engine = Engine::Open(dir.path());
   ASSERT_TRUE(engine.ok());
   CollectionSchema schema = Schema("codes", kDim);
