@@ -47,6 +47,21 @@ def make_documents(rng, start, count):
             for i in range(start, start + count)]
 
 
+def start_etcd(add_cleanup):
+    """A running etcd, handed to add_cleanup."""
+    etcd = e2e_util.Etcd()
+    add_cleanup(etcd.cleanup)
+    return etcd.start()
+
+
+def start_router(etcd, add_cleanup, *flags, client_options=None):
+    """A running `--role router` server on `etcd`, handed to add_cleanup."""
+    router = e2e_util.Server("--role", "router", "--etcd", etcd.endpoint, *flags,
+                             client_options=client_options)
+    add_cleanup(router.cleanup)
+    return router.start()
+
+
 def start_shard_nodes(etcd, names, add_cleanup, *flags, client_options=None):
     """A `--role shard` node per name on `etcd` (each handed to add_cleanup), once every one of
     them has registered."""
@@ -79,14 +94,10 @@ class ClusterTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.etcd = e2e_util.Etcd()
-        cls.addClassCleanup(cls.etcd.cleanup)
-        cls.etcd.start()
+        cls.etcd = start_etcd(cls.addClassCleanup)
         cls.shards = start_shard_nodes(cls.etcd, [f"shard-{i}" for i in range(3)],
                                        cls.addClassCleanup)
-        cls.router = e2e_util.Server("--role", "router", "--etcd", cls.etcd.endpoint)
-        cls.addClassCleanup(cls.router.cleanup)
-        cls.router.start()
+        cls.router = start_router(cls.etcd, cls.addClassCleanup)
         cls.standalone = e2e_util.Server()
         cls.addClassCleanup(cls.standalone.cleanup)
         cls.standalone.start()
@@ -305,16 +316,10 @@ class ClusterFaultsTest(unittest.TestCase):
     DOCS = 5000
 
     def setUp(self):
-        self.etcd = e2e_util.Etcd()
-        self.addCleanup(self.etcd.cleanup)
-        self.etcd.start()
+        self.etcd = start_etcd(self.addCleanup)
         self.nodes = start_shard_nodes(self.etcd, [f"node-{i}" for i in range(3)],
                                        self.addCleanup)
-        self.routers = []
-        for _ in range(2):
-            router = e2e_util.Server("--role", "router", "--etcd", self.etcd.endpoint)
-            self.addCleanup(router.cleanup)
-            self.routers.append(router.start())
+        self.routers = [start_router(self.etcd, self.addCleanup) for _ in range(2)]
         self.standalone = e2e_util.Server()
         self.addCleanup(self.standalone.cleanup)
         self.standalone.start()
@@ -435,18 +440,11 @@ class ClusterTlsTest(unittest.TestCase):
         tls = ["--tls_cert", cert, "--tls_key", key, "--cluster_tls_ca", ca]
         client_tls = dict(tls_root_cert=ca, tls_client_cert=cert, tls_client_key=key)
 
-        etcd = e2e_util.Etcd()
-        self.addCleanup(etcd.cleanup)
-        etcd.start()
+        etcd = start_etcd(self.addCleanup)
         nodes = start_shard_nodes(etcd, ["t0", "t1"], self.addCleanup, *tls, "--tls_client_ca",
                                   ca, client_options=client_tls)
-        router = e2e_util.Server("--role", "router", "--etcd", etcd.endpoint, *tls,
-                                 client_options=dict(tls_root_cert=ca))
-        self.addCleanup(router.cleanup)
-        router.start()
-        plain = e2e_util.Server("--role", "router", "--etcd", etcd.endpoint)
-        self.addCleanup(plain.cleanup)
-        plain.start()
+        router = start_router(etcd, self.addCleanup, *tls, client_options=dict(tls_root_cert=ca))
+        plain = start_router(etcd, self.addCleanup)
 
         rng = np.random.default_rng(3)
         docs = make_documents(rng, 0, 200)
@@ -472,9 +470,7 @@ class ClusterAuthTest(unittest.TestCase):
     """Shard nodes with API keys take calls only from routers that present the cluster key."""
 
     def test_router_needs_the_cluster_key(self):
-        etcd = e2e_util.Etcd()
-        self.addCleanup(etcd.cleanup)
-        etcd.start()
+        etcd = start_etcd(self.addCleanup)
         keys_dir = tempfile.mkdtemp(prefix="tessera-cluster-keys-")
         self.addCleanup(lambda: __import__("shutil").rmtree(keys_dir, ignore_errors=True))
         cluster_key, reader_key = "cluster-secret-1", "reader-secret-2"
@@ -487,13 +483,8 @@ class ClusterAuthTest(unittest.TestCase):
             f.write(cluster_key + "\n")
         start_shard_nodes(etcd, ["n0"], self.addCleanup, "--api_keys", api_keys,
                           client_options={"api_key": reader_key})
-        keyed = e2e_util.Server("--role", "router", "--etcd", etcd.endpoint,
-                                "--cluster_key_file", key_file)
-        self.addCleanup(keyed.cleanup)
-        keyed.start()
-        keyless = e2e_util.Server("--role", "router", "--etcd", etcd.endpoint)
-        self.addCleanup(keyless.cleanup)
-        keyless.start()
+        keyed = start_router(etcd, self.addCleanup, "--cluster_key_file", key_file)
+        keyless = start_router(etcd, self.addCleanup)
         with keyless.client() as client:
             with self.assertRaises(tessera.TesseraError) as refused:
                 client.create_collection("c", 8)
