@@ -150,10 +150,14 @@ class CentroidIndex {
                  absl::Span<const uint32_t> tile_starts, TokenScan* out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Appends (ordinal, approximate MaxSim) for the live documents of tile `tile` (ordinals
-  // [tile_starts[tile], tile_starts[tile + 1])) that some token found above its estimate.
+  // [tile_starts[tile], tile_starts[tile + 1])) that some token found above its estimate: the best
+  // `keep` of them (BetterOrdinal), or all with keep < 0.
   void ScoreTile(absl::Span<const TokenScan> tokens, size_t tile,
-                 absl::Span<const uint32_t> tile_starts, float missing_sum,
+                 absl::Span<const uint32_t> tile_starts, float missing_sum, int64_t keep,
                  std::vector<std::pair<uint32_t, float>>* out) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // (ordinal, score) a ranks before b: the higher score, then the lower document id.
+  bool BetterOrdinal(const std::pair<uint32_t, float>& a, const std::pair<uint32_t, float>& b) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void CompactLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t MemoryBytesLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_);
