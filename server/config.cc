@@ -70,6 +70,9 @@ std::map<std::string, Setter> Settings(ServerConfig* config, std::set<std::strin
   };
   address("etcd", &config->etcd);
   address("advertise_address", &config->advertise_address);
+  text("etcd_ca", &config->etcd_ca);
+  text("etcd_cert", &config->etcd_cert);
+  text("etcd_key", &config->etcd_key);
   text("data_dir", &config->data_dir);
   text("listen", &config->listen);
   text("metrics_listen", &config->metrics_listen);
@@ -201,6 +204,17 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
   if (config.role == "router" && config.etcd.empty()) {
     return absl::InvalidArgumentError("--role router needs --etcd");
   }
+  if (config.etcd_cert.empty() != config.etcd_key.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--etcd_cert '", config.etcd_cert, "' and --etcd_key '", config.etcd_key,
+                     "': expected both (a client certificate and its key for etcd) or neither"));
+  }
+  if (!config.etcd_cert.empty() && config.etcd_ca.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--etcd_cert '", config.etcd_cert,
+                     "' needs --etcd_ca: a client certificate is presented to etcd only over "
+                     "TLS, which --etcd_ca (the CA of etcd's server certificate) turns on"));
+  }
   if (config.tls_cert.empty() != config.tls_key.empty()) {
     return absl::InvalidArgumentError("--tls_cert and --tls_key go together");
   }
@@ -224,7 +238,13 @@ std::string ServerUsage() {
                                  --node_id and --etcd); router: the public API over the shard
                                  nodes etcd lists, holding no data (needs --etcd)
   --node_id NAME                 this node's name in the cluster ([A-Za-z0-9_.-]{1,128})
-  --etcd HOST:PORT               etcd client URL (plaintext) of the cluster's metadata
+  --etcd HOST:PORT               etcd client URL of the cluster's metadata (plaintext unless
+                                 --etcd_ca)
+  --etcd_ca FILE                 PEM CA that signed etcd's server certificate: connect to etcd
+                                 over TLS (its certificate must name --etcd's HOST)
+  --etcd_cert FILE --etcd_key FILE
+                                 PEM client certificate and key presented to etcd (for its
+                                 --client-cert-auth); need --etcd_ca
   --advertise_address HOST:PORT  address a shard node registers (default: --listen's host and
                                  bound port)
   --data_dir DIR                 where collections live (default ./tessera-data)

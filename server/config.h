@@ -17,6 +17,13 @@ struct ServerConfig {
   std::string role = "standalone";
   std::string node_id;  // [A-Za-z0-9_.-]{1,128}; required with role shard
   std::string etcd;     // HOST:PORT of an etcd member's client URL; required with role shard
+  // PEM CA that signed etcd's server certificate: connect to etcd over TLS, verifying it with
+  // this CA. Empty: plaintext.
+  std::string etcd_ca;
+  // PEM client certificate and key presented to etcd (for its --client-cert-auth); both or
+  // neither, and only with etcd_ca.
+  std::string etcd_cert;
+  std::string etcd_key;
   // The gRPC address a shard node registers for routers to reach it; "" = the --listen host with
   // the port it bound.
   std::string advertise_address;

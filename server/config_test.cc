@@ -2,6 +2,8 @@
 
 #include <cstdio>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -57,6 +59,60 @@ TEST(ServerConfig, RejectsWhatItCannotUse) {
         << bad_key;
   }
   std::remove(yaml.c_str());
+}
+
+TEST(ServerConfig, EtcdTlsFromFlagsAndYaml) {
+  auto config = ParseServerConfig({"s", "--role", "router", "--etcd", "etcd:2379"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->etcd_ca, "");  // plaintext by default
+  EXPECT_EQ(config->etcd_cert, "");
+  EXPECT_EQ(config->etcd_key, "");
+
+  // TLS verifying etcd only, then with a client certificate for its --client-cert-auth.
+  config = ParseServerConfig({"s", "--role", "router", "--etcd", "etcd:2379", "--etcd_ca", "ca"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->etcd_ca, "ca");
+  EXPECT_EQ(config->etcd_cert, "");
+  config = ParseServerConfig({"s", "--role", "shard", "--node_id", "n0", "--etcd", "etcd:2379",
+                              "--etcd_ca=ca", "--etcd_cert", "c", "--etcd_key", "k"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->etcd_ca, "ca");
+  EXPECT_EQ(config->etcd_cert, "c");
+  EXPECT_EQ(config->etcd_key, "k");
+
+  // The same keys in the YAML file; a flag wins over the file.
+  const std::string yaml = ::testing::TempDir() + "/server_config_etcd_tls.yaml";
+  std::ofstream(yaml) << "role: router\netcd: etcd:2379\netcd_ca: /tls/ca.crt\n"
+                         "etcd_cert: /tls/tls.crt\netcd_key: /tls/tls.key\n";
+  config = ParseServerConfig({"s", "--config", yaml, "--etcd_key", "/other/tls.key"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->etcd_ca, "/tls/ca.crt");
+  EXPECT_EQ(config->etcd_cert, "/tls/tls.crt");
+  EXPECT_EQ(config->etcd_key, "/other/tls.key");
+  std::remove(yaml.c_str());
+}
+
+TEST(ServerConfig, RejectsIncompleteEtcdTls) {
+  const std::vector<std::string> router = {"s", "--role", "router", "--etcd", "etcd:2379"};
+  auto with = [&router](std::vector<std::string> flags) {
+    flags.insert(flags.begin(), router.begin(), router.end());
+    return ParseServerConfig(flags).status();
+  };
+  // A certificate without its key, a key without its certificate.
+  absl::Status status = with({"--etcd_ca", "ca.pem", "--etcd_cert", "c.pem"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("--etcd_cert 'c.pem' and --etcd_key '': expected both"));
+  status = with({"--etcd_ca", "ca.pem", "--etcd_key", "k.pem"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("--etcd_cert '' and --etcd_key 'k.pem': expected both"));
+  // A client certificate is only presented over TLS, which needs etcd's CA.
+  status = with({"--etcd_cert", "c.pem", "--etcd_key", "k.pem"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("--etcd_cert 'c.pem' needs --etcd_ca"));
+  status = with({"--etcd_cert", "c.pem"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  // Empty values are unset, as for the other file flags.
+  EXPECT_TRUE(with({"--etcd_ca", "", "--etcd_cert", "", "--etcd_key", ""}).ok());
 }
 
 TEST(ServerConfig, PlaintextBeyondLoopbackNeedsInsecure) {

@@ -31,9 +31,11 @@ using RefusalObserver = std::function<void(absl::string_view method, const absl:
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> NewServerCredentials(
     const TlsFiles& tls, const ApiKeys* keys, RefusalObserver on_refused = nullptr);
 
-// The credentials of calls to other nodes of a cluster: plaintext without `cluster_ca`, else TLS
-// verified against that CA, presenting `own.cert`/`own.key` when set (a node's own --tls_cert and
-// --tls_key). NOT_FOUND naming a PEM file that cannot be read.
+// The credentials of calls a node makes: to other nodes of a cluster (`cluster_ca` =
+// --cluster_tls_ca, `own` = its --tls_cert/--tls_key) and to etcd (--etcd_ca, --etcd_cert/
+// --etcd_key). Plaintext without `cluster_ca`, else TLS verified against that CA, presenting
+// `own.cert`/`own.key` as the client certificate when both are set (`own.client_ca` is not
+// used). NOT_FOUND naming a PEM file that cannot be read.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> NewClusterChannelCredentials(
     const std::string& cluster_ca, const TlsFiles& own);
 

@@ -91,6 +91,9 @@ class NodeRegistration {
 
   // Deletes the key and revokes the lease (best effort: the lease expires anyway).
   ~NodeRegistration() {
+    // Start failed: nothing was registered (RegisterLocked revokes a lease it cannot use) and no
+    // thread runs.
+    if (!thread_.joinable()) return;
     std::unique_ptr<cluster::LeaseKeepAlive> keepalive;
     int64_t lease = 0;
     {
@@ -171,9 +174,32 @@ class NodeRegistration {
   std::thread thread_;
 };
 
-absl::StatusOr<std::unique_ptr<cluster::EtcdClient>> ConnectEtcd(const ServerConfig& config) {
+// The credentials of every etcd client this process makes: TLS verified with --etcd_ca,
+// presenting --etcd_cert/--etcd_key when set; null (plaintext) without --etcd_ca. Read once at
+// start-up: NOT_FOUND naming a PEM file that cannot be read.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> EtcdCredentials(
+    const ServerConfig& config) {
+  if (config.etcd_ca.empty()) return std::shared_ptr<grpc::ChannelCredentials>();
+  auto credentials = NewClusterChannelCredentials(
+      config.etcd_ca, TlsFiles{config.etcd_cert, config.etcd_key, /*client_ca=*/""});
+  if (!credentials.ok()) {
+    std::string flags = absl::StrCat("--etcd_ca '", config.etcd_ca, "'");
+    if (!config.etcd_cert.empty()) {
+      absl::StrAppend(&flags, ", --etcd_cert '", config.etcd_cert, "', --etcd_key '",
+                      config.etcd_key, "'");
+    }
+    return absl::Status(
+        credentials.status().code(),
+        absl::StrCat("TLS to etcd (", flags, "): ", credentials.status().message()));
+  }
+  return credentials;
+}
+
+absl::StatusOr<std::unique_ptr<cluster::EtcdClient>> ConnectEtcd(
+    const ServerConfig& config, std::shared_ptr<grpc::ChannelCredentials> credentials) {
   cluster::EtcdClientOptions options;
   options.endpoint = config.etcd;
+  options.credentials = std::move(credentials);
   auto etcd = cluster::EtcdClient::Create(options);
   if (!etcd.ok()) {
     return absl::Status(etcd.status().code(),
@@ -183,9 +209,10 @@ absl::StatusOr<std::unique_ptr<cluster::EtcdClient>> ConnectEtcd(const ServerCon
 }
 
 // Registers a shard node reachable at `address`.
-absl::StatusOr<std::unique_ptr<NodeRegistration>> RegisterNode(const ServerConfig& config,
-                                                               const std::string& address) {
-  auto etcd = ConnectEtcd(config);
+absl::StatusOr<std::unique_ptr<NodeRegistration>> RegisterNode(
+    const ServerConfig& config, std::shared_ptr<grpc::ChannelCredentials> etcd_credentials,
+    const std::string& address) {
+  auto etcd = ConnectEtcd(config, std::move(etcd_credentials));
   if (!etcd.ok()) return etcd.status();
   const std::string value =
       absl::StrCat(R"({"address":")", address, R"(","role":"shard","state":"serving"})");
@@ -242,11 +269,18 @@ int Run(const ServerConfig& config) {
   if (!credentials.ok()) return Fail(credentials.status());
   // A router holds no data: its backend is the cluster (server/cluster/router.h).
   const bool router_role = config.role == "router";
+  const bool shard_role = config.role == "shard";
+  std::shared_ptr<grpc::ChannelCredentials> etcd_credentials;
+  if (router_role || shard_role) {
+    auto loaded = EtcdCredentials(config);
+    if (!loaded.ok()) return Fail(loaded.status());
+    etcd_credentials = *std::move(loaded);
+  }
   std::unique_ptr<Engine> engine;
   std::unique_ptr<cluster::EtcdClient> etcd;
   std::unique_ptr<cluster::ClusterState> cluster_state;
   if (router_role) {
-    auto connected = ConnectEtcd(config);
+    auto connected = ConnectEtcd(config, etcd_credentials);
     if (!connected.ok()) return Fail(connected.status());
     etcd = *std::move(connected);
     auto state = cluster::ClusterState::Start(etcd.get());
@@ -316,7 +350,6 @@ int Run(const ServerConfig& config) {
     backend = std::make_unique<EngineBackend>(&context);
   }
   context.backend = backend.get();
-  const bool shard_role = config.role == "shard";
   AdminServiceImpl admin(&context);
   IngestServiceImpl ingest(&context);
   QueryServiceImpl query(&context);
@@ -383,7 +416,7 @@ int Run(const ServerConfig& config) {
   if (shard_role) {
     const std::string address =
         config.advertise_address.empty() ? absl::StrCat(host, ":", port) : config.advertise_address;
-    auto registered = RegisterNode(config, address);
+    auto registered = RegisterNode(config, etcd_credentials, address);
     if (!registered.ok()) {
       server->Shutdown(std::chrono::system_clock::now());
       return Fail(registered.status());

@@ -48,10 +48,13 @@ absl::Status FromGrpc(const grpc::Status& status, const EtcdStubs& stubs, absl::
                                                  " unavailable: ", status.error_message()));
     case grpc::StatusCode::DEADLINE_EXCEEDED: {
       const bool connected = stubs.channel->GetState(false) == GRPC_CHANNEL_READY;
-      return absl::UnavailableError(
-          absl::StrCat(what, ": etcd at ", options.endpoint,
-                       " unavailable: ", connected ? "no answer" : "cannot connect", " within ",
-                       absl::FormatDuration(options.call_timeout)));
+      // Over TLS a refused handshake (wrong CA, no client certificate) also ends here.
+      const char* failure = connected                        ? "no answer"
+                            : options.credentials != nullptr ? "cannot connect over TLS"
+                                                             : "cannot connect";
+      return absl::UnavailableError(absl::StrCat(what, ": etcd at ", options.endpoint,
+                                                 " unavailable: ", failure, " within ",
+                                                 absl::FormatDuration(options.call_timeout)));
     }
     default:
       // The absl codes are the gRPC codes.
@@ -441,8 +444,10 @@ absl::StatusOr<std::unique_ptr<EtcdClient>> EtcdClient::Create(EtcdClientOptions
 
   auto stubs = std::make_shared<internal::EtcdStubs>();
   stubs->options = options;
-  stubs->channel =
-      grpc::CreateCustomChannel(options.endpoint, grpc::InsecureChannelCredentials(), args);
+  stubs->channel = grpc::CreateCustomChannel(
+      options.endpoint,
+      options.credentials != nullptr ? options.credentials : grpc::InsecureChannelCredentials(),
+      args);
   stubs->kv = etcdserverpb::KV::NewStub(stubs->channel);
   stubs->lease = etcdserverpb::Lease::NewStub(stubs->channel);
   stubs->watch = etcdserverpb::Watch::NewStub(stubs->channel);

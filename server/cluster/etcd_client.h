@@ -4,15 +4,20 @@
 // transactions (create-if-absent, compare-and-swap), leases kept alive on a thread of their own,
 // and prefix watches that resume where they left off when the stream breaks.
 //
-// Every call and every stream share one gRPC channel to one endpoint, plaintext. A call waits for
-// the channel to connect until its deadline (as etcd's clientv3 does): while etcd cannot be
-// reached each call returns UNAVAILABLE when its deadline passes, and one made while etcd comes
-// back within it succeeds. Connection attempts are at most `max_reconnect_backoff` apart.
+// Every call and every stream share one gRPC channel to one endpoint, plaintext or TLS (see
+// EtcdClientOptions::credentials). A call waits for the channel to connect until its deadline (as
+// etcd's clientv3 does): while etcd cannot be reached each call returns UNAVAILABLE when its
+// deadline passes, and one made while etcd comes back within it succeeds. Connection attempts are
+// at most `max_reconnect_backoff` apart. A connection that cannot be set up because the transport
+// security does not match (plaintext against a TLS etcd, a certificate the other side does not
+// accept) counts as etcd not being reachable: UNAVAILABLE when the deadline passes.
 //
 // Error messages name the operation, the key and the endpoint:
 //   "Get 'cluster/schemas/papers': etcd at 10.0.0.5:2379 unavailable: cannot connect within 5s".
 #ifndef TESSERA_SERVER_CLUSTER_ETCD_CLIENT_H_
 #define TESSERA_SERVER_CLUSTER_ETCD_CLIENT_H_
+
+#include <grpcpp/security/credentials.h>
 
 #include <cstdint>
 #include <functional>
@@ -37,7 +42,13 @@ class WatchRunner;
 }  // namespace internal
 
 struct EtcdClientOptions {
-  std::string endpoint;  // "HOST:PORT" of an etcd member's client URL (http, not https)
+  std::string endpoint;  // "HOST:PORT" of an etcd member's client URL
+  // How to reach that URL. Null: plaintext, for an http:// URL. For an https:// one, TLS
+  // credentials that trust the CA of etcd's --cert-file and, when etcd runs with
+  // --client-cert-auth, present a client certificate signed by its --trusted-ca-file's CA
+  // (server/credentials.h: NewClusterChannelCredentials makes them from PEM files). The name
+  // verified against etcd's certificate is the endpoint's HOST.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
   absl::Duration call_timeout = absl::Seconds(5);  // deadline of every unary call; > 0
   // Longest wait between two connection attempts while etcd is unreachable (gRPC's default
   // grows to 2 minutes); > 0.

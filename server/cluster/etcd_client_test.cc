@@ -1,6 +1,9 @@
 // EtcdClient against a real etcd (server/cluster/etcd_test_util.h); skipped without /usr/bin/etcd.
 #include "server/cluster/etcd_client.h"
 
+#include <grpcpp/grpcpp.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -14,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/cluster/etcd_test_util.h"
+#include "server/credentials.h"
 
 namespace tessera::cluster {
 namespace {
@@ -482,6 +486,153 @@ TEST_F(EtcdClientTest, CallsFailUnavailableWhileEtcdIsDownAndRecover) {
       RetryWhileUnavailable([&] { return fresh->Get("k"); }, absl::Seconds(5));
   ASSERT_TRUE(fresh_back.ok()) << fresh_back.status();
   EXPECT_TRUE(fresh_back->has_value());
+}
+
+// etcd serving its client URL over TLS only, refusing clients without a certificate signed by
+// its CA (--client-cert-auth); certificates from EtcdTestServer, credentials as the server
+// binary makes them from --etcd_ca/--etcd_cert/--etcd_key (server/credentials.h).
+class EtcdClientTlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    EtcdTestServerOptions options;
+    options.tls = true;
+    absl::StatusOr<std::unique_ptr<EtcdTestServer>> etcd = EtcdTestServer::Start(options);
+    if (absl::IsNotFound(etcd.status())) GTEST_SKIP() << etcd.status().message();
+    ASSERT_TRUE(etcd.ok()) << etcd.status();
+    etcd_ = *std::move(etcd);
+    // A client etcd accepts, to look at the store from the outside.
+    trusted_ =
+        NewClient(Tls(files().ca, files().client_cert, files().client_key), absl::Seconds(5));
+    ASSERT_NE(trusted_, nullptr);
+  }
+
+  const EtcdTestTlsFiles& files() const { return etcd_->tls_files(); }
+
+  // TLS verifying etcd with `ca`, presenting `cert`/`key` when given.
+  static std::shared_ptr<grpc::ChannelCredentials> Tls(const std::string& ca,
+                                                       const std::string& cert = "",
+                                                       const std::string& key = "") {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        server::NewClusterChannelCredentials(ca, server::TlsFiles{cert, key, ""});
+    EXPECT_TRUE(credentials.ok()) << credentials.status();
+    return credentials.ok() ? *std::move(credentials) : nullptr;
+  }
+
+  // `credentials` null: plaintext.
+  std::unique_ptr<EtcdClient> NewClient(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                                        absl::Duration call_timeout) {
+    EtcdClientOptions options;
+    options.endpoint = etcd_->endpoint();
+    options.credentials = std::move(credentials);
+    options.call_timeout = call_timeout;
+    options.max_reconnect_backoff = absl::Milliseconds(200);
+    absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Create(options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+
+  // A read, a write and a watch by `client` (call_timeout kTimeout) each fail with UNAVAILABLE
+  // naming the endpoint, within the deadline (plus slack for a loaded machine), and the write
+  // is not applied.
+  void ExpectRefused(EtcdClient* client) {
+    ASSERT_NE(client, nullptr);
+    const absl::Duration bound = kTimeout + absl::Milliseconds(1500);
+    absl::Time start = absl::Now();
+    absl::Status get = client->Get("refused").status();
+    EXPECT_LE(absl::Now() - start, bound);
+    EXPECT_TRUE(absl::IsUnavailable(get)) << get;
+    EXPECT_THAT(get.message(), HasSubstr(absl::StrCat("Get 'refused': etcd at ", etcd_->endpoint(),
+                                                      " unavailable")));
+    start = absl::Now();
+    absl::Status put = client->Put("refused", "v").status();
+    EXPECT_LE(absl::Now() - start, bound);
+    EXPECT_TRUE(absl::IsUnavailable(put)) << put;
+    start = absl::Now();
+    absl::StatusOr<std::unique_ptr<EtcdWatch>> watch = client->Watch("refused", 0, nullptr);
+    EXPECT_LE(absl::Now() - start, bound);
+    EXPECT_TRUE(absl::IsUnavailable(watch.status())) << watch.status();
+    absl::StatusOr<std::optional<KeyValue>> stored = trusted_->Get("refused");
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    EXPECT_FALSE(stored->has_value()) << "a refused client's write was applied";
+  }
+
+  static constexpr absl::Duration kTimeout = absl::Seconds(1);
+  std::unique_ptr<EtcdTestServer> etcd_;
+  std::unique_ptr<EtcdClient> trusted_;
+};
+
+TEST(EtcdTestServer, TlsServerHasCertificatesUnderItsDirectory) {
+  EtcdTestServerOptions options;
+  options.tls = true;
+  absl::StatusOr<std::unique_ptr<EtcdTestServer>> etcd = EtcdTestServer::Start(options);
+  if (absl::IsNotFound(etcd.status())) GTEST_SKIP() << etcd.status().message();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  EXPECT_TRUE((*etcd)->tls());
+  const std::string data_dir = (*etcd)->data_dir();
+  const std::string dir = data_dir.substr(0, data_dir.rfind('/'));  // the temporary directory
+  const EtcdTestTlsFiles& files = (*etcd)->tls_files();
+  for (const std::string* path :
+       {&files.ca, &files.server_cert, &files.server_key, &files.client_cert, &files.client_key,
+        &files.other_ca, &files.other_client_cert, &files.other_client_key}) {
+    EXPECT_THAT(*path, ::testing::StartsWith(dir + "/tls/"));
+    EXPECT_EQ(access(path->c_str(), R_OK), 0) << *path;
+  }
+  // A restart keeps the certificates, and its readiness probe connects over TLS again.
+  absl::Status restarted = (*etcd)->Restart();
+  EXPECT_TRUE(restarted.ok()) << restarted;
+  EXPECT_TRUE((*etcd)->running());
+}
+
+TEST_F(EtcdClientTlsTest, PutGetAndWatchWithCaAndClientCertificate) {
+  EventLog log;
+  absl::StatusOr<std::unique_ptr<EtcdWatch>> watch =
+      trusted_->Watch("tls/", 0, [&](const WatchEvent& event) { log.Add(event); });
+  ASSERT_TRUE(watch.ok()) << watch.status();
+  absl::StatusOr<int64_t> first = trusted_->Put("tls/a", "1");
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<int64_t> second = trusted_->Put("tls/b", "2");
+  ASSERT_TRUE(second.ok()) << second.status();
+
+  absl::StatusOr<std::optional<KeyValue>> a = trusted_->Get("tls/a");
+  ASSERT_TRUE(a.ok() && a->has_value()) << a.status();
+  EXPECT_EQ((*a)->value, "1");
+  EXPECT_EQ((*a)->mod_revision, *first);
+  absl::StatusOr<RangeResult> range = trusted_->GetPrefix("tls/");
+  ASSERT_TRUE(range.ok()) << range.status();
+  ASSERT_EQ(range->kvs.size(), 2u);
+  EXPECT_EQ(range->kvs[1].value, "2");
+  EXPECT_EQ(range->revision, *second);
+  EXPECT_THAT(log.WaitFor(2), ElementsAre(absl::StrCat("PUT tls/a=1@", *first),
+                                          absl::StrCat("PUT tls/b=2@", *second)));
+
+  // Leases (their own gRPC service) over the same channel.
+  absl::StatusOr<int64_t> lease = trusted_->GrantLease(5);
+  ASSERT_TRUE(lease.ok()) << lease.status();
+  EXPECT_TRUE(trusted_->RevokeLease(*lease).ok());
+}
+
+TEST_F(EtcdClientTlsTest, PlaintextClientFailsUnavailableWithinItsDeadline) {
+  std::unique_ptr<EtcdClient> plaintext = NewClient(nullptr, kTimeout);
+  ExpectRefused(plaintext.get());
+}
+
+TEST_F(EtcdClientTlsTest, ClientTrustingAnotherCaFails) {
+  // etcd's certificate does not chain to other_ca: the client ends the handshake.
+  std::unique_ptr<EtcdClient> client =
+      NewClient(Tls(files().other_ca, files().client_cert, files().client_key), kTimeout);
+  ExpectRefused(client.get());
+  absl::Status get = client->Get("k").status();
+  EXPECT_THAT(get.message(), HasSubstr("cannot connect over TLS within 1s")) << get;
+}
+
+TEST_F(EtcdClientTlsTest, ClientWithoutAcceptedCertificateIsRefused) {
+  // No client certificate, against --client-cert-auth.
+  std::unique_ptr<EtcdClient> anonymous = NewClient(Tls(files().ca), kTimeout);
+  ExpectRefused(anonymous.get());
+  // A client certificate that etcd's CA did not sign.
+  std::unique_ptr<EtcdClient> stranger =
+      NewClient(Tls(files().ca, files().other_client_cert, files().other_client_key), kTimeout);
+  ExpectRefused(stranger.get());
 }
 
 }  // namespace

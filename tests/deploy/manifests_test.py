@@ -321,7 +321,9 @@ class KubernetesManifests(unittest.TestCase):
                     self.assertIn(probe, container, f"{what}: no {probe}")
                 if not is_tessera_image(container["image"]):
                     continue
-                config = self.config_for(name, doc)
+                # Flags win over the config file.
+                settings = {**self.config_for(name, doc),
+                            **flags_of(container.get("args", []))}
                 for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
                     if probe not in container:
                         continue
@@ -330,7 +332,7 @@ class KubernetesManifests(unittest.TestCase):
                                     f"/healthz on {METRICS_PORT}: {container[probe]}")
                     # The kubelet's grpc probe is plaintext and sends no API key.
                     if "grpc" in container[probe]:
-                        self.assertFalse(config.get("tls_cert") or config.get("api_keys"),
+                        self.assertFalse(settings.get("tls_cert") or settings.get("api_keys"),
                                          f"{what}: grpc {probe} with TLS or API keys on")
 
     def test_flags_and_config_keys_are_known(self):
@@ -412,6 +414,31 @@ class KubernetesManifests(unittest.TestCase):
         return [d for d in self.rendered["cluster"] if d["kind"] == "PodDisruptionBudget"
                 and selects(d["spec"]["selector"]["matchLabels"], pod_labels(doc))]
 
+    def secret_for_path(self, doc, container, path):
+        """The name of the Secret that file `path` of `container` comes from: a volumeMount
+        whose mountPath holds it, of a secret volume that projects that file; else None."""
+        volumes = {v["name"]: v for v in pod_spec(doc).get("volumes", [])}
+        for mount in container.get("volumeMounts", []):
+            prefix = mount["mountPath"].rstrip("/") + "/"
+            if not str(path).startswith(prefix):
+                continue
+            secret = volumes.get(mount["name"], {}).get("secret")
+            if secret is None:
+                return None
+            items = secret.get("items")
+            if items is not None and str(path)[len(prefix):] not in {i["path"] for i in items}:
+                return None
+            return secret["secretName"]
+        return None
+
+    def assert_from_secret(self, doc, container, path, what):
+        secret = self.secret_for_path(doc, container, path)
+        self.assertIsNotNone(secret, f"{what}: {path} is not a file of a mounted Secret")
+        mount = next(m for m in container["volumeMounts"]
+                     if str(path).startswith(m["mountPath"].rstrip("/") + "/"))
+        self.assertTrue(mount.get("readOnly"), f"{what}: mount {mount['mountPath']} not readOnly")
+        return secret
+
     def assert_etcd_address(self, value, what):
         """--etcd names a Service of the etcd pods on etcd's client port."""
         etcd, etcd_container = self.etcd_workload()
@@ -486,11 +513,18 @@ class KubernetesManifests(unittest.TestCase):
         initial = dict(m.split("=", 1) for m in flags["initial-cluster"].split(","))
         self.assertEqual(set(initial), {f"{name}-{i}" for i in range(members)},
                          "--initial-cluster lists every member by pod name")
+        # Peers in the scheme the members listen with (https: TLS between members).
+        scheme = flags["listen-peer-urls"].split("://")[0]
         for member, url in initial.items():
-            self.assertTrue(url.startswith(f"http://{member}.{headless}."), url)
+            self.assertTrue(url.startswith(f"{scheme}://{member}.{headless}."), url)
         self.assertEqual(flags["name"], "$(POD_NAME)")
         self.assertTrue(flags["initial-advertise-peer-urls"].startswith(
-            f"http://$(POD_NAME).{headless}."))
+            f"{scheme}://$(POD_NAME).{headless}."))
+        if scheme == "https":
+            for flag in ("peer-cert-file", "peer-key-file", "peer-trusted-ca-file"):
+                self.assert_from_secret(doc, container, flags[flag], f"etcd --{flag}")
+            self.assertEqual(flags.get("peer-client-cert-auth"), "true",
+                             "peers over TLS but any peer may join")
         if members > 1:
             self.assertEqual(doc["spec"].get("podManagementPolicy"), "Parallel")
         mounts = {m["mountPath"] for m in container["volumeMounts"]}
@@ -504,6 +538,65 @@ class KubernetesManifests(unittest.TestCase):
             self.assertGreaterEqual(spec["minAvailable"], quorum)
         else:
             self.assertLessEqual(spec["maxUnavailable"], members - quorum)
+
+    def test_cluster_tls_to_etcd(self):
+        """etcd serves its clients over TLS only, from a Secret, and requires client
+        certificates; routers and shard nodes pass --etcd_ca (and a client certificate) from a
+        mounted Secret."""
+        etcd, etcd_container = self.etcd_workload()
+        etcd_args = etcd_flags(etcd_container["args"])
+        for flag in ("listen-client-urls", "advertise-client-urls"):
+            self.assertTrue(etcd_args[flag].startswith("https://"), f"etcd --{flag}")
+        for flag in ("cert-file", "key-file", "trusted-ca-file"):
+            self.assert_from_secret(etcd, etcd_container, etcd_args[flag], f"etcd --{flag}")
+        self.assertEqual(etcd_args.get("client-cert-auth"), "true")
+        for role in ("router", "shard"):
+            (doc, container), = self.role_workloads(role)
+            flags = flags_of(container["args"])
+            self.assertIn("etcd_ca", flags, f"{role}: no --etcd_ca, but etcd serves TLS only")
+            secret = self.assert_from_secret(doc, container, flags["etcd_ca"], f"{role} --etcd_ca")
+            # etcd's --client-cert-auth: a client certificate and its key, from the same Secret.
+            for flag in ("etcd_cert", "etcd_key"):
+                self.assertIn(flag, flags, f"{role}: no --{flag}, but etcd requires one")
+                self.assertEqual(self.assert_from_secret(doc, container, flags[flag],
+                                                         f"{role} --{flag}"), secret, flag)
+
+    def test_cluster_tls_between_nodes(self):
+        """Shard nodes that serve TLS get their certificate and key from a Secret; routers and
+        nodes, which call them, verify them with --cluster_tls_ca; routers do not mount the
+        nodes' key."""
+        (shard, shard_container), = self.role_workloads("shard")
+        shard_flags = flags_of(shard_container["args"])
+        if "tls_cert" not in shard_flags:
+            self.skipTest("shard nodes serve plaintext")
+        node_secret = None
+        for flag in ("tls_cert", "tls_key"):
+            node_secret = self.assert_from_secret(shard, shard_container, shard_flags[flag],
+                                                  f"shard --{flag}")
+        for role in ("router", "shard"):
+            (doc, container), = self.role_workloads(role)
+            flags = flags_of(container["args"])
+            self.assertIn("cluster_tls_ca", flags, f"{role}: calls TLS shard nodes in plaintext")
+            self.assert_from_secret(doc, container, flags["cluster_tls_ca"],
+                                    f"{role} --cluster_tls_ca")
+        (router, _), = self.role_workloads("router")
+        key = shard_flags["tls_key"].rsplit("/", 1)[1]
+        for volume in pod_spec(router).get("volumes", []):
+            secret = volume.get("secret", {})
+            if secret.get("secretName") == node_secret:
+                self.assertIn("items", secret, "routers mount the shard nodes' private key")
+                self.assertNotIn(key, {i["key"] for i in secret["items"]},
+                                 "routers mount the shard nodes' private key")
+
+    def test_no_private_keys_in_the_repository(self):
+        """Secrets are referenced by name and created by the user (deploy/README.md)."""
+        for name, docs in self.rendered.items():
+            self.assertFalse([d for d in docs if d["kind"] == "Secret"],
+                             f"{name}: renders a Secret; reference it by name instead")
+        for path in DEPLOY.rglob("*"):
+            if path.is_file():
+                self.assertNotIn("PRIVATE KEY-----", path.read_text(errors="replace"),
+                                 f"{path.relative_to(ROOT)} holds a private key")
 
     def test_standalone(self):
         for doc, container in self.containers("standalone"):

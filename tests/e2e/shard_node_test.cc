@@ -1,7 +1,9 @@
 // The real tessera-server binary with --role shard against a real etcd
 // (server/cluster/etcd_test_util.h; skipped without /usr/bin/etcd): the node registers its
 // address under /tessera/nodes/<node_id> with a lease, serves ShardService and not the public API,
-// its key expires within the lease's TTL after SIGKILL and is deleted at once on SIGTERM.
+// its key expires within the lease's TTL after SIGKILL and is deleted at once on SIGTERM. With
+// etcd serving TLS only (ShardNodeEtcdTlsTest) the node registers with --etcd_ca/--etcd_cert/
+// --etcd_key and cannot without them.
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
@@ -26,6 +28,7 @@
 #include "server/cluster/etcd_client.h"
 #include "server/cluster/etcd_test_util.h"
 #include "server/convert.h"
+#include "server/credentials.h"
 #include "tessera/v1/ingest.grpc.pb.h"
 #include "tessera/v1/shard.grpc.pb.h"
 
@@ -88,14 +91,26 @@ class ServerProcess {
 
 class ShardNodeTest : public ::testing::Test {
  protected:
+  // Whether etcd serves its client URL over TLS only, requiring client certificates.
+  virtual bool etcd_tls() const { return false; }
+
   void SetUp() override {
+    cluster::EtcdTestServerOptions etcd_options;
+    etcd_options.tls = etcd_tls();
     absl::StatusOr<std::unique_ptr<cluster::EtcdTestServer>> etcd =
-        cluster::EtcdTestServer::Start();
+        cluster::EtcdTestServer::Start(etcd_options);
     if (absl::IsNotFound(etcd.status())) GTEST_SKIP() << etcd.status().message();
     ASSERT_TRUE(etcd.ok()) << etcd.status();
     etcd_ = *std::move(etcd);
     cluster::EtcdClientOptions options;
     options.endpoint = etcd_->endpoint();
+    if (etcd_tls()) {
+      const cluster::EtcdTestTlsFiles& files = etcd_->tls_files();
+      auto credentials = NewClusterChannelCredentials(
+          files.ca, TlsFiles{files.client_cert, files.client_key, /*client_ca=*/""});
+      ASSERT_TRUE(credentials.ok()) << credentials.status();
+      options.credentials = *std::move(credentials);
+    }
     auto client = cluster::EtcdClient::Create(options);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
@@ -116,24 +131,31 @@ class ShardNodeTest : public ::testing::Test {
     return text.str();
   }
 
-  std::vector<std::string> ShardArgs() const {
-    return {"--role",
-            "shard",
-            "--node_id",
-            "node-1",
-            "--etcd",
-            etcd_->endpoint(),
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics_listen=",
-            "--data_dir",
-            (dir_ / "data").string(),
-            "--rerank_device",
-            "cpu",
-            "--threads",
-            "2",
-            "--sync_writes",
-            "false"};
+  // The node's flags; with etcd_tls(), those for etcd's TLS too unless `etcd_tls_flags` is false.
+  std::vector<std::string> ShardArgs(bool etcd_tls_flags = true) const {
+    std::vector<std::string> args = {"--role",
+                                     "shard",
+                                     "--node_id",
+                                     "node-1",
+                                     "--etcd",
+                                     etcd_->endpoint(),
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--metrics_listen=",
+                                     "--data_dir",
+                                     (dir_ / "data").string(),
+                                     "--rerank_device",
+                                     "cpu",
+                                     "--threads",
+                                     "2",
+                                     "--sync_writes",
+                                     "false"};
+    if (etcd_tls() && etcd_tls_flags) {
+      const cluster::EtcdTestTlsFiles& files = etcd_->tls_files();
+      args.insert(args.end(), {"--etcd_ca", files.ca, "--etcd_cert", files.client_cert,
+                               "--etcd_key", files.client_key});
+    }
+    return args;
   }
 
   // The node key's value once it exists (within `timeout`), else nullopt.
@@ -279,6 +301,53 @@ TEST_F(ShardNodeTest, ShardRoleWithoutEtcdIsRefusedNamingTheFlag) {
   ASSERT_TRUE(status.has_value());
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2);
   EXPECT_THAT(Log(), HasSubstr("--role shard needs --etcd"));
+}
+
+TEST_F(ShardNodeTest, UnreadableEtcdCaFailsAtStartupNamingTheFile) {
+  std::vector<std::string> args = ShardArgs();
+  const std::string missing = (dir_ / "no-such-ca.pem").string();
+  args.insert(args.end(), {"--etcd_ca", missing});
+  server_ = ServerProcess::Spawn(args, (dir_ / "server.log").string());
+  ASSERT_NE(server_, nullptr);
+  const std::optional<int> status = server_->Wait();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << Log();
+  EXPECT_THAT(Log(), HasSubstr("NOT_FOUND"));
+  EXPECT_THAT(Log(), HasSubstr(absl::StrCat("--etcd_ca '", missing, "'")));
+  EXPECT_THAT(Log(), HasSubstr(absl::StrCat("cannot read ", missing)));
+  auto key = client_->Get(kKey);
+  ASSERT_TRUE(key.ok()) << key.status();
+  EXPECT_FALSE(key->has_value());
+}
+
+class ShardNodeEtcdTlsTest : public ShardNodeTest {
+ protected:
+  bool etcd_tls() const override { return true; }
+};
+
+TEST_F(ShardNodeEtcdTlsTest, RegistersOverTlsWithClientCertificateAndLeavesOnTerm) {
+  ASSERT_FALSE(StartNode().empty());
+  server_->Signal(SIGTERM);
+  const std::optional<absl::Duration> deleted = WaitForNoKey(absl::Seconds(5));
+  ASSERT_TRUE(deleted.has_value()) << Log();
+  const std::optional<int> status = server_->Wait();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << Log();
+}
+
+TEST_F(ShardNodeEtcdTlsTest, NodeWithoutEtcdTlsFlagsCannotRegister) {
+  // Plaintext to a TLS-only etcd: the registration's first call fails when its deadline (5 s)
+  // passes, and the node exits 1 naming etcd.
+  server_ =
+      ServerProcess::Spawn(ShardArgs(/*etcd_tls_flags=*/false), (dir_ / "server.log").string());
+  ASSERT_NE(server_, nullptr);
+  const std::optional<int> status = server_->Wait();
+  ASSERT_TRUE(status.has_value());
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << Log();
+  EXPECT_THAT(Log(), HasSubstr(absl::StrCat("etcd at ", etcd_->endpoint(), " unavailable")));
+  auto key = client_->Get(kKey);
+  ASSERT_TRUE(key.ok()) << key.status();
+  EXPECT_FALSE(key->has_value());
 }
 
 }  // namespace
