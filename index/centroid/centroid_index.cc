@@ -54,17 +54,34 @@ __attribute__((target_clones("avx2", "default"))) void FoldToken(float missing, 
   }
 }
 
-// std::lower_bound from `begin`, for a value whose position is likely near it: doubling steps
-// first, then a binary search of the last step — O(log distance) instead of O(log (end − begin)),
-// as a list is cut into many tiles of a few entries each.
-const uint32_t* GallopLowerBound(const uint32_t* begin, const uint32_t* end, uint32_t value) {
+// std::lower_bound over a list's ascending ordinals, starting from where the ordinals' spread
+// puts `value` (a list's documents are spread evenly over the ordinals, so the guess is close),
+// then doubling steps towards it and a binary search of the last step. A list's tile boundaries
+// are found while its ordinals are not yet in cache: a plain binary search took ~8 cache misses
+// per boundary, most of stage 1's time outside the scan and the accumulation.
+const uint32_t* InterpolatedLowerBound(const uint32_t* begin, const uint32_t* end, uint32_t value) {
+  if (begin == end || *begin >= value) return begin;
+  if (end[-1] < value) return end;
+  // *begin < value ≤ end[-1]: the answer is in (begin, end − 1].
+  const size_t n = static_cast<size_t>(end - begin);
+  const double share = static_cast<double>(value - *begin) / (end[-1] - *begin + 1.0);
+  const uint32_t* guess = begin + std::clamp<size_t>(static_cast<size_t>(share * n), 1, n - 1);
   size_t step = 1;
-  const uint32_t* low = begin;
-  while (step < static_cast<size_t>(end - low) && low[step] < value) {
-    low += step;
+  if (*guess < value) {  // forwards; low[0] < value throughout
+    const uint32_t* low = guess;
+    while (step < static_cast<size_t>(end - low) && low[step] < value) {
+      low += step;
+      step *= 2;
+    }
+    return std::lower_bound(low + 1, low + std::min(step, static_cast<size_t>(end - low)), value);
+  }
+  const uint32_t* high = guess;  // backwards; *high ≥ value throughout
+  while (step <= static_cast<size_t>(high - begin) &&
+         high[-static_cast<ptrdiff_t>(step)] >= value) {
+    high -= step;
     step *= 2;
   }
-  return std::lower_bound(low, low + std::min(step, static_cast<size_t>(end - low)), value);
+  return std::lower_bound(high - std::min(step, static_cast<size_t>(high - begin)), high, value);
 }
 
 TileScratch& ThreadTileScratch() {
@@ -318,7 +335,7 @@ void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, 
     const uint32_t* first = list.ordinals.data();
     const uint32_t* at = first;
     for (size_t t = 0; t < tiles; ++t) {
-      at = GallopLowerBound(at, first + list.ordinals.size(), tile_starts[t + 1]);
+      at = InterpolatedLowerBound(at, first + list.ordinals.size(), tile_starts[t + 1]);
       out->tile_ends[p * tiles + t] = static_cast<uint32_t>(at - first);
     }
   }
