@@ -1,6 +1,7 @@
 #include "index/centroid/centroid_index.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <utility>

@@ -180,6 +180,18 @@ class ShardNodeTest : public ::testing::Test {
     return std::nullopt;
   }
 
+  // SIGTERM: the node deletes its key at once, not with the lease (10 s; 5 s leaves room for a
+  // loaded machine, where the node may still be finishing its registration when the signal
+  // arrives), then drains and exits 0.
+  void ExpectTermDeletesKeyAndExitsCleanly() {
+    server_->Signal(SIGTERM);
+    const std::optional<absl::Duration> deleted = WaitForNoKey(absl::Seconds(5));
+    ASSERT_TRUE(deleted.has_value()) << Log();
+    const std::optional<int> status = server_->Wait();
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << Log();
+  }
+
   // Starts the shard node and returns the address it registered.
   std::string StartNode() {
     server_ = ServerProcess::Spawn(ShardArgs(), (dir_ / "server.log").string());
@@ -283,14 +295,7 @@ TEST_F(ShardNodeTest, RegistersServesShardServiceAndLeavesOnKillOrTerm) {
   // Restarted on the same data, the node registers again with its replica; SIGTERM deletes the
   // key before the process drains and exits.
   ASSERT_FALSE(StartNode().empty());
-  server_->Signal(SIGTERM);
-  // At once, not with the lease (10 s): 5 s leaves room for a loaded machine, where the node may
-  // still be finishing its registration when the signal arrives.
-  const std::optional<absl::Duration> deleted = WaitForNoKey(absl::Seconds(5));
-  ASSERT_TRUE(deleted.has_value()) << Log();
-  const std::optional<int> status = server_->Wait();
-  ASSERT_TRUE(status.has_value());
-  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << Log();
+  ExpectTermDeletesKeyAndExitsCleanly();
 }
 
 TEST_F(ShardNodeTest, ShardRoleWithoutEtcdIsRefusedNamingTheFlag) {
@@ -327,12 +332,7 @@ class ShardNodeEtcdTlsTest : public ShardNodeTest {
 
 TEST_F(ShardNodeEtcdTlsTest, RegistersOverTlsWithClientCertificateAndLeavesOnTerm) {
   ASSERT_FALSE(StartNode().empty());
-  server_->Signal(SIGTERM);
-  const std::optional<absl::Duration> deleted = WaitForNoKey(absl::Seconds(5));
-  ASSERT_TRUE(deleted.has_value()) << Log();
-  const std::optional<int> status = server_->Wait();
-  ASSERT_TRUE(status.has_value());
-  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << Log();
+  ExpectTermDeletesKeyAndExitsCleanly();
 }
 
 TEST_F(ShardNodeEtcdTlsTest, NodeWithoutEtcdTlsFlagsCannotRegister) {
