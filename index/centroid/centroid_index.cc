@@ -103,7 +103,9 @@ void AppendWithHeadroom(std::vector<T>& v, const T* data, size_t n) {
 }  // namespace
 
 int DefaultNprobe(int64_t num_centroids) {
-  return static_cast<int>(std::max<int64_t>(16, num_centroids / 512));
+  const auto quarter_root =
+      static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(num_centroids)) / 4.0));
+  return static_cast<int>(std::max<int64_t>(16, (quarter_root + 7) / 8 * 8));
 }
 
 std::string SerializeDocumentCodes(const DocumentCodes& codes) {

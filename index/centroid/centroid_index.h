@@ -64,11 +64,13 @@ std::string SerializeDocumentCodes(const DocumentCodes& codes);
 absl::StatusOr<DocumentCodes> ParseDocumentCodes(absl::string_view bytes, int64_t code_bytes,
                                                  int64_t num_centroids);
 
-// Centroids probed per query token when a search leaves nprobe at 0: 16, or one in 512 of the
-// centroids when that is more (64 at 32,768), so that a token scans about the same share of a
-// large shard whatever its codebook size. (One in 1,024 gave recall@10 0.82 against exhaustive
-// on the 1M-document synthetic shard, whose ~32 centroids per topic split isotropic noise; one
-// in 512 gave 1.00 — docs/results.md.)
+// Centroids probed per query token when a search leaves nprobe at 0: √C / 4 rounded up to a
+// multiple of 8, at least 16 — 16 at 4,096 centroids, 32 at 16,384, 48 at 32,768 (1M documents).
+// With C growing as √vectors, a token then scans a share of the shard that shrinks as it grows
+// (vectors^-1/4). Measured against exhaustive (docs/results.md): recall@10 1.000 / 0.988 on the
+// synthetic / real-embedding 1M shards at 48, where one in 512 (64) cost a third more stage-1
+// time for 1.000 / 0.996 and one in 1,024 (32) found 0.87 / 0.968 (the synthetic corpus splits
+// each topic's isotropic noise over ~32 near-equal centroids); 32 at 16,384 found 0.973 / 0.988.
 int DefaultNprobe(int64_t num_centroids);
 
 struct CentroidSearchOptions {

@@ -336,12 +336,14 @@ TEST_F(CentroidIndexTest, FewProbesMatchTheDocumentedApproximation) {
   for (int nprobe : {1, 3, 8}) ExpectMatchesReference(*index_, nprobe, nullptr, 20 + nprobe);
 }
 
-TEST(DefaultNprobe, ProbesOneIn512OfLargeCodebooks) {
+TEST(DefaultNprobe, GrowsWithTheSquareRootOfTheCodebook) {
   EXPECT_EQ(DefaultNprobe(64), 16);
-  EXPECT_EQ(DefaultNprobe(8192), 16);
+  EXPECT_EQ(DefaultNprobe(4096), 16);
+  EXPECT_EQ(DefaultNprobe(8192), 24);  // √8192 / 4 = 22.6
   EXPECT_EQ(DefaultNprobe(16384), 32);
-  EXPECT_EQ(DefaultNprobe(32768), 64);
-  EXPECT_EQ(DefaultNprobe(65536), 128);
+  EXPECT_EQ(DefaultNprobe(32768), 48);  // 45.3
+  EXPECT_EQ(DefaultNprobe(65536), 64);
+  EXPECT_EQ(DefaultNprobe(262144), 128);
 }
 
 TEST_F(CentroidIndexTest, NprobeZeroIsTheDefault) {
