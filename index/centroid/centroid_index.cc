@@ -58,12 +58,13 @@ __attribute__((target_clones("avx2", "default"))) void FoldToken(float missing, 
 // std::lower_bound over a list's ascending ordinals, starting from where the ordinals' spread
 // puts `value` (a list's documents are spread evenly over the ordinals, so the guess is close),
 // then doubling steps towards it and a binary search of the last step. A list's tile boundaries
-// are found while its ordinals are not yet in cache: a plain binary search took ~8 cache misses
-// per boundary, most of stage 1's time outside the scan and the accumulation.
+// are found while its ordinals are not yet in cache: searching from the previous boundary (by
+// bisection or by doubling steps) took ~8 cache misses per boundary, two thirds of ScanToken's
+// time on the 1M-document shard.
 const uint32_t* InterpolatedLowerBound(const uint32_t* begin, const uint32_t* end, uint32_t value) {
   if (begin == end || *begin >= value) return begin;
   if (end[-1] < value) return end;
-  // *begin < value ≤ end[-1]: the answer is in (begin, end − 1].
+  // *begin < value ≤ end[-1]: the answer is in (begin, end − 1], and n ≥ 2.
   const size_t n = static_cast<size_t>(end - begin);
   const double share = static_cast<double>(value - *begin) / (end[-1] - *begin + 1.0);
   const uint32_t* guess = begin + std::clamp<size_t>(static_cast<size_t>(share * n), 1, n - 1);
