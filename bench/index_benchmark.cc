@@ -17,7 +17,8 @@
 // rebuild; the build keys then report the reopen (build_s is the time to open and load). build_s
 // and ingest_s leave out the time the benchmark spends making the corpus (generate_s). Every run
 // leaves its exact reference in DATA_DIR/exact_top10.txt, which a --reuse run reads instead of
-// repeating the pass when it covers the checked queries.
+// repeating the pass when it covers the checked queries, and a synthetic run its queries in
+// DATA_DIR/queries.f32, which spares a --reuse run making the corpus again to draw them.
 // Synthetic corpus (default): documents mix four of 1,024 topic directions (token noise of norm
 // 0.6 around them); one in five is a near duplicate of the previous one (noise of norm 0.2).
 // Queries are 32 tokens drawn from a random document with noise of norm 0.4. With
@@ -354,6 +355,44 @@ std::optional<std::vector<std::set<std::string>>> LoadReference(const std::strin
   return truth;
 }
 
+// Synthetic queries, so that a --reuse run need not make the corpus again to draw them (they come
+// from the generator's state after the whole corpus): u32 count, then per query u32 rows and
+// rows × dim floats, native byte order (the file never leaves the machine).
+void SaveQueries(const std::string& path, const std::vector<std::vector<float>>& queries,
+                 int64_t dim) {
+  std::ofstream out(path, std::ios::binary);
+  const auto count = static_cast<uint32_t>(queries.size());
+  out.write(reinterpret_cast<const char*>(&count), sizeof(count));
+  for (const std::vector<float>& query : queries) {
+    const auto rows = static_cast<uint32_t>(query.size() / dim);
+    out.write(reinterpret_cast<const char*>(&rows), sizeof(rows));
+    out.write(reinterpret_cast<const char*>(query.data()),
+              static_cast<std::streamsize>(query.size() * sizeof(float)));
+  }
+}
+
+// The first `wanted` saved queries (each query is drawn after the previous ones, so a prefix is
+// what a run with fewer queries draws), or nullopt when the file is missing or holds fewer.
+std::optional<std::vector<std::vector<float>>> LoadQueries(const std::string& path, size_t wanted,
+                                                           int64_t dim) {
+  std::ifstream in(path, std::ios::binary);
+  uint32_t count = 0;
+  if (!in.read(reinterpret_cast<char*>(&count), sizeof(count)) || count < wanted) {
+    return std::nullopt;
+  }
+  std::vector<std::vector<float>> queries(wanted);
+  for (std::vector<float>& query : queries) {
+    uint32_t rows = 0;
+    if (!in.read(reinterpret_cast<char*>(&rows), sizeof(rows))) return std::nullopt;
+    query.resize(static_cast<size_t>(rows) * dim);
+    if (!in.read(reinterpret_cast<char*>(query.data()),
+                 static_cast<std::streamsize>(query.size() * sizeof(float)))) {
+      return std::nullopt;
+    }
+  }
+  return queries;
+}
+
 int Fail(const absl::Status& status) {
   std::cerr << status << "\n";
   return 1;
@@ -390,8 +429,14 @@ int Run(const Flags& flags) {
   const int64_t sample_every = std::max<int64_t>(1, flags.docs / 1000);
   std::vector<float> previous;
   constexpr int64_t kBatch = 256;
-  // Reused resampled collections need nothing generated (their queries are the data set's).
-  const int64_t generated = flags.reuse && resampled ? 0 : flags.docs;
+  // Reused collections need nothing generated when their queries are at hand: the data set's for a
+  // resampled one, those a previous run saved for a synthetic one.
+  const std::string saved_queries = flags.data_dir + "/queries.f32";
+  std::optional<std::vector<std::vector<float>>> reused_queries;
+  if (flags.reuse && !resampled) {
+    reused_queries = LoadQueries(saved_queries, static_cast<size_t>(flags.queries), flags.dim);
+  }
+  const int64_t generated = flags.reuse && (resampled || reused_queries) ? 0 : flags.docs;
   // The corpus is made on the calling thread between upserts; its time is not the shard's and is
   // left out of build_s and ingest_s (reported as generate_s).
   double generate_seconds = 0.0;
@@ -433,10 +478,16 @@ int Run(const Flags& flags) {
   const CollectionStats stats = (*collection)->Stats();
 
   std::vector<std::vector<float>> queries;
-  std::mt19937 pick(7);
-  for (int q = 0; q < flags.queries; ++q) {
-    queries.push_back(resampled ? resampled->Query(q % resampled->num_queries())
-                                : generator.Query(sample[pick() % sample.size()], 32));
+  if (reused_queries) {
+    queries = std::move(*reused_queries);
+    std::cerr << "queries read from " << saved_queries << "\n";
+  } else {
+    std::mt19937 pick(7);
+    for (int q = 0; q < flags.queries; ++q) {
+      queries.push_back(resampled ? resampled->Query(q % resampled->num_queries())
+                                  : generator.Query(sample[pick() % sample.size()], 32));
+    }
+    if (!resampled) SaveQueries(saved_queries, queries, flags.dim);
   }
   auto view = [&](const std::vector<float>& query) {
     return FloatMatrixView{query.data(), static_cast<int64_t>(query.size()) / flags.dim, flags.dim};
