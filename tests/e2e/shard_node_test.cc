@@ -181,8 +181,7 @@ class ShardNodeTest : public ::testing::Test {
   }
 
   // SIGTERM: the node deletes its key at once, not with the lease (10 s; 5 s leaves room for a
-  // loaded machine, where the node may still be finishing its registration when the signal
-  // arrives), then drains and exits 0.
+  // loaded machine), then drains and exits 0.
   void ExpectTermDeletesKeyAndExitsCleanly() {
     server_->Signal(SIGTERM);
     const std::optional<absl::Duration> deleted = WaitForNoKey(absl::Seconds(5));
@@ -192,14 +191,23 @@ class ShardNodeTest : public ::testing::Test {
     EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << Log();
   }
 
-  // Starts the shard node and returns the address it registered.
+  // Starts the shard node and returns the address it registered, once its registration is
+  // complete: the key can be visible (the Put applied) while the node still waits for etcd's
+  // answer and starts renewing its lease, and a SIGTERM then waits for that (seen on a loaded
+  // machine), so tests that signal it wait for the node's own "node registered" line.
   std::string StartNode() {
     server_ = ServerProcess::Spawn(ShardArgs(), (dir_ / "server.log").string());
     EXPECT_NE(server_, nullptr);
     if (server_ == nullptr) return "";
+    ++starts_;
     const std::optional<cluster::KeyValue> kv = WaitForKey(absl::Seconds(30));
     EXPECT_TRUE(kv.has_value()) << Log();
     if (!kv.has_value()) return "";
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (Registrations() < starts_ && absl::Now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(Registrations(), starts_) << Log();
     EXPECT_NE(kv->lease, 0);
     // {"address":"127.0.0.1:PORT","role":"shard","state":"serving"}
     EXPECT_THAT(kv->value, HasSubstr(R"("address":"127.0.0.1:)"));
@@ -211,8 +219,20 @@ class ShardNodeTest : public ::testing::Test {
     return kv->value.substr(start, kv->value.find('"', start) - start);
   }
 
+  // "node registered" lines in the log, which every start appends to.
+  int Registrations() const {
+    const std::string log = Log();
+    int count = 0;
+    for (size_t at = log.find(R"("msg":"node registered")"); at != std::string::npos;
+         at = log.find(R"("msg":"node registered")", at + 1)) {
+      ++count;
+    }
+    return count;
+  }
+
   std::unique_ptr<cluster::EtcdTestServer> etcd_;
   std::unique_ptr<cluster::EtcdClient> client_;
+  int starts_ = 0;  // StartNode calls
   std::filesystem::path dir_;
   std::unique_ptr<ServerProcess> server_;
 };
