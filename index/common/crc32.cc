@@ -11,8 +11,8 @@ namespace tessera::internal {
 uint32_t Crc32(absl::string_view bytes, uint32_t crc) {
   const auto* data = reinterpret_cast<const Bytef*>(bytes.data());
   size_t left = bytes.size();
-  // Ranges of 64 bytes or more by carry-less multiplication (~10× zlib's tables: a fetched
-  // document's check was a few % of a search at 1M documents), their tail by zlib.
+  // Ranges of 64 bytes or more by carry-less multiplication (3.3× zlib's tables on 16 KiB here: a
+  // fetched document's check was a few % of a search at 1M documents), their tail by zlib.
   static const bool kClmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
   if (kClmul && left >= 64) {
     const size_t folded = left & ~size_t{15};
