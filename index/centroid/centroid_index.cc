@@ -388,6 +388,7 @@ void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, size_t tile,
     mu_.AssertReaderHeld();
     return BetterOrdinal(a, b);
   };
+  if (keep == 0) return;
   const size_t first_out = out->size();
   // Once `keep` are held, a document must beat the worst of them: sum_cut is a bound on its sum
   // taken a little low (so that float rounding never drops one the exact test would keep), which
@@ -397,17 +398,20 @@ void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, size_t tile,
     if (!(sum[o] > sum_cut) || ordinal_dead_[first_ordinal + o]) continue;
     const std::pair<uint32_t, float> hit(static_cast<uint32_t>(first_ordinal + o),
                                          missing_sum + sum[o]);
-    if (keep < 0 || static_cast<int64_t>(out->size() - first_out) < keep) {
+    if (keep < 0) {
       out->push_back(hit);
-      if (keep >= 0) std::push_heap(out->begin() + first_out, out->end(), better);
-    } else if (keep > 0 && better(hit, (*out)[first_out])) {
-      std::pop_heap(out->begin() + first_out, out->end(), better);
+      continue;
+    }
+    if (static_cast<int64_t>(out->size() - first_out) < keep) {
+      out->push_back(hit);
+    } else if (better(hit, (*out)[first_out])) {
+      std::pop_heap(out->begin() + static_cast<ptrdiff_t>(first_out), out->end(), better);
       out->back() = hit;
-      std::push_heap(out->begin() + first_out, out->end(), better);
     } else {
       continue;
     }
-    if (keep > 0 && static_cast<int64_t>(out->size() - first_out) == keep) {
+    std::push_heap(out->begin() + static_cast<ptrdiff_t>(first_out), out->end(), better);
+    if (static_cast<int64_t>(out->size() - first_out) == keep) {
       const float worst = (*out)[first_out].second;
       const float margin = 1e-5f * (std::abs(worst) + std::abs(missing_sum) + 1.0f);
       sum_cut = std::max(0.0f, worst - missing_sum - margin);
