@@ -31,6 +31,26 @@
 extern char** environ;
 
 namespace tessera::cluster {
+
+absl::StatusOr<pid_t> SpawnWithLog(std::vector<std::string> args, const std::string& log_path) {
+  std::vector<char*> argv;
+  for (std::string& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  pid_t pid = -1;
+  const int error = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (error != 0) {
+    return absl::InternalError(
+        absl::StrCat(absl::StrJoin(args, " "), ": cannot start: ", std::strerror(error)));
+  }
+  return pid;
+}
+
 namespace {
 
 constexpr char kMemberName[] = "tessera-test";
@@ -106,21 +126,8 @@ std::string FileTail(const std::string& path) {
 // Runs `args` (args[0] a path) to completion, its output appended to `log_path`. INTERNAL with
 // that output when it cannot start or does not exit with 0.
 absl::Status RunTool(std::vector<std::string> args, const std::string& log_path) {
-  std::vector<char*> argv;
-  for (std::string& arg : args) argv.push_back(arg.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
-                                   O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-  pid_t pid = -1;
-  const int error = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
   const std::string command = absl::StrJoin(args, " ");
-  if (error != 0) {
-    return absl::InternalError(absl::StrCat(command, ": cannot start: ", std::strerror(error)));
-  }
+  TESSERA_ASSIGN_OR_RETURN(const pid_t pid, SpawnWithLog(std::move(args), log_path));
   int wait_status = 0;
   while (waitpid(pid, &wait_status, 0) < 0) {
     if (errno != EINTR) return SystemError(absl::StrCat("waitpid ", pid));

@@ -14,12 +14,17 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace tessera::cluster {
+
+// Starts args[0] (a path) with `args`, its stdout and stderr appended to `log_path`: the child's
+// pid, or INTERNAL naming the command when it cannot start. The caller waits for it.
+absl::StatusOr<pid_t> SpawnWithLog(std::vector<std::string> args, const std::string& log_path);
 
 struct EtcdTestServerOptions {
   std::string binary = "/usr/bin/etcd";  // Debian's etcd-server

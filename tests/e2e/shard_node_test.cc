@@ -4,10 +4,8 @@
 // its key expires within the lease's TTL after SIGKILL and is deleted at once on SIGTERM. With
 // etcd serving TLS only (ShardNodeEtcdTlsTest) the node registers with --etcd_ca/--etcd_cert/
 // --etcd_key and cannot without them.
-#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,8 +30,6 @@
 #include "tessera/v1/ingest.grpc.pb.h"
 #include "tessera/v1/shard.grpc.pb.h"
 
-extern char** environ;
-
 namespace tessera::server {
 namespace {
 
@@ -48,19 +44,9 @@ class ServerProcess {
                                               const std::string& log) {
     std::vector<std::string> argv = {TESSERA_SERVER_BINARY};
     argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> pointers;
-    for (std::string& arg : argv) pointers.push_back(arg.data());
-    pointers.push_back(nullptr);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log.c_str(),
-                                     O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
-    pid_t pid = -1;
-    const int error = posix_spawn(&pid, pointers[0], &actions, nullptr, pointers.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (error != 0) return nullptr;
-    return std::unique_ptr<ServerProcess>(new ServerProcess(pid));
+    const absl::StatusOr<pid_t> pid = cluster::SpawnWithLog(std::move(argv), log);
+    if (!pid.ok()) return nullptr;
+    return std::unique_ptr<ServerProcess>(new ServerProcess(*pid));
   }
   ~ServerProcess() {
     if (pid_ > 0) {
