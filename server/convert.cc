@@ -443,11 +443,6 @@ void SearchResultToProto(const SearchResult& result, v1::SearchResponse* out) {
 
 void ShardSearchResultToProto(const SearchResult& result, v1::ShardSearchResponse* out) {
   SearchResultToProto(result, out->mutable_search());
-  for (const SearchHit& hit : result.hits) {
-    if (!hit.candidate_score.has_value()) continue;
-    out->add_candidate_scores(*hit.candidate_score);
-    out->add_scored(hit.scored);
-  }
   // N is at most CollectionLimits::max_num_candidates.
   out->set_num_candidates(static_cast<uint32_t>(result.num_candidates));
   out->set_documents(static_cast<uint64_t>(result.documents));
@@ -462,8 +457,6 @@ SearchResult SearchResultFromShardProto(v1::ShardSearchResponse* proto) {
     hit.id = std::move(*h.mutable_id());
     hit.score = h.score();
     hit.version = h.version();
-    if (i < proto->candidate_scores_size()) hit.candidate_score = proto->candidate_scores(i);
-    if (i < proto->scored_size()) hit.scored = proto->scored(i);
     for (const v1::TokenMatch& m : h.explanation()) {
       TokenMatch match;
       match.query_token = m.query_token();

@@ -41,8 +41,8 @@ absl::StatusOr<Document> DocumentFromProto(const v1::Document& proto, int64_t di
 // encoded. Takes the document by value so that the bytes move rather than copy.
 void StoredDocumentToProto(StoredDocument document, v1::GetResponse* out);
 void SearchResultToProto(const SearchResult& result, v1::SearchResponse* out);
-// A shard node's round of a router's search (tessera/merge.h), and back at the router, where the
-// hits move out of `proto`.
+// A shard node's answer to a router's search (tessera/merge.h), and back at the router, where
+// the hits move out of `proto`.
 void ShardSearchResultToProto(const SearchResult& result, v1::ShardSearchResponse* out);
 SearchResult SearchResultFromShardProto(v1::ShardSearchResponse* proto);
 

@@ -73,7 +73,8 @@ grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackSer
 absl::StatusOr<SearchResult> SearchCollection(const ServiceContext* context,
                                               const grpc::CallbackServerContext& call,
                                               Collection& collection,
-                                              const v1::SearchRequest& request, MergeRound round) {
+                                              const v1::SearchRequest& request,
+                                              int64_t whole_shards) {
   TESSERA_ASSIGN_OR_RETURN(std::vector<float> query,
                            DecodeMatrix(request.query(), collection.schema().dim, "query"));
   SearchOptions options;
@@ -87,9 +88,7 @@ absl::StatusOr<SearchResult> SearchCollection(const ServiceContext* context,
   options.exhaustive = request.exhaustive();
   options.explain = request.explain();
   options.deadline = DeadlineOf(call);
-  options.nominate_only = round.nominate_only;
-  options.scored_share = round.scored_share;
-  options.rerank_ids = std::move(round.rerank_ids);
+  options.whole_shards = whole_shards;
   const FloatMatrixView view{query.data(), request.query().rows(), request.query().cols()};
   TESSERA_ASSIGN_OR_RETURN(SearchResult result, collection.Search(view, options));
   context->metrics->RecordSearchStages(result.timings.candidates_ms, result.timings.fetch_ms,

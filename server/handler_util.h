@@ -42,20 +42,14 @@ grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackSer
                                 const char* method, int64_t request_bytes,
                                 std::function<absl::Status()> body);
 
-// A shard node's round of a router's search (tessera/merge.h); the public API has none.
-struct MergeRound {
-  bool nominate_only = false;
-  double scored_share = 0;
-  std::vector<std::string> rerank_ids;
-};
-
 // A search of `collection`: the request's query and options as the public API reads them
-// (numbers unclamped: the collection checks them and names the value), in `round`.
+// (numbers unclamped: the collection checks them and names the value); as one of whole_shards
+// shards of a router's collection when not 0 (SearchOptions::whole_shards).
 absl::StatusOr<SearchResult> SearchCollection(const ServiceContext* context,
                                               const grpc::CallbackServerContext& call,
                                               Collection& collection,
                                               const v1::SearchRequest& request,
-                                              MergeRound round = {});
+                                              int64_t whole_shards = 0);
 
 // One Upsert message's documents written to `collection`: one result per document, in order (a
 // rejected document does not fail the others); RESOURCE_EXHAUSTED when the message holds more

@@ -61,12 +61,8 @@ absl::Status RunSearch(const ServiceContext* context, const grpc::CallbackServer
   TESSERA_ASSIGN_OR_RETURN(const Replica replica,
                            ReplicaOf(request.collection(), shard_request.shard()));
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection, FindReplica(context, replica));
-  MergeRound round;
-  round.nominate_only = shard_request.nominate_only();
-  round.scored_share = shard_request.scored_share();
-  round.rerank_ids.assign(shard_request.rerank_ids().begin(), shard_request.rerank_ids().end());
   absl::StatusOr<SearchResult> result =
-      SearchCollection(context, call, *collection, request, std::move(round));
+      SearchCollection(context, call, *collection, request, shard_request.whole_shards());
   if (!result.ok()) return replica.Rewrite(result.status());
   ShardSearchResultToProto(*result, response);
   return absl::OkStatus();

@@ -26,7 +26,7 @@
 
 namespace tessera::server {
 
-inline constexpr uint32_t kMaxShards = 256;
+inline constexpr uint32_t kMaxShards = tessera::kMaxShards;
 // 128 minus the longest suffix, ".shard-255".
 inline constexpr size_t kMaxClusterCollectionName = 118;
 

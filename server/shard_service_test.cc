@@ -226,15 +226,11 @@ class ShardServiceTest : public ::testing::Test {
   }
 
   grpc::Status ShardSearch(const v1::SearchRequest& search, uint32_t shard,
-                           v1::ShardSearchResponse* response, bool nominate_only = false,
-                           const std::vector<std::string>& rerank_ids = {},
-                           double scored_share = 0) {
+                           v1::ShardSearchResponse* response, uint32_t whole_shards = 0) {
     v1::ShardSearchRequest request;
     request.set_shard(shard);
     *request.mutable_search() = search;
-    request.set_nominate_only(nominate_only);
-    request.set_scored_share(scored_share);
-    for (const std::string& id : rerank_ids) request.add_rerank_ids(id);
+    request.set_whole_shards(whole_shards);
     grpc::ClientContext call;
     return shard_stub_->Search(&call, request, response);
   }
@@ -336,8 +332,8 @@ TEST_F(ShardServiceTest, ReplicasOfTwoShardsAreIndependent) {
   EXPECT_EQ(ShardGet("c", 1, "a", &got).error_message(), "collection 'c' not found");
 }
 
-// A replica's two rounds of a router's search, merged alone (tessera/merge.h), are the public
-// search of the same documents.
+// A replica searched alone is the public search of the same documents; searched as one of
+// whole_shards shards, it reranks its share of N.
 TEST_F(ShardServiceTest, ShardSearchIsThePublicSearchOfTheSameDocuments) {
   ASSERT_TRUE(CreatePublic(Schema("p")).ok());
   ASSERT_TRUE(CreateReplica(Schema("c", 4), 2).ok());
@@ -363,38 +359,13 @@ TEST_F(ShardServiceTest, ShardSearchIsThePublicSearchOfTheSameDocuments) {
       ASSERT_EQ(expected.hits_size(), 10);
       search.set_collection("c");
 
-      // Round 1 scores the best half of N.
-      v1::ShardSearchResponse round1;
-      ASSERT_TRUE(ShardSearch(search, 2, &round1, /*nominate_only=*/true, {}, 0.5).ok());
-      EXPECT_EQ(round1.documents(), 60u);
+      v1::ShardSearchResponse alone;
+      ASSERT_TRUE(ShardSearch(search, 2, &alone).ok());
+      EXPECT_EQ(alone.documents(), 60u);
       const uint32_t n = num_candidates == 0 ? 100u : 20u;
-      EXPECT_EQ(round1.num_candidates(), n);
-      ASSERT_EQ(round1.candidate_scores_size(), round1.search().hits_size());
-      ASSERT_EQ(round1.scored_size(), round1.search().hits_size());
-      EXPECT_TRUE(std::is_sorted(round1.candidate_scores().begin(), round1.candidate_scores().end(),
-                                 std::greater<>()));
-      for (int i = 0; i < round1.scored_size(); ++i) {
-        EXPECT_EQ(round1.scored(i), static_cast<uint32_t>(i) < n / 2) << i;
-        if (round1.scored(i)) EXPECT_NE(round1.search().hits(i).score(), 0.0f) << i;
-      }
-      std::vector<SearchResult> nominations;
-      nominations.push_back(SearchResultFromShardProto(&round1));
-      auto cut = CutNominations(nominations, 10);
-      ASSERT_EQ(cut.has_value(), num_candidates == 20u);  // N 100 covers the replica
-
-      v1::ShardSearchResponse round2;
+      EXPECT_EQ(alone.num_candidates(), n);
       std::vector<SearchResult> answers;
-      if (cut.has_value()) {
-        ASSERT_EQ(cut->rerank_ids[0].size(), 10u);  // the half round 1 did not score
-        ASSERT_EQ(cut->scored.hits.size(), 10u);
-        answers.push_back(std::move(cut->scored));
-        ASSERT_TRUE(ShardSearch(search, 2, &round2, false, cut->rerank_ids[0]).ok());
-      } else {
-        search.set_exhaustive(true);
-        ASSERT_TRUE(ShardSearch(search, 2, &round2).ok());
-      }
-      EXPECT_EQ(round2.candidate_scores_size(), 0);
-      answers.push_back(SearchResultFromShardProto(&round2));
+      answers.push_back(SearchResultFromShardProto(&alone));
       const SearchResult merged = MergeTopK(answers, 10);
       ASSERT_EQ(merged.hits.size(), 10u);
       for (int i = 0; i < 10; ++i) {
@@ -404,7 +375,15 @@ TEST_F(ShardServiceTest, ShardSearchIsThePublicSearchOfTheSameDocuments) {
       }
       EXPECT_EQ(merged.documents_scored, static_cast<int64_t>(expected.documents_scored()));
       EXPECT_EQ(merged.exhaustive, expected.exhaustive());
-      EXPECT_GT(round2.search().timings().total_ms(), 0);
+      EXPECT_GT(alone.search().timings().total_ms(), 0);
+
+      // As one of 4 shards: ⌈N / 4⌉ of its documents, 25 or 5, go to the rerank.
+      v1::ShardSearchResponse part;
+      ASSERT_TRUE(ShardSearch(search, 2, &part, 4).ok());
+      EXPECT_EQ(part.num_candidates(), n);
+      EXPECT_EQ(part.search().documents_scored(), (n + 3) / 4);
+      EXPECT_FALSE(part.search().exhaustive());
+      EXPECT_EQ(part.search().hits_size(), std::min(10u, (n + 3) / 4));
     }
   }
 }

@@ -400,86 +400,83 @@ absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
     return absl::InvalidArgumentError(
         absl::StrCat("nprobe ", options.nprobe, ", expected 0 … ", kMaxNprobe));
   }
-  if (options.nominate_only && (options.exhaustive || !options.rerank_ids.empty())) {
-    return absl::InvalidArgumentError(
-        "nominate_only: stage 1 alone, expected without exhaustive and rerank_ids");
-  }
-  if (!(options.scored_share >= 0 && options.scored_share <= 1)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("scored_share ", options.scored_share, ", expected 0 … 1"));
-  }
-  if (static_cast<int64_t>(options.rerank_ids.size()) > limits.max_num_candidates) {
-    return absl::InvalidArgumentError(absl::StrCat("rerank_ids: ", options.rerank_ids.size(),
-                                                   " ids exceeds the limit of ",
-                                                   limits.max_num_candidates));
+  if (options.whole_shards != 0 &&
+      (options.whole_shards < schema_.num_shards || options.whole_shards > kMaxShards)) {
+    return absl::InvalidArgumentError(absl::StrCat("whole_shards ", options.whole_shards,
+                                                   ", expected 0 or ", schema_.num_shards, " … ",
+                                                   kMaxShards));
   }
   return ValidateFilter(options.filter, schema_.attributes);
 }
 
 CollectionImpl::SearchPlan CollectionImpl::Plan(const SearchOptions& options) const {
-  // ValidateQuery has bounded both by the (int) limits.
+  // ValidateQuery has bounded k, N, k′ and nprobe by the (int) limits.
   const int k = static_cast<int>(options.k);
+  const int64_t whole_shards =
+      options.whole_shards > 0 ? options.whole_shards : static_cast<int64_t>(shards_.size());
   SearchPlan plan;
-  if (options.num_candidates > 0) {
-    plan.num_candidates = static_cast<int>(options.num_candidates);
-  } else {
-    // The centroid index's approximate scores rank coarser than the exact candidate scan's:
-    // four times the documents go to the exact rerank, which costs ~5 µs each (docs/results.md,
-    // "Scale").
-    const bool centroid_stage = std::any_of(shards_.begin(), shards_.end(), [](const auto& shard) {
-      return !shard->NeedsCandidateVectors();
-    });
-    plan.num_candidates = std::min(context_.limits.max_num_candidates,
-                                   centroid_stage ? std::max(40 * k, 400) : std::max(10 * k, 100));
-  }
-  // Both validated (ValidateQuery): they fit an int.
-  plan.per_token = options.per_token_candidates > 0 ? static_cast<int>(options.per_token_candidates)
-                                                    : std::max(plan.num_candidates, 64);
   plan.nprobe = static_cast<int>(options.nprobe);  // 0: each shard's index picks (DefaultNprobe)
+  for (const auto& shard : shards_) {
+    ShardPlan shard_plan;
+    if (options.num_candidates > 0) {
+      shard_plan.num_candidates = static_cast<int>(options.num_candidates);
+    } else {
+      // The centroid index's approximate scores rank coarser than the exact candidate scan's:
+      // four times the documents go to the exact rerank, which costs ~5 µs each
+      // (docs/results.md, "Scale").
+      shard_plan.num_candidates =
+          std::min(context_.limits.max_num_candidates,
+                   shard->NeedsCandidateVectors() ? std::max(10 * k, 100) : std::max(40 * k, 400));
+    }
+    shard_plan.share =
+        static_cast<int>((shard_plan.num_candidates + whole_shards - 1) / whole_shards);
+    shard_plan.per_token = options.per_token_candidates > 0
+                               ? static_cast<int>(options.per_token_candidates)
+                               : std::max(shard_plan.num_candidates, 64);
+    plan.shards.push_back(shard_plan);
+  }
   return plan;
 }
 
-absl::StatusOr<std::vector<CollectionImpl::Nominee>> CollectionImpl::NominateCandidates(
-    FloatMatrixView query, const SearchPlan& plan, const Filter& filter,
-    SearchTimings* timings) const {
-  const Clock::time_point start = Clock::now();
-  std::vector<Nominee> nominees;
+absl::StatusOr<std::optional<std::vector<uint64_t>>> CollectionImpl::NominateCandidates(
+    FloatMatrixView query, size_t s, const SearchPlan& plan, const SearchOptions& options) const {
+  const ShardPlan& shard_plan = plan.shards[s];
   Stage1Request request;
   request.query = query;
-  request.num_documents = plan.num_candidates;
-  request.per_token = plan.per_token;
+  request.num_documents = shard_plan.num_candidates;
+  request.per_token = shard_plan.per_token;
   request.nprobe = plan.nprobe;
-  request.filter = &filter;
-  for (size_t s = 0; s < shards_.size(); ++s) {
-    TESSERA_ASSIGN_OR_RETURN(std::vector<Stage1Hit> hits, shards_[s]->SearchCandidates(request));
-    for (const Stage1Hit& hit : hits) {
-      nominees.push_back(Nominee{hit.score, static_cast<int>(s), hit.iid});
-    }
+  request.filter = &options.filter;
+  TESSERA_ASSIGN_OR_RETURN(std::vector<Stage1Hit> nominees, shards_[s]->SearchCandidates(request));
+  // Too few nominees (a selective filter): the caller scores every matching document of the
+  // shard, so that k matching documents always yield k results.
+  if (static_cast<int64_t>(nominees.size()) <
+      std::min<int64_t>(options.k, shards_[s]->num_documents())) {
+    return std::nullopt;
   }
-  const auto keep = static_cast<size_t>(plan.num_candidates);
+  const auto keep = static_cast<size_t>(shard_plan.share);
   if (nominees.size() > keep) {
     // The keep best scores, then the documents tied at the cut by external id: iids differ
-    // between shards and between replicas, ids do not. Ties are rare, so ids are looked up only
-    // for them.
+    // between replicas, ids do not. Ties are rare, so ids are looked up only for them.
     std::nth_element(nominees.begin(), nominees.begin() + (keep - 1), nominees.end(),
-                     [](const Nominee& a, const Nominee& b) { return a.score > b.score; });
+                     [](const Stage1Hit& a, const Stage1Hit& b) { return a.score > b.score; });
     const float cut = nominees[keep - 1].score;
     const auto tied_begin = std::partition(nominees.begin(), nominees.end(),
-                                           [cut](const Nominee& n) { return n.score > cut; });
+                                           [cut](const Stage1Hit& n) { return n.score > cut; });
     const auto tied_end = std::partition(tied_begin, nominees.end(),
-                                         [cut](const Nominee& n) { return n.score == cut; });
+                                         [cut](const Stage1Hit& n) { return n.score == cut; });
     const auto wanted = static_cast<size_t>(nominees.begin() + keep - tied_begin);
     if (static_cast<size_t>(tied_end - tied_begin) > wanted) {
       struct Tied {
         bool gone = false;  // deleted since stage 1: last, the rerank would skip it anyway
         std::string id;
-        Nominee nominee;
+        Stage1Hit nominee;
       };
       std::vector<Tied> tied;
       for (auto it = tied_begin; it != tied_end; ++it) {
         Tied entry{false, "", *it};
         uint64_t version = 0;
-        entry.gone = !shards_[it->shard]->Describe(it->iid, &entry.id, &version);
+        entry.gone = !shards_[s]->Describe(it->iid, &entry.id, &version);
         tied.push_back(std::move(entry));
       }
       std::sort(tied.begin(), tied.end(), [](const Tied& a, const Tied& b) {
@@ -489,8 +486,10 @@ absl::StatusOr<std::vector<CollectionImpl::Nominee>> CollectionImpl::NominateCan
     }
     nominees.resize(keep);
   }
-  timings->candidates_ms = MillisecondsSince(start);
-  return nominees;
+  std::vector<uint64_t> iids;
+  iids.reserve(nominees.size());
+  for (const Stage1Hit& nominee : nominees) iids.push_back(nominee.iid);
+  return iids;
 }
 
 absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_best_tokens,
@@ -604,13 +603,10 @@ absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
   for (const auto& shard : shards_) total_documents += shard->num_documents();
 
   SearchResult result;
-  result.num_candidates = plan.num_candidates;
-  result.documents = total_documents;
-  if (options.nominate_only) {
-    TESSERA_RETURN_IF_ERROR(Nominate(query, plan, options, &result));
-    result.timings.total_ms = MillisecondsSince(search_start);
-    return result;
+  for (const ShardPlan& shard_plan : plan.shards) {
+    result.num_candidates = std::max<int64_t>(result.num_candidates, shard_plan.num_candidates);
   }
+  result.documents = total_documents;
   TESSERA_ASSIGN_OR_RETURN(const std::vector<Candidate> selected,
                            SelectForRanking(query, plan, options, &result));
   TESSERA_ASSIGN_OR_RETURN(std::vector<Scored> top, RankExactly(query, selected, options, &result));
@@ -631,90 +627,36 @@ absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
 absl::StatusOr<std::vector<CollectionImpl::Candidate>> CollectionImpl::SelectForRanking(
     FloatMatrixView query, const SearchPlan& plan, const SearchOptions& options,
     SearchResult* result) const {
+  const Clock::time_point start = Clock::now();
   std::vector<Candidate> selected;
-  if (!options.rerank_ids.empty()) {
-    const Clock::time_point start = Clock::now();
-    TESSERA_ASSIGN_OR_RETURN(selected, LookupIds(options.rerank_ids));
-    result->timings.fetch_ms += MillisecondsSince(start);
-    return selected;
-  }
-  result->exhaustive = options.exhaustive || plan.num_candidates >= result->documents;
-  if (!result->exhaustive) {
-    TESSERA_ASSIGN_OR_RETURN(std::vector<Nominee> nominees,
-                             NominateCandidates(query, plan, options.filter, &result->timings));
-    for (const Nominee& nominee : nominees) selected.emplace_back(nominee.shard, nominee.iid);
-    // Too few nominees (a selective filter, a tiny collection): score every matching document,
-    // so that k matching documents always yield k results.
-    if (static_cast<int64_t>(selected.size()) < std::min<int64_t>(options.k, result->documents)) {
-      result->exhaustive = true;
-      selected.clear();
+  std::vector<size_t> every_document;  // the shards whose (matching) documents are all scored
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    const int64_t documents = shards_[s]->num_documents();
+    if (options.exhaustive || plan.shards[s].share >= documents) {
+      every_document.push_back(s);
+      continue;
     }
+    TESSERA_ASSIGN_OR_RETURN(const std::optional<std::vector<uint64_t>> nominees,
+                             NominateCandidates(query, s, plan, options));
+    if (!nominees.has_value()) {
+      every_document.push_back(s);
+      continue;
+    }
+    for (uint64_t iid : *nominees) selected.emplace_back(static_cast<int>(s), iid);
+  }
+  if (every_document.size() < shards_.size()) {
+    result->timings.candidates_ms = MillisecondsSince(start);
   }
   if (Clock::now() > options.deadline) {
     return absl::DeadlineExceededError("search deadline passed after candidate generation");
   }
-  if (result->exhaustive) {
-    for (size_t s = 0; s < shards_.size(); ++s) {
-      shards_[s]->ForEachLive(options.filter, [&](uint64_t iid, const LiveDocument&) {
-        selected.emplace_back(static_cast<int>(s), iid);
-      });
-    }
+  result->exhaustive = every_document.size() == shards_.size();
+  for (size_t s : every_document) {
+    shards_[s]->ForEachLive(options.filter, [&](uint64_t iid, const LiveDocument&) {
+      selected.emplace_back(static_cast<int>(s), iid);
+    });
   }
   return selected;
-}
-
-absl::Status CollectionImpl::Nominate(FloatMatrixView query, const SearchPlan& plan,
-                                      const SearchOptions& options, SearchResult* result) const {
-  TESSERA_ASSIGN_OR_RETURN(std::vector<Nominee> nominees,
-                           NominateCandidates(query, plan, options.filter, &result->timings));
-  std::sort(nominees.begin(), nominees.end(),
-            [](const Nominee& a, const Nominee& b) { return a.score > b.score; });
-  // The best ⌈scored_share × N⌉, scored exactly.
-  const auto num_scored =
-      static_cast<size_t>(std::ceil(options.scored_share * plan.num_candidates));
-  std::vector<Candidate> best;
-  for (size_t i = 0; i < nominees.size() && i < num_scored; ++i) {
-    best.emplace_back(nominees[i].shard, nominees[i].iid);
-  }
-  std::vector<Scored> scored;
-  TESSERA_RETURN_IF_ERROR(ScoreDocuments(query, options.explain, best, &scored, &result->timings));
-  result->documents_scored = static_cast<int64_t>(best.size());
-  absl::flat_hash_map<Candidate, size_t> scored_at;
-  for (size_t i = 0; i < scored.size(); ++i) scored_at[{scored[i].shard, scored[i].iid}] = i;
-  for (const Nominee& nominee : nominees) {
-    SearchHit hit;
-    hit.candidate_score = nominee.score;
-    const auto it = scored_at.find({nominee.shard, nominee.iid});
-    if (it != scored_at.end()) {
-      Scored& entry = scored[it->second];
-      if (options.explain) {
-        TESSERA_ASSIGN_OR_RETURN(hit.explanation, Explain(query, entry));
-      }
-      hit.id = std::move(entry.id);
-      hit.score = entry.score;
-      hit.version = entry.version;
-    } else {
-      hit.scored = false;
-      // A document gone since stage 1 is left out, as the exact rerank would leave it out.
-      if (!shards_[nominee.shard]->Describe(nominee.iid, &hit.id, &hit.version)) continue;
-    }
-    result->hits.push_back(std::move(hit));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<CollectionImpl::Candidate>> CollectionImpl::LookupIds(
-    const std::vector<std::string>& ids) const {
-  std::vector<Candidate> documents;
-  documents.reserve(ids.size());
-  for (const std::string& id : ids) {
-    const int shard = ShardOf(id, schema_.num_shards);
-    absl::StatusOr<uint64_t> iid = shards_[shard]->LookupId(id);
-    if (absl::IsNotFound(iid.status())) continue;  // deleted since the caller's stage 1
-    TESSERA_RETURN_IF_ERROR(iid.status());
-    documents.emplace_back(shard, *iid);
-  }
-  return documents;
 }
 
 CollectionStats CollectionImpl::Stats() const {

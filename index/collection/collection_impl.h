@@ -70,41 +70,32 @@ class CollectionImpl : public Collection {
   absl::StatusOr<DocumentWrite> PrepareWrite(const Document& document) const;
   absl::Status ValidateQuery(FloatMatrixView query, const SearchOptions& options) const;
 
-  // A search's options with their defaults resolved.
-  struct SearchPlan {
-    int num_candidates = 0;  // N
+  // A search's options with their defaults resolved, per shard.
+  struct ShardPlan {
+    int num_candidates = 0;  // N: the caller's, or the default for the shard's stage 1
+    int share = 0;           // ⌈N / whole shards⌉: the documents it reranks
     int per_token = 0;       // k′
+  };
+  struct SearchPlan {
+    std::vector<ShardPlan> shards;
     int nprobe = 0;
   };
   SearchPlan Plan(const SearchOptions& options) const;
-  // A document stage 1 nominated, and its approximate MaxSim.
-  struct Nominee {
-    float score = 0.0f;
-    int shard = 0;
-    uint64_t iid = 0;
-  };
-  // Stage 1 over every shard: the plan's N best documents by approximate score; of documents
-  // tied at the cut, those with the smaller external ids (so that a router merging shard nodes'
-  // nominees cuts where this collection does), in no particular order.
-  absl::StatusOr<std::vector<Nominee>> NominateCandidates(FloatMatrixView query,
-                                                          const SearchPlan& plan,
-                                                          const Filter& filter,
-                                                          SearchTimings* timings) const;
+  // Stage 1 of shard s: its share of N, the best documents by approximate score; of documents
+  // tied at the cut, those with the smaller external ids (so that a router's shard node cuts
+  // where this collection does), in no particular order. nullopt when stage 1 found fewer than
+  // k (a selective filter): then every matching document of the shard is to be scored.
+  absl::StatusOr<std::optional<std::vector<uint64_t>>> NominateCandidates(
+      FloatMatrixView query, size_t s, const SearchPlan& plan, const SearchOptions& options) const;
   // A document to score exactly: (shard, iid).
   using Candidate = std::pair<int, uint64_t>;
-  // SearchOptions::nominate_only: the nominees as hits, best stage-1 score first, the best
-  // options.scored_share of them scored.
-  absl::Status Nominate(FloatMatrixView query, const SearchPlan& plan, const SearchOptions& options,
-                        SearchResult* result) const;
-  // The documents stage 2 scores: SearchOptions::rerank_ids; or stage 1's N best; or every
-  // matching document (asked for, N covers the collection, or too few nominees — then
-  // result->exhaustive). result->documents must hold the collection's size.
+  // The documents stage 2 scores: per shard, stage 1's share of N; or every matching document
+  // (asked for, the share covers the shard, or too few nominees). result->exhaustive when every
+  // shard's were.
   absl::StatusOr<std::vector<Candidate>> SelectForRanking(FloatMatrixView query,
                                                           const SearchPlan& plan,
                                                           const SearchOptions& options,
                                                           SearchResult* result) const;
-  // SearchOptions::rerank_ids: the (shard, iid) of each stored id; ids not stored are left out.
-  absl::StatusOr<std::vector<Candidate>> LookupIds(const std::vector<std::string>& ids) const;
   // Stage 2: exact MaxSim over `selected`, the best options.k (score desc, id asc); adds the
   // documents scored and the fetch/rerank timings to `result`.
   absl::StatusOr<std::vector<Scored>> RankExactly(

@@ -374,9 +374,9 @@ absl::Status ValidateSchema(const CollectionSchema& schema) {
   if (schema.dim < 1 || schema.dim > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("dim ", schema.dim, ", expected 1 … 4096"));
   }
-  if (schema.num_shards < 1 || schema.num_shards > 256) {
+  if (schema.num_shards < 1 || schema.num_shards > kMaxShards) {
     return absl::InvalidArgumentError(
-        absl::StrCat("num_shards ", schema.num_shards, ", expected 1 … 256"));
+        absl::StrCat("num_shards ", schema.num_shards, ", expected 1 … ", kMaxShards));
   }
   if (schema.pooling.hierarchical.has_value()) {
     const TokenPoolingOptions& h = *schema.pooling.hierarchical;

@@ -1,9 +1,9 @@
 // MergeSearchResults against its definition: the merged searches of collections that each hold
 // one shard of a collection's documents equal the search of that one collection (ids, order,
-// scores), through the cascade, its exhaustive fallbacks, ties at the stage-1 cut and filters.
+// scores, documents scored), through the cascade, its exhaustive fallbacks, ties at the stage-1
+// cut and filters.
 #include "tessera/merge.h"
 
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,43 +19,16 @@ namespace {
 constexpr int kShards = 3;
 constexpr int64_t kDim = 32;
 
-// The parts searched as a router searches its shard nodes: round 1 (nominate_only, scoring the
-// best scored_share of N; again with the merged N for a part that resolved less), round 2
-// (rerank_ids of the cut not scored yet, or exhaustive).
+// The parts searched as a router searches its shard nodes: each as one of kShards shards, and
+// the best k of their answers.
 SearchResult SearchParts(const std::vector<std::shared_ptr<Collection>>& parts,
-                         FloatMatrixView query, const SearchOptions& options, double scored_share) {
-  auto search = [&](const std::shared_ptr<Collection>& part, const SearchOptions& with) {
-    auto answer = part->Search(query, with);
-    EXPECT_TRUE(answer.ok()) << answer.status();
-    return answer.ok() ? *std::move(answer) : SearchResult{};
-  };
-  std::optional<NominationCut> cut;
-  if (!options.exhaustive) {
-    SearchOptions nominate = options;
-    nominate.nominate_only = true;
-    nominate.scored_share = scored_share;
-    std::vector<SearchResult> nominations;
-    for (const auto& part : parts) nominations.push_back(search(part, nominate));
-    const int64_t num_candidates = MergedNumCandidates(nominations);
-    for (size_t p = 0; p < parts.size(); ++p) {
-      if (nominations[p].num_candidates == num_candidates) continue;
-      SearchOptions again = nominate;
-      again.num_candidates = num_candidates;
-      nominations[p] = search(parts[p], again);
-    }
-    cut = CutNominations(std::move(nominations), options.k);
-  }
+                         FloatMatrixView query, SearchOptions options) {
+  options.whole_shards = kShards;
   std::vector<SearchResult> answers;
-  if (cut.has_value()) answers.push_back(std::move(cut->scored));
-  for (size_t p = 0; p < parts.size(); ++p) {
-    SearchOptions round2 = options;
-    if (cut.has_value()) {
-      if (cut->rerank_ids[p].empty()) continue;
-      round2.rerank_ids = cut->rerank_ids[p];
-    } else {
-      round2.exhaustive = true;
-    }
-    answers.push_back(search(parts[p], round2));
+  for (const auto& part : parts) {
+    auto answer = part->Search(query, options);
+    EXPECT_TRUE(answer.ok()) << answer.status();
+    if (answer.ok()) answers.push_back(*std::move(answer));
   }
   return MergeTopK(std::move(answers), options.k);
 }
@@ -166,25 +139,21 @@ void ExpectSameAnswers(const Collections& setup, Answered* answered) {
       ASSERT_TRUE(expected.ok()) << expected.status();
       if (!expected->exhaustive) ++answered->cascade;
       if (expected->exhaustive && !c.options.exhaustive) ++answered->scored_whole;
-      // Round 1 scoring nothing (every document of the cut goes to round 2), a few per part,
-      // or every nominee.
-      for (double scored_share : {0.0, 0.5, 1.0}) {
-        SCOPED_TRACE(absl::StrCat("scored_share ", scored_share));
-        const SearchResult merged = SearchParts(setup.parts, view, c.options, scored_share);
-        EXPECT_EQ(merged.exhaustive, expected->exhaustive);
-        if (scored_share == 0) EXPECT_EQ(merged.documents_scored, expected->documents_scored);
-        ASSERT_EQ(merged.hits.size(), expected->hits.size());
-        for (size_t i = 0; i < merged.hits.size(); ++i) {
-          EXPECT_EQ(merged.hits[i].id, expected->hits[i].id) << "rank " << i;
-          EXPECT_EQ(merged.hits[i].score, expected->hits[i].score) << "rank " << i;
-          EXPECT_EQ(merged.hits[i].version, expected->hits[i].version) << "rank " << i;
-          ASSERT_EQ(merged.hits[i].explanation.size(), expected->hits[i].explanation.size());
-          for (size_t t = 0; t < merged.hits[i].explanation.size(); ++t) {
-            EXPECT_EQ(merged.hits[i].explanation[t].document_vector,
-                      expected->hits[i].explanation[t].document_vector);
-            EXPECT_EQ(merged.hits[i].explanation[t].covered_tokens,
-                      expected->hits[i].explanation[t].covered_tokens);
-          }
+      const SearchResult merged = SearchParts(setup.parts, view, c.options);
+      EXPECT_EQ(merged.exhaustive, expected->exhaustive);
+      EXPECT_EQ(merged.documents_scored, expected->documents_scored);
+      EXPECT_EQ(merged.num_candidates, expected->num_candidates);
+      ASSERT_EQ(merged.hits.size(), expected->hits.size());
+      for (size_t i = 0; i < merged.hits.size(); ++i) {
+        EXPECT_EQ(merged.hits[i].id, expected->hits[i].id) << "rank " << i;
+        EXPECT_EQ(merged.hits[i].score, expected->hits[i].score) << "rank " << i;
+        EXPECT_EQ(merged.hits[i].version, expected->hits[i].version) << "rank " << i;
+        ASSERT_EQ(merged.hits[i].explanation.size(), expected->hits[i].explanation.size());
+        for (size_t t = 0; t < merged.hits[i].explanation.size(); ++t) {
+          EXPECT_EQ(merged.hits[i].explanation[t].document_vector,
+                    expected->hits[i].explanation[t].document_vector);
+          EXPECT_EQ(merged.hits[i].explanation[t].covered_tokens,
+                    expected->hits[i].explanation[t].covered_tokens);
         }
       }
     }
@@ -223,82 +192,59 @@ TEST(MergeSearchResults, SmallCollectionsAreScoredWhole) {
   EXPECT_GE(answered.cascade, 8);
 }
 
-// The cut on stage-1 scores takes, of documents tied at it, the smaller ids; the nominees'
-// exact scores then decide.
-TEST(MergeSearchResults, CutsTiesByIdAndRanksByExactScore) {
+// MergeTopK: the best k by exact score, ties by id; sums of the counts; exhaustive only when
+// every part was.
+TEST(MergeSearchResults, MergeTopKRanksByScoreThenId) {
   auto hit = [](std::string id, float score) {
     SearchHit h;
     h.id = std::move(id);
     h.score = score;
     return h;
   };
-  std::vector<SearchResult> nominations(2);
-  for (SearchResult& part : nominations) {
-    part.num_candidates = 3;
-    part.documents = 10;
-  }
-  for (auto [id, score] : {std::pair{"a", 2.0f}, {"c", 1.0f}, {"e", 0.5f}}) {
-    nominations[0].hits.push_back(hit(id, 0));
-    nominations[0].hits.back().candidate_score = score;
-  }
-  for (auto [id, score] : {std::pair{"b", 1.0f}, {"d", 1.0f}, {"f", 0.4f}}) {
-    nominations[1].hits.push_back(hit(id, 0));
-    nominations[1].hits.back().candidate_score = score;
-  }
-  // Cut at 3 by stage-1 score: a (2.0), then b and c of the tied b, c, d. Round 1 scored c.
-  nominations[0].hits[1].score = 0.9f;
-  nominations[0].hits[0].scored = nominations[0].hits[2].scored = false;
-  for (SearchHit& h : nominations[1].hits) h.scored = false;
-  auto cut = CutNominations(nominations, 2);
-  ASSERT_TRUE(cut.has_value());
-  EXPECT_EQ(cut->rerank_ids[0], (std::vector<std::string>{"a"}));
-  EXPECT_EQ(cut->rerank_ids[1], (std::vector<std::string>{"b"}));
-  ASSERT_EQ(cut->scored.hits.size(), 1u);
-  EXPECT_EQ(cut->scored.hits[0].id, "c");
-  // Fewer nominees than k, or N covering the documents: every matching document is scored.
-  EXPECT_FALSE(CutNominations(nominations, 7).has_value());
-  nominations[0].documents = nominations[1].documents = 1;
-  EXPECT_FALSE(CutNominations(nominations, 2).has_value());
-
   std::vector<SearchResult> answers(3);
-  answers[0] = std::move(cut->scored);  // c, 0.9
+  answers[0].hits = {hit("c", 0.9f), hit("e", 0.1f)};
+  answers[0].documents_scored = 4;
+  answers[0].documents = 10;
+  answers[0].exhaustive = true;
   answers[1].hits = {hit("a", 0.5f)};
-  answers[1].documents_scored = 1;
+  answers[1].documents_scored = 3;
+  answers[1].documents = 11;
+  answers[1].num_candidates = 40;
   answers[2].hits = {hit("b", 0.9f)};
-  answers[2].documents_scored = 1;
+  answers[2].documents_scored = 5;
+  answers[2].documents = 12;
+  answers[2].exhaustive = true;
+  answers[2].num_candidates = 100;
+  answers[2].timings.candidates_ms = 2.0;
+  answers[1].timings.candidates_ms = 3.0;
   const SearchResult merged = MergeTopK(answers, 2);
   ASSERT_EQ(merged.hits.size(), 2u);
   EXPECT_EQ(merged.hits[0].id, "b");  // 0.9 tied: by id
   EXPECT_EQ(merged.hits[1].id, "c");
-  EXPECT_EQ(merged.documents_scored, 2);  // round 1 scored none of the hand-made nominations
+  EXPECT_EQ(merged.documents_scored, 12);
+  EXPECT_EQ(merged.documents, 33);
+  EXPECT_EQ(merged.num_candidates, 100);
+  EXPECT_EQ(merged.timings.candidates_ms, 3.0);  // the slowest part's
   EXPECT_FALSE(merged.exhaustive);
+  answers[1].exhaustive = true;
+  EXPECT_TRUE(MergeTopK(answers, 10).exhaustive);
+  EXPECT_EQ(MergeTopK(answers, 10).hits.size(), 4u);
 }
 
-TEST(MergeSearchResults, RoundOptionsAreValidated) {
+TEST(MergeSearchResults, WholeShardsIsValidated) {
   Collections setup;
   Build(&setup, 30, "auto");
   const std::vector<float> query(2 * kDim, 0.1f);
   const FloatMatrixView view{query.data(), 2, kDim};
   SearchOptions options;
-  options.nominate_only = true;
-  options.exhaustive = true;
+  options.whole_shards = 2;  // fewer than the collection's own 3
   EXPECT_EQ(setup.whole->Search(view, options).status().message(),
-            "nominate_only: stage 1 alone, expected without exhaustive and rerank_ids");
-  options = SearchOptions{};
-  options.nominate_only = true;
-  options.scored_share = 1.5;
-  EXPECT_EQ(setup.whole->Search(view, options).status().message(),
-            "scored_share 1.5, expected 0 … 1");
-  options = SearchOptions{};
-  options.rerank_ids.assign(10001, "d1");
-  EXPECT_EQ(setup.whole->Search(view, options).status().message(),
-            "rerank_ids: 10001 ids exceeds the limit of 10000");
-  // Ids not stored are skipped; stored ones are scored whatever stage 1 would say.
-  options.rerank_ids = {"nope", "d3", "d7"};
-  auto result = setup.whole->Search(view, options);
-  ASSERT_TRUE(result.ok()) << result.status();
-  EXPECT_EQ(result->documents_scored, 2);
-  ASSERT_EQ(result->hits.size(), 2u);
+            "whole_shards 2, expected 0 or 3 … 256");
+  options.whole_shards = 257;
+  EXPECT_EQ(setup.parts[0]->Search(view, options).status().message(),
+            "whole_shards 257, expected 0 or 1 … 256");
+  options.whole_shards = 3;
+  EXPECT_TRUE(setup.whole->Search(view, options).ok());
 }
 
 }  // namespace

@@ -834,22 +834,14 @@ void Router::SearchShards(const grpc::CallbackServerContext& call, const Collect
 
 namespace {
 
-// Round 1 scores this many times a shard's even share of the cut (N / S): a shard's share of the
-// best N is rarely that much above the mean, so round 2 is rarely needed, while the shards score
-// at most 1.5 N documents together.
-constexpr double kScoredShareMargin = 1.5;
-
-// The answers that came back, in shard order, and their shards. A shard that failed UNAVAILABLE
-// goes to *missing when the request allows partial results; any other failure is the call's.
-absl::Status Gather(const std::map<uint32_t, absl::StatusOr<SearchResult>>& answers,
+// The answers that came back, in shard order. A shard that failed UNAVAILABLE goes to *missing
+// when the request allows partial results; any other failure is the call's.
+absl::Status Gather(std::map<uint32_t, absl::StatusOr<SearchResult>> answers,
                     const v1::SearchRequest& request, std::set<uint32_t>* missing,
-                    std::vector<uint32_t>* shards, std::vector<SearchResult>* parts) {
-  shards->clear();
-  parts->clear();
-  for (const auto& [s, answer] : answers) {
+                    std::vector<SearchResult>* parts) {
+  for (auto& [s, answer] : answers) {
     if (answer.ok()) {
-      shards->push_back(s);
-      parts->push_back(*answer);
+      parts->push_back(*std::move(answer));
     } else if (answer.status().code() == absl::StatusCode::kUnavailable &&
                request.allow_partial_results()) {
       missing->insert(s);
@@ -871,68 +863,21 @@ absl::Status Router::Search(const grpc::CallbackServerContext& call,
   const absl::Time caller_deadline = absl::FromChrono(call.deadline());
   const absl::Time deadline = std::min(caller_deadline, absl::Now() + options_.shard_call_timeout);
   const int64_t k = request.k() == 0 ? 10 : request.k();
-  auto shard_request = [&](uint32_t s) {
-    v1::ShardSearchRequest search;
-    search.set_shard(s);
-    *search.mutable_search() = request;
-    return search;
-  };
+  // One round (tessera/merge.h): every shard reranks its share of N as a shard of num_shards,
+  // and the best k of their answers are a standalone collection's.
   const Clock::time_point fanout_start = Clock::now();
-  std::set<uint32_t> missing;
-  std::vector<uint32_t> shards(num_shards);
-  for (uint32_t s = 0; s < num_shards; ++s) shards[s] = s;
-  std::vector<SearchResult> parts;
-
-  // Round 1 (tessera/merge.h): every shard nominates; a shard that resolved a smaller default N
-  // than another (its stage 1 is still the exact scan) nominates again with the collection's N.
-  std::optional<NominationCut> cut;
-  if (!request.exhaustive()) {
-    // Each shard scores its likely share of the cut (N / S, with room for the spread) in this
-    // round already, so that round 2 is only for a shard whose share was larger; explanations
-    // are only made for the hits the router keeps.
-    const double scored_share =
-        request.explain() ? 0.0 : std::min(1.0, kScoredShareMargin / num_shards);
-    std::map<uint32_t, v1::ShardSearchRequest> round1;
-    for (uint32_t s : shards) {
-      round1[s] = shard_request(s);
-      round1[s].set_nominate_only(true);
-      round1[s].set_scored_share(scored_share);
-    }
-    std::map<uint32_t, absl::StatusOr<SearchResult>> nominations;
-    SearchShards(call, entry, deadline, round1, &nominations);
-    TESSERA_RETURN_IF_ERROR(Gather(nominations, request, &missing, &shards, &parts));
-    const int64_t num_candidates = MergedNumCandidates(parts);
-    std::map<uint32_t, v1::ShardSearchRequest> again;
-    for (size_t i = 0; i < shards.size(); ++i) {
-      if (parts[i].num_candidates == num_candidates) continue;
-      again[shards[i]] = round1[shards[i]];
-      again[shards[i]].mutable_search()->set_num_candidates(static_cast<uint32_t>(num_candidates));
-    }
-    if (!again.empty()) {
-      SearchShards(call, entry, deadline, again, &nominations);
-      TESSERA_RETURN_IF_ERROR(Gather(nominations, request, &missing, &shards, &parts));
-    }
-    cut = CutNominations(std::move(parts), k);
-  }
-
-  // Round 2: each shard reranks its ids of the cut that round 1 did not score — or, where a
-  // standalone collection would score every matching document, every shard searches
-  // exhaustively.
-  std::map<uint32_t, v1::ShardSearchRequest> round2;
-  for (size_t i = 0; i < shards.size(); ++i) {
-    v1::ShardSearchRequest search = shard_request(shards[i]);
-    if (cut.has_value()) {
-      if (cut->rerank_ids[i].empty()) continue;
-      for (std::string& id : cut->rerank_ids[i]) search.add_rerank_ids(std::move(id));
-    } else {
-      search.mutable_search()->set_exhaustive(true);
-    }
-    round2[shards[i]] = std::move(search);
+  std::map<uint32_t, v1::ShardSearchRequest> requests;
+  for (uint32_t s = 0; s < num_shards; ++s) {
+    v1::ShardSearchRequest& search = requests[s];
+    search.set_shard(s);
+    search.set_whole_shards(num_shards);
+    *search.mutable_search() = request;
   }
   std::map<uint32_t, absl::StatusOr<SearchResult>> answers;
-  if (!round2.empty()) SearchShards(call, entry, deadline, round2, &answers);
-  TESSERA_RETURN_IF_ERROR(Gather(answers, request, &missing, &shards, &parts));
-  if (cut.has_value()) parts.push_back(std::move(cut->scored));
+  SearchShards(call, entry, deadline, requests, &answers);
+  std::set<uint32_t> missing;
+  std::vector<SearchResult> parts;
+  TESSERA_RETURN_IF_ERROR(Gather(std::move(answers), request, &missing, &parts));
   const SearchResult merged = MergeTopK(std::move(parts), k);
   const double fanout_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - fanout_start).count();

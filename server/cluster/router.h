@@ -17,11 +17,9 @@
 //   does not answer within its share of the remaining time, is retried on the next one (and
 //   tried last for RouterOptions::distrust_for, unless it answers meanwhile). Search
 //   answers what a standalone collection with the same shard count answers (ids, order, scores;
-//   tessera/merge.h) in two rounds: every shard nominates its N best by stage-1 score, the
-//   router cuts their union at the N best, as the standalone collection cuts its shards'
-//   nominees, and each shard reranks its ids of the cut; the router takes the best k. Round 1
-//   already scores each shard's likely share of the cut (1.5 N / S), so round 2 goes only to
-//   shards whose share was larger (none with explain). A shard with no replica that answers
+//   tessera/merge.h) in one round: every shard reranks its share of N (⌈N / S⌉ of its best by
+//   stage-1 score), as the standalone collection does in each of its S shards, and the router
+//   takes the best k of their answers. A shard with no replica that answers
 //   fails the call with UNAVAILABLE naming it, unless the request allows partial results (then
 //   missing_shards lists it).
 // - Catch-up: a thread copies every stale replica whose node is live from the first serving
@@ -133,7 +131,7 @@ class Router final : public server::Backend {
   // Waits until this router's view holds its own last write (so that a client reads it back
   // from the same router at once; other routers see it as their watch delivers it).
   void WaitUntilSeen(const std::string& key);
-  // Each shard's request of one round of a search, in parallel (one serving replica each,
+  // Each shard's request of a search, in parallel (one serving replica each,
   // retried on the next within the deadline), into (*answers)[shard].
   void SearchShards(const grpc::CallbackServerContext& call, const CollectionEntry& entry,
                     absl::Time deadline, const std::map<uint32_t, v1::ShardSearchRequest>& requests,

@@ -54,6 +54,9 @@ struct CandidateSpec {
   bool rerank_from_codes = false;
 };
 
+// The most shards a collection may have.
+inline constexpr int kMaxShards = 256;
+
 struct CollectionSchema {
   std::string name;                           // [A-Za-z0-9_.-]{1,128}
   int64_t dim = 0;                            // 1 … 4096
@@ -63,7 +66,7 @@ struct CollectionSchema {
   CandidateSpec candidates;
   // Attribute fields documents may carry and filters may use.
   std::map<std::string, AttributeType> attributes;
-  int num_shards = 1;  // 1 … 256
+  int num_shards = 1;  // 1 … kMaxShards
 
   static PoolingSpec DefaultPooling() {
     PoolingSpec spec;
@@ -93,10 +96,12 @@ struct SearchOptions {
   // 1 … CollectionLimits::max_k. 64-bit so that any value a caller holds (a uint32 off the wire)
   // reaches the collection's check, and its message, unchanged.
   int64_t k = 10;
-  // N: documents scored exactly after stage 1: k … CollectionLimits::max_num_candidates, or 0 =
-  // the default: max(10·k, 100) while every shard scans its candidate vectors exactly,
-  // max(40·k, 400) once a shard's stage 1 is the centroid index (both capped at
-  // CollectionLimits::max_num_candidates).
+  // N: documents scored exactly after stage 1, k … CollectionLimits::max_num_candidates, split
+  // over the S shards: each reranks the ⌈N / S⌉ best of its documents by its own stage-1 scores
+  // (its stage 1 ranks by its own codebook; a cut over all shards' estimates would favour a
+  // shard whose estimates run high), or all of them when they are no more. 0 = the default,
+  // per shard: max(10·k, 100) while it scans its candidate vectors exactly, max(40·k, 400) once
+  // its stage 1 is the centroid index (both capped at CollectionLimits::max_num_candidates).
   int64_t num_candidates = 0;
   // k′: candidate vectors fetched per query token in stage 1, 0 … 100000. 0 = the default,
   // max(N, 64). 64-bit for the same reason as k.
@@ -113,20 +118,11 @@ struct SearchOptions {
   // Give up with DEADLINE_EXCEEDED once this time has passed (checked between stages and chunks);
   // the default never expires.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
-  // The two rounds of a caller that merges several collections' searches into the answer ONE
-  // collection of all their documents would give (a router over shard nodes; tessera/merge.h):
-  //   nominate_only  stage 1 only, whatever the collection's size: the N best nominees as hits
-  //                  with SearchHit::candidate_score, best first; no exhaustive fallback (the
-  //                  caller decides over SearchResult::documents, ::num_candidates of every
-  //                  part). The best ⌈scored_share × N⌉ of them are scored exactly as well
-  //                  (a part's likely share of the caller's cut: round 2 then has nothing left
-  //                  to do for it); the others have SearchHit::scored false.
-  //                  Not with `exhaustive` or `rerank_ids`.
-  //   rerank_ids     when not empty: exact MaxSim over just these documents (ids not stored
-  //                  are skipped), the best k; at most CollectionLimits::max_num_candidates.
-  bool nominate_only = false;
-  double scored_share = 0;  // 0 … 1
-  std::vector<std::string> rerank_ids;
+  // A search of one part of a collection split by ShardOf over several (a router's shard node
+  // holds one shard of `whole_shards`): each shard's share of N is then ⌈N / whole_shards⌉
+  // instead of ⌈N / num_shards⌉, so that the parts' answers merge (tessera/merge.h) into the
+  // whole collection's. 0: this collection is the whole; else num_shards … kMaxShards.
+  int64_t whole_shards = 0;
 };
 
 struct TokenMatch {
@@ -141,10 +137,6 @@ struct SearchHit {
   float score = 0.0f;  // exact MaxSim over the stored rerank vectors
   uint64_t version = 0;
   std::vector<TokenMatch> explanation;  // when asked; one entry per query token
-  // SearchOptions::nominate_only: the document's stage-1 score, and whether `score` (and
-  // `explanation`) are there: only for the best SearchOptions::scored_share of the nominees.
-  std::optional<float> candidate_score;
-  bool scored = true;
 };
 
 struct SearchTimings {
