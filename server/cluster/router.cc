@@ -834,12 +834,13 @@ void Router::SearchShards(const grpc::CallbackServerContext& call, const Collect
 
 namespace {
 
-// The answers that came back, in shard order. A shard that failed UNAVAILABLE goes to *missing
-// when the request allows partial results; any other failure is the call's.
-absl::Status Gather(std::map<uint32_t, absl::StatusOr<SearchResult>> answers,
+// The answers that came back, moved out of *answers in shard order. A shard that failed
+// UNAVAILABLE goes to *missing when the request allows partial results; any other failure is
+// the call's.
+absl::Status Gather(std::map<uint32_t, absl::StatusOr<SearchResult>>* answers,
                     const v1::SearchRequest& request, std::set<uint32_t>* missing,
                     std::vector<SearchResult>* parts) {
-  for (auto& [s, answer] : answers) {
+  for (auto& [s, answer] : *answers) {
     if (answer.ok()) {
       parts->push_back(*std::move(answer));
     } else if (answer.status().code() == absl::StatusCode::kUnavailable &&
@@ -877,7 +878,7 @@ absl::Status Router::Search(const grpc::CallbackServerContext& call,
   SearchShards(call, entry, deadline, requests, &answers);
   std::set<uint32_t> missing;
   std::vector<SearchResult> parts;
-  TESSERA_RETURN_IF_ERROR(Gather(std::move(answers), request, &missing, &parts));
+  TESSERA_RETURN_IF_ERROR(Gather(&answers, request, &missing, &parts));
   const SearchResult merged = MergeTopK(std::move(parts), k);
   const double fanout_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - fanout_start).count();
