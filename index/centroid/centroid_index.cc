@@ -288,7 +288,7 @@ bool CentroidIndex::Contains(uint64_t doc) const {
 }
 
 void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, int nprobe,
-                              absl::Span<const uint32_t> tile_starts, TokenScan* out) const {
+                              TokenScan* out) const {
   const int64_t C = codebook_->num_centroids();
   // The nprobe best centroids of this token (ties: lower id), through a bounded heap whose front
   // is the worst kept: most centroids fail the one comparison with it. Centroids come in id
@@ -319,7 +319,6 @@ void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, 
   QuantizeScanTables(lut.data(), codec.nibbles(), &tables);
   out->step = tables.step;
   out->probes.clear();
-  out->tile_ends.clear();
   int64_t sums_size = 0;
   for (int p = 0; p < nprobe; ++p) {
     const List& list = lists_[ranked[p].second];
@@ -328,20 +327,12 @@ void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, 
     sums_size +=
         static_cast<int64_t>(list.blocks.size()) / ScanBlockBytes(code_bytes_) * kScanBlockEntries;
   }
-  out->sums.resize(sums_size);
-  const size_t tiles = tile_starts.size() - 1;
-  out->tile_ends.resize(out->probes.size() * tiles);
-  for (size_t p = 0; p < out->probes.size(); ++p) {
-    const List& list = *out->probes[p].list;
-    const int64_t blocks = static_cast<int64_t>(list.blocks.size()) / ScanBlockBytes(code_bytes_);
-    ScanBlocks(list.blocks.data(), blocks, code_bytes_, tables, &out->sums[out->probes[p].sums]);
-    // A list's ordinals ascend, so each tile's entries are one run of it.
-    const uint32_t* first = list.ordinals.data();
-    const uint32_t* at = first;
-    for (size_t t = 0; t < tiles; ++t) {
-      at = InterpolatedLowerBound(at, first + list.ordinals.size(), tile_starts[t + 1]);
-      out->tile_ends[p * tiles + t] = static_cast<uint32_t>(at - first);
-    }
+  // Every entry is written by the scan: no zero fill.
+  out->sums.reset(new uint16_t[sums_size]);
+  for (const Probe& probe : out->probes) {
+    const int64_t blocks =
+        static_cast<int64_t>(probe.list->blocks.size()) / ScanBlockBytes(code_bytes_);
+    ScanBlocks(probe.list->blocks.data(), blocks, code_bytes_, tables, &out->sums[probe.sums]);
   }
 }
 
@@ -350,12 +341,10 @@ bool CentroidIndex::BetterOrdinal(const std::pair<uint32_t, float>& a,
   return a.second != b.second ? a.second > b.second : ordinal_doc_[a.first] < ordinal_doc_[b.first];
 }
 
-void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, size_t tile,
-                              absl::Span<const uint32_t> tile_starts, float missing_sum,
-                              int64_t keep, std::vector<std::pair<uint32_t, float>>* out) const {
-  const size_t tiles = tile_starts.size() - 1;
-  const uint32_t first_ordinal = tile_starts[tile];
-  const size_t n = tile_starts[tile + 1] - first_ordinal;
+void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, uint32_t first_ordinal,
+                              uint32_t end_ordinal, float missing_sum, int64_t keep,
+                              std::vector<std::pair<uint32_t, float>>* out) const {
+  const size_t n = end_ordinal - first_ordinal;
   TileScratch& scratch = ThreadTileScratch();
   scratch.Begin(n);
   float* best = scratch.best.data();
@@ -369,9 +358,15 @@ void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, size_t tile,
     for (size_t p = 0; p < token.probes.size(); ++p) {
       const Probe& probe = token.probes[p];
       const float offset = probe.offset;
-      const uint32_t begin = tile == 0 ? 0 : token.tile_ends[p * tiles + tile - 1];
-      const uint32_t end = token.tile_ends[p * tiles + tile];
+      // A list's ordinals ascend, so the tile's entries are one run of it. Its bounds are found
+      // here rather than per token up front: the lines the searches touch are the run's first
+      // and last, which this loop reads next (found up front, they had left the cache by now).
       const uint32_t* ordinals = probe.list->ordinals.data();
+      const uint32_t* list_end = ordinals + probe.list->ordinals.size();
+      const auto begin = static_cast<uint32_t>(
+          InterpolatedLowerBound(ordinals, list_end, first_ordinal) - ordinals);
+      const auto end = static_cast<uint32_t>(
+          InterpolatedLowerBound(ordinals + begin, list_end, end_ordinal) - ordinals);
       const uint16_t* sums = &token.sums[probe.sums];
       for (uint32_t e = begin; e < end; ++e) {
         const float score = offset + step * static_cast<float>(sums[e]);
@@ -439,7 +434,8 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   // one cache line per centroid.
   const QuerySimilarity similarity(queries);
   const int64_t stride = similarity.stride();
-  std::vector<float> token_scores(nq * C);
+  // Every score is written below: no zero fill of the nq × C floats (4 MiB at 1M documents).
+  const std::unique_ptr<float[]> token_scores(new float[nq * C]);
   const int64_t chunks = (C + kCentroidChunk - 1) / kCentroidChunk;
   auto score_chunks = [&](int64_t begin, int64_t end) {
     std::vector<float> block(kCentroidChunk * stride);
@@ -475,7 +471,7 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   auto scan = [&](int64_t begin, int64_t end) {
     mu_.AssertReaderHeld();
     for (int64_t i = begin; i < end; ++i) {
-      ScanToken(queries.data + i * dim, &token_scores[i * C], nprobe, tile_starts, &tokens[i]);
+      ScanToken(queries.data + i * dim, &token_scores[i * C], nprobe, &tokens[i]);
     }
   };
   if (pool != nullptr) {
@@ -492,7 +488,8 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   auto score_tiles = [&](int64_t begin, int64_t end) {
     mu_.AssertReaderHeld();
     for (int64_t t = begin; t < end; ++t) {
-      ScoreTile(tokens, t, tile_starts, missing_sum, accept == nullptr ? keep : -1, &tile_hits[t]);
+      ScoreTile(tokens, tile_starts[t], tile_starts[t + 1], missing_sum,
+                accept == nullptr ? keep : -1, &tile_hits[t]);
     }
   };
   if (pool != nullptr) {

@@ -138,26 +138,23 @@ class CentroidIndex {
     float offset = 0.0f;  // the centroid's score + the tables' bias
     int64_t sums = 0;     // where the list's sums start in TokenScan::sums
   };
-  // One query token's scan: the 16-bit sums of its probed lists' codes, and where each tile's
-  // entries end in each list (tile_ends[probe · tiles + tile]).
+  // One query token's scan: the 16-bit sums of its probed lists' codes.
   struct TokenScan {
     std::vector<Probe> probes;
-    std::vector<uint16_t> sums;
-    std::vector<uint32_t> tile_ends;
+    std::unique_ptr<uint16_t[]> sums;
     float step = 0.0f;
     float missing = 0.0f;
   };
 
   // One query token: selects its nprobe best centroids (centroid_scores holds its score of every
   // centroid, C values) and scores their lists' codes.
-  void ScanToken(const float* query, const float* centroid_scores, int nprobe,
-                 absl::Span<const uint32_t> tile_starts, TokenScan* out) const
+  void ScanToken(const float* query, const float* centroid_scores, int nprobe, TokenScan* out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Appends (ordinal, approximate MaxSim) for the live documents of tile `tile` (ordinals
-  // [tile_starts[tile], tile_starts[tile + 1])) that some token found above its estimate: the best
-  // `keep` of them (BetterOrdinal), or all with keep < 0.
-  void ScoreTile(absl::Span<const TokenScan> tokens, size_t tile,
-                 absl::Span<const uint32_t> tile_starts, float missing_sum, int64_t keep,
+  // Appends (ordinal, approximate MaxSim) for the live documents of the tile of ordinals
+  // [first_ordinal, end_ordinal) that some token found above its estimate: the best `keep` of
+  // them (BetterOrdinal), or all with keep < 0.
+  void ScoreTile(absl::Span<const TokenScan> tokens, uint32_t first_ordinal, uint32_t end_ordinal,
+                 float missing_sum, int64_t keep,
                  std::vector<std::pair<uint32_t, float>>* out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // (ordinal, score) a ranks before b: the higher score, then the lower document id.
