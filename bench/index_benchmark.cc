@@ -11,6 +11,7 @@
 //                       [--resample_from DIR] [--data_dir DIR] [--json FILE] [--threads N]
 //                       [--nprobe P1,P2,...] [--num_candidates N1,N2,...]
 //                       [--exhaustive_queries R] [--exhaustive_timed T] [--reuse 0|1]
+//                       [--export_dir DIR]
 //
 // --reuse 1 reopens the collection a previous run left in --data_dir (same --docs and corpus
 // flags) instead of building it, so that search changes can be measured at scale without a
@@ -19,6 +20,17 @@
 // leaves its exact reference in DATA_DIR/exact_top10.txt, which a --reuse run reads instead of
 // repeating the pass when it covers the checked queries, and a synthetic run its queries in
 // DATA_DIR/queries.f32, which spares a --reuse run making the corpus again to draw them.
+// --export_dir DIR writes what a peer engine needs to index the vectors this shard stores and to be
+// scored against the same reference (bench/scale/peers_at_scale.py reads it), after the
+// measurements so that they are not affected. Raw files in native byte order (little-endian on
+// every platform Tessera builds for), each readable with np.fromfile or np.memmap:
+//   doc_vectors.f16    every document's stored rerank vectors as stored (binary16; Get with
+//                      stored_bytes), documents concatenated: total × dim, row-major
+//   doc_offsets.u64    uint64, documents + 1: document i is rows [offsets[i], offsets[i + 1])
+//   doc_ids.txt        document i's id on line i (documents in key order)
+//   queries.f32        the timed queries' tokens (float32), concatenated: rows × dim
+//   query_offsets.u64  uint64, queries + 1, as doc_offsets (token counts: the differences)
+//   exact_top10.txt    the exact reference of the checked queries, as DATA_DIR/exact_top10.txt
 // Synthetic corpus (default): documents mix four of 1,024 topic directions (token noise of norm
 // 0.6 around them); one in five is a near duplicate of the previous one (noise of norm 0.2).
 // Queries are 32 tokens drawn from a random document with noise of norm 0.4. With
@@ -73,6 +85,7 @@ struct Flags {
   std::string resample_from;  // resample_source.py output
   std::string data_dir = "/tmp/tessera-bench-index";
   std::string json;
+  std::string export_dir;  // empty: no export
   bool reuse = false;
 };
 
@@ -117,6 +130,8 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       flags->data_dir = value;
     } else if (flag == "--json") {
       flags->json = value;
+    } else if (flag == "--export_dir") {
+      flags->export_dir = value;
     } else if (flag == "--reuse") {
       ok = value == "0" || value == "1";
       flags->reuse = value == "1";
@@ -284,16 +299,23 @@ double Since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// doc-0 … doc-(docs−1) in key order: reading them in this order is sequential for what is not
+// resident.
+std::vector<std::string> DocumentIdsInKeyOrder(int64_t docs) {
+  std::vector<std::string> ids;
+  ids.reserve(docs);
+  for (int64_t d = 0; d < docs; ++d) ids.push_back(absl::StrCat("doc-", d));
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
 // The ids of the exact top 10 (score desc, id asc) of queries[0 .. checked) over documents
 // doc-0 … doc-(docs−1), read through Get in key order and scored with the CPU MaxSim kernel.
 absl::StatusOr<std::vector<std::set<std::string>>> ExactTopTen(
     const Collection& collection, int64_t docs, const std::vector<std::vector<float>>& queries,
     size_t checked, int64_t dim) {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<MaxSimScorer> scorer, NewCpuMaxSimScorer());
-  std::vector<std::string> ids;
-  ids.reserve(docs);
-  for (int64_t d = 0; d < docs; ++d) ids.push_back(absl::StrCat("doc-", d));
-  std::sort(ids.begin(), ids.end());  // key order: sequential reads for what is not resident
+  const std::vector<std::string> ids = DocumentIdsInKeyOrder(docs);
   using Entry = std::pair<float, std::string>;  // best first: score desc, id asc
   auto better = [](const Entry& a, const Entry& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
@@ -391,6 +413,50 @@ std::optional<std::vector<std::vector<float>>> LoadQueries(const std::string& pa
     }
   }
   return queries;
+}
+
+// The --export_dir files (formats at the top of this file) of documents doc-0 … doc-(docs−1), the
+// queries (each rows × dim) and the exact reference.
+absl::Status ExportForPeers(const Collection& collection, int64_t docs,
+                            const std::vector<std::vector<float>>& queries,
+                            const std::vector<std::set<std::string>>& truth, int64_t dim,
+                            const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) return absl::InternalError(absl::StrCat("creating ", dir, ": ", error.message()));
+  auto write = [](std::ofstream& out, const void* data, size_t bytes) {
+    out.write(static_cast<const char*>(data), static_cast<std::streamsize>(bytes));
+  };
+  std::ofstream vectors(dir + "/doc_vectors.f16", std::ios::binary);
+  std::ofstream ids(dir + "/doc_ids.txt");
+  std::vector<uint64_t> doc_offsets = {0};
+  GetOptions as_stored;
+  as_stored.stored_bytes = true;
+  for (const std::string& id : DocumentIdsInKeyOrder(docs)) {
+    TESSERA_ASSIGN_OR_RETURN(StoredDocument document, collection.Get(id, as_stored));
+    if (document.dtype != VectorDtype::kFloat16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("document '", id, "' is not stored as fp16; the export expects fp16"));
+    }
+    write(vectors, document.vector_bytes.data(), document.vector_bytes.size());
+    doc_offsets.push_back(doc_offsets.back() + document.num_vectors());
+    ids << id << "\n";
+  }
+  std::ofstream query_tokens(dir + "/queries.f32", std::ios::binary);
+  std::vector<uint64_t> query_offsets = {0};
+  for (const std::vector<float>& query : queries) {
+    write(query_tokens, query.data(), query.size() * sizeof(float));
+    query_offsets.push_back(query_offsets.back() + query.size() / dim);
+  }
+  std::ofstream doc_offset_file(dir + "/doc_offsets.u64", std::ios::binary);
+  write(doc_offset_file, doc_offsets.data(), doc_offsets.size() * sizeof(uint64_t));
+  std::ofstream query_offset_file(dir + "/query_offsets.u64", std::ios::binary);
+  write(query_offset_file, query_offsets.data(), query_offsets.size() * sizeof(uint64_t));
+  SaveReference(dir + "/exact_top10.txt", truth);
+  for (std::ofstream* out : {&vectors, &ids, &query_tokens, &doc_offset_file, &query_offset_file}) {
+    if (!out->flush()) return absl::InternalError(absl::StrCat("writing the export in ", dir));
+  }
+  return absl::OkStatus();
 }
 
 int Fail(const absl::Status& status) {
@@ -602,6 +668,12 @@ int Run(const Flags& flags) {
       ",\n  \"settings\": [\n    ", settings, "\n  ]\n}\n");
   std::cout << json;
   if (!flags.json.empty()) std::ofstream(flags.json) << json;
+  if (!flags.export_dir.empty()) {
+    const absl::Status status =
+        ExportForPeers(**collection, flags.docs, queries, truth, flags.dim, flags.export_dir);
+    if (!status.ok()) return Fail(status);
+    std::cerr << "exported to " << flags.export_dir << "\n";
+  }
   return 0;
 }
 
@@ -616,7 +688,7 @@ int main(int argc, char** argv) {
                  "[--candidate_pool_factor C] [--factory F] [--resample_from DIR] [--threads N] "
                  "[--nprobe P1,P2,...] [--num_candidates N1,N2,...] [--exhaustive_queries R] "
                  "[--exhaustive_timed T] "
-                 "[--data_dir DIR] "
+                 "[--data_dir DIR] [--reuse 0|1] [--export_dir DIR] "
                  "[--json FILE]\n";
     return 2;
   }

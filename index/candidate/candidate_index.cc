@@ -917,16 +917,23 @@ CandidateIndexStats CandidateIndex::Impl::Stats() const {
   stats.documents = static_cast<int64_t>(docs_.size());
   stats.description = description_;
   stats.trained = trained_;
-  // Per stored vector: its code (raw floats for Flat), HNSW's level-0 links, and IDMap2's id in
-  // both directions.
+  // Per stored vector: its code (raw floats for Flat), HNSW's level-0 links, an IVF list's id
+  // (and its direct map's entry), and IDMap2's id in both directions; plus an IVF's coarse
+  // centroids.
   const faiss::Index* inner = index_->index;
   int64_t per_vector = index_->d * static_cast<int64_t>(sizeof(float));
+  int64_t fixed = 0;
   if (const auto* codes = dynamic_cast<const faiss::IndexFlatCodes*>(inner)) {
     per_vector = static_cast<int64_t>(codes->code_size);
   } else if (const auto* hnsw = dynamic_cast<const faiss::IndexHNSW*>(inner)) {
     per_vector += hnsw->hnsw.nb_neighbors(0) * static_cast<int64_t>(sizeof(int32_t));
+  } else if (const auto* ivf = dynamic_cast<const faiss::IndexIVF*>(inner)) {
+    per_vector = static_cast<int64_t>(ivf->code_size + sizeof(FaissId));
+    if (ivf->direct_map.type != faiss::DirectMap::NoMap) per_vector += sizeof(FaissId);
+    fixed = static_cast<int64_t>(ivf->nlist) * ivf->d * static_cast<int64_t>(sizeof(float));
   }
-  stats.memory_bytes = index_->ntotal * (per_vector + 3 * static_cast<int64_t>(sizeof(FaissId)));
+  stats.memory_bytes =
+      fixed + index_->ntotal * (per_vector + 3 * static_cast<int64_t>(sizeof(FaissId)));
   return stats;
 }
 

@@ -486,6 +486,25 @@ TEST_P(TombstonesAndCompaction, RemovedVectorsAreNeverFound) {
 INSTANTIATE_TEST_SUITE_P(CandidateIndex, TombstonesAndCompaction,
                          ::testing::Values("HNSW32", "Flat", "auto"));
 
+// An IVF-PQ index's memory is its codes and ids, not the raw floats of a Flat index (the figure
+// scripts/bench-scale reports per vector).
+TEST(CandidateIndex, IvfPqMemoryCountsCodesNotFloats) {
+  constexpr int64_t kDim = 16;
+  CandidateIndexOptions options = Options(kDim, "IVF16,PQ4np");
+  options.min_training_vectors = 1000;
+  auto index = MakeIndex(options);
+  Corpus corpus(kDim);
+  for (uint64_t doc = 0; doc < 400; ++doc) {
+    ASSERT_TRUE(corpus.Add(*index, doc, RandomUnitRows(4, kDim, doc)).ok());
+  }
+  const CandidateIndexStats stats = index->Stats();
+  ASSERT_TRUE(stats.trained);
+  // Raw floats alone would be 64 bytes per vector; codes are 4, ids 8 each (the list's, the
+  // direct map's, IDMap2's both ways), the 16 coarse centroids 1 KiB in all.
+  EXPECT_GT(stats.memory_bytes, stats.vectors * 4);
+  EXPECT_LT(stats.memory_bytes, stats.vectors * kDim * static_cast<int64_t>(sizeof(float)));
+}
+
 TEST(CandidateIndex, TrainableFactorySearchesExactlyUntilTrained) {
   constexpr int64_t kDim = 16;
   CandidateIndexOptions options = Options(kDim, "IVF16,Flat");
