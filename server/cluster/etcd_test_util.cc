@@ -139,10 +139,13 @@ absl::Status RunTool(std::vector<std::string> args, const std::string& log_path)
   return absl::OkStatus();
 }
 
+// Where a test server's certificates, keys and openssl files live.
+std::string TlsDir(const std::string& dir) { return dir + "/tls"; }
+
 EtcdTestTlsFiles TlsFilesUnder(const std::string& dir, bool tls) {
   EtcdTestTlsFiles files;
   if (!tls) return files;
-  const std::string tls_dir = dir + "/tls/";
+  const std::string tls_dir = TlsDir(dir) + "/";
   files.ca = tls_dir + "ca.pem";
   files.server_cert = tls_dir + "server.pem";
   files.server_key = tls_dir + "server.key";
@@ -204,7 +207,7 @@ EtcdTestServer::~EtcdTestServer() {
 }
 
 absl::Status EtcdTestServer::MakeCertificates() {
-  const std::string tls_dir = dir_ + "/tls";
+  const std::string tls_dir = TlsDir(dir_);
   if (mkdir(tls_dir.c_str(), 0700) != 0) return SystemError(absl::StrCat("mkdir ", tls_dir));
   const std::string config = tls_dir + "/openssl.cnf";
   {
