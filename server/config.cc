@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
@@ -120,13 +121,16 @@ std::map<std::string, Setter> Settings(ServerConfig* config, std::set<std::strin
     }
     return absl::OkStatus();
   };
-  settings["shutdown_grace_seconds"] = [config](const std::string& value) {
-    if (!absl::SimpleAtod(value, &config->shutdown_grace_seconds) ||
-        config->shutdown_grace_seconds < 0) {
-      return Bad("shutdown_grace_seconds", value, "a number ≥ 0");
-    }
-    return absl::OkStatus();
+  auto seconds = [&settings](const std::string& name, double* field) {
+    settings[name] = [name, field](const std::string& value) {
+      if (!absl::SimpleAtod(value, field) || !std::isfinite(*field) || *field < 0) {
+        return Bad(name, value, "a number of seconds ≥ 0");
+      }
+      return absl::OkStatus();
+    };
   };
+  seconds("shutdown_grace_seconds", &config->shutdown_grace_seconds);
+  seconds("move_lost_replicas_after_seconds", &config->move_lost_replicas_after_seconds);
   return settings;
 }
 
@@ -273,6 +277,10 @@ std::string ServerUsage() {
   --max_inflight_bytes N         request bytes queued or running (default 1073741824); beyond
                                  either limit calls fail at once with RESOURCE_EXHAUSTED
   --shutdown_grace_seconds S     how long SIGTERM waits for in-flight calls (default 10)
+  --move_lost_replicas_after_seconds S
+                                 router: move the replicas of a shard node down this long to
+                                 other live nodes, copied from a serving replica (default 300;
+                                 0 = never)
 A YAML file takes the same names as keys, e.g. "listen: 0.0.0.0:50051"; flags override it.
 )";
 }

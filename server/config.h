@@ -59,6 +59,8 @@ struct ServerConfig {
   int64_t max_queued_requests = 256;
   int64_t max_inflight_bytes = int64_t{1} << 30;
   double shutdown_grace_seconds = 10;
+  // A router moves the replicas of a shard node down this long to other live nodes; 0: never.
+  double move_lost_replicas_after_seconds = 300;
 };
 
 // args[0] is the program name. INVALID_ARGUMENT naming the flag or YAML key for anything

@@ -19,17 +19,19 @@ TEST(ServerConfig, DefaultsFlagsAndYamlWithFlagsWinning) {
   EXPECT_EQ(config->data_dir, "./tessera-data");
   EXPECT_EQ(config->listen, "127.0.0.1:50051");
   EXPECT_EQ(config->metrics_listen, "127.0.0.1:9464");
+  EXPECT_EQ(config->move_lost_replicas_after_seconds, 300);
 
   const std::string yaml = ::testing::TempDir() + "/server_config_test.yaml";
   std::ofstream(yaml) << "listen: 0.0.0.0:7000\ninsecure: true\nmax_k: 50\nsync_writes: false\n";
-  config =
-      ParseServerConfig({"tessera-server", "--config", yaml, "--max_k=20", "--data_dir", "/d"});
+  config = ParseServerConfig({"tessera-server", "--config", yaml, "--max_k=20", "--data_dir", "/d",
+                              "--move_lost_replicas_after_seconds", "2.5"});
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->listen, "0.0.0.0:7000");
   EXPECT_TRUE(config->insecure);
   EXPECT_EQ(config->max_k, 20);
   EXPECT_FALSE(config->sync_writes);
   EXPECT_EQ(config->data_dir, "/d");
+  EXPECT_EQ(config->move_lost_replicas_after_seconds, 2.5);
   std::remove(yaml.c_str());
 }
 
@@ -47,6 +49,12 @@ TEST(ServerConfig, RejectsWhatItCannotUse) {
               HasSubstr("auto, cpu or cuda"));
   EXPECT_THAT(ParseServerConfig({"s", "--tls_cert", "a.pem"}).status().message(),
               HasSubstr("go together"));
+  for (const char* bad : {"-1", "nan", "inf", "soon"}) {
+    EXPECT_THAT(
+        ParseServerConfig({"s", "--move_lost_replicas_after_seconds", bad}).status().message(),
+        HasSubstr(std::string("--move_lost_replicas_after_seconds '") + bad +
+                  "', expected a number of seconds ≥ 0"));
+  }
   const std::string yaml = ::testing::TempDir() + "/server_config_bad.yaml";
   std::ofstream(yaml) << "colour: red\n";
   EXPECT_THAT(ParseServerConfig({"s", "--config", yaml}).status().message(),

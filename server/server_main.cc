@@ -345,6 +345,8 @@ int Run(const ServerConfig& config) {
     router_options.max_documents_per_batch = config.max_documents_per_batch;
     router_options.cluster_key = context.cluster_key;
     router_options.channel_credentials = context.cluster_credentials;
+    router_options.move_lost_replicas_after =
+        absl::Seconds(config.move_lost_replicas_after_seconds);
     backend = std::make_unique<cluster::Router>(cluster_state.get(), router_options);
   } else {
     backend = std::make_unique<EngineBackend>(&context);

@@ -96,6 +96,23 @@ void FinishRatios(v1::CollectionStats* stats) {
   stats->set_disk_bytes_per_rerank_vector(ratio(stats->disk_bytes(), stats->rerank_vectors()));
 }
 
+// The live node (a key of `held`, which counts each live node's replicas), holding no replica of
+// `placement`, with the fewest replicas (ties: lower id); nullopt when every live node holds one.
+std::optional<std::string> MoveTarget(const v1::ShardPlacement& placement,
+                                      const std::map<std::string, int>& held) {
+  std::optional<std::string> target;
+  int fewest = 0;
+  for (const auto& [node, count] : held) {
+    const bool holds = std::any_of(
+        placement.replicas().begin(), placement.replicas().end(),
+        [&node = node](const v1::ReplicaPlacement& replica) { return replica.node_id() == node; });
+    if (holds || (target.has_value() && count >= fewest)) continue;
+    target = node;
+    fewest = count;
+  }
+  return target;
+}
+
 }  // namespace
 
 Router::Router(ClusterState* state, RouterOptions options)
@@ -119,9 +136,11 @@ void Router::CatchUpLoop() {
   MutexLock lock(&stop_mu_);
   while (!stop_) {
     stop_mu_.Unlock();
+    DropOrphanReplicas();
+    const bool moved = MoveLostReplicas();
     const bool copied = CatchUpOne();
     stop_mu_.Lock();
-    if (!copied) stop_cv_.WaitWithTimeout(&stop_mu_, options_.catch_up_interval);
+    if (!moved && !copied) stop_cv_.WaitWithTimeout(&stop_mu_, options_.catch_up_interval);
   }
 }
 
@@ -196,6 +215,165 @@ bool Router::CatchUpOne() {
     }
   }
   return false;
+}
+
+bool Router::MoveLostReplicas() {
+  if (options_.move_lost_replicas_after <= absl::ZeroDuration()) return false;
+  const absl::Time now = absl::Now();
+  // The shard maps as etcd has them now: their revisions guard the moves.
+  struct Read {
+    std::string key;
+    v1::ClusterCollection collection;
+    int64_t revision = 0;
+  };
+  std::vector<Read> reads;
+  for (const std::string& name : state_->ReadyCollections()) {
+    Read read;
+    read.key = CollectionKey(name);
+    absl::StatusOr<std::optional<KeyValue>> got = state_->etcd()->Get(read.key);
+    if (!got.ok() || !got->has_value() ||
+        !FromJson(read.key, (*got)->value, &read.collection).ok() ||
+        read.collection.state() != v1::ClusterCollection::READY) {
+      continue;
+    }
+    read.revision = (*got)->mod_revision;
+    reads.push_back(std::move(read));
+  }
+  // Replicas per live node, and since when each placed node has been down.
+  std::map<std::string, int> held;
+  for (const LiveNode& node : state_->LiveNodes()) held[node.id] = 0;
+  std::set<std::string> placed;
+  for (const Read& read : reads) {
+    for (const v1::ShardPlacement& placement : read.collection.shards()) {
+      for (const v1::ReplicaPlacement& replica : placement.replicas()) {
+        placed.insert(replica.node_id());
+        const auto live = held.find(replica.node_id());
+        if (live != held.end()) ++live->second;
+      }
+    }
+  }
+  for (auto it = down_since_.begin(); it != down_since_.end();) {
+    it = placed.count(it->first) > 0 ? std::next(it) : down_since_.erase(it);
+  }
+  for (const std::string& node : placed) {
+    if (held.count(node) > 0) {
+      down_since_.erase(node);
+    } else {
+      down_since_.emplace(node, now);
+    }
+  }
+
+  bool moved = false;
+  for (Read& read : reads) {
+    struct Move {
+      int shard;
+      std::string from;
+      std::string to;
+    };
+    std::vector<Move> moves;
+    for (int s = 0; s < read.collection.shards_size(); ++s) {
+      v1::ShardPlacement* placement = read.collection.mutable_shards(s);
+      const bool has_source =
+          std::any_of(placement->replicas().begin(), placement->replicas().end(),
+                      [&held](const v1::ReplicaPlacement& r) {
+                        return !r.stale() && held.count(r.node_id()) > 0;
+                      });
+      if (!has_source) continue;
+      for (v1::ReplicaPlacement& replica : *placement->mutable_replicas()) {
+        const auto down = down_since_.find(replica.node_id());
+        if (down == down_since_.end() || now - down->second < options_.move_lost_replicas_after) {
+          continue;
+        }
+        const std::optional<std::string> target = MoveTarget(*placement, held);
+        if (!target.has_value()) continue;
+        moves.push_back(Move{s, replica.node_id(), *target});
+        ++held[*target];
+        replica.Clear();
+        replica.set_node_id(*target);
+        replica.set_stale(true);  // the catch-up copies it from a serving replica
+      }
+    }
+    if (moves.empty()) continue;
+    const absl::StatusOr<bool> swapped =
+        state_->etcd()->CompareAndSwap(read.key, read.revision, ToJson(read.collection));
+    const bool recorded = swapped.ok() && *swapped;
+    moved |= recorded;
+    for (const Move& move : moves) {
+      Log(recorded ? "info" : "warning",
+          recorded ? "replica of a lost node moved"
+                   : "replica of a lost node not moved: the shard map changed meanwhile or etcd "
+                     "failed; retrying",
+          {{"collection", read.collection.schema().name()},
+           {"shard", std::to_string(move.shard)},
+           {"from", move.from},
+           {"to", move.to},
+           {"down_s", std::to_string(absl::ToInt64Seconds(now - down_since_[move.from]))}});
+    }
+  }
+  return moved;
+}
+
+absl::StatusOr<bool> Router::Orphaned(const std::string& node, const v1::ShardReplica& replica) {
+  const std::string key = CollectionKey(replica.collection());
+  TESSERA_ASSIGN_OR_RETURN(const std::optional<KeyValue> read, state_->etcd()->Get(key));
+  if (!read.has_value()) {
+    Log("warning", "replica of a collection the cluster does not hold; left on its node's disk",
+        {{"collection", replica.collection()},
+         {"shard", std::to_string(replica.shard())},
+         {"node", node}});
+    return false;
+  }
+  v1::ClusterCollection collection;
+  TESSERA_RETURN_IF_ERROR(FromJson(key, read->value, &collection));
+  // Being created or dropped: that router's job.
+  if (collection.state() != v1::ClusterCollection::READY) return false;
+  if (replica.shard() >= static_cast<uint32_t>(collection.shards_size())) return true;
+  const auto& replicas = collection.shards(static_cast<int>(replica.shard())).replicas();
+  return std::none_of(replicas.begin(), replicas.end(),
+                      [&node](const v1::ReplicaPlacement& r) { return r.node_id() == node; });
+}
+
+void Router::DropOrphanReplicas() {
+  std::set<std::string> live;
+  for (const LiveNode& node : state_->LiveNodes()) live.insert(node.id);
+  // A node that left is checked again when it comes back.
+  for (auto it = checked_nodes_.begin(); it != checked_nodes_.end();) {
+    it = live.count(*it) > 0 ? std::next(it) : checked_nodes_.erase(it);
+  }
+  for (const std::string& node : live) {
+    if (checked_nodes_.count(node) > 0) continue;
+    absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(node);
+    if (!stub.ok()) continue;
+    v1::ShardInfoResponse info;
+    auto context = ShardCall(options_.shard_call_timeout);
+    if (!(*stub)->Info(context.get(), v1::ShardInfoRequest{}, &info).ok()) continue;
+    bool checked = true;  // every replica checked; else again on the next pass
+    for (const v1::ShardReplica& replica : info.replicas()) {
+      const absl::StatusOr<bool> orphaned = Orphaned(node, replica);
+      if (!orphaned.ok() || !*orphaned) {
+        checked &= orphaned.ok();
+        continue;
+      }
+      v1::ShardDropCollectionRequest drop;
+      drop.set_collection(replica.collection());
+      drop.set_shard(replica.shard());
+      v1::ShardDropCollectionResponse dropped;
+      auto drop_context = ShardCall(options_.shard_call_timeout);
+      const absl::Status status =
+          FromGrpc((*stub)->DropCollection(drop_context.get(), drop, &dropped));
+      checked &= status.ok();
+      std::vector<std::pair<std::string, std::string>> fields = {
+          {"collection", replica.collection()},
+          {"shard", std::to_string(replica.shard())},
+          {"node", node}};
+      if (!status.ok()) fields.emplace_back("error", std::string(status.message()));
+      Log(status.ok() ? "info" : "warning",
+          status.ok() ? "replica moved away from its node dropped there"
+                      : "replica moved away from its node not dropped there; retrying",
+          fields);
+    }
+    if (checked) checked_nodes_.insert(node);
+  }
 }
 
 std::unique_ptr<grpc::ClientContext> Router::ShardCall(absl::Duration timeout) const {

@@ -28,6 +28,13 @@
 //   it serving with a compare-and-swap on the revision read before the copy — a write the
 //   replica missed meanwhile changed the key, and the next pass copies again. Writes to that
 //   shard fail with UNAVAILABLE (retryable) while the copy runs; reads go on.
+// - Lost nodes: a replica whose node has been down for RouterOptions::move_lost_replicas_after
+//   (as this router saw it) moves, in one compare-and-swap, to the live node holding no replica
+//   of its shard that holds the fewest replicas (ties: lower id), as a stale replica that the
+//   catch-up then copies — only while the shard keeps a serving replica to copy from, so that a
+//   move never drops the last copy of acknowledged writes from the map. When a node (re)joins,
+//   the router drops the replicas it holds that the map has moved away from it, reading the map
+//   from etcd right before each drop.
 #ifndef TESSERA_SERVER_CLUSTER_ROUTER_H_
 #define TESSERA_SERVER_CLUSTER_ROUTER_H_
 
@@ -35,6 +42,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -62,6 +70,10 @@ struct RouterOptions {
   // How often the catch-up thread looks for stale replicas; zero: never.
   absl::Duration catch_up_interval = absl::Seconds(2);
   absl::Duration copy_timeout = absl::Minutes(30);  // of one replica copy
+  // How long a node stays down before its replicas move to other live nodes; zero: never. Longer
+  // than a node takes to restart: a node that comes back catches up far faster than a new one is
+  // copied.
+  absl::Duration move_lost_replicas_after = absl::Minutes(5);
   // A node whose read failed or timed out is tried after the others for this long (or until it
   // answers a call): a hung node would otherwise cost calls a share of their deadline each.
   absl::Duration distrust_for = absl::Seconds(5);
@@ -156,6 +168,16 @@ class Router final : public server::Backend {
   // Copies one stale replica on a live node from a serving one and marks it serving; false when
   // there was none to copy.
   bool CatchUpOne();
+  // Moves the replicas of nodes down for move_lost_replicas_after (see above); true when a move
+  // was recorded.
+  bool MoveLostReplicas();
+  // Drops, on each node that joined since the last pass, the replicas the map does not place
+  // there.
+  void DropOrphanReplicas();
+  // Whether the replica (collection, shard) on `node` was moved away: the collection is READY in
+  // etcd now without `node` among the shard's replicas. A replica of a collection etcd does not
+  // hold is left alone (logged): an etcd that lost its data must not empty the nodes.
+  absl::StatusOr<bool> Orphaned(const std::string& node, const v1::ShardReplica& replica);
   void CatchUpLoop();
 
   ClusterState* const state_;
@@ -170,6 +192,10 @@ class Router final : public server::Backend {
   CondVar stop_cv_;
   bool stop_ ABSL_GUARDED_BY(stop_mu_) = false;
   grpc::ClientContext* copy_call_ ABSL_GUARDED_BY(stop_mu_) = nullptr;  // to cancel at stop
+  // Used by the catch-up thread only: since when each node of a placement has been seen down,
+  // and the live nodes whose replicas have been checked against the map since they (re)joined.
+  std::map<std::string, absl::Time> down_since_;
+  std::set<std::string> checked_nodes_;
   std::thread catch_up_thread_;
 };
 

@@ -9,7 +9,9 @@ replica that missed writes comes back stale, serves no reads, and catches up by 
 serving replica, after which the cluster answers as the standalone server again; and that a
 restarted router reads the cluster back from etcd. ClusterFaultsTest: 5,000 documents with a
 shard node SIGKILLed mid-ingest (nothing acknowledged lost, catch-up), a SIGKILLed router replaced
-by a second one, and etcd stopped and restarted. Skips without /usr/bin/etcd."""
+by a second one, and etcd stopped and restarted. ClusterLostNodeTest: a lost node's replicas move
+to a node that joined later and serve; the lost node's copies are dropped when it returns. Skips
+without /usr/bin/etcd."""
 
 import hashlib
 import json
@@ -414,6 +416,92 @@ class ClusterFaultsTest(unittest.TestCase):
                 time.sleep(0.5)
         self.assertIn("later", second.list_collections())
         self.assert_same_answers(second, standalone, queries)
+
+
+@unittest.skipUnless(e2e_util.Etcd.available(), "needs /usr/bin/etcd (Debian etcd-server)")
+class ClusterLostNodeTest(unittest.TestCase):
+    """A shard node lost for good: once it has been down for --move_lost_replicas_after_seconds,
+    its replicas move to a node that joined later (the live node holding the fewest), are copied
+    from the serving replicas and serve; the answers equal a standalone server's before, during
+    and after, and writes go on. When the lost node comes back, the router drops the replicas
+    that moved away from it, and its data no longer counts anywhere."""
+
+    def setUp(self):
+        self.etcd = start_etcd(self.addCleanup)
+        self.nodes = start_shard_nodes(self.etcd, [f"node-{i}" for i in range(3)],
+                                       self.addCleanup)
+        self.router = start_router(self.etcd, self.addCleanup,
+                                   "--move_lost_replicas_after_seconds", "2")
+        self.standalone = e2e_util.Server()
+        self.addCleanup(self.standalone.cleanup)
+        self.standalone.start()
+
+    def placement(self, client):
+        """{shard: {node_id: state}} of the collection, as the router reports it."""
+        return {s["shard"]: {r["node_id"]: r["state"] for r in s["replicas"]}
+                for s in client.collection_info(COLLECTION)["shards"]}
+
+    def test_replicas_of_a_lost_node_move_to_a_later_node(self):
+        rng = np.random.default_rng(23)
+        docs = make_documents(rng, 0, 600)
+        queries = [e2e_util.query_near(rng, docs[int(i)]["tokens"], 6)
+                   for i in rng.integers(len(docs), size=6)]
+        router, standalone = self.router.client(), self.standalone.client()
+        self.addCleanup(router.close)
+        self.addCleanup(standalone.close)
+        router.create_collection(COLLECTION, DIM, num_shards=SHARDS, replicas=2)
+        standalone.create_collection(COLLECTION, DIM, num_shards=SHARDS)
+        for client in (router, standalone):
+            self.assertTrue(all(r.ok for r in client.upsert(COLLECTION, docs, batch_size=100)))
+        lost = {s for s, replicas in self.placement(router).items() if "node-1" in replicas}
+        self.assertEqual(len(lost), 2)  # 3 shards × 2 replicas over 3 nodes
+
+        def same_answers():
+            for query in queries:
+                for options in ({"exhaustive": True}, {}):
+                    got = router.search(COLLECTION, query, k=10, **options)
+                    want = standalone.search(COLLECTION, query, k=10, **options)
+                    self.assertEqual(got.ids, want.ids, options)
+                    np.testing.assert_array_equal(got.scores, want.scores)
+                    self.assertEqual(got.missing_shards, [])
+
+        # node-1 is lost; node-3 joins. Writes and searches go on throughout.
+        self.nodes[1].kill()
+        later = e2e_util.Server("--role", "shard", "--node_id", "node-3", "--etcd",
+                                self.etcd.endpoint)
+        self.addCleanup(later.cleanup)
+        later.start()
+        more = make_documents(rng, len(docs), 60)
+        for client in (router, standalone):
+            self.assertTrue(all(r.ok for r in client.upsert(COLLECTION, more[:30])))
+        same_answers()
+        deadline = time.monotonic() + 90  # node-1's lease (10 s), 2 s down, the copies
+        while True:
+            placement = self.placement(router)
+            if (all("node-1" not in replicas for replicas in placement.values())
+                    and all(state == "serving" for replicas in placement.values()
+                            for state in replicas.values())):
+                break
+            self.assertLess(time.monotonic(), deadline, (placement, self.router.log()[-3000:]))
+            time.sleep(0.3)
+        # node-3 (no replicas) took both of node-1's; the others kept theirs.
+        self.assertEqual({s for s, replicas in placement.items() if "node-3" in replicas}, lost)
+        self.assertTrue(all(len(replicas) == 2 for replicas in placement.values()))
+        self.assertEqual(self.router.log().count("replica of a lost node moved"), 2)
+        for client in (router, standalone):
+            self.assertTrue(all(r.ok for r in client.upsert(COLLECTION, more[30:])))
+        self.assertEqual(router.collection_info(COLLECTION)["stats"]["documents"],
+                         len(docs) + len(more))
+        same_answers()  # reads rotate over the replicas: node-3's answer about half of them
+        # node-1 comes back with its old replicas on disk: the router drops them there.
+        self.nodes[1].start()
+        deadline = time.monotonic() + 60
+        while self.router.log().count("replica moved away from its node dropped there") < 2:
+            self.assertLess(time.monotonic(), deadline, self.router.log()[-3000:])
+            time.sleep(0.3)
+        self.assertNotIn("node-1", {n for replicas in self.placement(router).values()
+                                    for n in replicas})
+        same_answers()
 
 
 @unittest.skipUnless(e2e_util.Etcd.available() and shutil.which("openssl"),
