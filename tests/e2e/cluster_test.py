@@ -80,6 +80,18 @@ def start_shard_nodes(etcd, names, add_cleanup, *flags, client_options=None):
     return nodes
 
 
+def assert_same_answers(testcase, router, standalone, queries):
+    """The router's top 10 equal the standalone server's (ids and scores), exhaustive and through
+    the cascade, with no shard missing."""
+    for query in queries:
+        for options in ({"exhaustive": True}, {}):
+            got = router.search(COLLECTION, query, k=10, **options)
+            want = standalone.search(COLLECTION, query, k=10, **options)
+            testcase.assertEqual(got.ids, want.ids, options)
+            np.testing.assert_array_equal(got.scores, want.scores)
+            testcase.assertEqual(got.missing_shards, [])
+
+
 def wait_until_serving(client, collection, timeout=60.0):
     """Until every replica of every shard of `collection` is serving."""
     deadline = time.monotonic() + timeout
@@ -326,15 +338,6 @@ class ClusterFaultsTest(unittest.TestCase):
         self.addCleanup(self.standalone.cleanup)
         self.standalone.start()
 
-    def assert_same_answers(self, router, standalone, queries):
-        for query in queries:
-            for options in ({"exhaustive": True}, {}):
-                got = router.search(COLLECTION, query, k=10, **options)
-                want = standalone.search(COLLECTION, query, k=10, **options)
-                self.assertEqual(got.ids, want.ids, options)
-                np.testing.assert_array_equal(got.scores, want.scores)
-                self.assertEqual(got.missing_shards, [])
-
     def test_faults_during_ingest(self):
         rng = np.random.default_rng(11)
         docs = make_documents(rng, 0, self.DOCS)
@@ -371,7 +374,7 @@ class ClusterFaultsTest(unittest.TestCase):
             got = first.get(COLLECTION, i)
             np.testing.assert_array_equal(
                 got["vectors"], standalone.get(COLLECTION, i)["vectors"])
-        self.assert_same_answers(first, standalone, queries)
+        assert_same_answers(self, first, standalone, queries)
 
         # The node comes back, catches up and serves.
         states = {r["state"] for s in first.collection_info(COLLECTION)["shards"]
@@ -382,22 +385,22 @@ class ClusterFaultsTest(unittest.TestCase):
         # Either router may run the copy (the other then finds it running and leaves it).
         self.assertTrue(any("replica caught up" in r.log() for r in self.routers),
                         [r.log()[-2000:] for r in self.routers])
-        self.assert_same_answers(first, standalone, queries)
+        assert_same_answers(self, first, standalone, queries)
 
         # The first router SIGKILLed: the second serves the same data.
         self.routers[0].kill()
-        self.assert_same_answers(second, standalone, queries)
+        assert_same_answers(self, second, standalone, queries)
 
         # etcd stopped: searches and writes over the cached map go on; creating a collection
         # (a change to the map) fails with UNAVAILABLE naming etcd.
         self.etcd.process.kill()
         self.etcd.process.wait()
         try:
-            self.assert_same_answers(second, standalone, queries)
+            assert_same_answers(self, second, standalone, queries)
             extra = make_documents(rng, self.DOCS, 20)
             self.assertTrue(all(r.ok for r in second.upsert(COLLECTION, extra)))
             self.assertTrue(all(r.ok for r in standalone.upsert(COLLECTION, extra)))
-            self.assert_same_answers(second, standalone, queries)
+            assert_same_answers(self, second, standalone, queries)
             with self.assertRaises(tessera.TesseraError) as down:
                 second.create_collection("later", DIM, replicas=2, timeout=30)
             self.assertEqual(down.exception.code, grpc.StatusCode.UNAVAILABLE)
@@ -415,7 +418,7 @@ class ClusterFaultsTest(unittest.TestCase):
                 self.assertLess(time.monotonic(), deadline, str(error))
                 time.sleep(0.5)
         self.assertIn("later", second.list_collections())
-        self.assert_same_answers(second, standalone, queries)
+        assert_same_answers(self, second, standalone, queries)
 
 
 @unittest.skipUnless(e2e_util.Etcd.available(), "needs /usr/bin/etcd (Debian etcd-server)")
@@ -456,15 +459,6 @@ class ClusterLostNodeTest(unittest.TestCase):
         lost = {s for s, replicas in self.placement(router).items() if "node-1" in replicas}
         self.assertEqual(len(lost), 2)  # 3 shards × 2 replicas over 3 nodes
 
-        def same_answers():
-            for query in queries:
-                for options in ({"exhaustive": True}, {}):
-                    got = router.search(COLLECTION, query, k=10, **options)
-                    want = standalone.search(COLLECTION, query, k=10, **options)
-                    self.assertEqual(got.ids, want.ids, options)
-                    np.testing.assert_array_equal(got.scores, want.scores)
-                    self.assertEqual(got.missing_shards, [])
-
         # node-1 is lost; node-3 joins. Writes and searches go on throughout.
         self.nodes[1].kill()
         later = e2e_util.Server("--role", "shard", "--node_id", "node-3", "--etcd",
@@ -474,7 +468,7 @@ class ClusterLostNodeTest(unittest.TestCase):
         more = make_documents(rng, len(docs), 60)
         for client in (router, standalone):
             self.assertTrue(all(r.ok for r in client.upsert(COLLECTION, more[:30])))
-        same_answers()
+        assert_same_answers(self, router, standalone, queries)
         deadline = time.monotonic() + 90  # node-1's lease (10 s), 2 s down, the copies
         while True:
             placement = self.placement(router)
@@ -492,7 +486,8 @@ class ClusterLostNodeTest(unittest.TestCase):
             self.assertTrue(all(r.ok for r in client.upsert(COLLECTION, more[30:])))
         self.assertEqual(router.collection_info(COLLECTION)["stats"]["documents"],
                          len(docs) + len(more))
-        same_answers()  # reads rotate over the replicas: node-3's answer about half of them
+        # Reads rotate over the replicas: node-3 answers about half of these.
+        assert_same_answers(self, router, standalone, queries)
         # node-1 comes back with its old replicas on disk: the router drops them there.
         self.nodes[1].start()
         deadline = time.monotonic() + 60
@@ -501,7 +496,7 @@ class ClusterLostNodeTest(unittest.TestCase):
             time.sleep(0.3)
         self.assertNotIn("node-1", {n for replicas in self.placement(router).values()
                                     for n in replicas})
-        same_answers()
+        assert_same_answers(self, router, standalone, queries)
 
 
 @unittest.skipUnless(e2e_util.Etcd.available() and shutil.which("openssl"),
