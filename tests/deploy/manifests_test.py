@@ -58,7 +58,7 @@ def server_setting_names():
         return set()
     text = source.read_text()
     names = set(re.findall(r'settings\["(\w+)"\]\s*=', text))
-    names |= set(re.findall(r'\b(?:text|address|integer|boolean)\("(\w+)"', text))
+    names |= set(re.findall(r'\b(?:text|address|integer|boolean|seconds)\("(\w+)"', text))
     return names
 
 
