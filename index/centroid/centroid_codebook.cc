@@ -232,6 +232,32 @@ void CentroidGroups::Assign(const float* rows, int64_t n, uint32_t* ids) const {
   }
 }
 
+void CentroidGroups::ScoreNearest(const float* row, int probes,
+                                  std::vector<std::pair<float, uint32_t>>* out) const {
+  probes = static_cast<int>(std::min<int64_t>(probes, num_groups_));
+  std::vector<float> group_scores(means_->stride());
+  means_->Compute(row, 1, group_scores.data());
+  std::vector<std::pair<float, uint32_t>> ranked(num_groups_);
+  for (int64_t g = 0; g < num_groups_; ++g) {
+    const bool empty = offsets_[g + 1] == offsets_[g];
+    ranked[g] = {empty ? -std::numeric_limits<float>::infinity() : group_scores[g],
+                 static_cast<uint32_t>(g)};
+  }
+  std::nth_element(ranked.begin(), ranked.begin() + (probes - 1), ranked.end(),
+                   [](const auto& a, const auto& b) {
+                     return a.first != b.first ? a.first > b.first : a.second < b.second;
+                   });
+  std::vector<float> scores;
+  for (int p = 0; p < probes; ++p) {
+    const uint32_t g = ranked[p].second;
+    const int64_t size = offsets_[g + 1] - offsets_[g];
+    if (size == 0) continue;
+    scores.resize(groups_[g].stride());
+    groups_[g].Compute(row, 1, scores.data());
+    for (int64_t j = 0; j < size; ++j) out->emplace_back(scores[j], members_[offsets_[g] + j]);
+  }
+}
+
 int64_t CentroidGroups::MemoryBytes() const {
   int64_t lanes = means_->stride();
   for (const QuerySimilarity& group : groups_) lanes += group.stride();
@@ -408,6 +434,11 @@ void CentroidCodebook::Decode(uint32_t id, const uint8_t* code, float* out) cons
 
 void CentroidCodebook::ScoreCentroids(const QuerySimilarity& similarity, float* out) const {
   similarity.Compute(centroids_.data(), num_centroids_, out);
+}
+
+void CentroidCodebook::ScoreNearCentroids(const float* row, int probes,
+                                          std::vector<std::pair<float, uint32_t>>* out) const {
+  groups_->ScoreNearest(row, probes, out);
 }
 
 int64_t CentroidCodebook::MemoryBytes() const {

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -41,6 +42,10 @@ class CentroidGroups {
   // ids[i] for each of the n rows (n × dim): the best centroid of its probed groups (ties: the
   // lower id). Cheapest per row with a few thousand rows a call (every group then meets many).
   void Assign(const float* rows, int64_t n, uint32_t* ids) const;
+  // Appends to *out (score, centroid id) for every centroid of the `probes` groups whose means
+  // score highest against `row` (dim values), unordered.
+  void ScoreNearest(const float* row, int probes,
+                    std::vector<std::pair<float, uint32_t>>* out) const;
   int64_t MemoryBytes() const;
 
  private:
@@ -94,6 +99,12 @@ class CentroidCodebook {
   // out[c · similarity.stride() + i] = ⟨centroid c, query row i⟩ for every centroid (see
   // QuerySimilarity::Compute). out: num_centroids × stride values.
   void ScoreCentroids(const QuerySimilarity& similarity, float* out) const;
+  // Whether ScoreNearCentroids scores a subset (the codebook has groups).
+  bool has_groups() const { return groups_ != nullptr; }
+  // (score, centroid id) for the centroids of the `probes` groups nearest `row` (dim values):
+  // CentroidGroups::ScoreNearest. Precondition: has_groups().
+  void ScoreNearCentroids(const float* row, int probes,
+                          std::vector<std::pair<float, uint32_t>>* out) const;
 
   // Resident bytes (centroids, codec tables, the groups).
   int64_t MemoryBytes() const;

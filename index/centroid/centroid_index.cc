@@ -103,6 +103,8 @@ void AppendWithHeadroom(std::vector<T>& v, const T* data, size_t n) {
 
 }  // namespace
 
+int ProbedGroups(int nprobe) { return std::max(8, nprobe / 2); }
+
 int DefaultNprobe(int64_t num_centroids) {
   const auto quarter_root =
       static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(num_centroids)) / 4.0));
@@ -298,17 +300,24 @@ void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, 
   };
   std::vector<std::pair<float, uint32_t>> ranked;
   ranked.reserve(nprobe + 1);
-  for (int64_t c = 0; c < C; ++c) {
-    if (static_cast<int>(ranked.size()) == nprobe && !(centroid_scores[c] > ranked.front().first)) {
-      continue;
-    }
-    ranked.emplace_back(centroid_scores[c], static_cast<uint32_t>(c));
+  auto offer = [&](float score, uint32_t c) {
+    if (static_cast<int>(ranked.size()) == nprobe && !better({score, c}, ranked.front())) return;
+    ranked.emplace_back(score, c);
     std::push_heap(ranked.begin(), ranked.end(), better);
     if (static_cast<int>(ranked.size()) > nprobe) {
       std::pop_heap(ranked.begin(), ranked.end(), better);
       ranked.pop_back();
     }
+  };
+  if (centroid_scores == nullptr) {
+    std::vector<std::pair<float, uint32_t>> near;
+    codebook_->ScoreNearCentroids(query, ProbedGroups(nprobe), &near);
+    for (const auto& [score, c] : near) offer(score, c);
+  } else {
+    for (int64_t c = 0; c < C; ++c) offer(centroid_scores[c], static_cast<uint32_t>(c));
   }
+  // Fewer when the probed groups hold fewer than nprobe centroids.
+  nprobe = static_cast<int>(ranked.size());
   std::sort(ranked.begin(), ranked.end(), better);
   out->missing = ranked[nprobe - 1].first;
 
@@ -430,30 +439,36 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   const int64_t dim = queries.cols;
   const int64_t keep = std::max<int64_t>(options.num_documents, 0);
 
-  // Query × centroid scores, centroids split over the pool, stored token-major (row i: token i's
-  // score of every centroid) so that each token's selection reads one contiguous row instead of
-  // one cache line per centroid.
-  const QuerySimilarity similarity(queries);
-  const int64_t stride = similarity.stride();
-  // Every score is written below: no zero fill of the nq × C floats (4 MiB at 1M documents).
-  const std::unique_ptr<float[]> token_scores(new float[nq * C]);
-  const int64_t chunks = (C + kCentroidChunk - 1) / kCentroidChunk;
-  auto score_chunks = [&](int64_t begin, int64_t end) {
-    std::vector<float> block(kCentroidChunk * stride);
-    for (int64_t chunk = begin; chunk < end; ++chunk) {
-      const int64_t first = chunk * kCentroidChunk;
-      const int64_t n = std::min(kCentroidChunk, C - first);
-      similarity.Compute(codebook_->centroids() + first * dim, n, block.data());
-      for (int64_t i = 0; i < nq; ++i) {
-        float* row = &token_scores[i * C + first];
-        for (int64_t c = 0; c < n; ++c) row[c] = block[c * stride + i];
+  // A codebook with groups (CentroidCodebook::has_groups) is scored per token in ScanToken, only
+  // the centroids of its ProbedGroups(nprobe) nearest groups. Otherwise: query × centroid scores,
+  // centroids split over the pool, stored token-major (row i: token i's score of every centroid)
+  // so that each token's selection reads one contiguous row instead of one cache line per
+  // centroid.
+  const bool grouped = codebook_->has_groups();
+  std::unique_ptr<float[]> token_scores;
+  if (!grouped) {
+    const QuerySimilarity similarity(queries);
+    const int64_t stride = similarity.stride();
+    // Every score is written below: no zero fill of the nq × C floats.
+    token_scores.reset(new float[nq * C]);
+    const int64_t chunks = (C + kCentroidChunk - 1) / kCentroidChunk;
+    auto score_chunks = [&](int64_t begin, int64_t end) {
+      std::vector<float> block(kCentroidChunk * stride);
+      for (int64_t chunk = begin; chunk < end; ++chunk) {
+        const int64_t first = chunk * kCentroidChunk;
+        const int64_t n = std::min(kCentroidChunk, C - first);
+        similarity.Compute(codebook_->centroids() + first * dim, n, block.data());
+        for (int64_t i = 0; i < nq; ++i) {
+          float* row = &token_scores[i * C + first];
+          for (int64_t c = 0; c < n; ++c) row[c] = block[c * stride + i];
+        }
       }
+    };
+    if (pool != nullptr) {
+      pool->ParallelFor(chunks, 1, score_chunks);
+    } else {
+      score_chunks(0, chunks);
     }
-  };
-  if (pool != nullptr) {
-    pool->ParallelFor(chunks, 1, score_chunks);
-  } else {
-    score_chunks(0, chunks);
   }
 
   ReaderMutexLock lock(&mu_);
@@ -472,7 +487,8 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   auto scan = [&](int64_t begin, int64_t end) {
     mu_.AssertReaderHeld();
     for (int64_t i = begin; i < end; ++i) {
-      ScanToken(queries.data + i * dim, &token_scores[i * C], nprobe, &tokens[i]);
+      ScanToken(queries.data + i * dim, grouped ? nullptr : &token_scores[i * C], nprobe,
+                &tokens[i]);
     }
   };
   if (pool != nullptr) {
