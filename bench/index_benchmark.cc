@@ -11,7 +11,7 @@
 //                       [--resample_from DIR] [--data_dir DIR] [--json FILE] [--threads N]
 //                       [--nprobe P1,P2,...] [--num_candidates N1,N2,...]
 //                       [--exhaustive_queries R] [--exhaustive_timed T] [--reuse 0|1]
-//                       [--export_dir DIR]
+//                       [--export_dir DIR] [--reference FILE]
 //
 // --reuse 1 reopens the collection a previous run left in --data_dir (same --docs and corpus
 // flags) instead of building it, so that search changes can be measured at scale without a
@@ -20,6 +20,9 @@
 // leaves its exact reference in DATA_DIR/exact_top10.txt, which a --reuse run reads instead of
 // repeating the pass when it covers the checked queries, and a synthetic run its queries in
 // DATA_DIR/queries.f32, which spares a --reuse run making the corpus again to draw them.
+// --reference FILE reads the exact reference from FILE, the exact_top10.txt of an earlier run on
+// the same documents and queries (another candidate index stores the same rerank vectors, so the
+// reference is the same), instead of computing it.
 // --export_dir DIR writes what a peer engine needs to index the vectors this shard stores and to be
 // scored against the same reference (bench/scale/peers_at_scale.py reads it), after the
 // measurements so that they are not affected. Raw files in native byte order (little-endian on
@@ -86,6 +89,7 @@ struct Flags {
   std::string data_dir = "/tmp/tessera-bench-index";
   std::string json;
   std::string export_dir;  // empty: no export
+  std::string reference;   // empty: computed (or, with reuse, read from data_dir)
   bool reuse = false;
 };
 
@@ -132,6 +136,8 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       flags->json = value;
     } else if (flag == "--export_dir") {
       flags->export_dir = value;
+    } else if (flag == "--reference") {
+      flags->reference = value;
     } else if (flag == "--reuse") {
       ok = value == "0" || value == "1";
       flags->reuse = value == "1";
@@ -569,11 +575,18 @@ int Run(const Flags& flags) {
   {
     const Clock::time_point start = Clock::now();
     const std::string saved = flags.data_dir + "/exact_top10.txt";
+    const std::string& source = flags.reference.empty() ? saved : flags.reference;
     std::optional<std::vector<std::set<std::string>>> loaded;
-    if (flags.reuse) loaded = LoadReference(saved, checked);
+    if (flags.reuse || !flags.reference.empty()) loaded = LoadReference(source, checked);
+    if (!loaded && !flags.reference.empty()) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--reference ", flags.reference, ": expected the top 10 of ", checked,
+          " queries, one line each (an exact_top10.txt of a run with the same corpus flags)")));
+    }
     if (loaded) {
       truth = std::move(*loaded);
-      std::cerr << "exact reference read from " << saved << "\n";
+      if (source != saved) SaveReference(saved, truth);  // for a later --reuse run
+      std::cerr << "exact reference read from " << source << "\n";
     } else {
       auto exact = ExactTopTen(**collection, flags.docs, queries, checked, flags.dim);
       if (!exact.ok()) return Fail(exact.status());
@@ -688,7 +701,7 @@ int main(int argc, char** argv) {
                  "[--candidate_pool_factor C] [--factory F] [--resample_from DIR] [--threads N] "
                  "[--nprobe P1,P2,...] [--num_candidates N1,N2,...] [--exhaustive_queries R] "
                  "[--exhaustive_timed T] "
-                 "[--data_dir DIR] [--reuse 0|1] [--export_dir DIR] "
+                 "[--data_dir DIR] [--reuse 0|1] [--export_dir DIR] [--reference FILE] "
                  "[--json FILE]\n";
     return 2;
   }
