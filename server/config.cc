@@ -107,6 +107,7 @@ std::map<std::string, Setter> Settings(ServerConfig* config, std::set<std::strin
     return absl::OkStatus();
   };
   integer("resident_rerank_bytes", &config->resident_rerank_bytes, 0);
+  integer("tls_reload_seconds", &config->tls_reload_seconds, 1);
   integer("max_message_bytes", &config->max_message_bytes, 1024);
   integer("max_tokens_per_document", &config->max_tokens_per_document, 1);
   integer("max_documents_per_batch", &config->max_documents_per_batch, 1);
@@ -260,6 +261,8 @@ std::string ServerUsage() {
                                  shard nodes to each other (admin scope in the nodes' --api_keys)
   --tls_cert FILE --tls_key FILE PEM server certificate and key: serve TLS
   --tls_client_ca FILE           PEM CA: require and verify client certificates (mTLS)
+  --tls_reload_seconds S         how often the three files above are read again: renewed
+                                 certificates apply to new connections (default 60)
   --cluster_tls_ca FILE          PEM CA of the shard nodes' certificates: call them over TLS
                                  (presenting --tls_cert/--tls_key when set)
   --insecure [true|false]        allow plaintext on an address beyond loopback (default false:

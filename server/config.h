@@ -37,6 +37,9 @@ struct ServerConfig {
   std::string tls_cert;  // PEM; with tls_key enables TLS
   std::string tls_key;
   std::string tls_client_ca;  // PEM; requires and verifies client certificates (mTLS)
+  // How often tls_cert, tls_key and tls_client_ca are read again (renewed certificates apply to
+  // new connections without a restart).
+  int64_t tls_reload_seconds = 60;
   // PEM CA that signed the shard nodes' --tls_cert: routers and nodes then call shard nodes over
   // TLS, verify them with it, and present their own --tls_cert/--tls_key when they have one (for
   // nodes that require client certificates). Empty: plaintext between nodes.

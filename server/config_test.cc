@@ -49,6 +49,8 @@ TEST(ServerConfig, RejectsWhatItCannotUse) {
               HasSubstr("auto, cpu or cuda"));
   EXPECT_THAT(ParseServerConfig({"s", "--tls_cert", "a.pem"}).status().message(),
               HasSubstr("go together"));
+  EXPECT_THAT(ParseServerConfig({"s", "--tls_reload_seconds", "0"}).status().message(),
+              HasSubstr("--tls_reload_seconds '0', expected an integer ≥ 1"));
   for (const char* bad : {"-1", "nan", "inf", "soon"}) {
     EXPECT_THAT(
         ParseServerConfig({"s", "--move_lost_replicas_after_seconds", bad}).status().message(),

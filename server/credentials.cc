@@ -3,9 +3,11 @@
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -89,6 +91,27 @@ absl::StatusOr<std::string> ReadPem(const std::string& path) {
   return buffer.str();
 }
 
+// NOT_FOUND when `path` (the value of `flag`) cannot be read; INVALID_ARGUMENT when it holds no
+// PEM block whose BEGIN line ends in `label_end` ("CERTIFICATE-----", "PRIVATE KEY-----").
+absl::Status CheckPem(absl::string_view flag, const std::string& path,
+                      absl::string_view label_end) {
+  absl::StatusOr<std::string> text = ReadPem(path);
+  if (!text.ok()) {
+    return absl::NotFoundError(absl::StrCat(flag, ": ", text.status().message()));
+  }
+  for (size_t at = text->find("-----BEGIN "); at != std::string::npos;
+       at = text->find("-----BEGIN ", at + 1)) {
+    const size_t line_end = text->find('\n', at);
+    const absl::string_view line = absl::string_view(*text).substr(
+        at, line_end == std::string::npos ? std::string::npos : line_end - at);
+    if (absl::EndsWith(absl::StripTrailingAsciiWhitespace(line), label_end)) {
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(flag, " ", path, ": no PEM block \"-----BEGIN ...", label_end, "\""));
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> NewClusterChannelCredentials(
@@ -104,31 +127,34 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> NewClusterChannelCrede
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> NewServerCredentials(
-    const TlsFiles& tls, const ApiKeys* keys, RefusalObserver on_refused) {
+    const TlsFiles& tls, const ApiKeys* keys, RefusalObserver on_refused, int64_t reload_seconds) {
   grpc_server_credentials* core = nullptr;
   if (tls.cert.empty()) {
     core = grpc_insecure_server_credentials_create();
   } else {
-    absl::StatusOr<std::string> cert = ReadPem(tls.cert);
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadPem(tls.key);
-    if (!key.ok()) return key.status();
-    std::string client_ca;
+    // Checked here so that a wrong path or file stops the server at start, naming it; gRPC's
+    // file watcher then reads them again every reload_seconds.
+    TESSERA_RETURN_IF_ERROR(CheckPem("--tls_cert", tls.cert, "CERTIFICATE-----"));
+    TESSERA_RETURN_IF_ERROR(CheckPem("--tls_key", tls.key, "PRIVATE KEY-----"));
     if (!tls.client_ca.empty()) {
-      absl::StatusOr<std::string> ca = ReadPem(tls.client_ca);
-      if (!ca.ok()) return ca.status();
-      client_ca = std::move(*ca);
+      TESSERA_RETURN_IF_ERROR(CheckPem("--tls_client_ca", tls.client_ca, "CERTIFICATE-----"));
     }
-    grpc_ssl_pem_key_cert_pair pair{key->c_str(), cert->c_str()};  // copied by gRPC
-    core = grpc_ssl_server_credentials_create_ex(
-        client_ca.empty() ? nullptr : client_ca.c_str(), &pair, 1,
-        client_ca.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                          : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY,
-        nullptr);
-    if (core == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--tls_cert ", tls.cert, " / --tls_key ", tls.key, ": not usable PEM"));
+    grpc_tls_certificate_provider* provider = grpc_tls_certificate_provider_file_watcher_create(
+        tls.key.c_str(), tls.cert.c_str(), tls.client_ca.empty() ? nullptr : tls.client_ca.c_str(),
+        static_cast<unsigned int>(std::max<int64_t>(reload_seconds, 1)));
+    grpc_tls_credentials_options* options = grpc_tls_credentials_options_create();
+    grpc_tls_credentials_options_set_certificate_provider(options, provider);  // takes a ref
+    grpc_tls_certificate_provider_release(provider);
+    grpc_tls_credentials_options_watch_identity_key_cert_pairs(options);
+    if (tls.client_ca.empty()) {
+      grpc_tls_credentials_options_set_cert_request_type(options,
+                                                         GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    } else {
+      grpc_tls_credentials_options_watch_root_certs(options);
+      grpc_tls_credentials_options_set_cert_request_type(
+          options, GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
     }
+    core = grpc_tls_server_credentials_create(options);  // owns `options`
   }
   auto credentials = std::make_shared<CoreServerCredentials>(core);
   if (keys != nullptr) credentials->SetKeyCheck(keys, std::move(on_refused));

@@ -7,6 +7,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -27,9 +28,14 @@ struct TlsFiles {
 using RefusalObserver = std::function<void(absl::string_view method, const absl::Status& status)>;
 
 // `keys` may be null (no authentication); it must outlive every server using the credentials.
-// NOT_FOUND naming a PEM file that cannot be read.
+// With TLS the three files are read again every `reload_seconds`: a renewed certificate applies
+// to the connections made after it, without a restart; a file that becomes unreadable or
+// malformed leaves the last good ones in use (gRPC logs the failed read). NOT_FOUND naming a
+// PEM file that cannot be read, INVALID_ARGUMENT naming one that holds no PEM certificate (cert,
+// client_ca) or private key (key).
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> NewServerCredentials(
-    const TlsFiles& tls, const ApiKeys* keys, RefusalObserver on_refused = nullptr);
+    const TlsFiles& tls, const ApiKeys* keys, RefusalObserver on_refused = nullptr,
+    int64_t reload_seconds = 60);
 
 // The credentials of calls a node makes: to other nodes of a cluster (`cluster_ca` =
 // --cluster_tls_ca, `own` = its --tls_cert/--tls_key) and to etcd (--etcd_ca, --etcd_cert/

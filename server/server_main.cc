@@ -265,7 +265,8 @@ int Run(const ServerConfig& config) {
             {{"method", std::string(method)},
              {"code", absl::StatusCodeToString(status.code())},
              {"message", std::string(status.message())}});
-      });
+      },
+      config.tls_reload_seconds);
   if (!credentials.ok()) return Fail(credentials.status());
   // A router holds no data: its backend is the cluster (server/cluster/router.h).
   const bool router_role = config.role == "router";

@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import numpy as np
@@ -183,6 +184,23 @@ def _openssl(*args, cwd):
                    stderr=subprocess.DEVNULL)
 
 
+def _make_certificates(d, ca, leaves):
+    """A throw-away CA `ca` (d/ca.pem, d/ca.key) signing a certificate d/NAME.pem with its key
+    d/NAME.key for each (NAME, subject) of `leaves`; the one named "server" is for 127.0.0.1 and
+    localhost."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+             "-subj", f"/CN={ca}", cwd=d)
+    with open(os.path.join(d, "server.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name, subject in leaves:
+        _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject,
+                 cwd=d)
+        extra = ["-extfile", "server.ext"] if name == "server" else []
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                 "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", *extra, cwd=d)
+
+
 @unittest.skipIf(shutil.which("openssl") is None, "openssl is needed to make test certificates")
 class TlsTest(unittest.TestCase):
     """A throw-away CA signs a server certificate (for 127.0.0.1/localhost) and a client
@@ -192,17 +210,8 @@ class TlsTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="tessera-tls-")
         d = cls.dir
-        ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-        _openssl("req", "-x509", *ec, "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
-                 "-subj", "/CN=tessera-test-ca", cwd=d)
-        with open(os.path.join(d, "server.ext"), "w") as f:
-            f.write("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
-        for name, subject in (("server", "/CN=localhost"), ("client", "/CN=tessera-client")):
-            _openssl("req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj",
-                     subject, cwd=d)
-            extra = ["-extfile", "server.ext"] if name == "server" else []
-            _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-                     "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", *extra, cwd=d)
+        _make_certificates(d, "tessera-test-ca",
+                           [("server", "/CN=localhost"), ("client", "/CN=tessera-client")])
         path = lambda name: os.path.join(d, name)  # noqa: E731
         cls.ca, cls.cert, cls.key = path("ca.pem"), path("client.pem"), path("client.key")
         cls.server = e2e_util.Server(
@@ -249,6 +258,69 @@ class TlsTest(unittest.TestCase):
             with self.assertRaises(tessera.TesseraError) as context:
                 client.list_collections()
             self.assertEqual(context.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+
+@unittest.skipIf(shutil.which("openssl") is None, "openssl is needed to make test certificates")
+class TlsReloadTest(unittest.TestCase):
+    """A renewed certificate applies to new connections without a restart (--tls_reload_seconds):
+    the server's certificate and key are replaced by ones a second CA signed; within a few
+    reloads new clients that trust the second CA connect and those that trust only the first are
+    refused. A file that holds no PEM certificate stops the server at start, naming the flag."""
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(prefix="tessera-tls-reload-")
+        self.addCleanup(shutil.rmtree, self.dir, True)
+        self.first, self.second = (os.path.join(self.dir, n) for n in ("first", "second"))
+        for d, ca in ((self.first, "tessera-first-ca"), (self.second, "tessera-second-ca")):
+            os.mkdir(d)
+            _make_certificates(d, ca, [("server", "/CN=localhost")])
+        self.live = os.path.join(self.dir, "live")
+        os.mkdir(self.live)
+        for name in ("server.pem", "server.key"):
+            shutil.copy(os.path.join(self.first, name), os.path.join(self.live, name))
+
+    def answers(self, server, ca):
+        """Whether a new client trusting only `ca` gets an answer from `server`."""
+        with tessera.Client(server.address, timeout=5, tls_root_cert=ca) as client:
+            try:
+                client.list_collections()
+                return True
+            except tessera.TesseraError as error:
+                self.assertEqual(error.code, grpc.StatusCode.UNAVAILABLE, str(error))
+                return False
+
+    def test_renewed_certificate_applies_without_restart(self):
+        server = e2e_util.Server(
+            "--tls_cert", os.path.join(self.live, "server.pem"),
+            "--tls_key", os.path.join(self.live, "server.key"), "--tls_reload_seconds", "1",
+            client_options=dict(tls_root_cert=os.path.join(self.first, "ca.pem")))
+        self.addCleanup(server.cleanup)
+        server.start()
+        first_ca, second_ca = (os.path.join(d, "ca.pem") for d in (self.first, self.second))
+        self.assertTrue(self.answers(server, first_ca))
+        self.assertFalse(self.answers(server, second_ca))
+        # Renewed as a certificate manager does it: each file replaced whole.
+        for name in ("server.key", "server.pem"):
+            staged = os.path.join(self.live, name + ".new")
+            shutil.copy(os.path.join(self.second, name), staged)
+            os.replace(staged, os.path.join(self.live, name))
+        deadline = time.monotonic() + 15
+        while not self.answers(server, second_ca):
+            self.assertLess(time.monotonic(), deadline, server.log()[-3000:])
+            time.sleep(0.5)
+        self.assertFalse(self.answers(server, first_ca))
+        self.assertEqual(server.stop(), 0)
+
+    def test_a_file_without_a_certificate_stops_the_server_at_start(self):
+        not_pem = os.path.join(self.dir, "not.pem")
+        with open(not_pem, "w") as f:
+            f.write("not a certificate\n")
+        server = e2e_util.Server("--tls_cert", not_pem,
+                                 "--tls_key", os.path.join(self.live, "server.key"))
+        self.addCleanup(server.cleanup)
+        with self.assertRaises(AssertionError):
+            server.start(timeout=30)
+        self.assertIn(f"--tls_cert {not_pem}: no PEM block", server.log())
 
 
 class PlaintextBeyondLoopbackTest(unittest.TestCase):
