@@ -293,7 +293,8 @@ int Run(const ServerConfig& config) {
     Log("info", "cluster state read",
         {{"etcd", config.etcd},
          {"shard_nodes", std::to_string(cluster_state->LiveNodes().size())},
-         {"collections", std::to_string(cluster_state->ReadyCollections().size())}});
+         {"collections",
+          std::to_string(cluster_state->CollectionsIn(v1::ClusterCollection::READY).size())}});
   } else {
     EngineOptions engine_options;
     auto scorer = RerankScorer(config, &metrics);

@@ -173,11 +173,11 @@ absl::StatusOr<std::optional<CollectionEntry>> ClusterState::Lookup(const std::s
   return entry;
 }
 
-std::vector<std::string> ClusterState::ReadyCollections() const {
+std::vector<std::string> ClusterState::CollectionsIn(v1::ClusterCollection::State state) const {
   ReaderMutexLock lock(&mu_);
   std::vector<std::string> names;
   for (const auto& [name, entry] : collections_) {
-    if (entry.collection.state() == v1::ClusterCollection::READY) names.push_back(name);
+    if (entry.collection.state() == state) names.push_back(name);
   }
   return names;
 }

@@ -64,8 +64,8 @@ class ClusterState {
   // The collection in any state. A name this view does not hold is read from etcd before it is
   // called unknown, so a collection another router created a moment ago is found.
   absl::StatusOr<std::optional<CollectionEntry>> Lookup(const std::string& name);
-  // The names of READY collections, sorted.
-  std::vector<std::string> ReadyCollections() const;
+  // The names of the collections in `state` (READY: the ones clients see), sorted.
+  std::vector<std::string> CollectionsIn(v1::ClusterCollection::State state) const;
 
   // Blocks until the view reflects etcd's revision `revision` (e.g. the router's own write), or
   // `timeout` passes.

@@ -136,7 +136,9 @@ void Router::CatchUpLoop() {
   MutexLock lock(&stop_mu_);
   while (!stop_) {
     stop_mu_.Unlock();
+    UpdateDownTimers();
     DropOrphanReplicas();
+    FinishDrops();
     const bool moved = MoveLostReplicas();
     const bool copied = CatchUpOne();
     stop_mu_.Lock();
@@ -145,7 +147,7 @@ void Router::CatchUpLoop() {
 }
 
 bool Router::CatchUpOne() {
-  for (const std::string& name : state_->ReadyCollections()) {
+  for (const std::string& name : state_->CollectionsIn(v1::ClusterCollection::READY)) {
     const std::string key = CollectionKey(name);
     // The shard map as etcd has it now: its revision guards the final compare-and-swap.
     absl::StatusOr<std::optional<KeyValue>> read = state_->etcd()->Get(key);
@@ -217,6 +219,38 @@ bool Router::CatchUpOne() {
   return false;
 }
 
+void Router::UpdateDownTimers() {
+  const absl::Time now = absl::Now();
+  std::set<std::string> placed;
+  for (const auto state : {v1::ClusterCollection::READY, v1::ClusterCollection::DROPPING}) {
+    for (const std::string& name : state_->CollectionsIn(state)) {
+      const absl::StatusOr<std::optional<CollectionEntry>> entry = state_->Lookup(name);
+      if (!entry.ok() || !entry->has_value()) continue;
+      for (const v1::ShardPlacement& placement : (*entry)->collection.shards()) {
+        for (const v1::ReplicaPlacement& replica : placement.replicas()) {
+          placed.insert(replica.node_id());
+        }
+      }
+    }
+  }
+  for (auto it = down_since_.begin(); it != down_since_.end();) {
+    it = placed.count(it->first) > 0 ? std::next(it) : down_since_.erase(it);
+  }
+  for (const std::string& node : placed) {
+    if (state_->AddressOf(node).has_value()) {
+      down_since_.erase(node);
+    } else {
+      down_since_.emplace(node, now);
+    }
+  }
+}
+
+bool Router::LostFor(const std::string& node, absl::Time now) const {
+  if (options_.move_lost_replicas_after <= absl::ZeroDuration()) return false;
+  const auto down = down_since_.find(node);
+  return down != down_since_.end() && now - down->second >= options_.move_lost_replicas_after;
+}
+
 bool Router::MoveLostReplicas() {
   if (options_.move_lost_replicas_after <= absl::ZeroDuration()) return false;
   const absl::Time now = absl::Now();
@@ -227,7 +261,7 @@ bool Router::MoveLostReplicas() {
     int64_t revision = 0;
   };
   std::vector<Read> reads;
-  for (const std::string& name : state_->ReadyCollections()) {
+  for (const std::string& name : state_->CollectionsIn(v1::ClusterCollection::READY)) {
     Read read;
     read.key = CollectionKey(name);
     absl::StatusOr<std::optional<KeyValue>> got = state_->etcd()->Get(read.key);
@@ -239,27 +273,15 @@ bool Router::MoveLostReplicas() {
     read.revision = (*got)->mod_revision;
     reads.push_back(std::move(read));
   }
-  // Replicas per live node, and since when each placed node has been down.
+  // Replicas per live node.
   std::map<std::string, int> held;
   for (const LiveNode& node : state_->LiveNodes()) held[node.id] = 0;
-  std::set<std::string> placed;
   for (const Read& read : reads) {
     for (const v1::ShardPlacement& placement : read.collection.shards()) {
       for (const v1::ReplicaPlacement& replica : placement.replicas()) {
-        placed.insert(replica.node_id());
         const auto live = held.find(replica.node_id());
         if (live != held.end()) ++live->second;
       }
-    }
-  }
-  for (auto it = down_since_.begin(); it != down_since_.end();) {
-    it = placed.count(it->first) > 0 ? std::next(it) : down_since_.erase(it);
-  }
-  for (const std::string& node : placed) {
-    if (held.count(node) > 0) {
-      down_since_.erase(node);
-    } else {
-      down_since_.emplace(node, now);
     }
   }
 
@@ -280,10 +302,7 @@ bool Router::MoveLostReplicas() {
                       });
       if (!has_source) continue;
       for (v1::ReplicaPlacement& replica : *placement->mutable_replicas()) {
-        const auto down = down_since_.find(replica.node_id());
-        if (down == down_since_.end() || now - down->second < options_.move_lost_replicas_after) {
-          continue;
-        }
+        if (!LostFor(replica.node_id(), now)) continue;
         const std::optional<std::string> target = MoveTarget(*placement, held);
         if (!target.has_value()) continue;
         moves.push_back(Move{s, replica.node_id(), *target});
@@ -311,6 +330,73 @@ bool Router::MoveLostReplicas() {
     }
   }
   return moved;
+}
+
+bool Router::DropReplica(const std::string& collection, uint32_t shard, const std::string& node) {
+  absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(node);
+  if (!stub.ok()) return false;
+  v1::ShardDropCollectionRequest drop;
+  drop.set_collection(collection);
+  drop.set_shard(shard);
+  v1::ShardDropCollectionResponse dropped;
+  auto context = ShardCall(options_.shard_call_timeout);
+  const absl::Status status = FromGrpc((*stub)->DropCollection(context.get(), drop, &dropped));
+  if (!status.ok() && status.code() != absl::StatusCode::kNotFound) {
+    Log("warning", "replica not dropped; retrying",
+        {{"collection", collection},
+         {"shard", std::to_string(shard)},
+         {"node", node},
+         {"error", std::string(status.message())}});
+    return false;
+  }
+  return true;
+}
+
+void Router::FinishDrops() {
+  const absl::Time now = absl::Now();
+  for (const std::string& name : state_->CollectionsIn(v1::ClusterCollection::DROPPING)) {
+    const std::string key = CollectionKey(name);
+    const absl::StatusOr<std::optional<KeyValue>> read = state_->etcd()->Get(key);
+    v1::ClusterCollection collection;
+    if (!read.ok() || !read->has_value() || !FromJson(key, (*read)->value, &collection).ok() ||
+        collection.state() != v1::ClusterCollection::DROPPING) {
+      continue;
+    }
+    // What is left: the replicas not yet dropped, on nodes neither live nor lost for good.
+    bool changed = false;
+    bool left = false;
+    for (int s = 0; s < collection.shards_size(); ++s) {
+      auto* replicas = collection.mutable_shards(s)->mutable_replicas();
+      for (int r = replicas->size() - 1; r >= 0; --r) {
+        const std::string node = replicas->Get(r).node_id();
+        const bool live = state_->AddressOf(node).has_value();
+        if (live && !DropReplica(name, static_cast<uint32_t>(s), node)) {
+          left = true;
+          continue;
+        }
+        if (!live && !LostFor(node, now)) {
+          left = true;
+          continue;
+        }
+        if (!live) {
+          Log("warning", "replica of a dropped collection on a lost node; left on its disk",
+              {{"collection", name}, {"shard", std::to_string(s)}, {"node", node}});
+        }
+        replicas->DeleteSubrange(r, 1);
+        changed = true;
+      }
+    }
+    if (changed) {
+      const absl::StatusOr<bool> swapped =
+          state_->etcd()->CompareAndSwap(key, (*read)->mod_revision, ToJson(collection));
+      if (!swapped.ok() || !*swapped) continue;
+    }
+    if (left) continue;
+    // Emptied first, then deleted: nothing changes an entry without replicas any more.
+    if (state_->etcd()->Delete(key).ok()) {
+      Log("info", "collection dropped on every node that held it", {{"collection", name}});
+    }
+  }
 }
 
 absl::StatusOr<bool> Router::Orphaned(const std::string& node, const v1::ShardReplica& replica) {
@@ -591,6 +677,21 @@ absl::Status Router::CreateCollection(const v1::CreateCollectionRequest& request
   TESSERA_ASSIGN_OR_RETURN(const bool reserved,
                            state_->etcd()->CreateIfAbsent({{key, ToJson(collection)}}));
   if (!reserved) {
+    const absl::StatusOr<std::optional<CollectionEntry>> existing = state_->Lookup(schema.name);
+    if (existing.ok() && existing->has_value() &&
+        (*existing)->collection.state() == v1::ClusterCollection::DROPPING) {
+      std::vector<std::string> nodes;
+      for (const v1::ShardPlacement& placement : (*existing)->collection.shards()) {
+        for (const v1::ReplicaPlacement& replica : placement.replicas()) {
+          nodes.push_back(replica.node_id());
+        }
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "collection '", schema.name, "' is still being dropped: its replicas on nodes ",
+          absl::StrJoin(nodes, ", "),
+          " are dropped when they come back (or forgotten once they have been down for "
+          "--move_lost_replicas_after_seconds); create it again then"));
+    }
     return absl::AlreadyExistsError(absl::StrCat("collection '", schema.name, "' already exists"));
   }
 
@@ -681,36 +782,44 @@ absl::Status Router::DropCollection(const std::string& name) {
       targets.emplace_back(static_cast<uint32_t>(s), replica.node_id());
     }
   }
+  std::vector<char> dropped(targets.size(), 0);
   RunParallel(targets.size(), [&](size_t i) {
-    const auto& [shard, node] = targets[i];
-    absl::Status status;
-    absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(node);
-    if (stub.ok()) {
-      v1::ShardDropCollectionRequest drop;
-      drop.set_collection(name);
-      drop.set_shard(shard);
-      v1::ShardDropCollectionResponse dropped;
-      auto context = ShardCall(options_.shard_call_timeout);
-      status = FromGrpc((*stub)->DropCollection(context.get(), drop, &dropped));
-    } else {
-      status = stub.status();
-    }
-    if (!status.ok() && status.code() != absl::StatusCode::kNotFound) {
-      Log("warning", "replica not dropped; it stays on its node's disk",
-          {{"collection", name},
-           {"shard", std::to_string(shard)},
-           {"node", node},
-           {"error", std::string(status.message())}});
-    }
+    dropped[i] = DropReplica(name, targets[i].first, targets[i].second) ? 1 : 0;
   });
-  TESSERA_RETURN_IF_ERROR(state_->etcd()->Delete(key).status());
+  // The replicas a node could not drop (it is down or failed) stay listed in the DROPPING entry,
+  // which FinishDrops empties as their nodes come back; the name is taken until then.
+  v1::ClusterCollection pending = dropping;
+  for (v1::ShardPlacement& placement : *pending.mutable_shards()) placement.clear_replicas();
+  std::vector<std::string> waiting;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    if (dropped[i]) continue;
+    pending.mutable_shards(static_cast<int>(targets[i].first))
+        ->add_replicas()
+        ->set_node_id(targets[i].second);
+    waiting.push_back(targets[i].second);
+  }
+  if (waiting.empty()) {
+    TESSERA_RETURN_IF_ERROR(state_->etcd()->Delete(key).status());
+    WaitUntilSeen(key);
+    Log("info", "collection dropped", {{"collection", name}});
+    return absl::OkStatus();
+  }
+  TESSERA_ASSIGN_OR_RETURN(const std::optional<KeyValue> marked_kv, state_->etcd()->Get(key));
+  if (marked_kv.has_value()) {
+    // Not swapped: another router's FinishDrops changed it meanwhile and carries on.
+    state_->etcd()->CompareAndSwap(key, marked_kv->mod_revision, ToJson(pending)).IgnoreError();
+  }
   WaitUntilSeen(key);
-  Log("info", "collection dropped", {{"collection", name}});
+  Log("info",
+      "collection dropped; its replicas on nodes that did not answer are dropped when "
+      "they come back",
+      {{"collection", name}, {"nodes", absl::StrJoin(waiting, ",")}});
   return absl::OkStatus();
 }
 
 absl::Status Router::ListCollections(v1::ListCollectionsResponse* response) {
-  for (const std::string& name : state_->ReadyCollections()) response->add_names(name);
+  for (const std::string& name : state_->CollectionsIn(v1::ClusterCollection::READY))
+    response->add_names(name);
   return absl::OkStatus();
 }
 

@@ -91,7 +91,9 @@ class Router final : public server::Backend {
   // name longer than server::kMaxClusterCollectionName or more than server::kMaxShards shards.
   absl::Status CreateCollection(const v1::CreateCollectionRequest& request,
                                 v1::CreateCollectionResponse* response) override;
-  // Replicas on nodes that are down stay on their disks (logged).
+  // Replicas on nodes that are down stay listed in the DROPPING entry, whose name stays taken
+  // (CreateCollection: FAILED_PRECONDITION), until they are dropped when their nodes come back or
+  // forgotten once those have been down for move_lost_replicas_after.
   absl::Status DropCollection(const std::string& name) override;
   absl::Status ListCollections(v1::ListCollectionsResponse* response) override;
   absl::Status GetCollection(const std::string& name, v1::GetCollectionResponse* response) override;
@@ -168,9 +170,21 @@ class Router final : public server::Backend {
   // Copies one stale replica on a live node from a serving one and marks it serving; false when
   // there was none to copy.
   bool CatchUpOne();
+  // Starts the down timer of every node a READY or DROPPING collection places that is not live,
+  // and stops those of live nodes.
+  void UpdateDownTimers();
+  // Whether `node` has been down for move_lost_replicas_after (never when that is zero).
+  bool LostFor(const std::string& node, absl::Time now) const;
   // Moves the replicas of nodes down for move_lost_replicas_after (see above); true when a move
   // was recorded.
   bool MoveLostReplicas();
+  // Drops replica `shard` of `collection` on `node`; true when it is gone (NOT_FOUND included),
+  // false (logged) when the node is down or failed.
+  bool DropReplica(const std::string& collection, uint32_t shard, const std::string& node);
+  // For each DROPPING collection: drops its listed replicas on the nodes that are live, forgets
+  // those on nodes lost for good (left on their disks, logged), and deletes the key once none is
+  // left.
+  void FinishDrops();
   // Drops, on each node that joined since the last pass, the replicas the map does not place
   // there.
   void DropOrphanReplicas();

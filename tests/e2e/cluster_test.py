@@ -10,8 +10,8 @@ serving replica, after which the cluster answers as the standalone server again;
 restarted router reads the cluster back from etcd. ClusterFaultsTest: 5,000 documents with a
 shard node SIGKILLed mid-ingest (nothing acknowledged lost, catch-up), a SIGKILLed router replaced
 by a second one, and etcd stopped and restarted. ClusterLostNodeTest: a lost node's replicas move
-to a node that joined later and serve; the lost node's copies are dropped when it returns. Skips
-without /usr/bin/etcd."""
+to a node that joined later and serve; the lost node's copies are dropped when it returns, and so
+are those of a collection dropped while it was down. Skips without /usr/bin/etcd."""
 
 import hashlib
 import json
@@ -427,7 +427,9 @@ class ClusterLostNodeTest(unittest.TestCase):
     its replicas move to a node that joined later (the live node holding the fewest), are copied
     from the serving replicas and serve; the answers equal a standalone server's before, during
     and after, and writes go on. When the lost node comes back, the router drops the replicas
-    that moved away from it, and its data no longer counts anywhere."""
+    that moved away from it, and its data no longer counts anywhere. A collection dropped while a
+    node is down keeps its name taken (FAILED_PRECONDITION) until that node is back and its
+    replicas are dropped there too."""
 
     def setUp(self):
         self.etcd = start_etcd(self.addCleanup)
@@ -497,6 +499,37 @@ class ClusterLostNodeTest(unittest.TestCase):
         self.assertNotIn("node-1", {n for replicas in self.placement(router).values()
                                     for n in replicas})
         assert_same_answers(self, router, standalone, queries)
+
+
+    def test_a_drop_finishes_when_a_down_node_comes_back(self):
+        rng = np.random.default_rng(29)
+        router = self.router.client()
+        self.addCleanup(router.close)
+        router.create_collection("gone", DIM, num_shards=SHARDS, replicas=2)
+        self.assertTrue(all(r.ok for r in router.upsert("gone", make_documents(rng, 0, 60))))
+        # node-2 is killed and the collection dropped at once (its registration has not expired:
+        # the router tries it and fails); the name stays taken until node-2's replicas are gone.
+        self.nodes[2].kill()
+        router.drop_collection("gone")
+        self.assertNotIn("gone", router.list_collections())
+        with self.assertRaises(tessera.TesseraError) as taken:
+            router.create_collection("gone", DIM, num_shards=SHARDS, replicas=2)
+        self.assertEqual(taken.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("still being dropped", str(taken.exception))
+        self.assertIn("node-2", str(taken.exception))
+        # Back before it counts as lost: the router drops its replicas there, and the name is free.
+        self.nodes[2].start()
+        deadline = time.monotonic() + 60
+        while "dropped on every node" not in self.router.log():
+            self.assertLess(time.monotonic(), deadline, self.router.log()[-3000:])
+            time.sleep(0.2)
+        self.assertEqual(self.etcd.keys("/tessera/collections/"), [])
+        router.create_collection("gone", DIM, num_shards=SHARDS, replicas=2)
+        docs = make_documents(rng, 100, 30)
+        self.assertTrue(all(r.ok for r in router.upsert("gone", docs)))
+        self.assertEqual(router.collection_info("gone")["stats"]["documents"], 30)
+        hits = router.search("gone", e2e_util.query_near(rng, docs[7]["tokens"], 6), k=1)
+        self.assertEqual(hits.ids, [docs[7]["id"]])
 
 
 @unittest.skipUnless(e2e_util.Etcd.available() and shutil.which("openssl"),
