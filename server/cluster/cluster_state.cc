@@ -162,6 +162,11 @@ absl::StatusOr<std::optional<CollectionEntry>> ClusterState::Lookup(const std::s
     const auto it = collections_.find(name);
     if (it != collections_.end()) return it->second;
   }
+  return ReadFromEtcd(name);
+}
+
+absl::StatusOr<std::optional<CollectionEntry>> ClusterState::ReadFromEtcd(
+    const std::string& name) const {
   const std::string key = absl::StrCat(kCollectionsPrefix, name);
   absl::StatusOr<std::optional<KeyValue>> read = etcd_->Get(key);
   if (!read.ok()) return read.status();

@@ -64,6 +64,9 @@ class ClusterState {
   // The collection in any state. A name this view does not hold is read from etcd before it is
   // called unknown, so a collection another router created a moment ago is found.
   absl::StatusOr<std::optional<CollectionEntry>> Lookup(const std::string& name);
+  // The collection as etcd holds it now, not as this view last saw it: what a compare-and-swap on
+  // its revision must start from. DATA_LOSS for a value that does not parse.
+  absl::StatusOr<std::optional<CollectionEntry>> ReadFromEtcd(const std::string& name) const;
   // The names of the collections in `state` (READY: the ones clients see), sorted.
   std::vector<std::string> CollectionsIn(v1::ClusterCollection::State state) const;
 

@@ -96,6 +96,17 @@ void FinishRatios(v1::CollectionStats* stats) {
   stats->set_disk_bytes_per_rerank_vector(ratio(stats->disk_bytes(), stats->rerank_vectors()));
 }
 
+// Collection `name` as etcd holds it now, when it is in `state`; nullopt otherwise (absent, in
+// another state, or unreadable: the caller's pass tries again later).
+std::optional<CollectionEntry> ReadIn(const ClusterState& cluster, const std::string& name,
+                                      v1::ClusterCollection::State state) {
+  absl::StatusOr<std::optional<CollectionEntry>> read = cluster.ReadFromEtcd(name);
+  if (!read.ok() || !read->has_value() || (*read)->collection.state() != state) {
+    return std::nullopt;
+  }
+  return *std::move(*read);
+}
+
 // The live node (a key of `held`, which counts each live node's replicas), holding no replica of
 // `placement`, with the fewest replicas (ties: lower id); nullopt when every live node holds one.
 std::optional<std::string> MoveTarget(const v1::ShardPlacement& placement,
@@ -148,15 +159,11 @@ void Router::CatchUpLoop() {
 
 bool Router::CatchUpOne() {
   for (const std::string& name : state_->CollectionsIn(v1::ClusterCollection::READY)) {
-    const std::string key = CollectionKey(name);
     // The shard map as etcd has it now: its revision guards the final compare-and-swap.
-    absl::StatusOr<std::optional<KeyValue>> read = state_->etcd()->Get(key);
-    if (!read.ok() || !read->has_value()) continue;
-    v1::ClusterCollection collection;
-    if (!FromJson(key, (*read)->value, &collection).ok() ||
-        collection.state() != v1::ClusterCollection::READY) {
-      continue;
-    }
+    std::optional<CollectionEntry> read = ReadIn(*state_, name, v1::ClusterCollection::READY);
+    if (!read.has_value()) continue;
+    const std::string key = CollectionKey(name);
+    v1::ClusterCollection& collection = read->collection;
     for (int s = 0; s < collection.shards_size(); ++s) {
       v1::ShardPlacement* placement = collection.mutable_shards(s);
       // The first serving replica in placement order: every router picks the same source, whose
@@ -201,7 +208,7 @@ bool Router::CatchUpOne() {
         }
         target.set_stale(false);
         absl::StatusOr<bool> marked =
-            state_->etcd()->CompareAndSwap(key, (*read)->mod_revision, ToJson(collection));
+            state_->etcd()->CompareAndSwap(key, read->mod_revision, ToJson(collection));
         Log(marked.ok() && *marked ? "info" : "warning",
             marked.ok() && *marked ? "replica caught up"
                                    : "replica copied, but the shard map changed meanwhile; "
@@ -255,28 +262,15 @@ bool Router::MoveLostReplicas() {
   if (options_.move_lost_replicas_after <= absl::ZeroDuration()) return false;
   const absl::Time now = absl::Now();
   // The shard maps as etcd has them now: their revisions guard the moves.
-  struct Read {
-    std::string key;
-    v1::ClusterCollection collection;
-    int64_t revision = 0;
-  };
-  std::vector<Read> reads;
+  std::vector<CollectionEntry> reads;
   for (const std::string& name : state_->CollectionsIn(v1::ClusterCollection::READY)) {
-    Read read;
-    read.key = CollectionKey(name);
-    absl::StatusOr<std::optional<KeyValue>> got = state_->etcd()->Get(read.key);
-    if (!got.ok() || !got->has_value() ||
-        !FromJson(read.key, (*got)->value, &read.collection).ok() ||
-        read.collection.state() != v1::ClusterCollection::READY) {
-      continue;
-    }
-    read.revision = (*got)->mod_revision;
-    reads.push_back(std::move(read));
+    std::optional<CollectionEntry> read = ReadIn(*state_, name, v1::ClusterCollection::READY);
+    if (read.has_value()) reads.push_back(*std::move(read));
   }
   // Replicas per live node.
   std::map<std::string, int> held;
   for (const LiveNode& node : state_->LiveNodes()) held[node.id] = 0;
-  for (const Read& read : reads) {
+  for (const CollectionEntry& read : reads) {
     for (const v1::ShardPlacement& placement : read.collection.shards()) {
       for (const v1::ReplicaPlacement& replica : placement.replicas()) {
         const auto live = held.find(replica.node_id());
@@ -286,7 +280,7 @@ bool Router::MoveLostReplicas() {
   }
 
   bool moved = false;
-  for (Read& read : reads) {
+  for (CollectionEntry& read : reads) {
     struct Move {
       int shard;
       std::string from;
@@ -313,8 +307,8 @@ bool Router::MoveLostReplicas() {
       }
     }
     if (moves.empty()) continue;
-    const absl::StatusOr<bool> swapped =
-        state_->etcd()->CompareAndSwap(read.key, read.revision, ToJson(read.collection));
+    const absl::StatusOr<bool> swapped = state_->etcd()->CompareAndSwap(
+        CollectionKey(read.collection.schema().name()), read.mod_revision, ToJson(read.collection));
     const bool recorded = swapped.ok() && *swapped;
     moved |= recorded;
     for (const Move& move : moves) {
@@ -355,13 +349,10 @@ bool Router::DropReplica(const std::string& collection, uint32_t shard, const st
 void Router::FinishDrops() {
   const absl::Time now = absl::Now();
   for (const std::string& name : state_->CollectionsIn(v1::ClusterCollection::DROPPING)) {
+    std::optional<CollectionEntry> read = ReadIn(*state_, name, v1::ClusterCollection::DROPPING);
+    if (!read.has_value()) continue;
     const std::string key = CollectionKey(name);
-    const absl::StatusOr<std::optional<KeyValue>> read = state_->etcd()->Get(key);
-    v1::ClusterCollection collection;
-    if (!read.ok() || !read->has_value() || !FromJson(key, (*read)->value, &collection).ok() ||
-        collection.state() != v1::ClusterCollection::DROPPING) {
-      continue;
-    }
+    v1::ClusterCollection& collection = read->collection;
     // What is left: the replicas not yet dropped, on nodes neither live nor lost for good.
     bool changed = false;
     bool left = false;
@@ -388,7 +379,7 @@ void Router::FinishDrops() {
     }
     if (changed) {
       const absl::StatusOr<bool> swapped =
-          state_->etcd()->CompareAndSwap(key, (*read)->mod_revision, ToJson(collection));
+          state_->etcd()->CompareAndSwap(key, read->mod_revision, ToJson(collection));
       if (!swapped.ok() || !*swapped) continue;
     }
     if (left) continue;
@@ -400,8 +391,8 @@ void Router::FinishDrops() {
 }
 
 absl::StatusOr<bool> Router::Orphaned(const std::string& node, const v1::ShardReplica& replica) {
-  const std::string key = CollectionKey(replica.collection());
-  TESSERA_ASSIGN_OR_RETURN(const std::optional<KeyValue> read, state_->etcd()->Get(key));
+  TESSERA_ASSIGN_OR_RETURN(const std::optional<CollectionEntry> read,
+                           state_->ReadFromEtcd(replica.collection()));
   if (!read.has_value()) {
     Log("warning", "replica of a collection the cluster does not hold; left on its node's disk",
         {{"collection", replica.collection()},
@@ -409,8 +400,7 @@ absl::StatusOr<bool> Router::Orphaned(const std::string& node, const v1::ShardRe
          {"node", node}});
     return false;
   }
-  v1::ClusterCollection collection;
-  TESSERA_RETURN_IF_ERROR(FromJson(key, read->value, &collection));
+  const v1::ClusterCollection& collection = read->collection;
   // Being created or dropped: that router's job.
   if (collection.state() != v1::ClusterCollection::READY) return false;
   if (replica.shard() >= static_cast<uint32_t>(collection.shards_size())) return true;
@@ -440,23 +430,14 @@ void Router::DropOrphanReplicas() {
         checked &= orphaned.ok();
         continue;
       }
-      v1::ShardDropCollectionRequest drop;
-      drop.set_collection(replica.collection());
-      drop.set_shard(replica.shard());
-      v1::ShardDropCollectionResponse dropped;
-      auto drop_context = ShardCall(options_.shard_call_timeout);
-      const absl::Status status =
-          FromGrpc((*stub)->DropCollection(drop_context.get(), drop, &dropped));
-      checked &= status.ok();
-      std::vector<std::pair<std::string, std::string>> fields = {
-          {"collection", replica.collection()},
-          {"shard", std::to_string(replica.shard())},
-          {"node", node}};
-      if (!status.ok()) fields.emplace_back("error", std::string(status.message()));
-      Log(status.ok() ? "info" : "warning",
-          status.ok() ? "replica moved away from its node dropped there"
-                      : "replica moved away from its node not dropped there; retrying",
-          fields);
+      if (!DropReplica(replica.collection(), replica.shard(), node)) {  // logged
+        checked = false;
+        continue;
+      }
+      Log("info", "replica moved away from its node dropped there",
+          {{"collection", replica.collection()},
+           {"shard", std::to_string(replica.shard())},
+           {"node", node}});
     }
     if (checked) checked_nodes_.insert(node);
   }
@@ -818,8 +799,9 @@ absl::Status Router::DropCollection(const std::string& name) {
 }
 
 absl::Status Router::ListCollections(v1::ListCollectionsResponse* response) {
-  for (const std::string& name : state_->CollectionsIn(v1::ClusterCollection::READY))
+  for (const std::string& name : state_->CollectionsIn(v1::ClusterCollection::READY)) {
     response->add_names(name);
+  }
   return absl::OkStatus();
 }
 
