@@ -66,6 +66,12 @@ class Corpus {
     docs_.erase(doc);
     return index.Remove(doc);
   }
+  // Adds docs [begin, end) with `rows` random vectors each, seeded by the doc id.
+  void AddRange(CandidateIndex& index, uint64_t begin, uint64_t end, int rows) {
+    for (uint64_t doc = begin; doc < end; ++doc) {
+      ASSERT_TRUE(Add(index, doc, RandomUnitRows(rows, dim_, doc)).ok()) << "doc " << doc;
+    }
+  }
   // Adds docs first..first+count-1 with 1..max_slots random vectors each.
   void AddRandom(CandidateIndex& index, uint64_t first, int count, int max_slots, uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -333,9 +339,7 @@ TEST(CandidateIndex, AutoSwitchesToHnswWhenCrossingTheLimit) {
   options.auto_exact_limit = 500;
   auto index = MakeIndex(options);
   Corpus corpus(kDim);
-  for (uint64_t doc = 0; doc < 124; ++doc) {
-    ASSERT_TRUE(corpus.Add(*index, doc, RandomUnitRows(4, kDim, doc)).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(corpus.AddRange(*index, 0, 124, 4));
   EXPECT_EQ(index->Stats().description, "IDMap2,Flat");
   EXPECT_EQ(index->Stats().vectors, 496);
   ASSERT_TRUE(corpus.Add(*index, 124, RandomUnitRows(4, kDim, 124)).ok());
@@ -344,9 +348,7 @@ TEST(CandidateIndex, AutoSwitchesToHnswWhenCrossingTheLimit) {
   EXPECT_EQ(stats.vectors, 500);
   EXPECT_EQ(stats.documents, 125);
   EXPECT_TRUE(stats.trained);
-  for (uint64_t doc = 125; doc < 1000; ++doc) {
-    ASSERT_TRUE(corpus.Add(*index, doc, RandomUnitRows(4, kDim, doc)).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(corpus.AddRange(*index, 125, 1000, 4));
   const auto queries = RandomUnitRows(16, kDim, 77);
   auto hits = index->Search(View(queries, kDim), 20, nullptr);
   ASSERT_TRUE(hits.ok());
@@ -395,9 +397,7 @@ TEST_P(TombstonesAndCompaction, RemovedVectorsAreNeverFound) {
   const bool exact = GetParam() != "HNSW32";
   auto index = MakeIndex(Options(kDim, GetParam()));
   Corpus corpus(kDim);
-  for (uint64_t doc = 0; doc < 500; ++doc) {
-    ASSERT_TRUE(corpus.Add(*index, doc, RandomUnitRows(4, kDim, doc)).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(corpus.AddRange(*index, 0, 500, 4));
   const std::string path = TempPath("compaction");
   ASSERT_TRUE(index->Save(path, 0).ok());
   const size_t full_size = ReadFile(path).size();
@@ -494,9 +494,7 @@ TEST(CandidateIndex, IvfPqMemoryCountsCodesNotFloats) {
   options.min_training_vectors = 1000;
   auto index = MakeIndex(options);
   Corpus corpus(kDim);
-  for (uint64_t doc = 0; doc < 400; ++doc) {
-    ASSERT_TRUE(corpus.Add(*index, doc, RandomUnitRows(4, kDim, doc)).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(corpus.AddRange(*index, 0, 400, 4));
   const CandidateIndexStats stats = index->Stats();
   ASSERT_TRUE(stats.trained);
   // Raw floats alone would be 64 bytes per vector; codes are 4, ids 8 each (the list's, the
@@ -511,9 +509,7 @@ TEST(CandidateIndex, TrainableFactorySearchesExactlyUntilTrained) {
   options.min_training_vectors = 1000;
   auto index = MakeIndex(options);
   Corpus corpus(kDim);
-  for (uint64_t doc = 0; doc < 100; ++doc) {
-    ASSERT_TRUE(corpus.Add(*index, doc, RandomUnitRows(4, kDim, doc)).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(corpus.AddRange(*index, 0, 100, 4));
   ASSERT_TRUE(corpus.Remove(*index, 50).ok());
   CandidateIndexStats stats = index->Stats();
   EXPECT_FALSE(stats.trained);
@@ -528,9 +524,7 @@ TEST(CandidateIndex, TrainableFactorySearchesExactlyUntilTrained) {
   ASSERT_TRUE(hits.ok());
   ExpectSameHits(*hits, corpus.Search(queries, 15, accept), 1e-5f);
 
-  for (uint64_t doc = 100; doc < 400; ++doc) {
-    ASSERT_TRUE(corpus.Add(*index, doc, RandomUnitRows(4, kDim, doc)).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(corpus.AddRange(*index, 100, 400, 4));
   stats = index->Stats();
   EXPECT_TRUE(stats.trained);
   EXPECT_EQ(stats.description, "IDMap2,IVF16,Flat");
@@ -557,9 +551,7 @@ TEST(CandidateIndex, NonSelectorFactoryFiltersExactly) {
   options.min_training_vectors = 400;
   auto index = MakeIndex(options);
   Corpus corpus(kDim);
-  for (uint64_t doc = 0; doc < 200; ++doc) {
-    ASSERT_TRUE(corpus.Add(*index, doc, RandomUnitRows(3, kDim, doc)).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(corpus.AddRange(*index, 0, 200, 3));
   EXPECT_TRUE(index->Stats().trained);
   ASSERT_TRUE(corpus.Remove(*index, 42).ok());
   std::function<bool(uint64_t)> accept = [](uint64_t doc) { return doc % 50 == 42 || doc == 7; };
@@ -628,14 +620,10 @@ TEST(CandidateIndex, SaveLoadRoundTrip) {
   {
     auto index = MakeIndex(ivf);
     Corpus corpus(kDim);
-    for (uint64_t doc = 0; doc < 100; ++doc) {
-      ASSERT_TRUE(corpus.Add(*index, doc, RandomUnitRows(4, kDim, doc)).ok());
-    }
+    ASSERT_NO_FATAL_FAILURE(corpus.AddRange(*index, 0, 100, 4));
     ASSERT_FALSE(index->Stats().trained);
     ExpectRoundTrip(*index, ivf, "ivf_untrained");
-    for (uint64_t doc = 100; doc < 200; ++doc) {
-      ASSERT_TRUE(corpus.Add(*index, doc, RandomUnitRows(4, kDim, doc)).ok());
-    }
+    ASSERT_NO_FATAL_FAILURE(corpus.AddRange(*index, 100, 200, 4));
     ASSERT_TRUE(index->Stats().trained);
     ASSERT_TRUE(corpus.Remove(*index, 150).ok());
     ExpectRoundTrip(*index, ivf, "ivf_trained");
