@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <string>
@@ -31,7 +32,9 @@ std::string Hex(const Sha256& hash) {
 absl::StatusOr<std::unique_ptr<ApiKeys>> LoadText(const std::string& text) {
   const std::string path = absl::StrCat(::testing::TempDir(), "/auth_test_keys_", ::getpid());
   std::ofstream(path) << text;
-  return ApiKeys::Load(path);
+  absl::StatusOr<std::unique_ptr<ApiKeys>> keys = ApiKeys::Load(path);
+  std::remove(path.c_str());
+  return keys;
 }
 
 TEST(HashKey, IsSha256) {

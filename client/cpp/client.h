@@ -130,8 +130,8 @@ struct StoredDocument {
 
 struct SearchOptions {
   uint32_t k = 10;
-  // N documents scored exactly, ⌈N / shards⌉ per shard; 0 = server default: max(10k, 100),
-  // max(40k, 400) on the centroid index.
+  // N documents scored exactly, ⌈N / shards⌉ per shard; 0 = server default: max(10k, 100), on
+  // the centroid index up to max(40k, 400) as a shard grows past 262,144 vectors.
   uint32_t num_candidates = 0;
   uint32_t per_token_candidates = 0;  // 0 = server default
   uint32_t nprobe = 0;                // centroid index: centroids probed per token; 0 = default

@@ -111,6 +111,12 @@ int DefaultNprobe(int64_t num_centroids) {
   return static_cast<int>(std::max<int64_t>(16, (quarter_root + 7) / 8 * 8));
 }
 
+int DefaultNumCandidates(int64_t k, int64_t vectors) {
+  const double per_hit = std::clamp(
+      10.0 * std::sqrt(static_cast<double>(std::max<int64_t>(vectors, 0)) / 262144.0), 10.0, 40.0);
+  return static_cast<int>(std::ceil(per_hit * static_cast<double>(std::max<int64_t>(k, 10))));
+}
+
 std::string SerializeDocumentCodes(const DocumentCodes& codes) {
   std::string out;
   const uint32_t n = static_cast<uint32_t>(codes.centroids.size());

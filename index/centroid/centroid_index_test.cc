@@ -399,6 +399,17 @@ TEST(DefaultNprobe, GrowsWithTheSquareRootOfTheCodebook) {
   EXPECT_EQ(DefaultNprobe(262144), 128);
 }
 
+TEST(DefaultNumCandidates, GrowsFromTheExactScansRuleToFortyPerHit) {
+  EXPECT_EQ(DefaultNumCandidates(10, 16384), 100);  // below 2^18 vectors: max(10·k, 100)
+  EXPECT_EQ(DefaultNumCandidates(1, 262144), 100);  // k < 10 asks for 10 hits' worth
+  EXPECT_EQ(DefaultNumCandidates(50, 262144), 500);
+  EXPECT_EQ(DefaultNumCandidates(10, 1048576), 200);   // 20 per hit at 2^20
+  EXPECT_EQ(DefaultNumCandidates(10, 2560000), 313);   // 10·√9.77 = 31.25 per hit
+  EXPECT_EQ(DefaultNumCandidates(10, 4194304), 400);   // 40 per hit from 2^22
+  EXPECT_EQ(DefaultNumCandidates(10, 64000000), 400);  // 1M documents of 64 vectors
+  EXPECT_EQ(DefaultNumCandidates(1000, 64000000), 40000);
+}
+
 TEST_F(CentroidIndexTest, NprobeZeroIsTheDefault) {
   const std::vector<float> query = Clustered(8, kDim, 50, 77);
   CentroidSearchOptions defaults, explicit_default, fewer;

@@ -421,12 +421,8 @@ CollectionImpl::SearchPlan CollectionImpl::Plan(const SearchOptions& options) co
     if (options.num_candidates > 0) {
       shard_plan.num_candidates = static_cast<int>(options.num_candidates);
     } else {
-      // The centroid index's approximate scores rank coarser than the exact candidate scan's:
-      // four times the documents go to the exact rerank, which costs ~5 µs each
-      // (docs/results.md, "Scale").
       shard_plan.num_candidates =
-          std::min(context_.limits.max_num_candidates,
-                   shard->NeedsCandidateVectors() ? std::max(10 * k, 100) : std::max(40 * k, 400));
+          std::min(context_.limits.max_num_candidates, shard->DefaultNumCandidates(k));
     }
     shard_plan.share =
         static_cast<int>((shard_plan.num_candidates + whole_shards - 1) / whole_shards);

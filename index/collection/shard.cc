@@ -352,6 +352,12 @@ Shard::Stage1 Shard::CurrentStage1() const {
 
 bool Shard::NeedsCandidateVectors() const { return CurrentStage1().centroids == nullptr; }
 
+int Shard::DefaultNumCandidates(int k) const {
+  if (NeedsCandidateVectors()) return std::max(10 * k, 100);
+  ReaderMutexLock lock(&table_mu_);
+  return internal::DefaultNumCandidates(k, rerank_vectors_);
+}
+
 absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
                                          const std::vector<std::string>& deletes) {
   TESSERA_RETURN_IF_ERROR(FailedStatus());

@@ -134,6 +134,9 @@ class Shard {
   // Whether documents written now need candidate vectors (false once stage 1 is the centroid
   // index; it never goes back).
   bool NeedsCandidateVectors() const;
+  // N for k hits when a search leaves it at 0: max(10·k, 100) while stage 1 is the candidate
+  // index, DefaultNumCandidates(k, the shard's rerank vectors) once it is the centroid index.
+  int DefaultNumCandidates(int k) const;
 
   // Checks, then durably writes upserts and deletes, then indexes them. Returns the store's
   // result, or:
