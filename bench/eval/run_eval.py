@@ -1,6 +1,7 @@
 """Quality and speed of Tessera on a BEIR-layout data set, next to peer engines, in one run.
 
-    scripts/eval --data ../shared/data/scifact [--out DIR] [--server PATH] [--skip-peers]
+    scripts/eval --data ../shared/data/scifact [--out DIR] [--server PATH]
+                 [--skip-peers | --peers NAMES]
 
 Starts a tessera-server on a loopback port, creates one collection per configuration, ingests
 the data set's token embeddings (embed.py) through the Python client over gRPC, runs every judged
@@ -284,11 +285,11 @@ def run_config(client, dataset, config: Config, exact_runs: Dict[str, Dict],
     return rows
 
 
-def run_peers(dataset, work_dir, log) -> List[Dict]:
-    """Every peer (and each of its sweep settings); recall@10 vs exact is measured against the
-    first peer, the NumPy brute force."""
+def run_peers(dataset, work_dir, log, names: List[str]) -> List[Dict]:
+    """The named peers (and each of their sweep settings); recall@10 vs exact is measured against
+    the first peer, the NumPy brute force (none without it)."""
     rows, exact = [], None
-    for name in peers.PEERS:
+    for name in names:
         for settings in PEER_SWEEPS.get(name, [{}]):
             start = time.monotonic()
             result = peers.run_peer(name, dataset, TOP_K, work_dir, **settings)
@@ -302,8 +303,9 @@ def run_peers(dataset, work_dir, log) -> List[Dict]:
                             ("index_seconds", "ingest_docs_per_s", "index_bytes",
                              "bytes_per_token", "vectors_per_document", "notes")})
                 row.update(evaluate(dataset.qrels, result["run"]))
-                exact = exact or result["run"]
-                row["recall@10_vs_exact"] = recall_vs_exact(result["run"], exact)
+                if name == "numpy-brute-force":
+                    exact = result["run"]
+                row["recall@10_vs_exact"] = recall_vs_exact(result["run"], exact) if exact else None
                 row["default"] = settings == PEER_SWEEPS.get(name, [{}])[0]
                 row.update(latency_summary(result["latencies_ms"]))
                 log(f"  {name:<18} {row['search'][:26]:<26} nDCG@10 {row['ndcg@10']:.4f}  "
@@ -335,8 +337,16 @@ def main():
     parser.add_argument("--out", help="output folder (default build/eval/<data set name>)")
     parser.add_argument("--server", help="tessera-server binary (default build/bin)")
     parser.add_argument("--skip-peers", action="store_true")
+    parser.add_argument("--peers", default=",".join(peers.PEERS),
+                        help="comma-separated peers to run (default: all, "
+                             f"{', '.join(peers.PEERS)})")
     parser.add_argument("--only", help="comma-separated configuration names to run")
     args = parser.parse_args()
+    peer_names = args.peers.split(",")
+    unknown = sorted(set(peer_names) - set(peers.PEERS))
+    if unknown:
+        parser.error(f"--peers: unknown {', '.join(unknown)}, expected some of "
+                     f"{', '.join(peers.PEERS)}")
 
     started = time.monotonic()
     dataset = embed.load_dataset(args.data)
@@ -373,7 +383,7 @@ def main():
     if code != 0:
         raise RuntimeError(f"tessera-server exited with {code}")
     if not args.skip_peers:
-        rows.extend(run_peers(dataset, os.path.join(out_dir, "peers"), log))
+        rows.extend(run_peers(dataset, os.path.join(out_dir, "peers"), log, peer_names))
 
     results = dict(
         dataset=dataset.name, data_dir=os.path.abspath(args.data),

@@ -106,9 +106,9 @@ void AppendWithHeadroom(std::vector<T>& v, const T* data, size_t n) {
 int ProbedGroups(int nprobe) { return std::max(8, nprobe / 2); }
 
 int DefaultNprobe(int64_t num_centroids) {
-  const auto quarter_root =
-      static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(num_centroids)) / 4.0));
-  return static_cast<int>(std::max<int64_t>(16, (quarter_root + 7) / 8 * 8));
+  const auto fifth_root =
+      static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(num_centroids)) / 5.0));
+  return static_cast<int>(std::max<int64_t>(16, (fifth_root + 7) / 8 * 8));
 }
 
 int DefaultNumCandidates(int64_t k, int64_t vectors) {

@@ -66,13 +66,15 @@ std::string SerializeDocumentCodes(const DocumentCodes& codes);
 absl::StatusOr<DocumentCodes> ParseDocumentCodes(absl::string_view bytes, int64_t code_bytes,
                                                  int64_t num_centroids);
 
-// Centroids probed per query token when a search leaves nprobe at 0: √C / 4 rounded up to a
-// multiple of 8, at least 16 — 16 at 4,096 centroids, 32 at 16,384, 48 at 32,768 (1M documents).
-// With C growing as √vectors, a token then scans a share of the shard that shrinks as it grows
-// (vectors^-1/4). Measured against exhaustive (docs/results.md): recall@10 1.000 / 0.988 on the
-// synthetic / real-embedding 1M shards at 48, where one in 512 (64) cost a third more stage-1
-// time for 1.000 / 0.996 and one in 1,024 (32) found 0.87 / 0.968 (the synthetic corpus splits
-// each topic's isotropic noise over ~32 near-equal centroids); 32 at 16,384 found 0.973 / 0.988.
+// Centroids probed per query token when a search leaves nprobe at 0: √C / 5 rounded up to a
+// multiple of 8, at least 16 — 16 at 4,096 centroids, 24 at 8,192, 32 at 16,384, 40 at 32,768
+// (1M documents). With C growing as √vectors, a token then scans a share of the shard that
+// shrinks as it grows (vectors^-1/4). Measured against exhaustive on the synthetic /
+// real-embedding 1M shards (docs/results.md): recall@10 0.972 / 0.978 at 40, with stage 1
+// 1.2–1.5 ms (12–15%) faster than at 48 (1.000 / 0.988, P50 at the 15 ms target's edge); 64 found
+// 1.000 / 0.996 for a third more stage-1 time and 32 only 0.87 / 0.965 (the synthetic corpus
+// splits each topic's isotropic noise over ~32 near-equal centroids); 32 at 16,384 found
+// 0.973 / 0.988.
 int DefaultNprobe(int64_t num_centroids);
 
 // Documents a shard sends to the exact rerank for k hits when a search leaves N at 0, with a
@@ -86,7 +88,7 @@ int DefaultNumCandidates(int64_t k, int64_t vectors);
 
 // Groups of centroids (CentroidGroups, ~64 centroids each) whose members a query token scores
 // when the codebook has groups (beyond CentroidCodebook::kExactAssignmentCentroids centroids):
-// those whose means score highest, nprobe / 2 of them and at least 8 — 24 of 512 (1,536
+// those whose means score highest, nprobe / 2 of them and at least 8 — 20 of 512 (1,280
 // centroids of 32,768) at the 1M-document default. Its nprobe best centroids are then almost
 // always the exact ones: on the 1M-document shards recall@10 was the same as when every centroid
 // was scored, and stage 1 ~1 ms (8%) faster (docs/results.md).

@@ -392,11 +392,11 @@ TEST_F(CentroidIndexTest, FewProbesMatchTheDocumentedApproximation) {
 TEST(DefaultNprobe, GrowsWithTheSquareRootOfTheCodebook) {
   EXPECT_EQ(DefaultNprobe(64), 16);
   EXPECT_EQ(DefaultNprobe(4096), 16);
-  EXPECT_EQ(DefaultNprobe(8192), 24);  // √8192 / 4 = 22.6
-  EXPECT_EQ(DefaultNprobe(16384), 32);
-  EXPECT_EQ(DefaultNprobe(32768), 48);  // 45.3
-  EXPECT_EQ(DefaultNprobe(65536), 64);
-  EXPECT_EQ(DefaultNprobe(262144), 128);
+  EXPECT_EQ(DefaultNprobe(8192), 24);   // √8192 / 5 = 18.1
+  EXPECT_EQ(DefaultNprobe(16384), 32);  // 25.6
+  EXPECT_EQ(DefaultNprobe(32768), 40);  // 36.2
+  EXPECT_EQ(DefaultNprobe(65536), 56);  // 51.2
+  EXPECT_EQ(DefaultNprobe(262144), 104);
 }
 
 TEST(DefaultNumCandidates, GrowsFromTheExactScansRuleToFortyPerHit) {

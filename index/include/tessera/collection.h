@@ -111,8 +111,8 @@ struct SearchOptions {
   // k′: candidate vectors fetched per query token in stage 1, 0 … 100000. 0 = the default,
   // max(N, 64). 64-bit for the same reason as k.
   int64_t per_token_candidates = 0;
-  // Centroid index: centroids probed per query token, 0 … 16384. 0 = the default: √C / 4 of a
-  // shard's C centroids, rounded up to a multiple of 8, at least 16 (48 at 1M documents).
+  // Centroid index: centroids probed per query token, 0 … 16384. 0 = the default: √C / 5 of a
+  // shard's C centroids, rounded up to a multiple of 8, at least 16 (40 at 1M documents).
   int64_t nprobe = 0;
   Filter filter;
   // Skip stage 1 and score every (matching) document exactly.
