@@ -17,11 +17,13 @@ namespace {
 // Centroids scored per task when the query × centroid scores are split over the pool.
 constexpr int64_t kCentroidChunk = 2048;
 
-// Ordinals per accumulation tile: at most 131,072 (two floats each: 1 MiB, about a core's L2), at
-// least 256, else a quarter of the shard per thread (so that the pool has tiles to share). On the
-// 1M-document shard, tiles of 4,096 / 8,192 / 32,768 ordinals (L1- and half-L2-sized) measured
-// slower than these: a tile's runs, fold and cut cost more than the misses a smaller one saves.
-constexpr int64_t kMaxTileOrdinals = 131072;
+// Ordinals per accumulation tile: the shard's share per thread, at least 256 and at most 524,288
+// (two floats each: 4 MiB, within a last-level cache). Every tile splits each probed list into one
+// more run, and a run costs a search for its bounds and a cold start of the hardware prefetcher:
+// on the 1M-document shard (2 threads), stage 1 took 8.1–8.7 ms with tiles of 500,000 ordinals,
+// 8.6–9.0 with 250,000 and 9.1–9.5 with 125,000 (1 MiB of scratch, a core's L2), and tiles of
+// 4,096–32,768 measured slower still: the scratch's extra cache misses cost less than the runs.
+constexpr int64_t kMaxTileOrdinals = 524288;
 constexpr int64_t kMinTileOrdinals = 256;
 
 // Per-thread scratch for one tile, indexed by ordinal − the tile's first: per document, the
@@ -479,11 +481,11 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
 
   ReaderMutexLock lock(&mu_);
   // Ordinal tiles: the accumulation over documents runs one tile at a time, so that its scratch
-  // stays in a core's cache instead of taking one random access to a shard-sized array per vector.
+  // stays in cache instead of taking one random access to a shard-sized array per vector.
   const uint32_t ordinals = static_cast<uint32_t>(ordinal_doc_.size());
   const int threads = pool != nullptr ? pool->num_threads() : 1;
-  const uint32_t tile_size = static_cast<uint32_t>(std::clamp<int64_t>(
-      (ordinals + 4 * threads - 1) / (4 * threads), kMinTileOrdinals, kMaxTileOrdinals));
+  const uint32_t tile_size = static_cast<uint32_t>(
+      std::clamp<int64_t>((ordinals + threads - 1) / threads, kMinTileOrdinals, kMaxTileOrdinals));
   std::vector<uint32_t> tile_starts;
   for (uint32_t start = 0; start < ordinals; start += tile_size) tile_starts.push_back(start);
   tile_starts.push_back(ordinals);

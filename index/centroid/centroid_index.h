@@ -17,10 +17,10 @@
 //
 // A search runs in two parallel passes: per query token, the selection and the code scan (16-bit
 // sums per list entry); then per tile of document ordinals (a list's ordinals ascend, so a tile is
-// one run of each list), the per-document accumulation in a dense scratch of about a core's L2
-// (a branch-free max per entry, a vectorised fold per token) and a bounded heap of the tile's
-// best. At 1M documents stage 1 then reads ~100 MB of codes, ordinals and sums per query, and
-// is bound by that memory traffic on the 2-core machine (docs/results.md).
+// one run of each list; a thread's share of the ordinals, up to 524,288), the per-document
+// accumulation in a dense scratch (a branch-free max per entry, a vectorised fold per token) and
+// a bounded heap of the tile's best. At 1M documents stage 1 then reads ~100 MB of codes, ordinals
+// and sums per query, and is bound by that memory traffic on the 2-core machine (docs/results.md).
 //
 // Documents are removed by tombstones; the lists are compacted (and ordinals renumbered) once the
 // dead vectors pass kCompactionFraction of all vectors.
