@@ -3,6 +3,7 @@
 // made while a training runs (before and after its swap, across a retrain and a reopen).
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <future>
 #include <map>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "index/centroid/centroid_codebook.h"
 #include "index/collection/collection_impl.h"
 #include "index/collection/collection_test_util.h"
+#include "index/storage/shard_store.h"
 #include "tessera/engine.h"
 
 namespace tessera {
@@ -124,6 +126,29 @@ TEST(CentroidStage, SwitchesPastTheThresholdAndKeepsRecall) {
   std::cout << "centroid stage recall@10 " << recall << ", filtered " << filtered_recall << "\n";
   EXPECT_GE(recall, 0.95);
   EXPECT_GE(filtered_recall, 0.95);
+
+  // The candidate vectors of the documents written before the switch are deleted from disk.
+  collection->reset();
+  engine->reset();
+  int shards = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path() + "/collections")) {
+    internal::ShardStoreOptions options;
+    options.create_if_missing = false;
+    auto store = internal::ShardStore::Open((entry.path() / "shard-000" / "db").string(), options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    int64_t candidates = 0;
+    ASSERT_TRUE((*store)
+                    ->ForEachCandidates(0,
+                                        [&candidates](uint64_t, const internal::StoredMatrix&) {
+                                          ++candidates;
+                                          return absl::OkStatus();
+                                        })
+                    .ok());
+    EXPECT_EQ(candidates, 0);
+    EXPECT_EQ((*store)->Stats().documents, static_cast<int64_t>(documents.size()));
+    ++shards;
+  }
+  EXPECT_EQ(shards, 1);
 }
 
 // Arms a training hook that blocks the training (after it encoded the shard, before it catches up

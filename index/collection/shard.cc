@@ -282,6 +282,9 @@ absl::Status Shard::LoadCentroids(uint32_t generation) {
   // A training that did not finish left a newer generation; an older one may not be dropped yet.
   TESSERA_RETURN_IF_ERROR(store_->DropCodeGenerationsExcept(generation));
   store_->SetCodeGenerations({generation});
+  // Dead once the centroid index is in use: candidate vectors a crash left between a training's
+  // commit and its cleanup, or that a shard kept from before that cleanup existed.
+  TESSERA_RETURN_IF_ERROR(store_->DropAllCandidates());
   std::error_code ignored;
   std::filesystem::remove(dir_ + "/" + kSnapshotFile, ignored);
   MutexLock lock(&stage1_mu_);
@@ -693,8 +696,10 @@ absl::Status Shard::Train() {
     stage1_ = Stage1{nullptr, index, generation};
   }
   store_->SetCodeGenerations({generation});
-  // What the old stage 1 left on disk: its codes, the candidate index snapshot.
+  // What the old stage 1 left on disk: its codes, the candidate vectors, the candidate index
+  // snapshot.
   TESSERA_RETURN_IF_ERROR(store_->DropCodeGenerationsExcept(generation));
+  TESSERA_RETURN_IF_ERROR(store_->DropAllCandidates());
   if (generation > 1) {
     // The store has no meta delete; an empty value frees the old codebook's bytes.
     TESSERA_RETURN_IF_ERROR(store_->PutMeta(CodebookKey(generation - 1), ""));

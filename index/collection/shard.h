@@ -11,7 +11,7 @@
 //   written meanwhile — catches up and swaps the new index in. The shard retrains the same way
 //   once it holds kRetrainGrowth (4) times the vectors its codebook was trained on. A shard never
 //   goes back to the candidate index; documents written with the centroid index carry codes and no
-//   candidate vectors.
+//   candidate vectors, and the switch deletes those of the documents written before.
 //
 // Durability of the centroid index: each trained codebook is generation g (meta keys
 // "centroid_generation" and "codebook/<g>"), and every document's codes are stored under g in

@@ -267,6 +267,7 @@ class ShardStore::Impl {
                         const std::vector<std::pair<uint64_t, std::string>>& codes,
                         absl::Span<const uint64_t> removed);
   absl::Status DropCodeGenerationsExcept(uint32_t keep);
+  absl::Status DropAllCandidates();
   absl::Status ForEachCodes(uint32_t generation,
                             const std::function<absl::Status(uint64_t, std::string)>& fn) const;
   uint64_t LatestSequence() const { return db_->GetLatestSequenceNumber(); }
@@ -896,9 +897,30 @@ absl::Status ShardStore::Impl::DropCodeGenerationsExcept(uint32_t keep) {
   const std::string keep_begin = EncodeCodesKey(keep, 0);
   // One past every key: 13 bytes of 0xff sort after any 12-byte key.
   const std::string end(13, '\xff');
+  const std::string after_keep = keep == UINT32_MAX ? end : EncodeCodesKey(keep + 1, 0);
   if (keep > 0) batch.DeleteRange(codes_, first, keep_begin);
-  batch.DeleteRange(codes_, keep == UINT32_MAX ? end : EncodeCodesKey(keep + 1, 0), end);
-  return WriteToDb(&batch, "dropping old centroid codes");
+  batch.DeleteRange(codes_, after_keep, end);
+  TESSERA_RETURN_IF_ERROR(WriteToDb(&batch, "dropping old centroid codes"));
+  // Compacted now, so that a retrain's old codes stop taking disk space (a generation's keys are
+  // a range of their own, so this mostly deletes whole files).
+  std::vector<std::pair<std::string, std::string>> dropped = {{after_keep, end}};
+  if (keep > 0) dropped.emplace_back(first, keep_begin);
+  for (const auto& [from, to] : dropped) {
+    const rocksdb::Slice begin_key(from), end_key(to);
+    TESSERA_RETURN_IF_ERROR(
+        Rocks(db_->CompactRange(rocksdb::CompactRangeOptions(), codes_, &begin_key, &end_key),
+              "compacting dropped centroid codes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::Impl::DropAllCandidates() {
+  rocksdb::WriteBatch batch;
+  // One past every key: 9 bytes of 0xff sort after any 8-byte iid key.
+  batch.DeleteRange(candidates_, "", std::string(9, '\xff'));
+  TESSERA_RETURN_IF_ERROR(WriteToDb(&batch, "dropping candidate vectors"));
+  return Rocks(db_->CompactRange(rocksdb::CompactRangeOptions(), candidates_, nullptr, nullptr),
+               "compacting dropped candidate vectors");
 }
 
 absl::Status ShardStore::Impl::ForEachCodes(
@@ -1086,6 +1108,8 @@ absl::Status ShardStore::PutCodes(uint32_t generation,
 absl::Status ShardStore::DropCodeGenerationsExcept(uint32_t keep) {
   return impl_->DropCodeGenerationsExcept(keep);
 }
+
+absl::Status ShardStore::DropAllCandidates() { return impl_->DropAllCandidates(); }
 
 absl::Status ShardStore::ForEachCodes(
     uint32_t generation, const std::function<absl::Status(uint64_t, std::string)>& fn) const {

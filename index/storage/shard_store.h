@@ -6,7 +6,7 @@
 //   ids         external id → iid
 //   rerank      iid → StoredMatrix (the pooled rerank vectors, fp16 or fp32)
 //   candidates  iid → StoredMatrix (the candidate vectors, fp32; absent for documents written
-//               while stage 1 was a centroid index)
+//               while stage 1 was a centroid index, and deleted when it becomes one)
 //   codes       (generation, iid) → a document's centroid codes, opaque here: one generation per
 //               trained codebook, so a retrain writes the next generation beside the current one
 //
@@ -162,8 +162,12 @@ class ShardStore {
   absl::Status PutCodes(uint32_t generation,
                         const std::vector<std::pair<uint64_t, std::string>>& codes,
                         absl::Span<const uint64_t> removed);
-  // Deletes the codes of every generation but `keep`.
+  // Deletes the codes of every generation but `keep`, durably, and compacts them away.
   absl::Status DropCodeGenerationsExcept(uint32_t keep);
+  // Deletes every document's candidate vectors, durably, and compacts their column family so that
+  // the disk space is freed now (a shard whose stage 1 became the centroid index never reads them
+  // again). Candidate vectors written afterwards are kept.
+  absl::Status DropAllCandidates();
   // Calls fn(iid, codes) for every document with codes under `generation`, in iid order, from a
   // consistent snapshot (documents removed since may still have codes: see SetCodeGenerations).
   absl::Status ForEachCodes(uint32_t generation,

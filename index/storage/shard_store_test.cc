@@ -186,6 +186,38 @@ TEST_F(ShardStoreTest, WriteAndReadBack) {
   EXPECT_EQ(store->GetRerank(12345).status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(ShardStoreTest, DropAllCandidatesKeepsDocumentsAndLaterCandidates) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  const std::vector<DocumentWrite> before = {MakeDoc("a", 1), MakeDoc("b", 2), MakeDoc("c", 3)};
+  auto first = store->Write(before, {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(store->Flush().ok());  // the candidates in an SST file, not only the memtable
+  ASSERT_EQ(AllCandidates(*store).size(), 3u);
+
+  ASSERT_TRUE(store->DropAllCandidates().ok());
+  EXPECT_TRUE(AllCandidates(*store).empty());
+  const DocumentWrite later = MakeDoc("d", 4);
+  auto second = store->Write({later}, {});
+  ASSERT_TRUE(second.ok()) << second.status();
+
+  store.reset();  // the deletion is durable: reopened, only the later write's candidates remain
+  store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  const auto candidates = AllCandidates(*store);
+  ASSERT_EQ(candidates.size(), 1u);
+  ExpectSameMatrix(candidates.at(second->upserted_iids[0]), later.candidates);
+  for (size_t i = 0; i < before.size(); ++i) {
+    auto record = store->GetRecord(first->upserted_iids[i]);
+    ASSERT_TRUE(record.ok()) << record.status();
+    ExpectRecordMatches(*record, before[i]);
+    auto rerank = store->GetRerank(first->upserted_iids[i]);
+    ASSERT_TRUE(rerank.ok()) << rerank.status();
+    ExpectSameMatrix(*rerank, before[i].rerank);
+  }
+  EXPECT_EQ(store->Stats().documents, 4);
+}
+
 TEST_F(ShardStoreTest, UpsertReplacesWithNewIidAndNextVersion) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
