@@ -325,7 +325,11 @@ int Run(const ServerConfig& config) {
   admission_options.max_queued = config.max_queued_requests;
   admission_options.max_inflight_bytes = config.max_inflight_bytes;
   auto admission = std::make_unique<Admission>(admission_options);
-  ServiceContext context{engine.get(), nullptr, admission.get(), &metrics, config};
+  ServiceContext context;
+  context.engine = engine.get();
+  context.admission = admission.get();
+  context.metrics = &metrics;
+  context.config = config;
   if (!config.cluster_key_file.empty()) {
     auto key = ReadClusterKey(config.cluster_key_file);
     if (!key.ok()) return Fail(key.status());

@@ -73,8 +73,11 @@ class ServicesTest : public ::testing::Test {
     auto credentials = NewServerCredentials(TlsFiles{}, keys_.get());
     ASSERT_TRUE(credentials.ok()) << credentials.status();
     admission_ = std::make_unique<Admission>(admission_options_);
-    context_ = std::make_unique<ServiceContext>(
-        ServiceContext{engine_.get(), nullptr, admission_.get(), &metrics_, config_});
+    context_ = std::make_unique<ServiceContext>();
+    context_->engine = engine_.get();
+    context_->admission = admission_.get();
+    context_->metrics = &metrics_;
+    context_->config = config_;
     backend_ = std::make_unique<EngineBackend>(context_.get());
     context_->backend = backend_.get();
     admin_ = std::make_unique<AdminServiceImpl>(context_.get());

@@ -89,8 +89,11 @@ class ShardServiceTest : public ::testing::Test {
     auto credentials = NewServerCredentials(TlsFiles{}, nullptr);
     ASSERT_TRUE(credentials.ok()) << credentials.status();
     admission_ = std::make_unique<Admission>(AdmissionOptions{});
-    context_ = std::make_unique<ServiceContext>(
-        ServiceContext{engine_.get(), nullptr, admission_.get(), &metrics_, config_});
+    context_ = std::make_unique<ServiceContext>();
+    context_->engine = engine_.get();
+    context_->admission = admission_.get();
+    context_->metrics = &metrics_;
+    context_->config = config_;
     backend_ = std::make_unique<EngineBackend>(context_.get());
     context_->backend = backend_.get();
     admin_ = std::make_unique<AdminServiceImpl>(context_.get());
