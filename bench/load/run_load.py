@@ -559,10 +559,8 @@ class LoadRun:
         args = self.args
         import tessera  # noqa: F401  (generates the stubs when missing)
         self.work_dir = tempfile.mkdtemp(prefix="tessera-load-", dir=args.work_dir)
-        self.server = server_process.ServerProcess(
-            args.server, os.path.join(self.work_dir, "data"),
-            os.path.join(self.work_dir, "server.log"), args.server_arg,
-            metrics=not args.no_metrics)
+        self.server = server_process.ServerProcess(args.server, self.work_dir, args.server_arg,
+                                                   metrics=not args.no_metrics)
         top = max(args.levels + ([args.saturate_concurrency] if args.saturate_concurrency else []))
         self.buckets = top
         out = {"machine": server_process.machine_facts()}

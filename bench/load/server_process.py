@@ -1,90 +1,33 @@
-"""The server side of scripts/load: one tessera-server process on loopback (ports chosen by the
-server, data in a temporary directory), a once-a-second sampler of its memory and threads, its
-CPU time and Prometheus counters, and facts about the machine."""
+"""The server side of scripts/load: one tessera-server process on loopback (the e2e tests'
+launcher: ports chosen by the server, data and log in the run's work directory), a once-a-second
+sampler of its memory and threads, its CPU time and Prometheus counters, and facts about the
+machine."""
 
 import hashlib
 import os
 import platform
 import re
-import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
 
-_LISTENING = re.compile(r"tessera-server listening on (\S+):(\d+)(?: \(metrics on port (\d+)\))?")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "e2e"))  # the e2e tests' server launcher
+
+import e2e_util  # noqa: E402  (also puts client/python on the path)
 
 
-class ServerProcess:
-    """tessera-server --listen 127.0.0.1:0 --metrics_listen 127.0.0.1:0 (or "" when metrics are
-    off) with its log in `log_path`. Not thread-safe except `status_fields` and `cpu_seconds`,
-    which only read /proc."""
+class ServerProcess(e2e_util.Server):
+    """e2e_util.Server as scripts/load runs it: data in work_dir/data, its log in work_dir, the
+    server's default thread count, no health call before the traffic (its flags may require API
+    keys), metrics optional; plus the samplers below. Not thread-safe except `status_fields` and
+    `cpu_seconds`, which only read /proc."""
 
-    def __init__(self, binary, data_dir, log_path, extra_args=(), metrics=True):
-        self.binary = binary
-        self.data_dir = data_dir
-        self.log_path = log_path
-        self.extra_args = list(extra_args)
-        self.metrics = metrics
-        self.process = None
-        self.address = None
-        self.metrics_port = None
-        self.started_at = None
-
-    def start(self, timeout=120.0):
-        command = [self.binary, "--data_dir", self.data_dir, "--listen", "127.0.0.1:0",
-                   "--metrics_listen", "127.0.0.1:0" if self.metrics else "", *self.extra_args]
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL)
-        self.started_at = time.monotonic()
-        deadline = self.started_at + timeout
-        while True:
-            match = _LISTENING.search(self.log())
-            if match:
-                break
-            if self.process.poll() is not None:
-                raise RuntimeError(f"tessera-server exited with {self.process.returncode} before "
-                                   f"listening:\n{self.log()[-4000:]}")
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"tessera-server not listening after {timeout} s:\n"
-                                   f"{self.log()[-4000:]}")
-            time.sleep(0.05)
-        self.address = f"{match.group(1)}:{match.group(2)}"
-        self.metrics_port = int(match.group(3)) if match.group(3) else None
-        return self
-
-    def alive(self):
-        return self.process is not None and self.process.poll() is None
-
-    def stop(self, timeout=120.0):
-        """SIGTERM and wait; returns the exit code ("timeout" if it had to be killed)."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            code = self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            code = "timeout"
-        self.process = None
-        return code
-
-    def kill(self):
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait()
-            self.process = None
-
-    def log(self):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read().decode("utf-8", "replace")
-        except FileNotFoundError:
-            return ""
+    def __init__(self, binary, work_dir, extra_args=(), metrics=True):
+        super().__init__(*extra_args, binary=binary, work_dir=work_dir, threads=None,
+                         metrics=metrics, wait_healthy=False)
 
     # /proc --------------------------------------------------------------------------------------
 

@@ -63,23 +63,30 @@ def main():
 
 
 class Server:
-    """One tessera-server process on loopback with its own data dir (a temporary directory unless
-    given). Ports are chosen by the server (--listen 127.0.0.1:0) and read from its
-    `tessera-server listening on HOST:PORT (metrics on port P)` line, so tests never race for a
-    port. `stop()` sends SIGTERM and returns the exit code; `kill()` sends SIGKILL; `start()` again
-    reopens the same data dir."""
+    """One tessera-server process on loopback with its own data dir (work_dir/data unless given)
+    and its logs in work_dir (server-<n>.log for the n-th start; a temporary directory, which
+    cleanup() removes, unless given). Ports are chosen by the server (--listen 127.0.0.1:0) and
+    read from its `tessera-server listening on HOST:PORT (metrics on port P)` line, so tests never
+    race for a port. `stop()` sends SIGTERM and returns the exit code; `kill()` sends SIGKILL;
+    `start()` again reopens the same data dir. threads=None leaves --threads to the server;
+    metrics=False serves no metrics port; wait_healthy=False returns from start() once the
+    server listens, without a health call (which a server with API keys would refuse)."""
 
-    def __init__(self, *extra_args, data_dir=None, threads=2, client_options=None):
-        self.binary = SERVER_BINARY or _default_server()
-        self._own_dir = data_dir is None
-        self.work_dir = tempfile.mkdtemp(prefix="tessera-e2e-")
+    def __init__(self, *extra_args, data_dir=None, threads=2, client_options=None, binary=None,
+                 work_dir=None, metrics=True, wait_healthy=True):
+        self.binary = binary or SERVER_BINARY or _default_server()
+        self._own_work_dir = work_dir is None
+        self.work_dir = work_dir or tempfile.mkdtemp(prefix="tessera-e2e-")
         self.data_dir = data_dir or os.path.join(self.work_dir, "data")
         self.extra_args = [str(a) for a in extra_args]
         self.threads = threads
+        self.metrics = metrics
         self.client_options = dict(client_options or {})  # e.g. TLS settings for every client
+        self._wait_healthy = wait_healthy
         self.process = None
         self.address = None
         self.metrics_port = None
+        self.started_at = None  # time.monotonic() of the last start
         self.starts = 0
         self._log_path = None
 
@@ -91,10 +98,13 @@ class Server:
         self._log_path = os.path.join(self.work_dir, f"server-{self.starts}.log")
         log = open(self._log_path, "wb")
         command = [self.binary, "--data_dir", self.data_dir, "--listen", "127.0.0.1:0",
-                   "--metrics_listen", "127.0.0.1:0", "--threads", str(self.threads),
-                   *self.extra_args]
+                   "--metrics_listen", "127.0.0.1:0" if self.metrics else ""]
+        if self.threads is not None:
+            command += ["--threads", str(self.threads)]
+        command += self.extra_args
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL)
+        self.started_at = time.monotonic()
         _RUNNING.add(self)
         log.close()
         deadline = time.monotonic() + timeout
@@ -120,7 +130,8 @@ class Server:
             time.sleep(0.05)
         self.address = f"{match.group(1)}:{match.group(2)}"
         self.metrics_port = int(match.group(3)) if match.group(3) else None
-        self.wait_healthy(deadline - time.monotonic())
+        if self._wait_healthy:
+            self.wait_healthy(deadline - time.monotonic())
         return self
 
     def wait_healthy(self, timeout=30.0):
@@ -158,6 +169,9 @@ class Server:
             self.process = None
         _RUNNING.discard(self)
 
+    def alive(self):
+        return self.process is not None and self.process.poll() is None
+
     def restart(self):
         code = self.stop()
         if code != 0:
@@ -167,7 +181,8 @@ class Server:
 
     def cleanup(self):
         self.kill()
-        shutil.rmtree(self.work_dir, ignore_errors=True)
+        if self._own_work_dir:
+            shutil.rmtree(self.work_dir, ignore_errors=True)
 
     # Observation -------------------------------------------------------------------------------
 
