@@ -330,6 +330,46 @@ TEST(CentroidStage, AShardThatOutgrewARunningTrainingRetrainsWhenItEnds) {
             absl::StrCat("Centroid", internal::DefaultNumCentroids(vectors), ",Residual2bit"));
 }
 
+// A shard whose size calls for more centroids than its codebook has retrains, even short of
+// kRetrainGrowth × what its last training counted: a training that started late (blocked here)
+// must not leave a grown shard on a codebook sized for fewer vectors.
+TEST(CentroidStage, AShardRetrainsWhenItsSizeCallsForMoreCentroids) {
+  TempDir dir;
+  Corpus corpus(kDim, 31);
+  std::vector<Document> sources;
+  const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 3600, &sources);
+  auto engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok());
+  CollectionSchema schema = Schema("late", kDim);
+  schema.candidates.factory = "centroid";
+  schema.candidates.centroid_min_training_vectors = 20'000;
+  auto collection = (*engine)->CreateCollection(schema);
+  ASSERT_TRUE(collection.ok());
+  TrainingGate gate(Impl(**collection));
+  gate.Arm();
+  // Up to the first training, which the gate holds; then to a size whose codebook is twice its.
+  size_t written = 0;
+  auto write_until = [&](int64_t vectors) {
+    while ((*collection)->Stats().rerank_vectors < vectors && written < documents.size()) {
+      const size_t end = std::min(documents.size(), written + 64);
+      UpsertAll(**collection,
+                std::vector<Document>(documents.begin() + written, documents.begin() + end));
+      written = end;
+    }
+  };
+  write_until(20'000);
+  ASSERT_TRUE(gate.WaitReached());
+  const int64_t first_training = (*collection)->Stats().rerank_vectors;
+  write_until(66'000);
+  const int64_t vectors = (*collection)->Stats().rerank_vectors;
+  ASSERT_LT(vectors, internal::kRetrainGrowth * first_training);
+  ASSERT_GT(internal::DefaultNumCentroids(vectors), internal::DefaultNumCentroids(first_training));
+  gate.Release();
+  Impl(**collection).WaitForTrainingForTesting();
+  EXPECT_EQ(StageOf(**collection),
+            absl::StrCat("Centroid", internal::DefaultNumCentroids(vectors), ",Residual2bit"));
+}
+
 // rerank_from_codes: documents written once the codebook exists store no rerank vectors; stage 2,
 // Get and explain use the decoded codes, consistently; the disk holds far less; nothing retrains;
 // a reopen and deletes behave as with stored vectors.

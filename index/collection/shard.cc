@@ -522,11 +522,17 @@ bool Shard::OutgrewTraining() const {
     ReaderMutexLock lock(&table_mu_);
     vectors = rerank_vectors_;
   }
-  const bool trained = trained_vectors_ > 0;
+  if (trained_vectors_ == 0) return WantsCentroidIndex(schema_.candidates, vectors);
   // Without stored rerank vectors there is nothing to retrain on.
-  if (trained && schema_.candidates.rerank_from_codes) return false;
-  return trained ? vectors >= kRetrainGrowth * trained_vectors_
-                 : WantsCentroidIndex(schema_.candidates, vectors);
+  if (schema_.candidates.rerank_from_codes) return false;
+  // Grown kRetrainGrowth times past the last training, or large enough to call for more centroids
+  // than the codebook has: a training that started late (while another ran) sized its codebook
+  // from the count it saw, and the shard may end its growth before the next 4× (a 20k-document
+  // shard kept 4,096 centroids where its 1.28M vectors call for 8,192).
+  const Stage1 stage1 = CurrentStage1();
+  const int64_t centroids =
+      stage1.centroids != nullptr ? stage1.centroids->codebook().num_centroids() : 0;
+  return vectors >= kRetrainGrowth * trained_vectors_ || DefaultNumCentroids(vectors) > centroids;
 }
 
 void Shard::MaybeStartTraining() {

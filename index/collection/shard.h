@@ -9,7 +9,8 @@
 //   runs on a background thread: it trains a codebook on a sample, encodes every live document
 //   into a new index while writes go on, then — holding the write path for the few documents
 //   written meanwhile — catches up and swaps the new index in. The shard retrains the same way
-//   once it holds kRetrainGrowth (4) times the vectors its codebook was trained on. A shard never
+//   once it holds kRetrainGrowth (4) times the vectors its codebook was trained on, or once its
+//   size calls for more centroids than its codebook has (DefaultNumCentroids). A shard never
 //   goes back to the candidate index; documents written with the centroid index carry codes and no
 //   candidate vectors, and the switch deletes those of the documents written before.
 //
@@ -220,7 +221,8 @@ class Shard {
   void RemoveLive(uint64_t iid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_mu_);
 
   // Whether the shard should (re)train now: past the first training threshold, or grown to
-  // kRetrainGrowth × the vectors its codebook was trained on.
+  // kRetrainGrowth × the vectors its codebook was trained on, or to a size that calls for more
+  // centroids than its codebook has.
   bool OutgrewTraining() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   // Starts a background training when the shard has outgrown its stage 1.
   void MaybeStartTraining() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
