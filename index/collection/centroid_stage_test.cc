@@ -34,6 +34,15 @@ std::string StageOf(const Collection& collection) {
   return collection.Stats().candidate_indexes.at(0);
 }
 
+// A collection whose stage 1 is the centroid index, first trained once a shard holds
+// `training_vectors` rerank vectors.
+CollectionSchema CentroidSchema(const std::string& name, int64_t training_vectors) {
+  CollectionSchema schema = Schema(name, kDim);
+  schema.candidates.factory = "centroid";
+  schema.candidates.centroid_min_training_vectors = training_vectors;
+  return schema;
+}
+
 // The collection of DefaultCascadeRecallAgainstExhaustive, larger: families of paraphrases and
 // unrelated documents.
 std::vector<Document> FamiliesAndNoise(Corpus& corpus, int families, int noise,
@@ -247,10 +256,7 @@ TEST(CentroidStage, WritesDuringTrainingAndRetrainingAreFoundAndDeletesNeverRetu
   {
     auto engine = Engine::Open(dir.path());
     ASSERT_TRUE(engine.ok());
-    CollectionSchema schema = Schema("live", kDim);
-    schema.candidates.factory = "centroid";
-    schema.candidates.centroid_min_training_vectors = 8'000;
-    auto collection = (*engine)->CreateCollection(schema);
+    auto collection = (*engine)->CreateCollection(CentroidSchema("live", 8'000));
     ASSERT_TRUE(collection.ok());
     TrainingGate gate(Impl(**collection));
     LiveWrites live(**collection, corpus);
@@ -307,10 +313,7 @@ TEST(CentroidStage, AShardThatOutgrewARunningTrainingRetrainsWhenItEnds) {
   const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 1800, &sources);
   auto engine = Engine::Open(dir.path());
   ASSERT_TRUE(engine.ok());
-  CollectionSchema schema = Schema("outgrown", kDim);
-  schema.candidates.factory = "centroid";
-  schema.candidates.centroid_min_training_vectors = 5'000;
-  auto collection = (*engine)->CreateCollection(schema);
+  auto collection = (*engine)->CreateCollection(CentroidSchema("outgrown", 5'000));
   ASSERT_TRUE(collection.ok());
   TrainingGate gate(Impl(**collection));
   gate.Arm();
@@ -340,10 +343,7 @@ TEST(CentroidStage, AShardRetrainsWhenItsSizeCallsForMoreCentroids) {
   const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 3600, &sources);
   auto engine = Engine::Open(dir.path());
   ASSERT_TRUE(engine.ok());
-  CollectionSchema schema = Schema("late", kDim);
-  schema.candidates.factory = "centroid";
-  schema.candidates.centroid_min_training_vectors = 20'000;
-  auto collection = (*engine)->CreateCollection(schema);
+  auto collection = (*engine)->CreateCollection(CentroidSchema("late", 20'000));
   ASSERT_TRUE(collection.ok());
   TrainingGate gate(Impl(**collection));
   gate.Arm();
