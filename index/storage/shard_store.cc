@@ -915,6 +915,14 @@ absl::Status ShardStore::Impl::DropCodeGenerationsExcept(uint32_t keep) {
 }
 
 absl::Status ShardStore::Impl::DropAllCandidates() {
+  {
+    // Every open of a shard on the centroid index calls this: with nothing left to drop, it
+    // writes and compacts nothing.
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), candidates_));
+    it->SeekToFirst();
+    TESSERA_RETURN_IF_ERROR(Rocks(it->status(), "scanning candidate vectors"));
+    if (!it->Valid()) return absl::OkStatus();
+  }
   rocksdb::WriteBatch batch;
   // One past every key: 9 bytes of 0xff sort after any 8-byte iid key.
   batch.DeleteRange(candidates_, "", std::string(9, '\xff'));
