@@ -7,12 +7,16 @@
 // combination; the first is the one the top-level keys report).
 //
 //   tessera-bench-index [--docs N] [--tokens T] [--dim D] [--queries Q] [--pool_factor P]
-//                       [--candidates pooled|global] [--candidate_pool_factor C] [--factory F]
-//                       [--resample_from DIR] [--data_dir DIR] [--json FILE] [--threads N]
+//                       [--max_merge_height H] [--candidates pooled|global]
+//                       [--candidate_pool_factor C] [--factory F] [--resample_from DIR]
+//                       [--data_dir DIR] [--json FILE] [--threads N]
 //                       [--nprobe P1,P2,...] [--num_candidates N1,N2,...]
 //                       [--exhaustive_queries R] [--exhaustive_timed T] [--reuse 0|1]
 //                       [--export_dir DIR] [--reference FILE]
 //
+// --max_merge_height defaults to 0, the plain n / p cut, so that a shard holds exactly
+// docs · tokens / p pooled vectors whatever the corpus (collections default to an adaptive limit
+// that keeps more vectors where tokens are far apart; scripts/eval measures it on real text).
 // --reuse 1 reopens the collection a previous run left in --data_dir (same --docs and corpus
 // flags) instead of building it, so that search changes can be measured at scale without a
 // rebuild; the build keys then report the reopen (build_s is the time to open and load). build_s
@@ -79,6 +83,7 @@ struct Flags {
   int exhaustive_queries = -1;  // recall over the first R queries; -1: all of them
   int exhaustive_timed = 10;    // exhaustive searches timed (exhaustive_ms)
   int pool_factor = 2;
+  double max_merge_height = 0.0;  // the plain n / p cut
   int threads = 0;
   std::vector<int> nprobes = {0};  // search settings measured, each against exhaustive
   std::vector<int> num_candidates = {0};
@@ -111,6 +116,8 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       ok = absl::SimpleAtoi(value, &flags->exhaustive_timed) && flags->exhaustive_timed >= 0;
     } else if (flag == "--pool_factor") {
       ok = absl::SimpleAtoi(value, &flags->pool_factor);
+    } else if (flag == "--max_merge_height") {
+      ok = absl::SimpleAtod(value, &flags->max_merge_height);
     } else if (flag == "--nprobe" || flag == "--num_candidates") {
       std::vector<int>& list = flag == "--nprobe" ? flags->nprobes : flags->num_candidates;
       list.clear();
@@ -487,6 +494,7 @@ int Run(const Flags& flags) {
   schema.name = "bench";
   schema.dim = flags.dim;
   schema.pooling.hierarchical->pool_factor = flags.pool_factor;
+  schema.pooling.hierarchical->max_merge_height = flags.max_merge_height;
   schema.candidates.kind = flags.candidates == "global" ? CandidateSpec::Kind::kGlobalMean
                                                         : CandidateSpec::Kind::kPooled;
   schema.candidates.pool_factor = flags.candidate_pool_factor;
@@ -666,6 +674,7 @@ int Run(const Flags& flags) {
       "{\n  \"corpus\": \"", resampled ? "resampled" : "synthetic", "\",\n  \"docs\": ", flags.docs,
       ",\n  \"tokens_per_document\": ", flags.tokens, ",\n  \"dim\": ", flags.dim,
       ",\n  \"pool_factor\": ", flags.pool_factor,
+      ",\n  \"max_merge_height\": ", flags.max_merge_height,
       ",\n  \"pooled_vectors\": ", stats.rerank_vectors,
       ",\n  \"vectors_per_document\": ", stats.vectors_per_document, ",\n  \"candidate_index\": \"",
       stats.candidate_indexes.empty() ? "" : stats.candidate_indexes[0],
@@ -697,7 +706,7 @@ int main(int argc, char** argv) {
   tessera::Flags flags;
   if (!tessera::ParseFlags(argc, argv, &flags)) {
     std::cerr << "usage: tessera-bench-index [--docs N] [--tokens T] [--dim D] [--queries Q] "
-                 "[--pool_factor P] [--candidates pooled|global] "
+                 "[--pool_factor P] [--max_merge_height H] [--candidates pooled|global] "
                  "[--candidate_pool_factor C] [--factory F] [--resample_from DIR] [--threads N] "
                  "[--nprobe P1,P2,...] [--num_candidates N1,N2,...] [--exhaustive_queries R] "
                  "[--exhaustive_timed T] "

@@ -131,6 +131,8 @@ absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& pro
     // Range-checked with the rest of the schema (ValidateSchema).
     TESSERA_RETURN_IF_ERROR(
         ToInt("schema.hierarchical.min_vectors", h.min_vectors(), &options.min_vectors));
+    options.max_merge_height =
+        h.has_max_merge_height() ? h.max_merge_height() : DefaultMaxMergeHeight(options.method);
     schema.pooling.hierarchical = options;
   }
   if (proto.has_spatial()) {
@@ -241,6 +243,7 @@ void SchemaToProto(const CollectionSchema& schema, v1::CollectionSchema* out) {
     p->set_protected_tokens(static_cast<uint32_t>(h.protected_tokens));
     p->set_renormalize(h.renormalize);
     p->set_min_vectors(static_cast<uint32_t>(h.min_vectors));
+    p->set_max_merge_height(h.max_merge_height);
   }
   if (schema.pooling.spatial.has_value()) {
     const SpatialPoolingOptions& s = *schema.pooling.spatial;

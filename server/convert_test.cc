@@ -95,6 +95,31 @@ TEST(Convert, SchemaRoundTripAndDefaults) {
   EXPECT_EQ(back.hierarchical().pool_factor(), 3u);
   EXPECT_EQ(back.spatial().mode(), v1::SpatialPooling::MODE_TILES);
   EXPECT_EQ(back.attributes().at("year"), v1::ATTRIBUTE_TYPE_INT64);
+  EXPECT_EQ(back.hierarchical().max_merge_height(), kAdaptiveMergeHeight);
+}
+
+// An unset max_merge_height takes the method's default; a set one, 0 included, is kept.
+TEST(Convert, MaxMergeHeightDefaultsByMethod) {
+  v1::CollectionSchema proto;
+  proto.set_name("docs");
+  proto.set_dim(16);
+  auto schema = SchemaFromProto(proto);
+  ASSERT_TRUE(schema.ok());
+  EXPECT_EQ(schema->pooling.hierarchical->max_merge_height, kAdaptiveMergeHeight);
+  proto.mutable_hierarchical()->set_pool_factor(2);
+  proto.mutable_hierarchical()->set_method(v1::HierarchicalPooling::METHOD_REFERENCE);
+  schema = SchemaFromProto(proto);
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  EXPECT_EQ(schema->pooling.hierarchical->max_merge_height, 0.0);
+  proto.mutable_hierarchical()->set_method(v1::HierarchicalPooling::METHOD_WARD);
+  proto.mutable_hierarchical()->set_max_merge_height(0.0);
+  schema = SchemaFromProto(proto);
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  EXPECT_EQ(schema->pooling.hierarchical->max_merge_height, 0.0);
+  v1::CollectionSchema back;
+  SchemaToProto(*schema, &back);
+  EXPECT_TRUE(back.hierarchical().has_max_merge_height());
+  EXPECT_EQ(back.hierarchical().max_merge_height(), 0.0);
 }
 
 TEST(Convert, StoredVectorBytesGoOutAsTheyAre) {

@@ -47,6 +47,7 @@ constexpr FlagSpec kFlags[] = {
     {"centroid-min-vectors", true},
     {"protected-tokens", true},
     {"min-vectors", true},
+    {"max-merge-height", true},
     {"rerank-from-codes", false},
     {"renormalize", false},
     {"keep-special-tokens", false},
@@ -84,7 +85,7 @@ const std::vector<CommandSpec>& Commands() {
        1,
        {"dim", "pool-factor", "pooling", "dtype", "shards", "replicas", "attribute", "factory",
         "candidates", "candidate-pool-factor", "residual-bits", "centroid-min-vectors",
-        "protected-tokens", "min-vectors", "rerank-from-codes", "renormalize",
+        "protected-tokens", "min-vectors", "max-merge-height", "rerank-from-codes", "renormalize",
         "keep-special-tokens", "json"}},
       {"collections list", 0, {"json"}},
       {"collections get", 1, {"json"}},
@@ -605,7 +606,7 @@ Commands:
           [--shards S] [--replicas R] [--attribute NAME:int64|double|string ...] [--factory F]
           [--candidates pooled|global] [--candidate-pool-factor P] [--residual-bits 2|4]
           [--centroid-min-vectors V] [--rerank-from-codes] [--protected-tokens N]
-          [--min-vectors M]
+          [--min-vectors M] [--max-merge-height H]
           [--renormalize] [--keep-special-tokens] [--json]
       MODE: ward (default) | reference | rows | cols | tile:AxB | window:W:S | global
   collections list [--json]
@@ -773,6 +774,13 @@ absl::StatusOr<v1::CollectionSchema> SchemaFromArgs(const std::string& name,
       TESSERA_ASSIGN_OR_RETURN(uint32_t floor, ParseUint32Flag("min-vectors", *p));
       h->set_min_vectors(floor);
     }
+    if (auto p = args.Get("max-merge-height")) {
+      double height = 0.0;
+      if (!absl::SimpleAtod(*p, &height)) {
+        return Usage(absl::StrCat("--max-merge-height expects a number, got '", *p, "'"));
+      }
+      h->set_max_merge_height(height);  // unset: the server's default for the method
+    }
     h->set_renormalize(args.Has("renormalize"));
     if (args.Has("keep-special-tokens")) {
       return Usage(
@@ -818,10 +826,11 @@ absl::StatusOr<v1::CollectionSchema> SchemaFromArgs(const std::string& name,
     }
     s->set_keep_special_tokens(args.Has("keep-special-tokens"));
     s->set_renormalize(args.Has("renormalize"));
-    if (args.Has("pool-factor") || args.Has("protected-tokens") || args.Has("min-vectors")) {
+    if (args.Has("pool-factor") || args.Has("protected-tokens") || args.Has("min-vectors") ||
+        args.Has("max-merge-height")) {
       return Usage(
-          "--pool-factor, --protected-tokens and --min-vectors apply to ward and reference "
-          "pooling");
+          "--pool-factor, --protected-tokens, --min-vectors and --max-merge-height apply to ward "
+          "and reference pooling");
     }
   }
 
@@ -1117,6 +1126,7 @@ Json SchemaToJson(const v1::CollectionSchema& schema) {
     pooling.Set("pool_factor", schema.has_hierarchical() ? h.pool_factor() : 2u);
     pooling.Set("protected_tokens", h.protected_tokens());
     pooling.Set("min_vectors", h.min_vectors());
+    pooling.Set("max_merge_height", h.max_merge_height());
     pooling.Set("renormalize", h.renormalize());
   }
   json.Set("pooling", std::move(pooling));
@@ -1158,6 +1168,9 @@ std::string DescribeSchema(const v1::CollectionSchema& schema) {
                     h.method() == v1::HierarchicalPooling::METHOD_REFERENCE ? "reference" : "ward",
                     " pooling p=", schema.has_hierarchical() ? h.pool_factor() : 2u);
     if (h.min_vectors() > 0) absl::StrAppend(&text, " (at least ", h.min_vectors(), " vectors)");
+    if (h.max_merge_height() > 0) {
+      absl::StrAppend(&text, " (merges up to height ", h.max_merge_height(), ")");
+    }
   }
   const v1::CandidateVectors& c = schema.candidates();
   if (c.kind() == v1::CandidateVectors::KIND_GLOBAL_MEAN) {

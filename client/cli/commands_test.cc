@@ -17,6 +17,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr FlagSpec kSpecs[] = {{"k", true}, {"json", false}, {"filter", true}, {"help", false}};
 
@@ -126,6 +127,7 @@ ParsedArgs CreateArgs(const std::vector<std::string>& flags) {
                                          {"protected-tokens", true},
                                          {"residual-bits", true},
                                          {"min-vectors", true},
+                                         {"max-merge-height", true},
                                          {"rerank-from-codes", false},
                                          {"renormalize", false},
                                          {"keep-special-tokens", false}};
@@ -141,6 +143,8 @@ TEST(SchemaFromArgs, HierarchicalDefaultsAndFlags) {
   ASSERT_TRUE(schema->has_hierarchical());
   EXPECT_EQ(schema->hierarchical().pool_factor(), 2u);
   EXPECT_EQ(schema->hierarchical().method(), v1::HierarchicalPooling::METHOD_WARD);
+  // Unset: the server applies its default for the method.
+  EXPECT_FALSE(schema->hierarchical().has_max_merge_height());
   EXPECT_FALSE(schema->has_spatial());
   EXPECT_FALSE(schema->has_candidates());
 
@@ -197,6 +201,30 @@ TEST(SchemaFromArgs, PoolingFloorAndRerankFromCodes) {
               HasSubstr("ward pooling p=2 (at least 24 vectors)"));
   schema = internal::SchemaFromArgs(
       "pages", CreateArgs({"--dim", "128", "--pooling", "rows", "--min-vectors", "24"}));
+  EXPECT_FALSE(schema.ok());
+}
+
+TEST(SchemaFromArgs, MaxMergeHeight) {
+  auto schema =
+      internal::SchemaFromArgs("pages", CreateArgs({"--dim", "128", "--max-merge-height", "0.25"}));
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  ASSERT_TRUE(schema->hierarchical().has_max_merge_height());
+  EXPECT_EQ(schema->hierarchical().max_merge_height(), 0.25);
+  EXPECT_THAT(internal::DescribeSchema(*schema),
+              HasSubstr("ward pooling p=2 (merges up to height 0.25)"));
+  // 0 is sent as given (no limit), not left unset.
+  schema =
+      internal::SchemaFromArgs("pages", CreateArgs({"--dim", "128", "--max-merge-height", "0"}));
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  EXPECT_TRUE(schema->hierarchical().has_max_merge_height());
+  EXPECT_THAT(internal::DescribeSchema(*schema), Not(HasSubstr("merges up to")));
+  schema =
+      internal::SchemaFromArgs("pages", CreateArgs({"--dim", "128", "--max-merge-height", "low"}));
+  ASSERT_FALSE(schema.ok());
+  EXPECT_THAT(schema.status().message(),
+              HasSubstr("--max-merge-height expects a number, got 'low'"));
+  schema = internal::SchemaFromArgs(
+      "pages", CreateArgs({"--dim", "128", "--pooling", "rows", "--max-merge-height", "0.3"}));
   EXPECT_FALSE(schema.ok());
 }
 

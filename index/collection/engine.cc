@@ -13,6 +13,7 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -391,6 +392,10 @@ absl::Status ValidateSchema(const CollectionSchema& schema) {
     if (h.min_vectors < 0 || h.min_vectors > kMaxHierarchicalPoolingTokens) {
       return absl::InvalidArgumentError(absl::StrCat(
           "min_vectors ", h.min_vectors, ", expected 0 … ", kMaxHierarchicalPoolingTokens));
+    }
+    if (!(h.max_merge_height >= 0.0 && std::isfinite(h.max_merge_height))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "max_merge_height ", h.max_merge_height, ", expected a finite value ≥ 0 (0: no limit)"));
     }
   }
   if (schema.candidates.rerank_from_codes && schema.candidates.factory != "auto" &&

@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 
 namespace tessera::internal {
@@ -49,7 +50,8 @@ std::string EncodeSchema(const CollectionSchema& schema) {
   if (schema.pooling.hierarchical.has_value()) {
     const TokenPoolingOptions& h = *schema.pooling.hierarchical;
     absl::StrAppend(&out, "hierarchical ", h.pool_factor, " ", MethodName(h.method), " ",
-                    h.protected_tokens, " ", h.renormalize ? 1 : 0, " ", h.min_vectors, "\n");
+                    h.protected_tokens, " ", h.renormalize ? 1 : 0, " ", h.min_vectors, " ",
+                    absl::StrFormat("%.17g", h.max_merge_height), "\n");
   }
   if (schema.pooling.spatial.has_value()) {
     const SpatialPoolingOptions& s = *schema.pooling.spatial;
@@ -90,13 +92,15 @@ absl::StatusOr<CollectionSchema> DecodeSchema(const std::string& text) {
       schema.dtype = f[1] == "fp16" ? VectorDtype::kFloat16 : VectorDtype::kFloat32;
     } else if (key == "shards" && f.size() == 2) {
       ok = absl::SimpleAtoi(f[1], &schema.num_shards);
-    } else if (key == "hierarchical" && (f.size() == 5 || f.size() == 6)) {
-      // Schemas written before min_vectors existed have five fields: no floor, as they pooled.
+    } else if (key == "hierarchical" && f.size() >= 5 && f.size() <= 7) {
+      // Schemas written before min_vectors existed have five fields (no floor), those before
+      // max_merge_height six (no limit): they keep pooling as they did.
       TokenPoolingOptions h;
       auto method = ParsePoolingMethod(f[2]);
       ok = absl::SimpleAtoi(f[1], &h.pool_factor) && method.ok() &&
            absl::SimpleAtoi(f[3], &h.protected_tokens) && ParseBool(f[4], &h.renormalize) &&
-           (f.size() == 5 || absl::SimpleAtoi(f[5], &h.min_vectors));
+           (f.size() < 6 || absl::SimpleAtoi(f[5], &h.min_vectors)) &&
+           (f.size() < 7 || absl::SimpleAtod(f[6], &h.max_merge_height));
       if (ok) h.method = *method;
       schema.pooling.hierarchical = h;
     } else if (key == "spatial" && f.size() == 8) {

@@ -11,7 +11,9 @@ TEST(SchemaCodec, RoundTripsEveryField) {
   schema.dim = 96;
   schema.dtype = VectorDtype::kFloat32;
   schema.num_shards = 3;
-  schema.pooling.hierarchical = TokenPoolingOptions{3, PoolingMethod::kReference, 1, true, 24};
+  // A height with no short decimal form: the text keeps every bit of it.
+  schema.pooling.hierarchical =
+      TokenPoolingOptions{3, PoolingMethod::kReference, 1, true, 24, 0.1 + 0.2};
   SpatialPoolingOptions spatial;
   spatial.mode = SpatialMode::kRowWindows;
   spatial.window_rows = 4;
@@ -27,19 +29,26 @@ TEST(SchemaCodec, RoundTripsEveryField) {
   EXPECT_EQ(decoded->name, "papers.v2");
   EXPECT_EQ(decoded->pooling.hierarchical->method, PoolingMethod::kReference);
   EXPECT_EQ(decoded->pooling.hierarchical->min_vectors, 24);
+  EXPECT_EQ(decoded->pooling.hierarchical->max_merge_height, 0.1 + 0.2);
   EXPECT_EQ(decoded->pooling.spatial->window_stride, 2);
   EXPECT_EQ(decoded->candidates.factory, "IVF64,PQ16");
   EXPECT_TRUE(decoded->candidates.rerank_from_codes);
   EXPECT_EQ(decoded->attributes.at("lang"), AttributeType::kString);
 }
 
-// A schema stored before min_vectors existed keeps pooling as it did: no floor.
-TEST(SchemaCodec, OlderHierarchicalLineHasNoFloor) {
-  auto decoded =
-      DecodeSchema(std::string(kSchemaFormatLine) + "\nname a\ndim 8\nhierarchical 2 ward 0 0\n");
+// Schemas stored before min_vectors, or before max_merge_height, existed keep pooling as they
+// did: no floor and no height limit, not today's defaults.
+TEST(SchemaCodec, OlderHierarchicalLinesKeepTheirPooling) {
+  const std::string header = std::string(kSchemaFormatLine) + "\nname a\ndim 8\n";
+  auto decoded = DecodeSchema(header + "hierarchical 2 ward 0 0\n");
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->pooling.hierarchical->pool_factor, 2);
   EXPECT_EQ(decoded->pooling.hierarchical->min_vectors, 0);
+  EXPECT_EQ(decoded->pooling.hierarchical->max_merge_height, 0.0);
+  decoded = DecodeSchema(header + "hierarchical 2 ward 0 0 16\n");
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->pooling.hierarchical->min_vectors, 16);
+  EXPECT_EQ(decoded->pooling.hierarchical->max_merge_height, 0.0);
 }
 
 TEST(SchemaCodec, RejectsCorruptText) {
@@ -47,6 +56,10 @@ TEST(SchemaCodec, RejectsCorruptText) {
   EXPECT_EQ(DecodeSchema(std::string(kSchemaFormatLine) + "\ndim x\n").status().code(),
             absl::StatusCode::kDataLoss);
   EXPECT_EQ(DecodeSchema(std::string(kSchemaFormatLine) + "\nhierarchical 2 median 0 0\n")
+                .status()
+                .code(),
+            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeSchema(std::string(kSchemaFormatLine) + "\nhierarchical 2 ward 0 0 0 high\n")
                 .status()
                 .code(),
             absl::StatusCode::kDataLoss);

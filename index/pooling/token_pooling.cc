@@ -169,6 +169,10 @@ absl::StatusOr<PooledMatrix> PoolTokens(FloatMatrixView tokens,
     return absl::InvalidArgumentError(
         absl::StrCat("min_vectors ", options.min_vectors, ", expected ≥ 0"));
   }
+  if (!(options.max_merge_height >= 0.0 && std::isfinite(options.max_merge_height))) {
+    return absl::InvalidArgumentError(absl::StrCat("max_merge_height ", options.max_merge_height,
+                                                   ", expected a finite value ≥ 0"));
+  }
   if (options.protected_tokens < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("protected_tokens ", options.protected_tokens, ", expected ≥ 0"));
@@ -198,10 +202,20 @@ absl::StatusOr<PooledMatrix> PoolTokens(FloatMatrixView tokens,
           internal::WardLinkage(scratch.distances, num_pooled);
       if (num_pooled > kRetainedScratchTokens) scratch = Scratch();
       // The n / p rule is SciPy's maxclust cut; a floor above it cuts the same tree at exactly
-      // max_clusters (maxclust never yields n − 1 clusters, and ties can leave it fewer).
-      labels = max_clusters > num_pooled / options.pool_factor
-                   ? internal::CutAfterMerges(merges, num_pooled, num_pooled - max_clusters)
-                   : internal::CutAtMaxClusters(merges, num_pooled, max_clusters);
+      // max_clusters (maxclust never yields n − 1 clusters, and ties can leave it fewer). A height
+      // limit that stops the merges earlier cuts after the last merge at or below it (merges
+      // come sorted by height).
+      int32_t applied = num_pooled - max_clusters;
+      if (options.max_merge_height > 0.0) {
+        const auto within = std::upper_bound(
+            merges.begin(), merges.begin() + applied, options.max_merge_height,
+            [](double height, const internal::WardMerge& merge) { return height < merge.height; });
+        applied = static_cast<int32_t>(within - merges.begin());
+      }
+      labels =
+          max_clusters > num_pooled / options.pool_factor || applied < num_pooled - max_clusters
+              ? internal::CutAfterMerges(merges, num_pooled, applied)
+              : internal::CutAtMaxClusters(merges, num_pooled, max_clusters);
     }
     // Labels are numbered by first appearance, so appending in label order keeps that order.
     const size_t first_cluster = groups.size();

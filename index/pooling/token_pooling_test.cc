@@ -198,6 +198,53 @@ TEST(TokenPooling, MinVectorsFloorsTheClusterCount) {
               HasSubstr("min_vectors -1"));
 }
 
+// A merge-height limit stops the n / p cut before it merges distant tokens: 8 topics of 4
+// near-duplicates pooled by 8 would be cut into 4 clusters, so every cluster would mix two topics;
+// with the limit, the near-duplicates merge (heights ~0.01) and the topics (cosine distance ~1
+// apart) do not: exactly one cluster per topic.
+TEST(TokenPooling, MaxMergeHeightKeepsDistantTokensApart) {
+  std::mt19937 rng(17);
+  const int dim = 32, groups = 8, per_group = 4;
+  std::vector<int> topic;
+  const std::vector<float> tokens = TopicTokens(groups, per_group, dim, rng, &topic);
+  TokenPoolingOptions options;
+  options.pool_factor = 8;
+  auto plain = PoolTokens(View(tokens, dim), options);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->num_vectors(), 4);
+
+  options.max_merge_height = 0.3;
+  auto limited = PoolTokens(View(tokens, dim), options);
+  ASSERT_TRUE(limited.ok()) << limited.status();
+  ASSERT_EQ(limited->num_vectors(), groups);
+  std::vector<int> topic_of_cluster(groups, -1);
+  for (size_t i = 0; i < topic.size(); ++i) {
+    int& t = topic_of_cluster[limited->labels[i]];
+    if (t == -1) t = topic[i];
+    EXPECT_EQ(t, topic[i]) << "token " << i << " pooled with another topic";
+  }
+  // The limit only stops merges early on the same tree: each limited cluster lies within one
+  // plain cluster, and a limit above every height changes nothing.
+  std::vector<int32_t> plain_of_limited(groups, -1);
+  for (size_t i = 0; i < topic.size(); ++i) {
+    int32_t& mapped = plain_of_limited[limited->labels[i]];
+    if (mapped == -1) mapped = plain->labels[i];
+    EXPECT_EQ(mapped, plain->labels[i]) << "token " << i << " splits a plain cluster";
+  }
+  options.max_merge_height = 1e9;
+  auto unlimited = PoolTokens(View(tokens, dim), options);
+  ASSERT_TRUE(unlimited.ok());
+  EXPECT_EQ(unlimited->labels, plain->labels);
+  EXPECT_EQ(unlimited->vectors, plain->vectors);
+
+  for (double bad :
+       {-0.1, std::numeric_limits<double>::infinity(), std::numeric_limits<double>::quiet_NaN()}) {
+    options.max_merge_height = bad;
+    EXPECT_THAT(PoolTokens(View(tokens, dim), options).status().message(),
+                HasSubstr("max_merge_height"));
+  }
+}
+
 TEST(TokenPooling, SingleTokenAndAllProtected) {
   const std::vector<float> one = {0.6f, 0.8f};
   auto pooled = PoolTokens(View(one, 2), TokenPoolingOptions{});

@@ -388,6 +388,10 @@ class BadInputTest(e2e_util.ServerTestCase):
             ("dtype 7 (unknown enum value)", dict(dtype=7), "schema.dtype", "unknown value 7"),
             ("num_shards 257", dict(num_shards=257), "num_shards 257", "1 … 256"),
             ("min_vectors 5000", dict(min_vectors=5000), "min_vectors 5000", "0 … 4096"),
+            ("max_merge_height -0.5", dict(max_merge_height=-0.5), "max_merge_height -0.5",
+             "finite value ≥ 0"),
+            ("max_merge_height NaN", dict(max_merge_height=float("nan")), "max_merge_height nan",
+             "finite value ≥ 0"),
             ("attribute field name with a space", dict(attributes={"bad field": "int64"}),
              "attribute field 'bad field'", "[A-Za-z0-9_.-]"),
             ("unknown FAISS factory", dict(candidates="NotAFactory,Bogus"), "factory",
@@ -683,7 +687,7 @@ class BadInputTest(e2e_util.ServerTestCase):
 
     def test_cancel_upsert_stream_halfway(self):
         name = "scratch-stream"
-        self.client.create_collection(name, dim=DIM, pool_factor=2)
+        self.client.create_collection(name, dim=DIM, pool_factor=2, max_merge_height=0)
         batches = [[(f"s{b}-{i}", self.tokens(int(self.rng.integers(20, 100))))
                     for i in range(40)] for b in range(5)]
         sent = queue.Queue()

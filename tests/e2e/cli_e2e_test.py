@@ -162,7 +162,7 @@ class CliEndToEndTest(unittest.TestCase):
 
     def create(self, name):
         self.cli("collections", "create", name, "--dim", str(DIM), "--pool-factor", "2",
-                 "--attribute", "group:int64", "--attribute", "title:string",
+                 "--max-merge-height", "0", "--attribute", "group:int64", "--attribute", "title:string",
                  "--attribute", "weight:double")
 
     def query_file(self, doc_id):

@@ -35,7 +35,7 @@ class CrashRecoveryTest(e2e_util.ServerTestCase):
                 for i in range(DOCUMENTS)}
         ids = list(docs)
         client = self.server.client()
-        client.create_collection("crash", dim=DIM, pool_factor=2)
+        client.create_collection("crash", dim=DIM, pool_factor=2, max_merge_height=0)
 
         # Ingest on a thread; record every acknowledgement; SIGKILL after a third of it.
         acknowledged, failure = [], []

@@ -41,8 +41,10 @@ class LifecycleTest(e2e_util.ServerTestCase):
         cls.client = cls.server.client()
         cls.docs = {}
         for name, dim, dtype, pool_factor, count in COLLECTIONS:
+            # The plain n / p cut (no merge-height limit), so that each document's vector count
+            # is known: these random tokens are all far apart.
             schema = cls.client.create_collection(
-                name, dim=dim, dtype=dtype, pool_factor=pool_factor,
+                name, dim=dim, dtype=dtype, pool_factor=pool_factor, max_merge_height=0,
                 attributes={"year": "int64", "lang": "string", "rating": "double"})
             assert schema["dim"] == dim and schema["dtype"] == dtype, schema
             cls.docs[name] = make_documents(cls.rng, name, dim, count)
@@ -93,6 +95,27 @@ class LifecycleTest(e2e_util.ServerTestCase):
                     np.testing.assert_allclose(vectors[v], mean, atol=atol, rtol=0,
                                                err_msg=f"{doc['id']} vector {v}")
             self.assertGreater(total_vectors, 0)
+
+    def test_default_pooling_stops_at_the_merge_height_limit(self):
+        """A collection created without pooling options pools with ward p = 2 and no merge above
+        height 0.3: tokens far apart (random directions, cosine distance ≈ 1) all stay, while
+        near-duplicates are pooled to n / 2, as with the plain cut."""
+        name = "default-pooling"
+        schema = self.client.create_collection(name, dim=32)
+        try:
+            self.assertEqual(schema["hierarchical"]["pool_factor"], 2)
+            self.assertAlmostEqual(schema["hierarchical"]["max_merge_height"], 0.3)
+            rng = np.random.default_rng(5)
+            apart = e2e_util.normalized(rng, 30, 32)
+            topics = e2e_util.normalized(rng, 3, 32)
+            near = topics[np.repeat(np.arange(3), 10)] + 0.01 * rng.standard_normal((30, 32))
+            near = (near / np.linalg.norm(near, axis=1, keepdims=True)).astype(np.float32)
+            self.assertTrue(all(r.ok for r in self.client.upsert(
+                name, [("apart", apart), ("near", near)])))
+            self.assertEqual(self.client.get(name, "apart")["vectors"].shape, (30, 32))
+            self.assertEqual(self.client.get(name, "near")["vectors"].shape, (15, 32))
+        finally:
+            self.client.drop_collection(name)
 
     def test_exhaustive_search_equals_brute_force(self):
         for name, dim, _, _, count in COLLECTIONS:

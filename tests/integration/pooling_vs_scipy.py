@@ -6,6 +6,8 @@ duplicated tokens, n from 1 to 1,100, dim 128), pools it with the tessera-pool b
 against SciPy on the same float32 inputs:
   reference: linkage(1 - E @ E.T, method="ward") + fcluster(t, "maxclust")   (ColBERT/PyLate recipe)
   ward:      linkage(pdist(E, "cosine"), method="ward") + fcluster(t, "maxclust")
+  ward with a merge-height limit h (tessera-pool's default for ward): the maxclust cut where
+             every merge it applies is at height <= h, else fcluster(h, "distance")
 Partitions must be equal up to renaming on >= 99% of documents, and every document that differs
 must have an exact tie among SciPy's merge heights (so that either answer is a valid Ward result).
 Pooled vectors must be the means of their clusters.
@@ -19,6 +21,10 @@ import tempfile
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.spatial.distance import pdist
+
+
+# tessera-pool's default merge-height limit for ward (kAdaptiveMergeHeight in tessera/pooling.h).
+ADAPTIVE_MERGE_HEIGHT = 0.3
 
 
 def make_documents(seed, count, dim):
@@ -45,20 +51,31 @@ def canonical(labels):
     return [mapping.setdefault(label, len(mapping)) for label in labels]
 
 
-def scipy_labels(tokens, pool_factor, method):
+def scipy_labels(tokens, pool_factor, method, max_merge_height):
+    """SciPy's partition for tessera-pool's options, and whether SciPy's merge heights tie (so
+    that another valid Ward tree exists) or one lies within float noise of the height limit."""
     n = len(tokens)
     if n == 1:
         return [0], False
-    if n == 2:
-        # SciPy's cluster_maxclust_monocrit reads past its one-element array when n = 2, so its
-        # answer depends on uninitialised memory; Tessera gives the defined one: t clusters.
-        return ([0, 0] if max(n // pool_factor, 1) == 1 else [0, 1]), False
     if method == "reference":
         z = linkage(1 - tokens @ tokens.T, method="ward")
     else:
         z = linkage(pdist(tokens.astype(np.float64), "cosine"), method="ward")
-    labels = fcluster(z, t=max(n // pool_factor, 1), criterion="maxclust")
-    tie = bool(np.any(np.diff(z[:, 2]) == 0))
+    heights = z[:, 2]
+    tie = bool(np.any(np.diff(heights) == 0))
+    clusters = max(n // pool_factor, 1)
+    merges = n - clusters
+    if max_merge_height > 0:
+        tie = tie or bool(np.any(np.abs(heights - max_merge_height) < 1e-6))
+        merges = min(merges, int(np.count_nonzero(heights <= max_merge_height)))
+    if n == 2:
+        # SciPy's cluster_maxclust_monocrit reads past its one-element array when n = 2, so its
+        # answer depends on uninitialised memory; Tessera gives the defined one.
+        return ([0, 0] if merges == 1 else [0, 1]), tie
+    if merges < n - clusters:
+        labels = fcluster(z, t=max_merge_height, criterion="distance")
+    else:
+        labels = fcluster(z, t=clusters, criterion="maxclust")
     return canonical(labels), tie
 
 
@@ -74,22 +91,31 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         source = os.path.join(tmp, "docs.npz")
         np.savez(source, **docs)
-        for method in ("reference", "ward"):
+        # (method, merge-height limit): None runs tessera-pool with its default for the method
+        # (no limit for reference, ADAPTIVE_MERGE_HEIGHT for ward); 0 asks for no limit.
+        variants = [("reference", None, 0.0), ("ward", "0", 0.0),
+                    ("ward", None, ADAPTIVE_MERGE_HEIGHT)]
+        for method, height_flag, max_merge_height in variants:
             for pool_factor in (2, 3, 4):
-                pooled_path = os.path.join(tmp, f"{method}{pool_factor}.npz")
-                subprocess.run([args.tessera_pool, "--input", source, "--output", pooled_path,
-                                "--method", method, "--pool-factor", str(pool_factor)], check=True)
+                name = f"{method} p{pool_factor} h{max_merge_height:g}"
+                pooled_path = os.path.join(tmp, f"{method}{pool_factor}-{max_merge_height}.npz")
+                command = [args.tessera_pool, "--input", source, "--output", pooled_path,
+                           "--method", method, "--pool-factor", str(pool_factor)]
+                if height_flag is not None:
+                    command += ["--max-merge-height", height_flag]
+                subprocess.run(command, check=True)
                 pooled = np.load(pooled_path)
-                same, differing, unexplained = 0, [], []
+                same, differing, unexplained, limited = 0, [], [], 0
                 for key, tokens in docs.items():
                     ours = pooled[f"{key}.labels"].tolist()
-                    expected, tie = scipy_labels(tokens, pool_factor, method)
+                    expected, tie = scipy_labels(tokens, pool_factor, method, max_merge_height)
+                    limited += max(expected) + 1 > max(len(tokens) // pool_factor, 1)
                     vectors = pooled[key]
                     for cluster in range(vectors.shape[0]):
                         members = tokens[np.asarray(ours) == cluster].astype(np.float64)
                         if not np.allclose(vectors[cluster], members.mean(axis=0), atol=1e-6):
-                            failures.append(f"{method} p{pool_factor} {key}: vector {cluster} is "
-                                            "not the mean of its members")
+                            failures.append(f"{name} {key}: vector {cluster} is not the mean "
+                                            "of its members")
                             break
                     if canonical(ours) == expected:
                         same += 1
@@ -98,14 +124,17 @@ def main():
                         if not tie:
                             unexplained.append(key)
                 agreement = same / len(docs)
-                print(f"{method:9s} pool_factor {pool_factor}: same partition as SciPy on "
-                      f"{same}/{len(docs)} documents ({100 * agreement:.1f}%); differing: "
-                      f"{differing or 'none'}")
+                print(f"{name:16s}: same partition as SciPy on {same}/{len(docs)} documents "
+                      f"({100 * agreement:.1f}%), {limited} kept more than n/p by the height "
+                      f"limit; differing: {differing or 'none'}")
                 if agreement < 0.99:
-                    failures.append(f"{method} p{pool_factor}: agreement {agreement:.3f} < 0.99")
+                    failures.append(f"{name}: agreement {agreement:.3f} < 0.99")
                 if unexplained:
-                    failures.append(f"{method} p{pool_factor}: differences without an exact tie in "
-                                    f"SciPy's merge heights: {unexplained}")
+                    failures.append(f"{name}: differences without an exact tie in SciPy's merge "
+                                    f"heights: {unexplained}")
+                if max_merge_height > 0 and limited == 0:
+                    failures.append(f"{name}: no document reached the height limit, so this case "
+                                    "checks nothing beyond the plain cut")
     for failure in failures:
         print("FAIL:", failure)
     return 1 if failures else 0

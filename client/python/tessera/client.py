@@ -556,15 +556,18 @@ class Client:
                           dtype="fp16", spatial=None, candidates=None,
                           attributes: Optional[Mapping[str, Any]] = None, num_shards: int = 1,
                           protected_tokens: int = 0, renormalize: bool = False,
-                          min_vectors: int = 0, replicas: int = 1,
+                          min_vectors: int = 0, max_merge_height: Optional[float] = None,
+                          replicas: int = 1,
                           timeout: Optional[float] = None) -> Dict[str, Any]:
         """Creates a collection and returns its schema with the server's defaults filled in.
 
         Rerank vectors are pooled hierarchically (pool_factor, method "ward" or "reference",
         protected_tokens, renormalize, min_vectors: keep at least min(n, min_vectors) vectors per
-        document, 0 = no floor) unless `spatial` is given: a mode
-        name ("rows", "columns", "tiles", "row_windows", "global") or a dict {mode, tile_rows,
-        tile_cols, window_rows, window_stride, keep_special_tokens, renormalize}. `candidates`: a
+        document, 0 = no floor; max_merge_height: no Ward merge above this height, so dissimilar
+        tokens stay apart, None = the server's default for the method (0.3 for ward), 0 = no
+        limit) unless `spatial` is given: a mode name ("rows", "columns", "tiles",
+        "row_windows", "global") or a dict {mode, tile_rows, tile_cols, window_rows,
+        window_stride, keep_special_tokens, renormalize}. `candidates`: a
         FAISS factory string or a dict {kind: "pooled"|"global_mean", pool_factor, factory,
         residual_bits, centroid_min_vectors, centroid_min_training_vectors, rerank_from_codes}.
         `attributes`: {field: type} with type "int64", "double" or "string" (or int, float, str).
@@ -578,6 +581,8 @@ class Client:
                 pool_factor=pool_factor, method=_lookup(_METHODS, method, "pooling method"),
                 protected_tokens=protected_tokens, renormalize=renormalize,
                 min_vectors=min_vectors))
+            if max_merge_height is not None:
+                schema.hierarchical.max_merge_height = max_merge_height
         else:
             if isinstance(spatial, str):
                 spatial = {"mode": spatial}

@@ -64,7 +64,8 @@ struct CollectionSchema {
   std::string name;                           // [A-Za-z0-9_.-]{1,128}
   int64_t dim = 0;                            // 1 … 4096
   VectorDtype dtype = VectorDtype::kFloat16;  // rerank vector storage
-  // Rerank vectors. Default: hierarchical Ward pooling with factor 2.
+  // Rerank vectors. Default: hierarchical Ward pooling with factor 2, merges up to
+  // kAdaptiveMergeHeight.
   PoolingSpec pooling = DefaultPooling();
   CandidateSpec candidates;
   // Attribute fields documents may carry and filters may use.
@@ -74,6 +75,7 @@ struct CollectionSchema {
   static PoolingSpec DefaultPooling() {
     PoolingSpec spec;
     spec.hierarchical = TokenPoolingOptions{};
+    spec.hierarchical->max_merge_height = DefaultMaxMergeHeight(spec.hierarchical->method);
     return spec;
   }
 };

@@ -57,13 +57,35 @@ struct TokenPoolingOptions {
   // at exactly min(n, min_vectors) clusters, so a document of at most min_vectors (unprotected)
   // tokens keeps every token. 0 = no floor (the published recipe).
   int min_vectors = 0;
+  // ≥ 0, finite. A limit on how far apart pooled tokens may be: Ward merges above this height
+  // (SciPy's linkage height, the "distance" criterion of fcluster) are not applied, so a document
+  // whose tokens are far apart keeps more than n / pool_factor vectors — the n / p cut of the
+  // same tree, refined to fcluster(Z, t, "distance") where that leaves more clusters. Short texts
+  // reach such heights within their n / p merges; long, redundant ones mostly do not. 0 = no
+  // limit (the published recipe). Collections and tessera-pool default to
+  // DefaultMaxMergeHeight(method).
+  double max_merge_height = 0.0;
 };
+
+// The merge-height limit for kWard when none is given, chosen on the evaluation sets
+// (docs/results.md): on short texts (scifact titles + first sentences, ~53 tokens) it keeps 32
+// vectors a document instead of 26 and more than the full nDCG@10, and on abstracts (~190–240
+// tokens) 0.3–3% more vectors than n / 2.
+inline constexpr double kAdaptiveMergeHeight = 0.3;
+
+// The limit a collection (and tessera-pool) pools with when none is given: kAdaptiveMergeHeight
+// for kWard; none for kReference, the published recipe reproduced as it is (its heights, on rows
+// of 1 − E·Eᵀ, are on another scale).
+inline double DefaultMaxMergeHeight(PoolingMethod method) {
+  return method == PoolingMethod::kWard ? kAdaptiveMergeHeight : 0.0;
+}
 
 // Pools one document. tokens: n × dim fp32, row-major, finite values.
 // Output order: the protected tokens first, then one vector per cluster in order of each cluster's
 // first token. labels has n entries.
 // Returns INVALID_ARGUMENT when n = 0, dim = 0, a value is not finite, pool_factor < 1,
-// min_vectors < 0, protected_tokens < 0, or n exceeds kMaxHierarchicalPoolingTokens.
+// min_vectors < 0, max_merge_height < 0 or not finite, protected_tokens < 0, or n exceeds
+// kMaxHierarchicalPoolingTokens.
 absl::StatusOr<PooledMatrix> PoolTokens(FloatMatrixView tokens, const TokenPoolingOptions& options);
 
 // A page image's patch grid inside a document's token sequence: `prefix_tokens` special/prompt

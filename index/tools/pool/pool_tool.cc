@@ -1,7 +1,9 @@
 #include "index/tools/pool/pool_tool.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -21,6 +23,15 @@ absl::StatusOr<int> ParseInt(const std::string& flag, const std::string& value, 
   if (!absl::SimpleAtoi(value, &parsed) || parsed < min) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag, " '", value, "', expected an integer ≥ ", min));
+  }
+  return parsed;
+}
+
+absl::StatusOr<double> ParseHeight(const std::string& flag, const std::string& value) {
+  double parsed = 0.0;
+  if (!absl::SimpleAtod(value, &parsed) || !(parsed >= 0.0 && std::isfinite(parsed))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " '", value, "', expected a finite number ≥ 0 (0: no limit)"));
   }
   return parsed;
 }
@@ -48,6 +59,8 @@ hierarchical pooling:
   --pool-factor P     keep max(floor(n/P), 1) clusters (default 2; 1 without --spatial unless given)
   --method M          ward (Ward on cosine distances, default) | reference (ColBERT/PyLate recipe)
   --min-vectors M     but at least min(n, M) clusters (default 0: no floor)
+  --max-merge-height H  and no merge above Ward height H: more clusters where tokens are far
+                      apart (default 0.3 for ward, as collections pool; 0: no limit, the n/P rule)
   --protect K         keep the first K tokens unpooled (default 0)
   --renormalize       L2-normalise the pooled means
 spatial pooling of patch grids:
@@ -67,6 +80,7 @@ absl::StatusOr<PoolToolConfig> ParsePoolToolArgs(const std::vector<std::string>&
   SpatialPoolingOptions spatial;
   PatchGridLayout layout;
   bool has_grid = false, has_spatial = false, has_pool_factor = false;
+  std::optional<double> max_merge_height;  // default: DefaultMaxMergeHeight(method)
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& flag = args[i];
     auto value = [&]() -> absl::StatusOr<std::string> {
@@ -89,6 +103,9 @@ absl::StatusOr<PoolToolConfig> ParsePoolToolArgs(const std::vector<std::string>&
     } else if (flag == "--min-vectors") {
       TESSERA_ASSIGN_OR_RETURN(const std::string v, value());
       TESSERA_ASSIGN_OR_RETURN(hierarchical.min_vectors, ParseInt(flag, v, 0));
+    } else if (flag == "--max-merge-height") {
+      TESSERA_ASSIGN_OR_RETURN(const std::string v, value());
+      TESSERA_ASSIGN_OR_RETURN(max_merge_height, ParseHeight(flag, v));
     } else if (flag == "--protect") {
       TESSERA_ASSIGN_OR_RETURN(const std::string v, value());
       TESSERA_ASSIGN_OR_RETURN(hierarchical.protected_tokens, ParseInt(flag, v, 0));
@@ -124,6 +141,8 @@ absl::StatusOr<PoolToolConfig> ParsePoolToolArgs(const std::vector<std::string>&
   // Without spatial pooling, hierarchical pooling is the point (default factor 2); with it, only
   // when a factor above 1 is given.
   if (!has_spatial || (has_pool_factor && hierarchical.pool_factor > 1)) {
+    hierarchical.max_merge_height =
+        max_merge_height.value_or(DefaultMaxMergeHeight(hierarchical.method));
     config.spec.hierarchical = hierarchical;
   }
   return config;

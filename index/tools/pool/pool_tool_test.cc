@@ -31,7 +31,21 @@ TEST(PoolToolArgs, ParsesHierarchicalAndSpatialFlags) {
   EXPECT_EQ(config->spec.hierarchical->protected_tokens, 1);
   EXPECT_EQ(config->spec.hierarchical->min_vectors, 24);
   EXPECT_TRUE(config->spec.hierarchical->renormalize);
+  EXPECT_EQ(config->spec.hierarchical->max_merge_height, 0.0);  // reference: no limit by default
   EXPECT_FALSE(config->spec.spatial.has_value());
+
+  config = ParsePoolToolArgs(Args({"--input", "a.npz", "--output", "b.npz"}));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->spec.hierarchical->max_merge_height, kAdaptiveMergeHeight);  // ward
+  config =
+      ParsePoolToolArgs(Args({"--input", "a.npz", "--output", "b.npz", "--max-merge-height", "0"}));
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->spec.hierarchical->max_merge_height, 0.0);
+  config = ParsePoolToolArgs(
+      Args({"--input", "a.npz", "--output", "b.npz", "--max-merge-height", "-1"}));
+  ASSERT_FALSE(config.ok());
+  EXPECT_THAT(std::string(config.status().message()),
+              HasSubstr("--max-merge-height '-1', expected a finite number ≥ 0"));
 
   config = ParsePoolToolArgs(Args({"--input", "a.npz", "--output", "b.npz", "--grid", "32x32",
                                    "--prefix", "6", "--suffix", "2", "--spatial", "tile:4x4"}));
@@ -100,8 +114,9 @@ TEST_F(PoolToolRunTest, PoolsEveryDocumentLikeTheLibrary) {
   EXPECT_EQ((*written)[0].first, "doc-a");
   EXPECT_EQ((*written)[1].first, "doc-a.labels");
   EXPECT_EQ((*written)[3].first, "doc-b.labels");
-  TokenPoolingOptions options;
+  TokenPoolingOptions options;  // the tool's default limit for ward, as a collection's
   options.pool_factor = 3;
+  options.max_merge_height = kAdaptiveMergeHeight;
   const std::vector<float>* sources[] = {&a, &b};
   for (int d = 0; d < 2; ++d) {
     const std::vector<float>& source = *sources[d];
