@@ -72,10 +72,16 @@ TEST(Convert, EmptyMatricesDecodeToNoValues) {
   }
 }
 
-TEST(Convert, SchemaRoundTripAndDefaults) {
+// A schema as a client sends it with every option left at its default.
+v1::CollectionSchema MinimalSchema(uint32_t dim) {
   v1::CollectionSchema proto;
   proto.set_name("docs");
-  proto.set_dim(128);
+  proto.set_dim(dim);
+  return proto;
+}
+
+TEST(Convert, SchemaRoundTripAndDefaults) {
+  v1::CollectionSchema proto = MinimalSchema(128);
   auto schema = SchemaFromProto(proto);
   ASSERT_TRUE(schema.ok());
   EXPECT_EQ(schema->dtype, VectorDtype::kFloat16);
@@ -100,9 +106,7 @@ TEST(Convert, SchemaRoundTripAndDefaults) {
 
 // An unset max_merge_height takes the method's default; a set one, 0 included, is kept.
 TEST(Convert, MaxMergeHeightDefaultsByMethod) {
-  v1::CollectionSchema proto;
-  proto.set_name("docs");
-  proto.set_dim(16);
+  v1::CollectionSchema proto = MinimalSchema(16);
   auto schema = SchemaFromProto(proto);
   ASSERT_TRUE(schema.ok());
   EXPECT_EQ(schema->pooling.hierarchical->max_merge_height, kAdaptiveMergeHeight);
