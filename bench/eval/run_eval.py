@@ -12,12 +12,15 @@ results.md and plots (report.py) to --out (default build/eval/<data set name>).
 Configurations (all exhaustive unless named "cascade"):
   full MaxSim          p = 1 (every token stored), fp32 and fp16 storage
   ward-p / reference-p hierarchical pooling at p = 2, 3, 4, 6 (fp16), the published n / p rule
-  ward-p-h0.3          ward p = 3, 4 with the default merge-height limit (max_merge_height)
+  ward-p-hH            ward p = 3, 4 with the default merge-height limit (max_merge_height
+                       0.3), and p = 2 with limits 0.2, 0.25, 0.35, 0.4
   ward-2-min-32        ward p = 2 with a floor of 32 vectors per document (min_vectors)
   cascade              the default collection (ward p = 2 cut at most at merge height 0.3,
                        fp16, centroid candidates from 16,384 vectors, exact scan below)
                        searched with the default options for k = 10 and a sweep of N / k'
-  cascade-ivf          the same, stage 1 on FAISS IVF1024,Flat (nprobe 64) instead of "auto"
+  cascade-plain        the same with the plain n / p cut (max_merge_height 0)
+  cascade-ivf          the default collection, stage 1 on FAISS IVF1024,Flat (nprobe 64)
+                       instead of "auto"
   cascade-global       p = 1 with one global-mean candidate vector per document
   codes-b              the default pooling, centroid index from 16,384 vectors on, rerank from
                        the decoded b-bit codes (no rerank vectors stored), exhaustive and cascade
@@ -111,10 +114,15 @@ def tessera_configs() -> List[Config]:
                                        candidates=NO_STAGE1),
                                   EXHAUSTIVE, method, p))
     # The default's merge-height limit at higher pool factors (ward p = 2 with it is "cascade"'s
-    # exhaustive row), and the alternative it was chosen over: a floor of vectors per document.
+    # exhaustive row), other limits at p = 2 (how the default's was chosen), and the alternative
+    # it was chosen over: a floor of vectors per document.
     for p in (3, 4):
         configs.append(Config(f"ward-{p}-h{ADAPTIVE_MERGE_HEIGHT}", "adaptive",
                               dict(pool_factor=p, candidates=NO_STAGE1), EXHAUSTIVE, "ward", p))
+    for height in (0.2, 0.25, 0.35, 0.4):
+        configs.append(Config(f"ward-2-h{height}", "adaptive",
+                              dict(pool_factor=2, max_merge_height=height, candidates=NO_STAGE1),
+                              EXHAUSTIVE, "ward", 2))
     configs.append(Config("ward-2-min-32", "adaptive",
                           dict(pool_factor=2, min_vectors=32, max_merge_height=0,
                                candidates=NO_STAGE1),
@@ -128,6 +136,11 @@ def tessera_configs() -> List[Config]:
     sweep += [Search(f"cascade N={n}", False, n) for n in (20, 50, 200, 500)]
     sweep += [Search(f"cascade N=100 k'={kp}", False, 100, kp) for kp in (32, 256, 1000)]
     configs.append(Config("cascade", "cascade", {}, sweep, "ward", 2))
+    # The default collection with the plain n / p cut (the default before 2026-12-05), searched
+    # the same way: what the merge-height limit costs and gains in one run.
+    configs.append(Config("cascade-plain", "cascade", dict(max_merge_height=0),
+                          [Search("exhaustive"), Search(report.DEFAULT_SEARCH, False, k=10)],
+                          "ward", 2))
     # Stage 1 as the exact scan of the candidate vectors (the default's below 16,384 vectors per
     # shard, and up to 262,144 before 2026-12-05), against the default's centroid index.
     configs.append(Config("cascade-scan", "cascade", dict(candidates={"factory": "Flat"}),
