@@ -315,6 +315,13 @@ class ShardStore::Impl {
   absl::Status Rocks(const rocksdb::Status& s, absl::string_view context) const {
     return FromRocks(s, dir_, context);
   }
+  // Deletes the keys of `cf` in each [begin, end) range that holds any, durably, then compacts
+  // those ranges so that their disk space is freed now. Ranges without keys cost one seek: every
+  // open of a shard on the centroid index drops what a crash may have left, which is usually
+  // nothing, and then writes and compacts nothing.
+  absl::Status DropRanges(rocksdb::ColumnFamilyHandle* cf,
+                          const std::vector<std::pair<std::string, std::string>>& ranges,
+                          absl::string_view what);
   // Adds the shard directory to a codec error.
   template <typename T>
   absl::StatusOr<T> Codec(absl::StatusOr<T> decoded) const {
@@ -891,44 +898,44 @@ absl::Status ShardStore::Impl::PutCodes(uint32_t generation,
   return WriteToDb(&batch, "writing centroid codes");
 }
 
-absl::Status ShardStore::Impl::DropCodeGenerationsExcept(uint32_t keep) {
+absl::Status ShardStore::Impl::DropRanges(
+    rocksdb::ColumnFamilyHandle* cf, const std::vector<std::pair<std::string, std::string>>& ranges,
+    absl::string_view what) {
+  std::vector<std::pair<std::string, std::string>> occupied;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf));
+    for (const auto& [begin, end] : ranges) {
+      it->Seek(begin);
+      TESSERA_RETURN_IF_ERROR(Rocks(it->status(), absl::StrCat("scanning ", what)));
+      if (it->Valid() && it->key().compare(end) < 0) occupied.emplace_back(begin, end);
+    }
+  }
+  if (occupied.empty()) return absl::OkStatus();
   rocksdb::WriteBatch batch;
-  const std::string first = EncodeCodesKey(0, 0);
-  const std::string keep_begin = EncodeCodesKey(keep, 0);
-  // One past every key: 13 bytes of 0xff sort after any 12-byte key.
-  const std::string end(13, '\xff');
-  const std::string after_keep = keep == UINT32_MAX ? end : EncodeCodesKey(keep + 1, 0);
-  if (keep > 0) batch.DeleteRange(codes_, first, keep_begin);
-  batch.DeleteRange(codes_, after_keep, end);
-  TESSERA_RETURN_IF_ERROR(WriteToDb(&batch, "dropping old centroid codes"));
-  // Compacted now, so that a retrain's old codes stop taking disk space (a generation's keys are
-  // a range of their own, so this mostly deletes whole files).
-  std::vector<std::pair<std::string, std::string>> dropped = {{after_keep, end}};
-  if (keep > 0) dropped.emplace_back(first, keep_begin);
-  for (const auto& [from, to] : dropped) {
-    const rocksdb::Slice begin_key(from), end_key(to);
+  for (const auto& [begin, end] : occupied) batch.DeleteRange(cf, begin, end);
+  TESSERA_RETURN_IF_ERROR(WriteToDb(&batch, absl::StrCat("dropping ", what)));
+  for (const auto& [begin, end] : occupied) {
+    const rocksdb::Slice begin_key(begin), end_key(end);
     TESSERA_RETURN_IF_ERROR(
-        Rocks(db_->CompactRange(rocksdb::CompactRangeOptions(), codes_, &begin_key, &end_key),
-              "compacting dropped centroid codes"));
+        Rocks(db_->CompactRange(rocksdb::CompactRangeOptions(), cf, &begin_key, &end_key),
+              absl::StrCat("compacting dropped ", what)));
   }
   return absl::OkStatus();
 }
 
+absl::Status ShardStore::Impl::DropCodeGenerationsExcept(uint32_t keep) {
+  // One past every key: 13 bytes of 0xff sort after any 12-byte key. A generation's keys are a
+  // range of their own, so compacting them mostly deletes whole files.
+  const std::string end(13, '\xff');
+  std::vector<std::pair<std::string, std::string>> dropped;
+  if (keep > 0) dropped.emplace_back(EncodeCodesKey(0, 0), EncodeCodesKey(keep, 0));
+  if (keep < UINT32_MAX) dropped.emplace_back(EncodeCodesKey(keep + 1, 0), end);
+  return DropRanges(codes_, dropped, "old centroid codes");
+}
+
 absl::Status ShardStore::Impl::DropAllCandidates() {
-  {
-    // Every open of a shard on the centroid index calls this: with nothing left to drop, it
-    // writes and compacts nothing.
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), candidates_));
-    it->SeekToFirst();
-    TESSERA_RETURN_IF_ERROR(Rocks(it->status(), "scanning candidate vectors"));
-    if (!it->Valid()) return absl::OkStatus();
-  }
-  rocksdb::WriteBatch batch;
   // One past every key: 9 bytes of 0xff sort after any 8-byte iid key.
-  batch.DeleteRange(candidates_, "", std::string(9, '\xff'));
-  TESSERA_RETURN_IF_ERROR(WriteToDb(&batch, "dropping candidate vectors"));
-  return Rocks(db_->CompactRange(rocksdb::CompactRangeOptions(), candidates_, nullptr, nullptr),
-               "compacting dropped candidate vectors");
+  return DropRanges(candidates_, {{"", std::string(9, '\xff')}}, "candidate vectors");
 }
 
 absl::Status ShardStore::Impl::ForEachCodes(

@@ -395,6 +395,49 @@ TEST_F(ShardStoreTest, MultiGetCodes) {
   EXPECT_TRUE(none->empty());
 }
 
+// Every generation but the kept one loses its codes, durably; a drop with nothing left to drop
+// (what every open of a trained shard calls) writes nothing, and neither does DropAllCandidates.
+TEST_F(ShardStoreTest, DropCodeGenerationsExceptKeepsOneGenerationAndIsFreeWhenNothingIsLeft) {
+  auto store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  auto written = store->Write({MakeDoc("a", 1), MakeDoc("b", 2)}, {});
+  ASSERT_TRUE(written.ok()) << written.status();
+  const std::vector<uint64_t> iids = written->upserted_iids;
+  for (uint32_t generation : {1u, 2u, 3u}) {
+    ASSERT_TRUE(store
+                    ->PutCodes(generation,
+                               {{iids[0], absl::StrCat("a", generation)},
+                                {iids[1], absl::StrCat("b", generation)}},
+                               {})
+                    .ok());
+  }
+  auto codes_of = [&](uint32_t generation) {
+    std::vector<std::string> codes;
+    EXPECT_TRUE(store
+                    ->ForEachCodes(generation,
+                                   [&](uint64_t, std::string bytes) {
+                                     codes.push_back(std::move(bytes));
+                                     return absl::OkStatus();
+                                   })
+                    .ok());
+    return codes;
+  };
+  ASSERT_TRUE(store->DropCodeGenerationsExcept(2).ok());
+  store.reset();
+  store = OpenStore();
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(codes_of(1).empty());
+  EXPECT_THAT(codes_of(2), ElementsAre("a2", "b2"));
+  EXPECT_TRUE(codes_of(3).empty());
+
+  ASSERT_TRUE(store->DropAllCandidates().ok());
+  const uint64_t sequence = store->LatestSequence();
+  ASSERT_TRUE(store->DropCodeGenerationsExcept(2).ok());
+  ASSERT_TRUE(store->DropAllCandidates().ok());
+  EXPECT_EQ(store->LatestSequence(), sequence);
+  EXPECT_THAT(codes_of(2), ElementsAre("a2", "b2"));
+}
+
 TEST_F(ShardStoreTest, ScansAreInIidOrderAndHonourMinIid) {
   auto store = OpenStore();
   ASSERT_NE(store, nullptr);
