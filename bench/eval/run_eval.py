@@ -50,8 +50,6 @@ from metrics import evaluate, recall_vs_exact  # noqa: E402
 import peers  # noqa: E402
 import report  # noqa: E402
 
-# The server's default merge-height limit for ward pooling (kAdaptiveMergeHeight).
-ADAPTIVE_MERGE_HEIGHT = 0.3
 TOP_K = 100  # every run keeps 100 hits so that recall@100 is defined
 WARMUP_QUERIES = 5
 TOKENS_PER_LINE = 16  # page simulation: tokens per grid row
@@ -117,7 +115,7 @@ def tessera_configs() -> List[Config]:
     # exhaustive row), other limits at p = 2 (how the default's was chosen), and the alternative
     # it was chosen over: a floor of vectors per document.
     for p in (3, 4):
-        configs.append(Config(f"ward-{p}-h{ADAPTIVE_MERGE_HEIGHT}", "adaptive",
+        configs.append(Config(f"ward-{p}-h{report.ADAPTIVE_MERGE_HEIGHT}", "adaptive",
                               dict(pool_factor=p, candidates=NO_STAGE1), EXHAUSTIVE, "ward", p))
     for height in (0.2, 0.25, 0.35, 0.4):
         configs.append(Config(f"ward-2-h{height}", "adaptive",
