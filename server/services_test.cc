@@ -24,8 +24,7 @@
 #include "gtest/gtest.h"
 #include "server/auth.h"
 #include "server/convert.h"
-#include "server/credentials.h"
-#include "server/engine_backend.h"
+#include "server/testing/loopback_server.h"
 #include "tessera/float16.h"
 
 namespace tessera::server {
@@ -43,57 +42,28 @@ class ServicesTest : public ::testing::Test {
   }
 
   void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
-    server_.reset();
-    admission_.reset();
-    engine_.reset();
+    node_.reset();
     std::filesystem::remove_all(dir_);
   }
 
   // Starts the services as server_main does: the engine's limits from the config, and API keys
   // (checked by the credentials) when `key_file` has lines.
   void Start(const std::string& key_file = "") {
-    config_.max_k = 50;
-    config_.max_num_candidates = 200;
-    EngineOptions options;
-    options.threads = 2;
-    options.sync_writes = false;
-    options.limits.max_k = static_cast<int>(config_.max_k);
-    options.limits.max_num_candidates = static_cast<int>(config_.max_num_candidates);
-    auto engine = Engine::Open((dir_ / "data").string(), options);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = std::move(*engine);
+    LoopbackServerOptions options;
+    options.config.max_k = 50;
+    options.config.max_num_candidates = 200;
+    options.admission = admission_options_;
     if (!key_file.empty()) {
       const std::string path = (dir_ / "keys").string();
       std::ofstream(path) << key_file;
       auto keys = ApiKeys::Load(path);
       ASSERT_TRUE(keys.ok()) << keys.status();
       keys_ = std::move(*keys);
+      options.keys = keys_.get();
     }
-    auto credentials = NewServerCredentials(TlsFiles{}, keys_.get());
-    ASSERT_TRUE(credentials.ok()) << credentials.status();
-    admission_ = std::make_unique<Admission>(admission_options_);
-    context_ = std::make_unique<ServiceContext>();
-    context_->engine = engine_.get();
-    context_->admission = admission_.get();
-    context_->metrics = &metrics_;
-    context_->config = config_;
-    backend_ = std::make_unique<EngineBackend>(context_.get());
-    context_->backend = backend_.get();
-    admin_ = std::make_unique<AdminServiceImpl>(context_.get());
-    ingest_ = std::make_unique<IngestServiceImpl>(context_.get());
-    query_ = std::make_unique<QueryServiceImpl>(context_.get());
-    int port = 0;
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", *credentials, &port);
-    builder.RegisterService(admin_.get());
-    builder.RegisterService(ingest_.get());
-    builder.RegisterService(query_.get());
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    ASSERT_NE(port, 0);
-    channel_ =
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+    auto node = LoopbackServer::Start((dir_ / "data").string(), std::move(options));
+    ASSERT_TRUE(node.ok()) << node.status();
+    node_ = std::move(*node);
   }
 
   // A collection without pooling (every token is stored as it came) holding `tokens` (rows × dim)
@@ -105,7 +75,7 @@ class ServicesTest : public ::testing::Test {
     schema.dim = dim;
     schema.dtype = dtype;
     schema.pooling = PoolingSpec{};
-    auto collection = engine_->CreateCollection(schema);
+    auto collection = node_->engine()->CreateCollection(schema);
     EXPECT_TRUE(collection.ok()) << collection.status();
     if (!collection.ok()) return nullptr;
     Document document;
@@ -129,7 +99,7 @@ class ServicesTest : public ::testing::Test {
     grpc::ClientContext call;
     if (!api_key.empty()) call.AddMetadata("authorization", "Bearer " + api_key);
     v1::SearchResponse response;
-    return v1::QueryService::NewStub(channel_)->Search(&call, request, &response);
+    return v1::QueryService::NewStub(node_->channel())->Search(&call, request, &response);
   }
 
   grpc::Status Search(uint32_t k, uint32_t num_candidates, const std::string& api_key = "") {
@@ -144,19 +114,9 @@ class ServicesTest : public ::testing::Test {
   static constexpr int64_t kDim = 4;
 
   std::filesystem::path dir_;
-  ServerConfig config_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<ApiKeys> keys_;
   AdmissionOptions admission_options_;
-  std::unique_ptr<Admission> admission_;
-  Metrics metrics_;
-  std::unique_ptr<ServiceContext> context_;
-  std::unique_ptr<EngineBackend> backend_;
-  std::unique_ptr<AdminServiceImpl> admin_;
-  std::unique_ptr<IngestServiceImpl> ingest_;
-  std::unique_ptr<QueryServiceImpl> query_;
-  std::unique_ptr<grpc::Server> server_;
-  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<ApiKeys> keys_;  // outlives node_
+  std::unique_ptr<LoopbackServer> node_;
 
  private:
   static inline std::atomic<int> counter_{0};
@@ -184,7 +144,8 @@ TEST_F(ServicesTest, GetPutsTheStoredFp16BitsOnTheWire) {
   request.set_id("d");
   v1::GetResponse response;
   grpc::ClientContext call;
-  const grpc::Status status = v1::IngestService::NewStub(channel_)->Get(&call, request, &response);
+  const grpc::Status status =
+      v1::IngestService::NewStub(node_->channel())->Get(&call, request, &response);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(response.vectors().dtype(), v1::DTYPE_FLOAT16);
   EXPECT_EQ(response.vectors().rows(), 3u);
@@ -218,7 +179,7 @@ TEST_F(ServicesTest, GetPutsStoredFp32BytesOnTheWire) {
   request.set_id("d");
   v1::GetResponse response;
   grpc::ClientContext call;
-  ASSERT_TRUE(v1::IngestService::NewStub(channel_)->Get(&call, request, &response).ok());
+  ASSERT_TRUE(v1::IngestService::NewStub(node_->channel())->Get(&call, request, &response).ok());
   EXPECT_EQ(response.vectors().dtype(), v1::DTYPE_FLOAT32);
   EXPECT_EQ(response.vectors().rows(), 2u);
   EXPECT_EQ(response.vectors().data(),
@@ -310,7 +271,7 @@ TEST_F(ServicesTest, TheTransportRefusesCallsBeforeTheirHandlersWithCodeAndMessa
     v1::DropCollectionResponse response;
     grpc::ClientContext call;
     call.AddMetadata("authorization", absl::StrCat("Bearer ", key));
-    status = v1::AdminService::NewStub(channel_)->DropCollection(&call, request, &response);
+    status = v1::AdminService::NewStub(node_->channel())->DropCollection(&call, request, &response);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
     EXPECT_EQ(status.error_message(),
               absl::StrCat("the API key '", label, "' has scope '", scope,
@@ -319,7 +280,7 @@ TEST_F(ServicesTest, TheTransportRefusesCallsBeforeTheirHandlersWithCodeAndMessa
   // The Upsert stream ends with the same status before its handler reads a message.
   grpc::ClientContext call;
   call.AddMetadata("authorization", "Bearer r3ad");
-  auto stream = v1::IngestService::NewStub(channel_)->Upsert(&call);
+  auto stream = v1::IngestService::NewStub(node_->channel())->Upsert(&call);
   stream->WritesDone();
   v1::UpsertResponse response;
   EXPECT_FALSE(stream->Read(&response));
@@ -328,7 +289,7 @@ TEST_F(ServicesTest, TheTransportRefusesCallsBeforeTheirHandlersWithCodeAndMessa
   EXPECT_EQ(
       status.error_message(),
       "the API key 'reader' has scope 'read', /tessera.v1.IngestService/Upsert needs 'write'");
-  EXPECT_TRUE(engine_->GetCollection("c").ok());
+  EXPECT_TRUE(node_->engine()->GetCollection("c").ok());
 }
 
 TEST_F(ServicesTest, AKeyOverItsRateIsRefusedWithResourceExhaustedAndRecovers) {
@@ -387,8 +348,8 @@ TEST_F(ServicesTest, ASaturatedServerRefusesAtOnceWithResourceExhaustedNamingThe
   Start();
   ASSERT_NE(CreateWithDocument("c", VectorDtype::kFloat16, kDim, std::vector<float>(8, 0.5f)),
             nullptr);
-  BlockedWorker blocked(admission_.get());
-  ASSERT_TRUE(admission_->Submit(0, [] {}).ok());  // the queue's one place is taken
+  BlockedWorker blocked(node_->admission());
+  ASSERT_TRUE(node_->admission()->Submit(0, [] {}).ok());  // the queue's one place is taken
 
   const grpc::Status refused = Search(5, 0);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
@@ -397,7 +358,7 @@ TEST_F(ServicesTest, ASaturatedServerRefusesAtOnceWithResourceExhaustedNamingThe
             "with backoff");
   // The Upsert stream is refused per message, the same way.
   grpc::ClientContext call;
-  auto stream = v1::IngestService::NewStub(channel_)->Upsert(&call);
+  auto stream = v1::IngestService::NewStub(node_->channel())->Upsert(&call);
   v1::UpsertRequest request;
   request.set_collection("c");
   ASSERT_TRUE(stream->Write(request));
@@ -415,8 +376,8 @@ TEST_F(ServicesTest, RequestBytesInFlightAreBounded) {
   Start();
   ASSERT_NE(CreateWithDocument("c", VectorDtype::kFloat16, kDim, std::vector<float>(8, 0.5f)),
             nullptr);
-  BlockedWorker blocked(admission_.get());
-  ASSERT_TRUE(admission_->Submit(1000, [] {}).ok());
+  BlockedWorker blocked(node_->admission());
+  ASSERT_TRUE(node_->admission()->Submit(1000, [] {}).ok());
   const grpc::Status refused = Search(5, 0);  // ~30 bytes more than the limit allows
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(refused.error_message(), HasSubstr("server busy: 1000 request bytes in flight + "));
@@ -431,13 +392,13 @@ TEST_F(ServicesTest, DrainingRefusesNewCallsAndWaitsForOpenOnes) {
             nullptr);
   // An open Upsert stream is an open call: Drain waits for it until its deadline.
   grpc::ClientContext call;
-  auto stream = v1::IngestService::NewStub(channel_)->Upsert(&call);
+  auto stream = v1::IngestService::NewStub(node_->channel())->Upsert(&call);
   v1::UpsertRequest request;
   request.set_collection("c");
   ASSERT_TRUE(stream->Write(request));
   v1::UpsertResponse response;
   ASSERT_TRUE(stream->Read(&response));
-  EXPECT_EQ(admission_->Drain(absl::Now() + absl::Milliseconds(200)), 1);
+  EXPECT_EQ(node_->admission()->Drain(absl::Now() + absl::Milliseconds(200)), 1);
 
   const grpc::Status refused = Search(5, 0);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE);
@@ -447,7 +408,7 @@ TEST_F(ServicesTest, DrainingRefusesNewCallsAndWaitsForOpenOnes) {
   ASSERT_TRUE(stream->Read(&response));
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
-  EXPECT_EQ(admission_->Drain(absl::Now() + absl::Seconds(10)), 0);
+  EXPECT_EQ(node_->admission()->Drain(absl::Now() + absl::Seconds(10)), 0);
 }
 
 }  // namespace

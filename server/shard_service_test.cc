@@ -19,8 +19,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/convert.h"
-#include "server/credentials.h"
-#include "server/engine_backend.h"
+#include "server/testing/loopback_server.h"
 #include "tessera/merge.h"
 
 namespace tessera::server {
@@ -78,50 +77,22 @@ class ShardServiceTest : public ::testing::Test {
     config_.max_k = 50;
     config_.max_num_candidates = 200;
     config_.max_documents_per_batch = 64;
-    EngineOptions options;
-    options.threads = 2;
-    options.sync_writes = false;
-    options.limits.max_k = static_cast<int>(config_.max_k);
-    options.limits.max_num_candidates = static_cast<int>(config_.max_num_candidates);
-    auto engine = Engine::Open((dir_ / "data").string(), options);
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = std::move(*engine);
-    auto credentials = NewServerCredentials(TlsFiles{}, nullptr);
-    ASSERT_TRUE(credentials.ok()) << credentials.status();
-    admission_ = std::make_unique<Admission>(AdmissionOptions{});
-    context_ = std::make_unique<ServiceContext>();
-    context_->engine = engine_.get();
-    context_->admission = admission_.get();
-    context_->metrics = &metrics_;
-    context_->config = config_;
-    backend_ = std::make_unique<EngineBackend>(context_.get());
-    context_->backend = backend_.get();
-    admin_ = std::make_unique<AdminServiceImpl>(context_.get());
-    ingest_ = std::make_unique<IngestServiceImpl>(context_.get());
-    query_ = std::make_unique<QueryServiceImpl>(context_.get());
-    shard_ = std::make_unique<ShardServiceImpl>(context_.get(), "node-a");
-    int port = 0;
-    grpc::ServerBuilder builder;
-    builder.AddListeningPort("127.0.0.1:0", *credentials, &port);
-    builder.RegisterService(admin_.get());
-    builder.RegisterService(ingest_.get());
-    builder.RegisterService(query_.get());
-    builder.RegisterService(shard_.get());
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    auto channel =
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
-    shard_stub_ = v1::ShardService::NewStub(channel);
-    admin_stub_ = v1::AdminService::NewStub(channel);
-    ingest_stub_ = v1::IngestService::NewStub(channel);
-    query_stub_ = v1::QueryService::NewStub(channel);
+    LoopbackServerOptions options;
+    options.config = config_;
+    options.extra_service = [](const ServiceContext* context) {
+      return std::make_unique<ShardServiceImpl>(context, "node-a");
+    };
+    auto node = LoopbackServer::Start((dir_ / "data").string(), std::move(options));
+    ASSERT_TRUE(node.ok()) << node.status();
+    node_ = std::move(*node);
+    shard_stub_ = v1::ShardService::NewStub(node_->channel());
+    admin_stub_ = v1::AdminService::NewStub(node_->channel());
+    ingest_stub_ = v1::IngestService::NewStub(node_->channel());
+    query_stub_ = v1::QueryService::NewStub(node_->channel());
   }
 
   void TearDown() override {
-    if (server_ != nullptr) server_->Shutdown();
-    server_.reset();
-    admission_.reset();
-    engine_.reset();
+    node_.reset();
     std::filesystem::remove_all(dir_);
   }
 
@@ -261,16 +232,7 @@ class ShardServiceTest : public ::testing::Test {
 
   std::filesystem::path dir_;
   ServerConfig config_;
-  std::unique_ptr<Engine> engine_;
-  std::unique_ptr<Admission> admission_;
-  Metrics metrics_;
-  std::unique_ptr<ServiceContext> context_;
-  std::unique_ptr<EngineBackend> backend_;
-  std::unique_ptr<AdminServiceImpl> admin_;
-  std::unique_ptr<IngestServiceImpl> ingest_;
-  std::unique_ptr<QueryServiceImpl> query_;
-  std::unique_ptr<ShardServiceImpl> shard_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<LoopbackServer> node_;
   std::unique_ptr<v1::ShardService::Stub> shard_stub_;
   std::unique_ptr<v1::AdminService::Stub> admin_stub_;
   std::unique_ptr<v1::IngestService::Stub> ingest_stub_;
