@@ -1,5 +1,6 @@
 // Helpers shared by the fuzz targets: a check that aborts (so that libFuzzer records the input as a
-// crash) when a property of a decoder fails, and scratch files and directories under $TMPDIR.
+// crash) when a property of a decoder fails, scratch files and directories under $TMPDIR, and a
+// bit-exact comparison of attribute values.
 #ifndef TESSERA_TESTS_FUZZ_FUZZ_UTIL_H_
 #define TESSERA_TESTS_FUZZ_FUZZ_UTIL_H_
 
@@ -9,11 +10,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <variant>
 
 #include "absl/strings/string_view.h"
+#include "tessera/document.h"
 
 // Aborts with the condition and a message when `condition` is false: a decoder broke one of the
 // properties the target checks (a round trip, an invariant of what it returned).
@@ -64,6 +68,17 @@ inline void WriteScratchFile(const std::string& path, absl::string_view bytes) {
 
 inline absl::string_view AsStringView(const uint8_t* data, size_t size) {
   return absl::string_view(reinterpret_cast<const char*>(data), size);
+}
+
+// Whether two attribute values are the same to the bit: doubles compare by their bytes, so that a
+// NaN equals itself and -0.0 differs from 0.0 (a round trip must keep both as they came).
+inline bool SameBits(const AttributeValue& a, const AttributeValue& b) {
+  if (a.index() != b.index()) return false;
+  if (const auto* x = std::get_if<double>(&a)) {
+    const double y = std::get<double>(b);
+    return std::memcmp(x, &y, sizeof(y)) == 0;
+  }
+  return a == b;
 }
 
 }  // namespace tessera::fuzz

@@ -31,19 +31,10 @@
 namespace tessera::fuzz {
 namespace {
 
-bool SameAttribute(const AttributeValue& a, const AttributeValue& b) {
-  if (a.index() != b.index()) return false;
-  if (const auto* x = std::get_if<double>(&a)) {
-    const double y = std::get<double>(b);
-    return std::memcmp(x, &y, sizeof(y)) == 0;
-  }
-  return a == b;
-}
-
 bool SameAttributes(const Attributes& a, const Attributes& b) {
   if (a.size() != b.size()) return false;
   for (auto i = a.begin(), j = b.begin(); i != a.end(); ++i, ++j) {
-    if (i->first != j->first || !SameAttribute(i->second, j->second)) return false;
+    if (i->first != j->first || !SameBits(i->second, j->second)) return false;
   }
   return true;
 }
