@@ -61,7 +61,7 @@ class ServicesTest : public ::testing::Test {
       keys_ = std::move(*keys);
       options.keys = keys_.get();
     }
-    auto node = LoopbackServer::Start((dir_ / "data").string(), std::move(options));
+    auto node = LoopbackServer::Start((dir_ / "data").string(), options);
     ASSERT_TRUE(node.ok()) << node.status();
     node_ = std::move(*node);
   }

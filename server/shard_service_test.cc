@@ -82,7 +82,7 @@ class ShardServiceTest : public ::testing::Test {
     options.extra_service = [](const ServiceContext* context) {
       return std::make_unique<ShardServiceImpl>(context, "node-a");
     };
-    auto node = LoopbackServer::Start((dir_ / "data").string(), std::move(options));
+    auto node = LoopbackServer::Start((dir_ / "data").string(), options);
     ASSERT_TRUE(node.ok()) << node.status();
     node_ = std::move(*node);
     shard_stub_ = v1::ShardService::NewStub(node_->channel());

@@ -9,7 +9,7 @@
 namespace tessera::server {
 
 absl::StatusOr<std::unique_ptr<LoopbackServer>> LoopbackServer::Start(
-    const std::string& data_dir, LoopbackServerOptions options) {
+    const std::string& data_dir, const LoopbackServerOptions& options) {
   std::unique_ptr<LoopbackServer> node(new LoopbackServer());
   EngineOptions engine_options;
   engine_options.threads = 2;

@@ -35,9 +35,9 @@ class LoopbackServer {
  public:
   // Opens the engine in `data_dir` (2 threads, unsynced writes: a test's data is thrown away) and
   // starts the services on 127.0.0.1 at a port the kernel picks.
-  static absl::StatusOr<std::unique_ptr<LoopbackServer>> Start(const std::string& data_dir,
-                                                               LoopbackServerOptions options);
-  // Shuts the server down, then closes the services, the admission queue and the engine.
+  static absl::StatusOr<std::unique_ptr<LoopbackServer>> Start(
+      const std::string& data_dir, const LoopbackServerOptions& options);
+  // Shuts the server down, then runs what the admission queue holds and closes the engine.
   ~LoopbackServer();
 
   Engine* engine() const { return engine_.get(); }
