@@ -30,13 +30,9 @@
 #include <faiss/index_factory.h>
 #include <faiss/index_io.h>
 #include <faiss/utils/distances.h>
-#include <fcntl.h>
 #include <omp.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -51,10 +47,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "index/common/crc32.h"
+#include "index/common/file_io.h"
 #include "index/common/omp_threads.h"
 #include "index/common/thread_pool.h"
 #include "index/rerank/cpu_maxsim_scorer.h"
-#include "tessera/base/errno_status.h"
 #include "tessera/base/mutex.h"
 #include "tessera/status_macros.h"
 
@@ -349,82 +345,6 @@ void AppendString(std::string& out, const std::string& value) {
 
 absl::string_view AsBytes(const void* data, size_t size) {
   return absl::string_view(static_cast<const char*>(data), size);
-}
-
-absl::Status WriteAll(int fd, const void* data, size_t size, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::write(fd, p, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus(errno, "writing", path);
-    }
-    p += n;
-    size -= static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
-
-// Writes `parts` to `path` atomically: path.tmp, fsync, rename, fsync of the directory.
-absl::Status WriteFileAtomically(const std::string& path,
-                                 const std::vector<std::pair<const void*, size_t>>& parts) {
-  const std::string tmp = path + ".tmp";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "creating", tmp);
-  absl::Status status;
-  for (const auto& [data, size] : parts) {
-    status = WriteAll(fd, data, size, tmp);
-    if (!status.ok()) break;
-  }
-  if (status.ok() && ::fsync(fd) != 0) {
-    status = ErrnoStatus(errno, "fsync of", tmp);
-  }
-  if (::close(fd) != 0 && status.ok()) {
-    status = ErrnoStatus(errno, "closing", tmp);
-  }
-  if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = ErrnoStatus(errno, absl::StrCat("renaming '", tmp, "' to"), path);
-  }
-  if (!status.ok()) {
-    ::unlink(tmp.c_str());
-    return status;
-  }
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : path.substr(0, slash);
-  int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return ErrnoStatus(errno, "opening directory", dir);
-  if (::fsync(dir_fd) != 0) status = ErrnoStatus(errno, "fsync of", dir);
-  ::close(dir_fd);
-  return status;
-}
-
-absl::StatusOr<std::vector<uint8_t>> ReadWholeFile(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "opening", path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    absl::Status status = ErrnoStatus(errno, "stat of", path);
-    ::close(fd);
-    return status;
-  }
-  std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
-  size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      absl::Status status = ErrnoStatus(errno, "reading", path);
-      ::close(fd);
-      return status;
-    }
-    if (n == 0) break;  // shrank while reading: the size checks below report it
-    done += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  bytes.resize(done);
-  return bytes;
 }
 
 }  // namespace
@@ -968,9 +888,7 @@ absl::Status CandidateIndex::Impl::Save(const std::string& path, uint64_t covere
   Append(header, payload_size);
   Append(header, crc);
   Append(header, Crc32(AsBytes(header.data(), header.size())));
-  return WriteFileAtomically(path, {{header.data(), header.size()},
-                                    {meta.data(), meta.size()},
-                                    {writer.data.data(), writer.data.size()}});
+  return WriteFileAtomically(path, {header, meta, AsBytes(writer.data.data(), writer.data.size())});
 }
 
 CandidateIndex::CandidateIndex(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -1030,7 +948,7 @@ absl::Status CandidateIndex::Save(const std::string& path, uint64_t covered) con
 absl::StatusOr<std::pair<std::unique_ptr<CandidateIndex>, uint64_t>> CandidateIndex::Load(
     const std::string& path, const CandidateIndexOptions& options) {
   TESSERA_RETURN_IF_ERROR(ValidateOptions(options));
-  TESSERA_ASSIGN_OR_RETURN(std::vector<uint8_t> bytes, ReadWholeFile(path));
+  TESSERA_ASSIGN_OR_RETURN(const std::string bytes, ReadWholeFile(path));
   auto corrupt = [&path](absl::string_view why) {
     return absl::DataLossError(absl::StrCat("candidate snapshot '", path, "': ", why));
   };
@@ -1063,7 +981,7 @@ absl::StatusOr<std::pair<std::unique_ptr<CandidateIndex>, uint64_t>> CandidateIn
     return corrupt("payload checksum mismatch");
   }
 
-  PayloadReader reader(bytes.data() + kHeaderSize, payload_size);
+  PayloadReader reader(reinterpret_cast<const uint8_t*>(bytes.data()) + kHeaderSize, payload_size);
   uint32_t flags;
   std::string factory, description;
   uint64_t num_docs;

@@ -6,18 +6,12 @@
 // down with it.
 #include "tessera/engine.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cctype>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -25,7 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "index/collection/collection_impl.h"
 #include "index/collection/schema_codec.h"
-#include "tessera/base/errno_status.h"
+#include "index/common/file_io.h"
 #include "tessera/base/mutex.h"
 #include "tessera/status_macros.h"
 
@@ -35,42 +29,16 @@ namespace {
 namespace fs = std::filesystem;
 using internal::CollectionImpl;
 
-// Writes `contents` to a temporary file, fsyncs it, renames it to `path` and fsyncs the directory.
-// Errors name the file (ErrnoStatus: a full disk is RESOURCE_EXHAUSTED, EIO UNAVAILABLE).
-absl::Status WriteFileDurably(const fs::path& path, const std::string& contents) {
-  const std::string temporary = path.string() + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "cannot create", temporary);
-  absl::Status status;
-  for (size_t written = 0; status.ok() && written < contents.size();) {
-    const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) status = ErrnoStatus(errno, "cannot write", temporary);
-    if (n > 0) written += static_cast<size_t>(n);
-  }
-  if (status.ok() && ::fsync(fd) != 0) status = ErrnoStatus(errno, "cannot fsync", temporary);
-  if (::close(fd) != 0 && status.ok()) status = ErrnoStatus(errno, "cannot close", temporary);
-  if (status.ok() && ::rename(temporary.c_str(), path.c_str()) != 0) {
-    status = ErrnoStatus(errno, absl::StrCat("cannot rename '", temporary, "' to"), path.string());
-  }
-  if (!status.ok()) {
-    ::unlink(temporary.c_str());
-    return status;
-  }
-  const std::string dir = path.parent_path().string();
-  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd < 0) return ErrnoStatus(errno, "cannot open directory", dir);
-  if (::fsync(dir_fd) != 0) status = ErrnoStatus(errno, "cannot fsync directory", dir);
-  ::close(dir_fd);
-  return status;
+// A collection's schema file, dir/schema: written atomically and durably, read back decoded.
+absl::Status WriteSchemaFile(const fs::path& dir, const CollectionSchema& schema) {
+  const std::string encoded = internal::EncodeSchema(schema);
+  return internal::WriteFileAtomically((dir / "schema").string(), {encoded});
 }
 
-absl::StatusOr<std::string> ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path.string()));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+absl::StatusOr<CollectionSchema> ReadSchemaFile(const fs::path& dir) {
+  TESSERA_ASSIGN_OR_RETURN(const std::string text,
+                           internal::ReadWholeFile((dir / "schema").string()));
+  return internal::DecodeSchema(text);
 }
 
 class EngineImpl : public Engine {
@@ -106,9 +74,7 @@ class EngineImpl : public Engine {
       // The name as the directory spells it, for a collection whose schema cannot be read.
       const std::string dir_name = entry.path().filename().string();
       const std::string name = dir_name.substr(0, dir_name.rfind('@'));
-      const absl::StatusOr<std::string> text = ReadFile(schema_path);
-      absl::StatusOr<CollectionSchema> schema =
-          text.ok() ? internal::DecodeSchema(*text) : text.status();
+      absl::StatusOr<CollectionSchema> schema = ReadSchemaFile(entry.path());
       if (!schema.ok()) {
         MarkUnavailable(name, entry.path(),
                         absl::DataLossError(absl::StrCat("schema file '", schema_path.string(),
@@ -155,7 +121,7 @@ class EngineImpl : public Engine {
     const fs::path dir = NewCollectionDirectory(schema.name);
     TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<CollectionImpl> collection,
                              CollectionImpl::Open(dir.string(), schema, context_));
-    const absl::Status written = WriteFileDurably(dir / "schema", internal::EncodeSchema(schema));
+    const absl::Status written = WriteSchemaFile(dir, schema);
     if (!written.ok()) {
       // Without its schema the directory is an interrupted create: close it and remove it now.
       collection.reset();
@@ -183,12 +149,11 @@ class EngineImpl : public Engine {
           absl::StrCat("cannot create ", dir, ": ", error ? error.message() : "it exists"));
     }
     TESSERA_RETURN_IF_ERROR(collection->Checkpoint(dir));
-    return WriteFileDurably(fs::path(dir) / "schema", internal::EncodeSchema(collection->schema()));
+    return WriteSchemaFile(dir, collection->schema());
   }
 
   absl::Status RestoreCollection(const std::string& name, const std::string& dir) override {
-    TESSERA_ASSIGN_OR_RETURN(const std::string text, ReadFile(fs::path(dir) / "schema"));
-    TESSERA_ASSIGN_OR_RETURN(const CollectionSchema schema, internal::DecodeSchema(text));
+    TESSERA_ASSIGN_OR_RETURN(const CollectionSchema schema, ReadSchemaFile(dir));
     if (schema.name != name) {
       return absl::InvalidArgumentError(absl::StrCat("the copy in ", dir, " is of collection '",
                                                      schema.name, "', not '", name, "'"));

@@ -1,0 +1,88 @@
+#include "index/common/file_io.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "tessera/base/errno_status.h"
+
+namespace tessera::internal {
+namespace {
+
+absl::Status WriteAll(int fd, absl::string_view bytes, const std::string& path) {
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd, bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "cannot write", path);
+    bytes.remove_prefix(static_cast<size_t>(n));
+  }
+  return absl::OkStatus();
+}
+
+// The directory that holds `path` ("." for a bare name, "/" for a file in the root).
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+}  // namespace
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::Span<const absl::string_view> parts) {
+  const std::string temporary = path + ".tmp";
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, "cannot create", temporary);
+  absl::Status status;
+  for (const absl::string_view part : parts) {
+    status = WriteAll(fd, part, temporary);
+    if (!status.ok()) break;
+  }
+  if (status.ok() && ::fsync(fd) != 0) status = ErrnoStatus(errno, "cannot fsync", temporary);
+  if (::close(fd) != 0 && status.ok()) status = ErrnoStatus(errno, "cannot close", temporary);
+  if (status.ok() && ::rename(temporary.c_str(), path.c_str()) != 0) {
+    status = ErrnoStatus(errno, absl::StrCat("cannot rename '", temporary, "' to"), path);
+  }
+  if (!status.ok()) {
+    ::unlink(temporary.c_str());
+    return status;
+  }
+  const std::string dir = DirectoryOf(path);
+  const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) return ErrnoStatus(errno, "cannot open directory", dir);
+  if (::fsync(dir_fd) != 0) status = ErrnoStatus(errno, "cannot fsync directory", dir);
+  ::close(dir_fd);
+  return status;
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const absl::Status status = ErrnoStatus(errno, "cannot stat", path);
+    ::close(fd);
+    return status;
+  }
+  std::string bytes(static_cast<size_t>(st.st_size), '\0');
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const absl::Status status = ErrnoStatus(errno, "cannot read", path);
+      ::close(fd);
+      return status;
+    }
+    if (n == 0) break;  // the file shrank while being read: the caller's checks see the bytes read
+    done += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  bytes.resize(done);
+  return bytes;
+}
+
+}  // namespace tessera::internal
