@@ -4,6 +4,7 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -198,6 +199,19 @@ TEST(TokenPooling, MinVectorsFloorsTheClusterCount) {
               HasSubstr("min_vectors -1"));
 }
 
+// Every cluster of `labels` (numbered 0, 1, …) lies within one group of `groups` (one entry per
+// token, like labels).
+void ExpectEachClusterWithin(const std::vector<int32_t>& labels, const std::vector<int>& groups,
+                             const std::string& what) {
+  ASSERT_EQ(labels.size(), groups.size());
+  std::vector<int> group_of_cluster(labels.size(), -1);
+  for (size_t i = 0; i < labels.size(); ++i) {
+    int& group = group_of_cluster[labels[i]];
+    if (group == -1) group = groups[i];
+    EXPECT_EQ(group, groups[i]) << "token " << i << "'s cluster spans more than one " << what;
+  }
+}
+
 // A merge-height limit stops the n / p cut before it merges distant tokens: 8 topics of 4
 // near-duplicates pooled by 8 would be cut into 4 clusters, so every cluster would mix two topics;
 // with the limit, the near-duplicates merge (heights ~0.01) and the topics (cosine distance ~1
@@ -217,20 +231,10 @@ TEST(TokenPooling, MaxMergeHeightKeepsDistantTokensApart) {
   auto limited = PoolTokens(View(tokens, dim), options);
   ASSERT_TRUE(limited.ok()) << limited.status();
   ASSERT_EQ(limited->num_vectors(), groups);
-  std::vector<int> topic_of_cluster(groups, -1);
-  for (size_t i = 0; i < topic.size(); ++i) {
-    int& t = topic_of_cluster[limited->labels[i]];
-    if (t == -1) t = topic[i];
-    EXPECT_EQ(t, topic[i]) << "token " << i << " pooled with another topic";
-  }
+  ExpectEachClusterWithin(limited->labels, topic, "topic");
   // The limit only stops merges early on the same tree: each limited cluster lies within one
   // plain cluster, and a limit above every height changes nothing.
-  std::vector<int32_t> plain_of_limited(groups, -1);
-  for (size_t i = 0; i < topic.size(); ++i) {
-    int32_t& mapped = plain_of_limited[limited->labels[i]];
-    if (mapped == -1) mapped = plain->labels[i];
-    EXPECT_EQ(mapped, plain->labels[i]) << "token " << i << " splits a plain cluster";
-  }
+  ExpectEachClusterWithin(limited->labels, plain->labels, "plain cluster");
   options.max_merge_height = 1e9;
   auto unlimited = PoolTokens(View(tokens, dim), options);
   ASSERT_TRUE(unlimited.ok());
