@@ -61,6 +61,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -300,6 +303,34 @@ int64_t DirectoryBytes(const std::string& path) {
     if (entry.is_regular_file()) total += static_cast<int64_t>(entry.file_size());
   }
   return total;
+}
+
+// The CPU's model name from /proc/cpuinfo ("unknown" where there is none), for the JSON: machines
+// of one kind differ (Zen 4 with AVX-512, Zen 3 AVX2-only), so a figure names its CPU.
+std::string CpuModel() {
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(cpuinfo, line)) {
+    if (absl::StartsWith(line, "model name")) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) {
+        return std::string(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+      }
+    }
+  }
+  return "unknown";
+}
+
+// The kernel family the CPU scorer runs here (DetectCpuIsa), as bench-kernels names it.
+const char* CpuIsaName() {
+  switch (DetectCpuIsa()) {
+    case CpuIsa::kAvx512:
+      return "avx512";
+    case CpuIsa::kAvx2:
+      return "avx2";
+    default:
+      return "portable";
+  }
 }
 
 double Percentile(std::vector<double> values, double p) {
@@ -671,9 +702,10 @@ int Run(const Flags& flags) {
   const int64_t disk = DirectoryBytes(flags.data_dir);
   const double pooled = static_cast<double>(stats.rerank_vectors);
   std::string json = absl::StrCat(
-      "{\n  \"corpus\": \"", resampled ? "resampled" : "synthetic", "\",\n  \"docs\": ", flags.docs,
-      ",\n  \"tokens_per_document\": ", flags.tokens, ",\n  \"dim\": ", flags.dim,
-      ",\n  \"pool_factor\": ", flags.pool_factor,
+      "{\n  \"cpu_model\": \"", absl::CEscape(CpuModel()), "\",\n  \"cpu_isa\": \"", CpuIsaName(),
+      "\",\n  \"corpus\": \"", resampled ? "resampled" : "synthetic",
+      "\",\n  \"docs\": ", flags.docs, ",\n  \"tokens_per_document\": ", flags.tokens,
+      ",\n  \"dim\": ", flags.dim, ",\n  \"pool_factor\": ", flags.pool_factor,
       ",\n  \"max_merge_height\": ", flags.max_merge_height,
       ",\n  \"pooled_vectors\": ", stats.rerank_vectors,
       ",\n  \"vectors_per_document\": ", stats.vectors_per_document, ",\n  \"candidate_index\": \"",

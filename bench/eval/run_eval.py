@@ -43,8 +43,10 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO_ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "e2e"))  # the e2e tests' server launcher
+sys.path.insert(0, os.path.dirname(HERE))  # bench/machine.py
 
 import e2e_util  # noqa: E402  (also puts client/python on the path)
+import machine  # noqa: E402
 import embed  # noqa: E402
 from metrics import evaluate, recall_vs_exact  # noqa: E402
 import peers  # noqa: E402
@@ -340,15 +342,9 @@ def run_peers(dataset, work_dir, log, names: List[str]) -> List[Dict]:
 
 
 def machine_description() -> str:
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f
-                         if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{model or platform.processor()}, {os.cpu_count()} CPUs, {platform.system()} " \
-           f"{platform.release()}"
+    info = machine.describe()
+    return f"{info['cpu_model']} ({info['cpu_isa']} kernels), {os.cpu_count()} CPUs, " \
+           f"{platform.system()} {platform.release()}"
 
 
 def main():
@@ -409,7 +405,8 @@ def main():
     results = dict(
         dataset=dataset.name, data_dir=os.path.abspath(args.data),
         command="scripts/eval " + " ".join(sys.argv[1:]),
-        machine=machine_description(),
+        machine=machine_description(), cpu_model=machine.cpu_model(),
+        cpu_isa=machine.best_isa(machine.cpu_flags()),
         git_commit=subprocess.run(["git", "-C", REPO_ROOT, "rev-parse", "--short", "HEAD"],
                                   capture_output=True, text=True).stdout.strip(),
         date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -15,8 +15,10 @@ import urllib.request
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO_ROOT, "tests", "e2e"))  # the e2e tests' server launcher
+sys.path.insert(0, os.path.join(REPO_ROOT, "bench"))  # machine.py
 
 import e2e_util  # noqa: E402  (also puts client/python on the path)
+import machine  # noqa: E402
 
 
 class ServerProcess(e2e_util.Server):
@@ -148,15 +150,6 @@ def binary_facts(path):
 
 
 def machine_facts():
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
     memory_gb = None
     try:
         with open("/proc/meminfo") as f:
@@ -166,7 +159,7 @@ def machine_facts():
         pass
     return {
         "nproc": os.cpu_count(),
-        "cpu_model": model or platform.processor(),
+        **machine.describe(),
         "memory_gb": memory_gb,
         "kernel": platform.release(),
         "python": platform.python_version(),
