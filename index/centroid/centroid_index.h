@@ -20,7 +20,8 @@
 // one run of each list; a thread's share of the ordinals, up to 524,288), the per-document
 // accumulation in a dense scratch (a branch-free max per entry, a vectorised fold per token) and
 // a bounded heap of the tile's best. At 1M documents stage 1 then reads ~100 MB of codes, ordinals
-// and sums per query, and is bound by that memory traffic on the 2-core machine (docs/results.md).
+// and sums per query, and is bound by that memory traffic on the 2-core machine
+// (docs/notes/2026-12-04.md).
 //
 // Documents are removed by tombstones; the lists are compacted (and ordinals renumbered) once the
 // dead vectors pass kCompactionFraction of all vectors.
@@ -70,7 +71,7 @@ absl::StatusOr<DocumentCodes> ParseDocumentCodes(absl::string_view bytes, int64_
 // multiple of 8, at least 16 — 16 at 4,096 centroids, 24 at 8,192, 32 at 16,384, 40 at 32,768
 // (1M documents). With C growing as √vectors, a token then scans a share of the shard that
 // shrinks as it grows (vectors^-1/4). Measured against exhaustive on the synthetic /
-// real-embedding 1M shards (docs/results.md): recall@10 0.972 / 0.978 at 40, with stage 1
+// real-embedding 1M shards (docs/notes/2026-12-05.md): recall@10 0.972 / 0.978 at 40, with stage 1
 // 1.2–1.5 ms (12–15%) faster than at 48 (1.000 / 0.988, P50 at the 15 ms target's edge); 64 found
 // 1.000 / 0.996 for a third more stage-1 time and 32 only 0.87 / 0.965 (the synthetic corpus
 // splits each topic's isotropic noise over ~32 near-equal centroids); 32 at 16,384 found
@@ -82,7 +83,7 @@ int DefaultNprobe(int64_t num_centroids);
 // [10, 40] — max(10·k, 100), the exact candidate scan's rule, up to 262,144 vectors, 20 per hit
 // at ~1M vectors and 40 from ~4.2M (65,536 documents of 64 vectors) on. The approximate scores
 // rank coarser the more documents sit near the top 10: measured top-10 agreement with exhaustive
-// (docs/results.md) at N = 100 was ≥ 0.993 on the real sets of 98k–622k vectors, while the
+// (docs/notes/2026-12-05.md) at N = 100 was ≥ 0.993 on the real sets of 98k–622k vectors, while the
 // 2.56M-vector (40k-document) shard needed ~300 and the 6.4M ones 400 for recall@10 ≥ 0.97.
 int DefaultNumCandidates(int64_t k, int64_t vectors);
 
@@ -91,7 +92,7 @@ int DefaultNumCandidates(int64_t k, int64_t vectors);
 // those whose means score highest, nprobe / 2 of them and at least 8 — 20 of 512 (1,280
 // centroids of 32,768) at the 1M-document default. Its nprobe best centroids are then almost
 // always the exact ones: on the 1M-document shards recall@10 was the same as when every centroid
-// was scored, and stage 1 ~1 ms (8%) faster (docs/results.md).
+// was scored, and stage 1 ~1 ms (8%) faster (docs/notes/2026-12-05.md).
 int ProbedGroups(int nprobe);
 
 struct CentroidSearchOptions {
