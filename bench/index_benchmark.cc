@@ -8,12 +8,16 @@
 //
 //   tessera-bench-index [--docs N] [--tokens T] [--dim D] [--queries Q] [--pool_factor P]
 //                       [--max_merge_height H] [--candidates pooled|global]
+//                       [--rerank exact|codes] [--residual_bits 2|4]
 //                       [--candidate_pool_factor C] [--factory F] [--resample_from DIR]
 //                       [--data_dir DIR] [--json FILE] [--threads N]
 //                       [--nprobe P1,P2,...] [--num_candidates N1,N2,...]
 //                       [--exhaustive_queries R] [--exhaustive_timed T] [--reuse 0|1]
 //                       [--export_dir DIR] [--reference FILE]
 //
+// --rerank codes makes stage 2 score the vectors decoded from the centroid codes
+// (CandidateSpec::rerank_from_codes) instead of stored fp16 rerank vectors; --residual_bits sets
+// the codes' bits per dimension (default: the schema's).
 // --max_merge_height defaults to 0, the plain n / p cut, so that a shard holds exactly
 // docs · tokens / p pooled vectors whatever the corpus (collections default to an adaptive limit
 // that keeps more vectors where tokens are far apart; scripts/eval measures it on real text).
@@ -93,7 +97,9 @@ struct Flags {
   std::string candidates = "pooled";  // pooled | global
   int candidate_pool_factor = 4;
   std::string factory = "auto";
-  std::string resample_from;  // resample_source.py output
+  std::string rerank = "exact";  // exact | codes (CandidateSpec::rerank_from_codes)
+  int residual_bits = 0;         // 0: the schema's default
+  std::string resample_from;     // resample_source.py output
   std::string data_dir = "/tmp/tessera-bench-index";
   std::string json;
   std::string export_dir;  // empty: no export
@@ -138,6 +144,12 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       ok = absl::SimpleAtoi(value, &flags->candidate_pool_factor);
     } else if (flag == "--factory") {
       flags->factory = value;
+    } else if (flag == "--rerank") {
+      flags->rerank = value;
+      ok = value == "exact" || value == "codes";
+    } else if (flag == "--residual_bits") {
+      ok = absl::SimpleAtoi(value, &flags->residual_bits) &&
+           (flags->residual_bits == 2 || flags->residual_bits == 4);
     } else if (flag == "--resample_from") {
       flags->resample_from = value;
     } else if (flag == "--data_dir") {
@@ -331,6 +343,12 @@ const char* CpuIsaName() {
     default:
       return "portable";
   }
+}
+
+double Mean(const std::vector<double>& values) {
+  double sum = 0;
+  for (double v : values) sum += v;
+  return values.empty() ? 0.0 : sum / static_cast<double>(values.size());
 }
 
 double Percentile(std::vector<double> values, double p) {
@@ -530,6 +548,8 @@ int Run(const Flags& flags) {
                                                         : CandidateSpec::Kind::kPooled;
   schema.candidates.pool_factor = flags.candidate_pool_factor;
   schema.candidates.factory = flags.factory;
+  schema.candidates.rerank_from_codes = flags.rerank == "codes";
+  if (flags.residual_bits != 0) schema.candidates.residual_bits = flags.residual_bits;
   auto collection =
       flags.reuse ? (*engine)->GetCollection(schema.name) : (*engine)->CreateCollection(schema);
   if (!collection.ok()) return Fail(collection.status());
@@ -663,8 +683,8 @@ int Run(const Flags& flags) {
       SearchOptions options;
       options.nprobe = nprobe;
       options.num_candidates = num_candidates;
-      std::vector<double> latencies;
-      double candidates_ms = 0, fetch_ms = 0, rerank_ms = 0, recall = 0;
+      std::vector<double> latencies, candidates_ms, fetch_ms, rerank_ms;
+      double recall = 0;
       int64_t scored = 0;
       const Clock::time_point search_start = Clock::now();
       for (size_t q = 0; q < queries.size(); ++q) {
@@ -672,24 +692,27 @@ int Run(const Flags& flags) {
         auto result = (*collection)->Search(view(queries[q]), options);
         if (!result.ok()) return Fail(result.status());
         latencies.push_back(1000 * Since(start));
-        candidates_ms += result->timings.candidates_ms;
-        fetch_ms += result->timings.fetch_ms;
-        rerank_ms += result->timings.rerank_ms;
+        candidates_ms.push_back(result->timings.candidates_ms);
+        fetch_ms.push_back(result->timings.fetch_ms);
+        rerank_ms.push_back(result->timings.rerank_ms);
         scored += result->documents_scored;
         if (q >= checked) continue;
         for (const SearchHit& hit : result->hits) recall += truth[q].count(hit.id) / 10.0;
       }
       const double search_seconds = Since(search_start);
-      const std::string figures = absl::StrCat(
-          "\"nprobe\": ", nprobe, ", \"num_candidates\": ", num_candidates,
-          ", \"qps\": ", num_queries / search_seconds,
-          ", \"p50_ms\": ", Percentile(latencies, 0.50),
-          ", \"p95_ms\": ", Percentile(latencies, 0.95),
-          ", \"p99_ms\": ", Percentile(latencies, 0.99),
-          ", \"stage_ms_mean\": {\"candidates\": ", candidates_ms / num_queries,
-          ", \"fetch\": ", fetch_ms / num_queries, ", \"rerank\": ", rerank_ms / num_queries,
-          "}, \"documents_scored_per_query\": ", scored / num_queries,
-          ", \"recall_at_10\": ", recall / checked);
+      const std::string figures =
+          absl::StrCat("\"nprobe\": ", nprobe, ", \"num_candidates\": ", num_candidates,
+                       ", \"qps\": ", num_queries / search_seconds,
+                       ", \"p50_ms\": ", Percentile(latencies, 0.50),
+                       ", \"p95_ms\": ", Percentile(latencies, 0.95),
+                       ", \"p99_ms\": ", Percentile(latencies, 0.99),
+                       ", \"stage_ms_mean\": {\"candidates\": ", Mean(candidates_ms),
+                       ", \"fetch\": ", Mean(fetch_ms), ", \"rerank\": ", Mean(rerank_ms),
+                       "}, \"stage_p50_ms\": {\"candidates\": ", Percentile(candidates_ms, 0.50),
+                       ", \"fetch\": ", Percentile(fetch_ms, 0.50),
+                       ", \"rerank\": ", Percentile(rerank_ms, 0.50),
+                       "}, \"documents_scored_per_query\": ", scored / num_queries,
+                       ", \"recall_at_10\": ", recall / checked);
       if (top_level.empty()) top_level = figures;
       absl::StrAppend(&settings, settings.empty() ? "" : ",\n    ", "{", figures, "}");
       std::cerr << "{" << figures << "}\n";
@@ -706,7 +729,8 @@ int Run(const Flags& flags) {
       "\",\n  \"corpus\": \"", resampled ? "resampled" : "synthetic",
       "\",\n  \"docs\": ", flags.docs, ",\n  \"tokens_per_document\": ", flags.tokens,
       ",\n  \"dim\": ", flags.dim, ",\n  \"pool_factor\": ", flags.pool_factor,
-      ",\n  \"max_merge_height\": ", flags.max_merge_height,
+      ",\n  \"max_merge_height\": ", flags.max_merge_height, ",\n  \"rerank\": \"", flags.rerank,
+      "\",\n  \"residual_bits\": ", flags.residual_bits,
       ",\n  \"pooled_vectors\": ", stats.rerank_vectors,
       ",\n  \"vectors_per_document\": ", stats.vectors_per_document, ",\n  \"candidate_index\": \"",
       stats.candidate_indexes.empty() ? "" : stats.candidate_indexes[0],
@@ -714,6 +738,7 @@ int Run(const Flags& flags) {
       ",\n  \"generate_s\": ", generate_seconds, ",\n  \"ingest_docs_per_s\": ", n / ingest_seconds,
       ",\n  \"ram_candidate_bytes_per_vector\": ", stats.candidate_bytes / pooled,
       ",\n  \"disk_bytes_per_original_token\": ", disk / (n * flags.tokens),
+      ",\n  \"peak_rss_bytes\": ", usage.ru_maxrss * int64_t{1024},
       ",\n  \"peak_rss_bytes_per_document\": ", usage.ru_maxrss * 1024.0 / n,
       ",\n  \"queries\": ", queries.size(), ",\n  \"exhaustive_queries\": ", checked,
       ",\n  \"exhaustive_ms\": ", timed == 0 ? 0.0 : 1000 * exhaustive_seconds / timed,

@@ -12,6 +12,9 @@ Peers, in report order:
   maxsim-cpu         the `maxsim-cpu` package (Mixedbread, Rust + libxsmm), exact MaxSim.
   fast-plaid         the `fast-plaid` package (LightOn, Rust + libtorch): PLAID index,
                      k-means centroids + residual compression, approximate.
+  xtr-warp           the `xtr-warp-rs` package (WARP in Rust): k-means centroids, residual
+                     codes, WARP's missing-similarity imputation, approximate; its own
+                     per-query tuning (optimize_hyperparams) unless settings are given.
 
 Threads: every engine gets all CPU cores of this process (THREADS). The environment
 variables below are set at import, before NumPy, torch or the Rust extensions start their
@@ -45,7 +48,7 @@ import threadpoolctl  # noqa: E402
 import embed  # noqa: E402
 import metrics  # noqa: E402
 
-PEERS = ["numpy-brute-force", "maxsim-cpu", "fast-plaid"]
+PEERS = ["numpy-brute-force", "maxsim-cpu", "fast-plaid", "xtr-warp"]
 WARMUP_QUERIES = 3  # searched once before timing, not counted
 VERIFY_QUERIES = 3  # queries whose scores are compared with exact MaxSim
 VERIFY_RTOL = 1e-3
@@ -224,37 +227,64 @@ def directory_bytes(path: str) -> int:
                for root, _, names in os.walk(path) for name in names)
 
 
-def build_fast_plaid(fast_plaid_search, dataset, index_dir: str, build: dict):
-    """Opens the FastPlaid index in `index_dir`, building it unless the same build is there.
+def build_or_reuse(package: str, dataset, index_dir: str, build: dict, create, open_built):
+    """Opens the index in `index_dir`, building it with `create(index_dir)` unless the same build
+    is there (then `open_built(index_dir)`).
 
-    A build is the same when fast-plaid's version, the corpus and the build settings match
-    the marker written after the previous build; reusing it lets a caller sweep search
-    settings without re-indexing. Returns (index, build seconds, reused)."""
+    A build is the same when the package's version, the corpus and the build settings match the
+    marker written after the previous build; reusing it lets a caller sweep search settings
+    without re-indexing. Returns (index, build seconds, reused)."""
     import importlib.metadata
 
-    import torch
-
     key = dict(build, corpus=corpus_fingerprint(dataset),
-               version=importlib.metadata.version("fast-plaid"))
+               version=importlib.metadata.version(package))
     marker = os.path.join(index_dir, "tessera_build.json")
     if os.path.exists(marker):
         with open(marker) as f:
             previous = json.load(f)
         if previous["key"] == key:
-            return (fast_plaid_search.FastPlaid(index=index_dir, device="cpu"),
-                    previous["index_seconds"], True)
+            return open_built(index_dir), previous["index_seconds"], True
         shutil.rmtree(index_dir)
     start = time.perf_counter()
-    tokens = corpus_fp32(dataset)
-    offsets = dataset.corpus.offsets
-    documents = [torch.from_numpy(tokens[offsets[i]:offsets[i + 1]])
-                 for i in range(len(dataset.corpus))]
-    index = fast_plaid_search.FastPlaid(index=index_dir, device="cpu")
-    index.create(documents_embeddings=documents, **build)
+    index = create(index_dir)
     index_seconds = time.perf_counter() - start
     with open(marker, "w") as f:
         json.dump(dict(key=key, index_seconds=index_seconds), f)
     return index, index_seconds, False
+
+
+def document_tensors(dataset) -> list:
+    """The corpus as one float32 torch tensor (tokens × dim) per document, sharing memory."""
+    import torch
+
+    tokens = corpus_fp32(dataset)
+    offsets = dataset.corpus.offsets
+    return [torch.from_numpy(tokens[offsets[i]:offsets[i + 1]]) for i in range(len(dataset.corpus))]
+
+
+def peer_settings(name: str, settings: dict, create, search, build_names, search_names):
+    """(build, search) keyword dicts: the package's own defaults for `build_names` (of `create`)
+    and `search_names` (of `search`), overridden by `settings`; unknown settings raise."""
+    unknown = set(settings) - set(build_names) - set(search_names)
+    if unknown:
+        raise ValueError(f"unknown {name} settings {sorted(unknown)}; known: "
+                         f"{tuple(build_names) + tuple(search_names)}")
+    build = keyword_defaults(create, build_names)
+    build.update((key, settings[key]) for key in build_names if key in settings)
+    search_options = keyword_defaults(search, search_names)
+    search_options.update((key, settings[key]) for key in search_names if key in settings)
+    return build, search_options
+
+
+def max_relative_error(dataset, search_one) -> float:
+    """Largest |score − exact MaxSim| / |exact| over the hits of the first VERIFY_QUERIES."""
+    worst = 0.0
+    for i in range(min(VERIFY_QUERIES, len(dataset.queries))):
+        query = dataset.queries.matrix(i).astype(np.float32)
+        for doc, score in zip(*search_one(i)):
+            exact = maxsim_one(dataset.corpus.matrix(doc).astype(np.float32), query)
+            worst = max(worst, abs(score - exact) / abs(exact))
+    return worst
 
 
 def run_fast_plaid(dataset, k: int, work_dir: str, **settings) -> dict:
@@ -267,21 +297,22 @@ def run_fast_plaid(dataset, k: int, work_dir: str, **settings) -> dict:
     import torch
     from fast_plaid import search as fast_plaid_search
 
-    unknown = set(settings) - set(FAST_PLAID_BUILD_SETTINGS) - set(FAST_PLAID_SEARCH_SETTINGS)
-    if unknown:
-        raise ValueError(f"unknown fast-plaid settings {sorted(unknown)}; known: "
-                         f"{FAST_PLAID_BUILD_SETTINGS + FAST_PLAID_SEARCH_SETTINGS}")
     torch.set_num_threads(THREADS)
-    build = keyword_defaults(fast_plaid_search.FastPlaid.create, FAST_PLAID_BUILD_SETTINGS)
-    build.update((name, settings[name]) for name in FAST_PLAID_BUILD_SETTINGS if name in settings)
-    search = keyword_defaults(fast_plaid_search.FastPlaid.search, FAST_PLAID_SEARCH_SETTINGS)
-    search["top_k"] = k
-    search.update((name, settings[name]) for name in FAST_PLAID_SEARCH_SETTINGS
-                  if name in settings)
+    build, search = peer_settings("fast-plaid", dict({"top_k": k}, **settings),
+                                  fast_plaid_search.FastPlaid.create,
+                                  fast_plaid_search.FastPlaid.search, FAST_PLAID_BUILD_SETTINGS,
+                                  FAST_PLAID_SEARCH_SETTINGS)
+
+    def create(index_dir):
+        index = fast_plaid_search.FastPlaid(index=index_dir, device="cpu")
+        index.create(documents_embeddings=document_tensors(dataset), **build)
+        return index
 
     build_name = "-".join(f"{name}{build[name]}" for name in FAST_PLAID_BUILD_SETTINGS)
     index_dir = os.path.join(work_dir, "fast-plaid", f"{dataset.name}-{build_name}")
-    index, index_seconds, reused = build_fast_plaid(fast_plaid_search, dataset, index_dir, build)
+    index, index_seconds, reused = build_or_reuse(
+        "fast-plaid", dataset, index_dir, build, create,
+        lambda path: fast_plaid_search.FastPlaid(index=path, device="cpu"))
 
     def search_one(i):
         query = torch.from_numpy(dataset.queries.matrix(i))
@@ -293,13 +324,7 @@ def run_fast_plaid(dataset, k: int, work_dir: str, **settings) -> dict:
     search_one(0)  # the first search loads the index from disk; reported in notes
     first_seconds = time.perf_counter() - first_start
     result = search_all(dataset, search_one, k)
-
-    worst = 0.0
-    for i in range(min(VERIFY_QUERIES, len(dataset.queries))):
-        query = dataset.queries.matrix(i).astype(np.float32)
-        for doc, score in zip(*search_one(i)):
-            exact = maxsim_one(dataset.corpus.matrix(doc).astype(np.float32), query)
-            worst = max(worst, abs(score - exact) / abs(exact))
+    worst = max_relative_error(dataset, search_one)
     with open(os.path.join(index_dir, "metadata.json")) as f:
         centroids = json.load(f)["num_partitions"]
     result["config"] = ", ".join(
@@ -317,8 +342,77 @@ def run_fast_plaid(dataset, k: int, work_dir: str, **settings) -> dict:
     return result
 
 
+XTR_WARP_BUILD_SETTINGS = ("nbits", "kmeans_niters", "max_points_per_centroid", "seed")
+# None = the package's own tuning (xtr_warp's optimize_hyperparams, from the index's density, k and
+# the query's length), which is what its README recommends.
+XTR_WARP_SEARCH_SETTINGS = ("bound", "nprobe", "t_prime", "max_candidates",
+                            "centroid_score_threshold", "top_k")
+
+
+def run_xtr_warp(dataset, k: int, work_dir: str, **settings) -> dict:
+    """WARP index with xtr-warp-rs on the CPU (Rust; XTR's WARP engine: k-means centroids,
+    residual codes, missing-similarity imputation), searched one query at a time with
+    num_threads = THREADS.
+
+    `settings` may hold build settings (XTR_WARP_BUILD_SETTINGS, passed to create) and search
+    settings (XTR_WARP_SEARCH_SETTINGS, passed to search; unset ones are tuned by the package
+    per query). The index lives in work_dir/xtr-warp/<dataset>-<build settings> and is reused
+    when already built there."""
+    import torch
+    import xtr_warp
+
+    torch.set_num_threads(THREADS)
+    build, search = peer_settings("xtr-warp", dict({"top_k": k}, **settings),
+                                  xtr_warp.XTRWarp.create, xtr_warp.XTRWarp.search,
+                                  XTR_WARP_BUILD_SETTINGS, XTR_WARP_SEARCH_SETTINGS)
+
+    def open_built(index_dir):
+        return xtr_warp.XTRWarp(index=index_dir).load(device="cpu")
+
+    def create(index_dir):
+        xtr_warp.XTRWarp(index=index_dir).create(document_tensors(dataset), device="cpu",
+                                                 show_progress=False, **build)
+        return open_built(index_dir)
+
+    build_name = "-".join(f"{name}{build[name]}" for name in XTR_WARP_BUILD_SETTINGS)
+    index_dir = os.path.join(work_dir, "xtr-warp", f"{dataset.name}-{build_name}")
+    index, index_seconds, reused = build_or_reuse("xtr-warp-rs", dataset, index_dir, build,
+                                                  create, open_built)
+
+    def search_one(i):
+        query = torch.from_numpy(dataset.queries.matrix(i).astype(np.float32))
+        hits = index.search(query, num_threads=THREADS, show_progress=False, **search)[0]
+        return [int(doc) for doc, _ in hits], [float(score) for _, score in hits]
+
+    first_start = time.perf_counter()
+    search_one(0)
+    first_seconds = time.perf_counter() - first_start
+    result = search_all(dataset, search_one, k)
+    worst = max_relative_error(dataset, search_one)
+    with open(os.path.join(index_dir, "metadata.json")) as f:
+        metadata = json.load(f)
+    centroids = metadata.get("num_centroids", metadata.get("num_partitions"))
+    tuned = index.optimize_hyperparams(k, torch.from_numpy(
+        dataset.queries.matrix(0).astype(np.float32)).unsqueeze(0))
+    result["config"] = ", ".join(
+        [f"{name}={value}" for name, value in {**build, **search}.items()]
+        + [f"centroids={centroids}", f"num_threads={THREADS}",
+           "tuned (bound, nprobe, threshold, max_candidates, t_prime) for query 0 = "
+           f"{tuned}"])
+    result.update(index_fields(dataset, index_seconds, directory_bytes(index_dir),
+                               builds_index=True))
+    result["notes"] = (
+        f"index = on-disk size of {index_dir}"
+        + (" (reused from an earlier build; index_seconds is that build's)" if reused else "")
+        + f"; search num_threads = {THREADS}, torch intra-op threads = "
+        f"{torch.get_num_threads()}; first search = {first_seconds:.2f} s; scores are WARP's "
+        f"estimates (missing similarities imputed): max relative difference vs exact MaxSim "
+        f"on the returned documents of {VERIFY_QUERIES} queries = {worst:.1e}")
+    return result
+
+
 RUNNERS = {"numpy-brute-force": run_numpy_brute_force, "maxsim-cpu": run_maxsim_cpu,
-           "fast-plaid": run_fast_plaid}
+           "fast-plaid": run_fast_plaid, "xtr-warp": run_xtr_warp}
 
 
 def run_peer(name: str, dataset, k: int = 100, work_dir: str = None, **settings) -> dict:
@@ -329,13 +423,13 @@ def run_peer(name: str, dataset, k: int = 100, work_dir: str = None, **settings)
     tokens), vectors_per_document, latencies_ms (one per query, batch size 1, after
     WARMUP_QUERIES untimed queries), qps (queries / summed latency), run ({query id:
     {doc id: score}}, top k), notes, error (None, or why the peer failed; then the other
-    keys may be missing). Never raises. `settings` are only accepted by fast-plaid (see
-    run_fast_plaid); `work_dir` (default default_work_dir()) holds on-disk indexes."""
+    keys may be missing). Never raises. `settings` are only accepted by fast-plaid and xtr-warp
+    (see run_fast_plaid, run_xtr_warp); `work_dir` (default default_work_dir()) holds on-disk indexes."""
     result = dict(system=name, error=None)
     try:
         if name not in RUNNERS:
             raise ValueError(f"unknown peer {name!r}; peers are {PEERS}")
-        if settings and name != "fast-plaid":
+        if settings and name not in ("fast-plaid", "xtr-warp"):
             raise ValueError(f"{name} takes no settings, got {sorted(settings)}")
         with threadpoolctl.threadpool_limits(THREADS):
             result.update(RUNNERS[name](dataset, k, work_dir or default_work_dir(), **settings))

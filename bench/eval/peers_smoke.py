@@ -2,9 +2,9 @@
 
 Documents are bags of noisy copies of topic vectors; each query is a noisy subset of one
 document's tokens and that document is its only relevant one. Checks: every peer runs
-without error, the two exact peers return the same top-10 with the same scores, fast-plaid
-finds most relevant documents, a second fast-plaid run with other search settings reuses the
-index, and bad arguments come back as errors instead of exceptions.
+without error, the two exact peers return the same top-10 with the same scores, fast-plaid and
+xtr-warp find most relevant documents, a second run of each with other search settings reuses
+its index, and bad arguments come back as errors instead of exceptions.
 Usage: python peers_smoke.py  (about a minute on 2 cores)
 """
 
@@ -84,6 +84,8 @@ def run_checks(work_dir: str):
     check(peers.evaluate(dataset.qrels, exact)[0] > 0.9, "brute force finds the sources")
     plaid_ndcg = peers.evaluate(dataset.qrels, results["fast-plaid"]["run"])[0]
     check(plaid_ndcg > 0.8, f"fast-plaid finds the sources (nDCG@10 {plaid_ndcg:.3f})")
+    warp_ndcg = peers.evaluate(dataset.qrels, results["xtr-warp"]["run"])[0]
+    check(warp_ndcg > 0.8, f"xtr-warp finds the sources (nDCG@10 {warp_ndcg:.3f})")
 
     swept = peers.run_peer("fast-plaid", dataset, k=10, work_dir=work_dir, n_ivf_probe=2,
                            n_full_scores=256)
@@ -92,6 +94,10 @@ def run_checks(work_dir: str):
           f"fast-plaid sweep reuses the index: {swept.get('config')}")
     check(peers.run_peer("fast-plaid", dataset, work_dir=work_dir, n_probe=2)["error"]
           is not None, "unknown fast-plaid setting is an error")
+    warp_swept = peers.run_peer("xtr-warp", dataset, k=10, work_dir=work_dir, nprobe=8, bound=64)
+    check(warp_swept["error"] is None and "reused" in warp_swept["notes"]
+          and "nprobe=8" in warp_swept["config"],
+          f"xtr-warp sweep reuses the index: {warp_swept.get('config')}")
     check(peers.run_peer("no-such-peer", dataset)["error"] is not None,
           "unknown peer is an error")
 

@@ -171,7 +171,7 @@ def plot_peers(results: Dict, path: str):
     rows = [r for r in results["configurations"] if not r.get("error") and r["group"] != "page"]
     figure, axes = plt.subplots(figsize=(8, 5))
     for system, marker in (("tessera", "o"), ("numpy-brute-force", "s"), ("maxsim-cpu", "D"),
-                           ("fast-plaid", "^")):
+                           ("fast-plaid", "^"), ("xtr-warp", "v")):
         points = [r for r in rows if r["system"] == system]
         if not points:
             continue
@@ -270,7 +270,7 @@ def summary(all_results: List[Dict]) -> str:
         figure("cascade-global", "cascade N=100", "qps", ".1f"))
     add("ingest docs/s (default collection, over gRPC)",
         figure("cascade", "exhaustive", "ingest_docs_per_s", ".0f"))
-    for peer in ("numpy-brute-force", "maxsim-cpu", "fast-plaid"):
+    for peer in ("numpy-brute-force", "maxsim-cpu", "fast-plaid", "xtr-warp"):
         def peer_cell(results, peer=peer):
             row = next((r for r in results["configurations"] if r["system"] == peer
                         and r.get("default", True)), None)

@@ -66,8 +66,11 @@ CODES_TRAINING_DOCUMENTS = 1000
 # of exact rescoring, n_full_scores 1,024 and 256 (its default 4,096 rescores whole sets this
 # small).
 FAST_PLAID_BUILD = {"n_samples_kmeans": 1024}
+# xtr-warp: its own per-query tuning first (optimize_hyperparams: nprobe 2-4 at these sizes),
+# then two deeper probes (bound = 8 · nprobe, as its tuning sets it) for its quality ceiling.
 PEER_SWEEPS = {"fast-plaid": [dict(FAST_PLAID_BUILD, batch_size=256, n_full_scores=1024),
-                              dict(FAST_PLAID_BUILD, batch_size=256, n_full_scores=256)]}
+                              dict(FAST_PLAID_BUILD, batch_size=256, n_full_scores=256)],
+               "xtr-warp": [{}, dict(nprobe=8, bound=64), dict(nprobe=16, bound=128)]}
 
 
 @dataclasses.dataclass
