@@ -17,6 +17,10 @@ setting whose recall@10 is at least --target_recall − 0.005.
                most of the build, and bench/eval's 1,024 are too few at scale. The index lives in
                --work_dir (default: a temporary folder, removed); one already built there with the
                same settings is reused, and its build seconds are then the earlier build's.
+  xtr-warp     CPU (xtr-warp-rs, WARP in Rust), built once with its defaults (4 bits, its own
+               centroid count) and searched with its own per-query tuning and with each nonzero
+               --xtr_nprobe (bound = 8·nprobe, as its tuning sets it); search num_threads =
+               --threads.
   numpy        exhaustive fp32 MaxSim on the first --check_queries queries: a check of the export,
                not a peer. Its top 10 must be the reference's (a document may differ only where
                its score ties the 10th within a relative 1e-4) or the script exits with status 1.
@@ -48,7 +52,7 @@ SAMPLE_VECTORS_PER_CENTROID = 32  # index/collection/shard.cc kSampleVectorsPerC
 
 
 def int_list(text: str) -> list:
-    return [int(value) for value in text.split(",")]
+    return [int(value) for value in text.split(",") if value]
 
 
 def parse_args():
@@ -67,8 +71,12 @@ def parse_args():
                         help="fast-plaid sweep, comma-separated")
     parser.add_argument("--n_samples_kmeans", type=int, default=0,
                         help="fast-plaid k-means sample in documents (0: 32 vectors per centroid)")
+    parser.add_argument("--xtr_nprobe", type=int_list, default="0,8,16,32",
+                        help="xtr-warp sweep of nprobe, comma-separated (0: its own tuning; "
+                             "bound = 8·nprobe otherwise); an empty value skips xtr-warp")
     parser.add_argument("--check_queries", type=int, default=3)
-    parser.add_argument("--work_dir", help="fast-plaid's index (default: a temporary folder)")
+    parser.add_argument("--work_dir",
+                        help="the peers' indexes (default: a temporary folder)")
     parser.add_argument("--json")
     return parser.parse_args()
 
@@ -157,20 +165,38 @@ def run_fast_plaid(dataset, reference, args, work_dir: str) -> list:
         result = peers.run_peer("fast-plaid", dataset, 10, work_dir, nbits=nbits,
                                 n_samples_kmeans=samples, batch_size=256, n_ivf_probe=probes,
                                 n_full_scores=full)
-        row = dict(engine="fast-plaid",
-                   setting=f"nbits={nbits}, n_ivf_probe={probes}, n_full_scores={full}",
-                   error=result["error"])
-        if "run" in result:
-            latencies = result["latencies_ms"]
-            row.update(build_s=result["index_seconds"],
-                       bytes_per_vector=result["index_bytes"] / len(dataset.corpus.tokens),
-                       p50_ms=float(np.percentile(latencies, 50)),
-                       p95_ms=float(np.percentile(latencies, 95)), qps=result["qps"],
-                       recall_at_10=recall_at_10(result["run"], dataset.queries.ids, reference),
-                       config=result["config"], notes=result["notes"])
-        rows.append(row)
-        print(format_row(row), flush=True)
+        rows.append(peer_row("fast-plaid",
+                             f"nbits={nbits}, n_ivf_probe={probes}, n_full_scores={full}",
+                             result, dataset, reference))
+        print(format_row(rows[-1]), flush=True)
     return rows
+
+
+def run_xtr_warp(dataset, reference, args, work_dir: str) -> list:
+    """One row per --xtr_nprobe; the index (its defaults: 4 bits, its own centroid count) is built
+    by the first and reused by the rest (peers.build_or_reuse)."""
+    rows = []
+    for nprobe in args.xtr_nprobe:
+        settings = dict(nprobe=nprobe, bound=8 * nprobe) if nprobe else {}
+        result = peers.run_peer("xtr-warp", dataset, 10, work_dir, **settings)
+        rows.append(peer_row("xtr-warp", f"nprobe={nprobe}, bound={8 * nprobe}" if nprobe
+                             else "its own tuning", result, dataset, reference))
+        print(format_row(rows[-1]), flush=True)
+    return rows
+
+
+def peer_row(engine: str, setting: str, result: dict, dataset, reference) -> dict:
+    """A peers.run_peer result as a table row."""
+    row = dict(engine=engine, setting=setting, error=result["error"])
+    if "run" in result:
+        latencies = result["latencies_ms"]
+        row.update(build_s=result["index_seconds"],
+                   bytes_per_vector=result["index_bytes"] / len(dataset.corpus.tokens),
+                   p50_ms=float(np.percentile(latencies, 50)),
+                   p95_ms=float(np.percentile(latencies, 95)), qps=result["qps"],
+                   recall_at_10=recall_at_10(result["run"], dataset.queries.ids, reference),
+                   config=result["config"], notes=result["notes"])
+    return row
 
 
 def engine_rows(name: str, bench: dict) -> list:
@@ -254,16 +280,19 @@ def main(args):
     print(HEADER)
     for row in rows:
         print(format_row(row), flush=True)
-    peer_rows = []
-    if args.nbits != [0]:
-        work_dir = args.work_dir or tempfile.mkdtemp(prefix="tessera-peers-at-scale-")
-        try:
-            peer_rows = run_fast_plaid(dataset, reference, args, work_dir)
-        finally:
-            if not args.work_dir:
-                shutil.rmtree(work_dir, ignore_errors=True)
+    peer_rows = {}
+    work_dir = args.work_dir or tempfile.mkdtemp(prefix="tessera-peers-at-scale-")
+    try:
+        if args.nbits != [0]:
+            peer_rows["fast-plaid"] = run_fast_plaid(dataset, reference, args, work_dir)
+        if args.xtr_nprobe:
+            peer_rows["xtr-warp"] = run_xtr_warp(dataset, reference, args, work_dir)
+    finally:
+        if not args.work_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+    all_peer_rows = [row for rows_of_peer in peer_rows.values() for row in rows_of_peer]
 
-    lines = equal_recall(rows + peer_rows, target)
+    lines = equal_recall(rows + all_peer_rows, target)
     print(f"QPS at equal recall@10 (target {target:.4f}, down to {target - RECALL_TOLERANCE:.4f}):")
     for line in lines:
         print(format_line(line))
@@ -271,12 +300,12 @@ def main(args):
                   stored_vectors=int(lengths.sum()), queries=len(dataset.queries),
                   reference_queries=len(reference), threads=len(os.sched_getaffinity(0)),
                   target_recall_at_10=target, recall_tolerance=RECALL_TOLERANCE,
-                  numpy_check=check, engines=engines, peers={"fast-plaid": peer_rows},
+                  numpy_check=check, engines=engines, peers=peer_rows,
                   qps_at_equal_recall=lines)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=2)
-    if any(row["error"] for row in peer_rows):
+    if any(row["error"] for row in all_peer_rows):
         sys.exit(1)
 
 
