@@ -15,6 +15,7 @@ import tempfile
 import numpy as np
 
 import embed
+import metrics
 import peers
 
 DIM = 384
@@ -81,10 +82,11 @@ def run_checks(work_dir: str):
     worst = max(abs(exact[q][d] - maxsim[q][d]) / abs(exact[q][d]) for q in exact for d in exact[q])
     check(same_lists and worst < 1e-3,
           f"maxsim-cpu = brute force (same top-10, max rel diff {worst:.1e})")
-    check(peers.evaluate(dataset.qrels, exact)[0] > 0.9, "brute force finds the sources")
-    plaid_ndcg = peers.evaluate(dataset.qrels, results["fast-plaid"]["run"])[0]
+    check(metrics.evaluate(dataset.qrels, exact)["ndcg@10"] > 0.9,
+          "brute force finds the sources")
+    plaid_ndcg = metrics.evaluate(dataset.qrels, results["fast-plaid"]["run"])["ndcg@10"]
     check(plaid_ndcg > 0.8, f"fast-plaid finds the sources (nDCG@10 {plaid_ndcg:.3f})")
-    warp_ndcg = peers.evaluate(dataset.qrels, results["xtr-warp"]["run"])[0]
+    warp_ndcg = metrics.evaluate(dataset.qrels, results["xtr-warp"]["run"])["ndcg@10"]
     check(warp_ndcg > 0.8, f"xtr-warp finds the sources (nDCG@10 {warp_ndcg:.3f})")
 
     swept = peers.run_peer("fast-plaid", dataset, k=10, work_dir=work_dir, n_ivf_probe=2,
