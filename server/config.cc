@@ -1,13 +1,17 @@
 #include "server/config.h"
 
+#include <fcntl.h>
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <set>
+#include <system_error>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +26,19 @@ using Setter = std::function<absl::Status(const std::string& value)>;
 absl::Status Bad(const std::string& name, const std::string& value, const std::string& expected) {
   return absl::InvalidArgumentError(
       absl::StrCat("--", name, " '", value, "', expected ", expected));
+}
+
+// "HOST:PORT": a non-empty host (a name, an IPv4 address or a bracketed IPv6 one) and a decimal
+// port 0-65535.
+bool IsHostPort(const std::string& value) {
+  const size_t colon = value.rfind(':');
+  if (colon == std::string::npos || colon == 0) return false;
+  const std::string port = value.substr(colon + 1);
+  uint32_t number = 0;
+  return !port.empty() && port.size() <= 5 &&
+         std::all_of(port.begin(), port.end(),
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) &&
+         absl::SimpleAtoi(port, &number) && number <= 65535;
 }
 
 // Every setting by name, with a parser that writes it into `config`. The names of true|false
@@ -61,10 +78,7 @@ std::map<std::string, Setter> Settings(ServerConfig* config, std::set<std::strin
   };
   auto address = [&settings](const std::string& name, std::string* field) {
     settings[name] = [name, field](const std::string& value) {
-      const size_t colon = value.rfind(':');
-      if (colon == std::string::npos || colon == 0 || colon + 1 == value.size()) {
-        return Bad(name, value, "HOST:PORT");
-      }
+      if (!IsHostPort(value)) return Bad(name, value, "HOST:PORT");
       *field = value;
       return absl::OkStatus();
     };
@@ -74,9 +88,32 @@ std::map<std::string, Setter> Settings(ServerConfig* config, std::set<std::strin
   text("etcd_ca", &config->etcd_ca);
   text("etcd_cert", &config->etcd_cert);
   text("etcd_key", &config->etcd_key);
-  text("data_dir", &config->data_dir);
-  text("listen", &config->listen);
-  text("metrics_listen", &config->metrics_listen);
+  settings["data_dir"] = [config](const std::string& value) {
+    if (value.empty()) {
+      return Bad("data_dir", value,
+                 "a directory (an empty path would put the data in the working directory)");
+    }
+    config->data_dir = value;
+    return absl::OkStatus();
+  };
+  settings["listen"] = [config](const std::string& value) {
+    const bool unix_socket = value.rfind("unix:", 0) == 0 && value.size() > 5;
+    if (!unix_socket && !IsHostPort(value)) {
+      return Bad("listen", value,
+                 "HOST:PORT with a port 0-65535 (e.g. 127.0.0.1:50051; port 0 picks a free one) "
+                 "or unix:PATH");
+    }
+    config->listen = value;
+    return absl::OkStatus();
+  };
+  settings["metrics_listen"] = [config](const std::string& value) {
+    if (!value.empty() && !IsHostPort(value)) {
+      return Bad("metrics_listen", value,
+                 "HOST:PORT with a port 0-65535 (e.g. 127.0.0.1:9464), or \"\" for none");
+    }
+    config->metrics_listen = value;
+    return absl::OkStatus();
+  };
   text("api_keys", &config->api_keys);
   text("cluster_key_file", &config->cluster_key_file);
   text("tls_cert", &config->tls_cert);
@@ -136,9 +173,29 @@ std::map<std::string, Setter> Settings(ServerConfig* config, std::set<std::strin
 }
 
 absl::Status ApplyYaml(const std::string& path, std::map<std::string, Setter>& settings) {
+  // Read here rather than by yaml-cpp, whose only word for a file it cannot read is "bad file".
+  std::string text;
+  {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    int error = fd < 0 ? errno : 0;
+    char buffer[1 << 16];
+    while (error == 0) {
+      const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) error = errno;
+      if (n <= 0) break;
+      text.append(buffer, static_cast<size_t>(n));
+    }
+    if (fd >= 0) ::close(fd);
+    if (error != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--config '", path,
+          "': cannot read it: ", std::error_code(error, std::generic_category()).message()));
+    }
+  }
   YAML::Node root;
   try {
-    root = YAML::LoadFile(path);
+    root = YAML::Load(text);
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("--config ", path, ": ", e.what()));
   }
@@ -237,6 +294,7 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
 
 std::string ServerUsage() {
   return R"(usage: tessera-server [--config FILE.yaml] [--flag value ...]
+       tessera-server --version | --help
 
   --role standalone|shard|router standalone: the public API over this process's data (default);
                                  shard: the internal ShardService, registered in etcd (needs
@@ -252,7 +310,8 @@ std::string ServerUsage() {
                                  --client-cert-auth); need --etcd_ca
   --advertise_address HOST:PORT  address a shard node registers (default: --listen's host and
                                  bound port)
-  --data_dir DIR                 where collections live (default ./tessera-data)
+  --data_dir DIR                 where collections live (default ./tessera-data); locked
+                                 (DIR/LOCK) while this process runs: one server per data dir
   --listen HOST:PORT             gRPC address (default 127.0.0.1:50051; port 0 picks one)
   --metrics_listen HOST:PORT     Prometheus /metrics and /healthz (default 127.0.0.1:9464; "" off)
   --api_keys FILE                "sha256:HASH SCOPES [name=NAME] [rate=N]" lines: enables auth

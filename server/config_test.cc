@@ -12,6 +12,7 @@ namespace tessera::server {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(ServerConfig, DefaultsFlagsAndYamlWithFlagsWinning) {
   auto config = ParseServerConfig({"tessera-server"});
@@ -68,6 +69,50 @@ TEST(ServerConfig, RejectsWhatItCannotUse) {
                 HasSubstr("keys must be plain names"))
         << bad_key;
   }
+  std::remove(yaml.c_str());
+}
+
+// Each flag the issue found answered with a misleading or no message: an empty data dir was taken
+// as the working directory, an address that is none was called one that "accepts connections
+// from other machines", and a config file that cannot be read was only a "bad file".
+TEST(ServerConfig, NamesWhatIsWrongWithAFlag) {
+  absl::Status status = ParseServerConfig({"s", "--data_dir", ""}).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("--data_dir '', expected a directory"));
+  status = ParseServerConfig({"s", "--data_dir="}).status();
+  EXPECT_THAT(status.message(), HasSubstr("--data_dir '', expected a directory"));
+
+  for (const char* bad : {"notanaddress", "127.0.0.1", ":50051", "127.0.0.1:", "127.0.0.1:http",
+                          "127.0.0.1:65536", "127.0.0.1:-1", "localhost:123456", "unix:"}) {
+    status = ParseServerConfig({"s", "--listen", bad}).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(status.message(),
+                HasSubstr(std::string("--listen '") + bad + "', expected HOST:PORT with a port"))
+        << bad;
+    EXPECT_THAT(status.message(), Not(HasSubstr("other machines"))) << bad;
+  }
+  for (const char* good : {"127.0.0.1:0", "127.0.0.1:65535", "localhost:50051", "[::1]:9"}) {
+    EXPECT_TRUE(ParseServerConfig({"s", "--listen", good}).ok()) << good;
+  }
+  status = ParseServerConfig({"s", "--metrics_listen", "nowhere"}).status();
+  EXPECT_THAT(status.message(), HasSubstr("--metrics_listen 'nowhere', expected HOST:PORT"));
+  auto config = ParseServerConfig({"s", "--metrics_listen", ""});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->metrics_listen, "");  // no metrics endpoint
+
+  // A missing file and a directory: the path and the OS's reason.
+  const std::string missing = ::testing::TempDir() + "/server_config_missing.yaml";
+  status = ParseServerConfig({"s", "--config", missing}).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr("--config '" + missing + "': cannot read it: No such file or directory"));
+  status = ParseServerConfig({"s", "--config", ::testing::TempDir()}).status();
+  EXPECT_THAT(status.message(), HasSubstr("cannot read it: Is a directory"));
+  // Keys from a file are checked as flags are.
+  const std::string yaml = ::testing::TempDir() + "/server_config_empty_dir.yaml";
+  std::ofstream(yaml) << "data_dir: \"\"\n";
+  EXPECT_THAT(ParseServerConfig({"s", "--config", yaml}).status().message(),
+              HasSubstr("--data_dir '', expected a directory"));
   std::remove(yaml.c_str());
 }
 

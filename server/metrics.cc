@@ -12,6 +12,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "tessera/base/version.h"
 
 namespace tessera::server {
 
@@ -68,6 +69,9 @@ void Metrics::SetGauge(const std::string& name, const std::string& labels, doubl
 std::string Metrics::Render() const {
   std::string out;
   MutexLock lock(&mu_);
+  absl::StrAppend(&out, "# HELP tessera_build_info The version this server was built from.\n",
+                  "# TYPE tessera_build_info gauge\n", "tessera_build_info{version=\"", Version(),
+                  "\",revision=\"", GitRevision(), "\"} 1\n");
   absl::StrAppend(&out, "# HELP tessera_rpc_total Finished RPCs by method and status code.\n",
                   "# TYPE tessera_rpc_total counter\n");
   for (const auto& [key, counter] : rpc_counts_) {
@@ -167,8 +171,9 @@ void MetricsHttpServer::Serve() {
         body = render_();
         type = "text/plain; version=0.0.4";
       } else if (request.rfind("GET /healthz", 0) == 0) {
-        status = "200 OK";
-        body = "ok\n";
+        const bool serving = serving_.load(std::memory_order_relaxed);
+        status = serving ? "200 OK" : "503 Service Unavailable";
+        body = serving ? "ok\n" : "draining\n";
       }
     }
     const std::string response =

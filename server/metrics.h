@@ -61,7 +61,8 @@ class Metrics {
   std::atomic<uint64_t> rerank_fallbacks_{0};
 };
 
-// Serves GET /metrics (render() output) and GET /healthz ("ok") over HTTP/1.0 on one thread.
+// Serves GET /metrics (render() output) and GET /healthz over HTTP/1.0 on one thread: 200 "ok"
+// while serving, 503 "draining" after SetServing(false) (as gRPC health's NOT_SERVING).
 class MetricsHttpServer {
  public:
   using Renderer = std::function<std::string()>;
@@ -70,6 +71,8 @@ class MetricsHttpServer {
                                                                   Renderer render);
   ~MetricsHttpServer();
   int port() const { return port_; }
+  // What /healthz answers from now on. Thread-safe.
+  void SetServing(bool serving) { serving_.store(serving, std::memory_order_relaxed); }
 
  private:
   MetricsHttpServer(int fd, int port, Renderer render);
@@ -79,6 +82,7 @@ class MetricsHttpServer {
   const int port_;
   const Renderer render_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> serving_{true};
   std::thread thread_;
 };
 

@@ -33,6 +33,7 @@
 #include "server/metrics.h"
 #include "server/services.h"
 #include "server/shard_service.h"
+#include "tessera/base/version.h"
 #include "tessera/cuda_maxsim.h"
 #include "tessera/engine.h"
 
@@ -368,6 +369,9 @@ int Run(const ServerConfig& config) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(config.listen, *credentials, &port);
+  // gRPC sets SO_REUSEPORT by default, so that a second server on a port in use also started and
+  // took a share of the connections: the port is this process's alone, or it does not start.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(static_cast<int>(config.max_message_bytes));
   // gRPC's own buffers (messages received before a handler admits them) under the same bound.
   grpc::ResourceQuota quota("tessera-server");
@@ -387,7 +391,10 @@ int Run(const ServerConfig& config) {
   }
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return Fail(absl::UnavailableError(absl::StrCat("cannot listen on ", config.listen)));
+    return Fail(absl::UnavailableError(
+        absl::StrCat("cannot listen on ", config.listen,
+                     ": the port is in use (by another process) or the host is not an address "
+                     "of this machine")));
   }
   std::unique_ptr<MetricsHttpServer> http;
   if (!config.metrics_listen.empty()) {
@@ -435,6 +442,7 @@ int Run(const ServerConfig& config) {
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   Log("info", "draining", {{"signal", strsignal(signal_number)}});
+  if (http != nullptr) http->SetServing(false);  // /healthz: 503 from now on
   // Routers stop choosing this node before it stops taking calls.
   registration.reset();
   // New calls are refused (UNAVAILABLE, health NOT_SERVING); open ones get the grace period.
@@ -466,6 +474,10 @@ int main(int argc, char** argv) {
   for (const std::string& arg : args) {
     if (arg == "--help" || arg == "-h") {
       std::cout << tessera::server::ServerUsage();
+      return 0;
+    }
+    if (arg == "--version") {
+      std::cout << "tessera-server " << tessera::VersionString() << "\n";
       return 0;
     }
   }

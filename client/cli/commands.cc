@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "client/cli/ingest.h"
 #include "client/npy/npy.h"
+#include "tessera/base/version.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::client {
@@ -30,6 +31,7 @@ constexpr FlagSpec kFlags[] = {
     {"tls-key", true},
     {"tls-server-name", true},
     {"help", false},
+    {"version", false},
     // Commands.
     {"json", false},
     {"dim", true},
@@ -592,6 +594,7 @@ absl::StatusOr<SearchOptions> SearchOptionsFromArgs(const ParsedArgs& args) {
 
 std::string TesseraUsage() {
   return R"(usage: tessera [GLOBAL FLAGS] COMMAND [ARGS] [FLAGS]
+       tessera --version | --help
 
 Global flags:
   --addr HOST:PORT        server address (default 127.0.0.1:50051)
@@ -641,6 +644,10 @@ int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, 
   const ParsedArgs& args = *parsed;
   if (args.Has("help")) {
     out << TesseraUsage();
+    return kExitOk;
+  }
+  if (args.Has("version")) {
+    out << "tessera " << VersionString() << "\n";
     return kExitOk;
   }
   if (args.positionals.empty()) return usage_error("no command given");

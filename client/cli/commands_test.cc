@@ -16,8 +16,10 @@ namespace tessera::client {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using ::testing::StartsWith;
 
 constexpr FlagSpec kSpecs[] = {{"k", true}, {"json", false}, {"filter", true}, {"help", false}};
 
@@ -72,6 +74,17 @@ int RunCli(const std::vector<std::string>& args, std::string* out = nullptr,
   if (out != nullptr) *out = out_stream.str();
   if (err != nullptr) *err = err_stream.str();
   return code;
+}
+
+// `tessera --version`: the project's version from CMake (and the git revision), exit 0, no
+// server needed. Before it existed, --version was an unknown flag (exit 2).
+TEST(RunTesseraCli, VersionPrintsTheProjectVersion) {
+  std::string out;
+  std::string err;
+  EXPECT_EQ(RunCli({"--version"}, &out, &err), kExitOk) << err;
+  EXPECT_THAT(out, StartsWith(std::string("tessera ") + TESSERA_PROJECT_VERSION));
+  EXPECT_THAT(out, EndsWith("\n"));
+  EXPECT_EQ(err, "");
 }
 
 TEST(RunTesseraCli, UsageErrorsExitWithTwoBeforeConnecting) {

@@ -3,7 +3,9 @@
 // is removed) and its shards. Dropped collections are moved to <data_dir>/trash and deleted when no
 // search holds them any more. A collection that cannot be opened because a file of it is corrupt
 // (DATA_LOSS) is kept aside as unavailable, so that one bad collection does not take the others
-// down with it.
+// down with it. <data_dir>/LOCK is locked (index/common/dir_lock.h) before anything else in the
+// directory is touched, and held until the engine and its collections are closed: a second
+// engine on the same data dir, in this process or another, fails to open and changes nothing.
 #include "tessera/engine.h"
 
 #include <algorithm>
@@ -19,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "index/collection/collection_impl.h"
 #include "index/collection/schema_codec.h"
+#include "index/common/dir_lock.h"
 #include "index/common/file_io.h"
 #include "tessera/base/mutex.h"
 #include "tessera/status_macros.h"
@@ -43,8 +46,9 @@ absl::StatusOr<CollectionSchema> ReadSchemaFile(const fs::path& dir) {
 
 class EngineImpl : public Engine {
  public:
-  EngineImpl(fs::path data_dir, internal::CollectionContext context)
-      : data_dir_(std::move(data_dir)), context_(std::move(context)) {}
+  EngineImpl(std::unique_ptr<internal::DirLock> lock, fs::path data_dir,
+             internal::CollectionContext context)
+      : lock_(std::move(lock)), data_dir_(std::move(data_dir)), context_(std::move(context)) {}
 
   ~EngineImpl() override {
     // Snapshot candidate indexes so the next open loads instead of replaying.
@@ -279,6 +283,8 @@ class EngineImpl : public Engine {
     absl::Status status;
   };
 
+  // First, so that it is released last: after every collection of this engine has closed.
+  const std::unique_ptr<internal::DirLock> lock_;
   const fs::path data_dir_;
   const internal::CollectionContext context_;
   mutable Mutex mu_;
@@ -423,7 +429,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& data_dir
     TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<MaxSimScorer> scorer, NewCpuMaxSimScorer(cpu));
     context.scorer = std::move(scorer);
   }
-  auto engine = std::make_unique<EngineImpl>(fs::path(data_dir), std::move(context));
+  // Before the trash and staging directories are emptied: they may be another engine's.
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<internal::DirLock> lock,
+                           internal::DirLock::Acquire(data_dir));
+  auto engine =
+      std::make_unique<EngineImpl>(std::move(lock), fs::path(data_dir), std::move(context));
   TESSERA_RETURN_IF_ERROR(engine->OpenExisting());
   return engine;
 }

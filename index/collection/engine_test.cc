@@ -1,7 +1,10 @@
-// Engine-level checks: schema checks that keep a write from failing after it is durable, and the
-// checkpoint/restore pair that copies a collection between engines.
+// Engine-level checks: schema checks that keep a write from failing after it is durable, the
+// checkpoint/restore pair that copies a collection between engines, and the data dir lock.
 #include "tessera/engine.h"
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -124,6 +127,56 @@ TEST(Engine, CheckpointRestoresAsTheCollectionWasAtTheCut) {
   ASSERT_TRUE(target.ok()) << target.status();
   EXPECT_EQ((*target)->ListCollections(), std::vector<std::string>{"c"});
   EXPECT_EQ((*(*target)->GetCollection("c"))->Stats().documents, 60);
+}
+
+// Two engines on one data dir: the second fails before it touches anything (the first one's
+// staging and trash directories keep their files, its collections keep working), names the
+// directory and the process that holds it, and opens once the first has closed.
+TEST(Engine, ADataDirInUseIsRefusedAndLeftAsItIs) {
+  constexpr int64_t kDim = 8;
+  TempDir dir;
+  auto first = Engine::Open(dir.path());
+  ASSERT_TRUE(first.ok()) << first.status();
+  CollectionSchema schema;
+  schema.name = "x";
+  schema.dim = kDim;
+  auto collection = (*first)->CreateCollection(schema);
+  ASSERT_TRUE(collection.ok()) << collection.status();
+  Corpus corpus(kDim, 3);
+  ASSERT_TRUE((*collection)->Upsert({corpus.Make("d0", 4)})[0].status.ok());
+  const std::string arriving = (*first)->StagingDirectory() + "/arriving";
+  const std::string dropped = dir.path() + "/trash/dropped";
+  ASSERT_TRUE(std::filesystem::create_directory(arriving));
+  ASSERT_TRUE(std::filesystem::create_directory(dropped));
+
+  auto second = Engine::Open(dir.path());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrCat("data dir '", dir.path(), "' is in use by pid ", getpid())));
+  EXPECT_TRUE(std::filesystem::exists(arriving));
+  EXPECT_TRUE(std::filesystem::exists(dropped));
+  EXPECT_TRUE((*collection)->Get("d0").ok());
+  ASSERT_TRUE((*collection)->Upsert({corpus.Make("d1", 4)})[0].status.ok());
+
+  collection = absl::NotFoundError("closed");
+  first->reset();
+  auto third = Engine::Open(dir.path());
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_EQ((*third)->ListCollections(), std::vector<std::string>{"x"});
+  EXPECT_EQ((*(*third)->GetCollection("x"))->Stats().documents, 2);
+  EXPECT_FALSE(std::filesystem::exists(arriving));  // a reopen empties what was unfinished
+}
+
+// On an empty data dir too: before the lock both engines opened, each created its own 'x', and
+// a restart kept only one of them.
+TEST(Engine, AnEmptyDataDirInUseIsRefused) {
+  TempDir dir;
+  const std::string data_dir = dir.path() + "/new";
+  auto first = Engine::Open(data_dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = Engine::Open(data_dir);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+  EXPECT_THAT(second.status().message(), HasSubstr(data_dir));
 }
 
 }  // namespace

@@ -41,7 +41,10 @@ class Engine {
  public:
   // Opens every collection under `data_dir` (created if missing). Fails as a whole only for what
   // concerns the data directory (cannot create it, a database held by another process, a full
-  // disk, an I/O error); corrupt collections are opened as unavailable (see above).
+  // disk, an I/O error); corrupt collections are opened as unavailable (see above). The engine
+  // holds an exclusive lock on `data_dir` (the file <data_dir>/LOCK) until it is destroyed:
+  // while another engine, in this process or another, holds it, Open changes nothing there and
+  // fails with FAILED_PRECONDITION "data dir '<data_dir>' is in use by pid N …".
   static absl::StatusOr<std::unique_ptr<Engine>> Open(const std::string& data_dir,
                                                       const EngineOptions& options = {});
   virtual ~Engine() = default;
