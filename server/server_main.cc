@@ -5,13 +5,17 @@
 // {"address":"HOST:PORT","role":"shard","state":"serving"}, held by a lease of kNodeLeaseSeconds
 // kept alive while the process runs, deleted on SIGTERM/SIGINT before draining. A node that dies
 // without that leaves the key to expire with its lease.
+#include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <mutex>
@@ -242,13 +246,48 @@ int Fail(const absl::Status& status) {
   return 1;
 }
 
+// SIGTERM and SIGINT write their number to this pipe (the self-pipe pattern); the main thread
+// reads the first one and drains. A handler rather than sigwait on a blocked set: threads that
+// libraries start before main (OpenBLAS's pool) do not block the signals, and a second SIGTERM
+// during draining, with no thread in sigwait, reached one of them and killed the process.
+int g_stop_pipe[2] = {-1, -1};
+
+extern "C" void OnStopSignal(int signal_number) {
+  const unsigned char byte = static_cast<unsigned char>(signal_number);
+  const int saved_errno = errno;
+  [[maybe_unused]] const ssize_t written = write(g_stop_pipe[1], &byte, 1);
+  errno = saved_errno;
+}
+
+// Installs OnStopSignal for SIGTERM and SIGINT for the rest of the process's life.
+absl::Status CatchStopSignals() {
+  if (pipe2(g_stop_pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+    return absl::InternalError(absl::StrCat("pipe2: ", strerror(errno)));
+  }
+  // Only the write end may not block (a full pipe drops the byte: a stop is already pending).
+  fcntl(g_stop_pipe[0], F_SETFL, 0);
+  struct sigaction action {};
+  action.sa_handler = OnStopSignal;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  for (int signal_number : {SIGTERM, SIGINT}) {
+    if (sigaction(signal_number, &action, nullptr) != 0) {
+      return absl::InternalError(absl::StrCat("sigaction: ", strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Blocks until SIGTERM or SIGINT arrives; returns its number.
+int WaitForStopSignal() {
+  unsigned char byte = 0;
+  while (read(g_stop_pipe[0], &byte, 1) != 1) {
+  }
+  return byte;
+}
+
 int Run(const ServerConfig& config) {
-  // SIGTERM and SIGINT are taken synchronously by the main thread (blocked everywhere else).
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  if (absl::Status status = CatchStopSignals(); !status.ok()) return Fail(status);
 
   std::unique_ptr<ApiKeys> keys;
   if (!config.api_keys.empty()) {
@@ -439,8 +478,8 @@ int Run(const ServerConfig& config) {
     registration = std::move(*registered);
   }
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number = WaitForStopSignal();
+  // Later signals only write to the pipe: the drain below runs to its end.
   Log("info", "draining", {{"signal", strsignal(signal_number)}});
   if (http != nullptr) http->SetServing(false);  // /healthz: 503 from now on
   // Routers stop choosing this node before it stops taking calls.

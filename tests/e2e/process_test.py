@@ -228,13 +228,19 @@ class DrainingHealthTest(unittest.TestCase):
                     time.sleep(0.05)
                     status = healthz(server)
                 self.assertEqual(status, (503, "draining\n"), server.log()[-2000:])
+                # More stop signals while draining change nothing (a second SIGTERM once reached
+                # a library thread that did not block it, and the default action killed the
+                # process with signal 15).
+                for repeated in (signal.SIGTERM, signal.SIGINT, signal.SIGTERM):
+                    server.process.send_signal(repeated)
+                time.sleep(0.5)
                 self.assertTrue(server.alive(), "exited while a call was open")
                 with server.client() as other:
                     self.assertEqual(other.health(), "NOT_SERVING")
             finally:
                 release.set()
             self.assertEqual(list(stream), [])  # the open call finishes normally
-        # The one SIGTERM above is enough: the server exits 0 once the call has finished.
+        # The first SIGTERM above is enough: the server exits 0 once the call has finished.
         self.assertEqual(server.process.wait(60), 0, server.log()[-2000:])
         server.process = None
 
