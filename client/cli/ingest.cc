@@ -1,6 +1,8 @@
 // The ingest command: input preparation, the resume journal check, and the stream workers.
 #include "client/cli/ingest.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <deque>
@@ -9,8 +11,6 @@
 #include <limits>
 #include <sstream>
 #include <thread>
-
-#include <unistd.h>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
@@ -310,7 +310,7 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path, absl::string_v
 // This machine's physical memory (no limit if it cannot be told): an archive that declares more
 // could not be held, whatever it compresses to.
 uint64_t PhysicalMemoryBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES);      // NOLINT(runtime/int): sysconf's type
+  const long pages = sysconf(_SC_PHYS_PAGES);     // NOLINT(runtime/int): sysconf's type
   const long page_size = sysconf(_SC_PAGE_SIZE);  // NOLINT(runtime/int)
   if (pages <= 0 || page_size <= 0) return std::numeric_limits<uint64_t>::max();
   return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
@@ -562,8 +562,8 @@ absl::StatusOr<IngestSummary> RunIngest(Client& client, const IngestConfig& conf
     batch_bytes += bytes;
   }
 
-  ProgressReporter progress(absl::StrCat("ingest ", TerminalSafe(config.collection)), to_send.size(),
-                            config.progress && !to_send.empty());
+  ProgressReporter progress(absl::StrCat("ingest ", TerminalSafe(config.collection)),
+                            to_send.size(), config.progress && !to_send.empty());
   IngestRun run(client, config, input.items, std::move(batches), *journal, progress);
   run.Run();
   progress.Finish();
