@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/ingest.h"
+#include "client/cli/terminal.h"
 #include "client/npy/npy.h"
 #include "tessera/base/version.h"
 #include "tessera/status_macros.h"
@@ -60,6 +61,7 @@ constexpr FlagSpec kFlags[] = {
     {"journal", true},
     {"no-resume", false},
     {"max-rate", true},
+    {"max-document-bytes", true},
     {"no-progress", false},
     {"query", true},
     {"k", true},
@@ -95,7 +97,7 @@ const std::vector<CommandSpec>& Commands() {
       {"ingest",
        2,
        {"meta", "streams", "batch", "batch-bytes", "journal", "no-resume", "max-rate",
-        "no-progress", "json"}},
+        "max-document-bytes", "no-progress", "json"}},
       {"search",
        1,
        {"query", "k", "num-candidates", "per-token-candidates", "nprobe", "exhaustive", "explain",
@@ -151,7 +153,9 @@ std::string SpatialModeToString(v1::SpatialPooling::Mode mode) {
   }
 }
 
-std::string Quote(absl::string_view value) { return absl::StrCat("'", value, "'"); }
+// A name, id or string value from the server (or the command line) in quotes for human output,
+// escaped for the terminal.
+std::string Quote(absl::string_view value) { return absl::StrCat("'", TerminalSafe(value), "'"); }
 
 std::string WithThousands(uint64_t value) {
   std::string digits = absl::StrCat(value);
@@ -166,7 +170,7 @@ std::string WithThousands(uint64_t value) {
 std::string AttributeValueToString(const AttributeValue& value) {
   if (const auto* i = std::get_if<int64_t>(&value)) return absl::StrCat(*i);
   if (const auto* d = std::get_if<double>(&value)) return Json(*d).Dump();
-  return JsonQuote(std::get<std::string>(value));
+  return Quote(std::get<std::string>(value));
 }
 
 // Splits "a, 'b,c', d" at commas outside quotes.
@@ -323,7 +327,7 @@ class Cli {
       json.Set("collections", std::move(list));
       out_ << json.Dump() << "\n";
     } else {
-      for (const std::string& name : names) out_ << name << "\n";
+      for (const std::string& name : names) out_ << TerminalSafe(name) << "\n";
     }
     return absl::OkStatus();
   }
@@ -365,7 +369,7 @@ class Cli {
     for (size_t i = 0; i < summary.failures.size() && i < kShown; ++i) {
       const auto& [id, status] = summary.failures[i];
       err_ << "tessera: document " << Quote(id) << ": " << absl::StatusCodeToString(status.code())
-           << ": " << status.message() << "\n";
+           << ": " << TerminalSafe(status.message(), TerminalBackslash::kKeep) << "\n";
     }
     if (summary.failures.size() > kShown) {
       err_ << "tessera: … and " << summary.failures.size() - kShown << " more failed documents\n";
@@ -406,32 +410,7 @@ class Cli {
       out_ << internal::SearchResultToJson(result, options.explain).Dump() << "\n";
       return absl::OkStatus();
     }
-    if (result.hits.empty()) out_ << "no results\n";
-    size_t id_width = 2;
-    for (const SearchHit& hit : result.hits) id_width = std::max(id_width, hit.id.size());
-    if (!result.hits.empty()) {
-      out_ << absl::StrFormat("%4s  %-*s  %12s  %s\n", "rank", static_cast<int>(id_width), "id",
-                              "score", "version");
-    }
-    for (size_t i = 0; i < result.hits.size(); ++i) {
-      const SearchHit& hit = result.hits[i];
-      out_ << absl::StrFormat("%4d  %-*s  %12.6f  %d\n", i + 1, static_cast<int>(id_width), hit.id,
-                              hit.score, hit.version);
-      for (const TokenMatch& match : hit.explanation) {
-        out_ << absl::StrFormat("        query token %d -> vector %d (tokens %s)  %.4f\n",
-                                match.query_token, match.document_vector,
-                                absl::StrJoin(match.covered_tokens, ","), match.similarity);
-      }
-    }
-    out_ << absl::StrFormat(
-        "%d documents scored%s; candidates %.3f ms, fetch %.3f ms, rerank %.3f ms, total %.3f ms\n",
-        result.documents_scored, result.exhaustive ? " (exhaustive)" : "",
-        result.timings.candidates_ms, result.timings.fetch_ms, result.timings.rerank_ms,
-        result.timings.total_ms);
-    if (!result.missing_shards.empty()) {
-      out_ << "partial results: no replica answered for shard(s) "
-           << absl::StrJoin(result.missing_shards, ", ") << "\n";
-    }
+    out_ << internal::SearchResultToText(result);
     return absl::OkStatus();
   }
 
@@ -442,27 +421,7 @@ class Cli {
       out_ << internal::StoredDocumentToJson(document, vectors).Dump() << "\n";
       return absl::OkStatus();
     }
-    out_ << "id          " << document.id << "\n";
-    out_ << "version     " << document.version << "\n";
-    out_ << "tokens      " << document.num_tokens << "\n";
-    out_ << "vectors     " << document.num_vectors << " x " << document.dim << " ("
-         << DtypeToString(document.stored_dtype) << ")\n";
-    out_ << "layout      " << DescribeLayout(document.layout) << "\n";
-    out_ << "attributes ";
-    if (document.attributes.empty()) out_ << " none";
-    for (const auto& [name, value] : document.attributes) {
-      out_ << " " << name << "=" << AttributeValueToString(value);
-    }
-    out_ << "\n";
-    if (vectors) {
-      for (uint32_t v = 0; v < document.num_vectors; ++v) {
-        out_ << absl::StrFormat("[%d]", v);
-        for (uint32_t c = 0; c < document.dim; ++c) {
-          out_ << " " << Json(document.vectors[static_cast<size_t>(v) * document.dim + c]).Dump();
-        }
-        out_ << "\n";
-      }
-    }
+    out_ << internal::StoredDocumentToText(document, vectors);
     return absl::OkStatus();
   }
 
@@ -495,9 +454,9 @@ class Cli {
       for (const v1::ShardStatus& shard : info.shards) {
         std::vector<std::string> replicas;
         for (const v1::ReplicaStatus& replica : shard.replicas()) {
-          replicas.push_back(absl::StrCat(replica.node_id(), " (", replica.state(),
-                                          replica.address().empty() ? "" : ", ", replica.address(),
-                                          ")"));
+          replicas.push_back(absl::StrCat(
+              TerminalSafe(replica.node_id()), " (", TerminalSafe(replica.state()),
+              replica.address().empty() ? "" : ", ", TerminalSafe(replica.address()), ")"));
         }
         out_ << "  shard " << shard.shard() << "  " << absl::StrJoin(replicas, ", ") << "\n";
       }
@@ -527,8 +486,9 @@ class Cli {
         WithThousands(stats.disk_bytes()), stats.disk_bytes_per_original_token(),
         stats.disk_bytes_per_rerank_vector());
     out_ << "  candidate indexes   "
-         << (stats.candidate_indexes().empty() ? "none"
-                                               : absl::StrJoin(stats.candidate_indexes(), ", "))
+         << (stats.candidate_indexes().empty()
+                 ? "none"
+                 : TerminalSafe(absl::StrJoin(stats.candidate_indexes(), ", ")))
          << (stats.training_shards() > 0 ? absl::StrCat(" (", stats.training_shards(), " training)")
                                          : std::string())
          << "\n";
@@ -563,6 +523,14 @@ absl::StatusOr<IngestConfig> IngestConfigFromArgs(const ParsedArgs& args) {
   }
   if (auto v = args.Get("max-rate")) {
     TESSERA_ASSIGN_OR_RETURN(config.max_rate, ParseDoubleFlag("max-rate", *v));
+  }
+  if (auto v = args.Get("max-document-bytes")) {
+    uint64_t bytes = 0;
+    if (!absl::SimpleAtoi(*v, &bytes) || bytes == 0) {
+      return Usage(absl::StrCat("--max-document-bytes expects a positive integer, got '",
+                                TerminalSafe(*v), "'"));
+    }
+    config.max_document_bytes = bytes;
   }
   config.resume = !args.Has("no-resume");
   config.progress = !args.Has("no-progress");
@@ -616,12 +584,15 @@ Commands:
   collections get NAME [--json]                  schema and statistics
   collections drop NAME
   ingest NAME FILE.npz [--meta FILE.jsonl] [--streams N] [--batch B] [--batch-bytes BYTES]
-          [--journal PATH] [--no-resume] [--max-rate DOCS_PER_S] [--no-progress] [--json]
+          [--journal PATH] [--no-resume] [--max-rate DOCS_PER_S] [--max-document-bytes BYTES]
+          [--no-progress] [--json]
       FILE.npz holds one 2-D float array (tokens x dim) per document, keyed by its id (a .npy
       file is one document named by its stem); each line of FILE.jsonl is
       {"id":…,"attributes":{…},"layout":{"rows":R,"cols":C,"prefix":K,"suffix":K}}.
       Acknowledged documents are recorded in FILE.npz.tessera-ingest (or --journal PATH); a rerun
-      skips those whose content is unchanged (--no-resume sends everything again).
+      skips those whose content is unchanged (--no-resume sends everything again). An array
+      over --max-document-bytes (default 67108864, the server's default message limit) is
+      refused from the archive's headers, before anything is inflated.
   search NAME --query Q.npy [--k K] [--num-candidates N] [--per-token-candidates N]
           [--nprobe P] [--exhaustive] [--explain] [--filter EXPR ...] [--allow-partial] [--json]
       EXPR: FIELD==V, FIELD!=V, FIELD<V, FIELD<=V, FIELD>V, FIELD>=V, or "FIELD in V1,V2,…"
@@ -636,7 +607,8 @@ Exit status: 0 success, 1 failure ("tessera: CODE: message" on stderr), 2 usage 
 
 int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& err) {
   auto usage_error = [&](absl::string_view message) {
-    err << "tessera: " << message << "\n(run 'tessera --help' for usage)\n";
+    err << "tessera: " << TerminalSafe(message, TerminalBackslash::kKeep)
+        << "\n(run 'tessera --help' for usage)\n";
     return kExitUsage;
   };
   absl::StatusOr<ParsedArgs> parsed = ParseArgs(arguments, kFlags);
@@ -738,7 +710,8 @@ int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, 
   }
   out.flush();
   if (status.ok()) return kExitOk;
-  err << "tessera: " << absl::StatusCodeToString(status.code()) << ": " << status.message() << "\n";
+  err << "tessera: " << absl::StatusCodeToString(status.code()) << ": "
+      << TerminalSafe(status.message(), TerminalBackslash::kKeep) << "\n";
   return kExitError;
 }
 
@@ -967,6 +940,69 @@ absl::StatusOr<FilterCondition> ParseFilterExpression(
   return condition;
 }
 
+std::string SearchResultToText(const SearchResult& result) {
+  std::string text;
+  if (result.hits.empty()) text += "no results\n";
+  // Ids escaped for the terminal: a newline or an escape sequence in an id cannot forge a row.
+  std::vector<std::string> ids;
+  size_t id_width = 2;
+  for (const SearchHit& hit : result.hits) {
+    ids.push_back(TerminalSafe(hit.id));
+    id_width = std::max(id_width, ids.back().size());
+  }
+  if (!result.hits.empty()) {
+    text += absl::StrFormat("%4s  %-*s  %12s  %s\n", "rank", static_cast<int>(id_width), "id",
+                            "score", "version");
+  }
+  for (size_t i = 0; i < result.hits.size(); ++i) {
+    const SearchHit& hit = result.hits[i];
+    text += absl::StrFormat("%4d  %-*s  %12.6f  %d\n", i + 1, static_cast<int>(id_width), ids[i],
+                            hit.score, hit.version);
+    for (const TokenMatch& match : hit.explanation) {
+      text += absl::StrFormat("        query token %d -> vector %d (tokens %s)  %.4f\n",
+                              match.query_token, match.document_vector,
+                              absl::StrJoin(match.covered_tokens, ","), match.similarity);
+    }
+  }
+  text += absl::StrFormat(
+      "%d documents scored%s; candidates %.3f ms, fetch %.3f ms, rerank %.3f ms, total %.3f ms\n",
+      result.documents_scored, result.exhaustive ? " (exhaustive)" : "",
+      result.timings.candidates_ms, result.timings.fetch_ms, result.timings.rerank_ms,
+      result.timings.total_ms);
+  if (!result.missing_shards.empty()) {
+    absl::StrAppend(&text, "partial results: no replica answered for shard(s) ",
+                    absl::StrJoin(result.missing_shards, ", "), "\n");
+  }
+  return text;
+}
+
+std::string StoredDocumentToText(const StoredDocument& document, bool with_vectors) {
+  std::string text;
+  absl::StrAppend(&text, "id          ", TerminalSafe(document.id), "\n");
+  absl::StrAppend(&text, "version     ", document.version, "\n");
+  absl::StrAppend(&text, "tokens      ", document.num_tokens, "\n");
+  absl::StrAppend(&text, "vectors     ", document.num_vectors, " x ", document.dim, " (",
+                  DtypeToString(document.stored_dtype), ")\n");
+  absl::StrAppend(&text, "layout      ", DescribeLayout(document.layout), "\n");
+  text += "attributes ";
+  if (document.attributes.empty()) text += " none";
+  for (const auto& [name, value] : document.attributes) {
+    absl::StrAppend(&text, " ", TerminalSafe(name), "=", AttributeValueToString(value));
+  }
+  text += "\n";
+  if (with_vectors) {
+    for (uint32_t v = 0; v < document.num_vectors; ++v) {
+      absl::StrAppend(&text, "[", v, "]");
+      for (uint32_t c = 0; c < document.dim; ++c) {
+        absl::StrAppend(&text, " ",
+                        Json(document.vectors[static_cast<size_t>(v) * document.dim + c]).Dump());
+      }
+      text += "\n";
+    }
+  }
+  return text;
+}
+
 Json AttributesToJson(const Attributes& attributes) {
   Json json = Json::Object();
   for (const auto& [name, value] : attributes) {
@@ -1185,7 +1221,7 @@ std::string DescribeSchema(const v1::CollectionSchema& schema) {
   } else {
     absl::StrAppend(&text, ", candidates pooled p=", c.pool_factor() == 0 ? 4u : c.pool_factor());
   }
-  absl::StrAppend(&text, " (", c.factory().empty() ? "auto" : c.factory(), ")");
+  absl::StrAppend(&text, " (", c.factory().empty() ? "auto" : TerminalSafe(c.factory()), ")");
   const uint32_t shards = schema.num_shards() == 0 ? 1 : schema.num_shards();
   absl::StrAppend(&text, ", ", shards, shards == 1 ? " shard" : " shards");
   if (!schema.attributes().empty()) {
@@ -1193,7 +1229,7 @@ std::string DescribeSchema(const v1::CollectionSchema& schema) {
                                                     schema.attributes().end());
     std::vector<std::string> fields;
     for (const auto& [name, type] : sorted) {
-      fields.push_back(absl::StrCat(name, ":", AttributeTypeToString(type)));
+      fields.push_back(absl::StrCat(TerminalSafe(name), ":", AttributeTypeToString(type)));
     }
     absl::StrAppend(&text, ", attributes ", absl::StrJoin(fields, " "));
   }

@@ -60,6 +60,12 @@ Json ShardsToJson(const std::vector<v1::ShardStatus>& shards);
 Json SchemaToJson(const v1::CollectionSchema& schema);
 Json AttributesToJson(const Attributes& attributes);
 
+// Human outputs, every id, name and string value escaped for the terminal (TerminalSafe).
+// The table of `search`: rank, id, score, version (and the explanation), then the timings.
+std::string SearchResultToText(const SearchResult& result);
+// The fields of `get`, one per line, and with `with_vectors` one line per vector.
+std::string StoredDocumentToText(const StoredDocument& document, bool with_vectors);
+
 // One line describing a schema: "dim 128, fp16, ward pooling p=2, candidates pooled p=4 (auto)…".
 std::string DescribeSchema(const v1::CollectionSchema& schema);
 

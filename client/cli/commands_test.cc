@@ -3,6 +3,7 @@
 // progress lines.
 #include "client/cli/commands.h"
 
+#include <algorithm>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -405,6 +406,36 @@ TEST(JsonOutput, Stats) {
             R"("vectors_per_document":8.0,"disk_bytes_per_original_token":25.72,)"
             R"("disk_bytes_per_rerank_vector":51.44,"candidate_indexes":["IDMap2,Flat"],)"
             R"("resident_bytes":614400,"candidate_bytes":98304,"training_shards":1})");
+}
+
+TEST(TextOutput, SearchTableEscapesIds) {
+  SearchResult result;
+  result.hits.push_back(SearchHit{"doc-1", 12.5f, 2, {}});
+  // An id that would clear the screen, forge a second row and read backwards.
+  result.hits.push_back(SearchHit{"\x1b[2J\n   9  forged\u202E", 0.5f, 1, {}});
+  result.documents_scored = 2;
+  const std::string text = internal::SearchResultToText(result);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(text.find("\u202E"), std::string::npos) << text;
+  EXPECT_THAT(text, HasSubstr("   2  \\x1b[2J\\n   9  forged\\u202e      0.500000  1\n"));
+  // One header, two rows, the timings: four lines, the columns aligned on the escaped id.
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 4) << text;
+  // The escaped id is 27 characters: doc-1 is padded to them, then two spaces and the score.
+  EXPECT_THAT(text, HasSubstr("   1  doc-1" + std::string(22 + 2 + 3, ' ') + "12.500000  2\n"));
+}
+
+TEST(TextOutput, StoredDocumentEscapesIdAndAttributes) {
+  StoredDocument document;
+  document.id = std::string("evil\0\x1b]0;title\a", 15);
+  document.version = 1;
+  document.attributes = {{"na\nme", std::string("v\x1b[31mred\u2067")}, {"n", int64_t{3}}};
+  const std::string text = internal::StoredDocumentToText(document, false);
+  EXPECT_THAT(text, HasSubstr("id          evil\\x00\\x1b]0;title\\x07\n"));
+  EXPECT_THAT(text, HasSubstr("attributes  n=3 na\\nme='v\\x1b[31mred\\u2067'\n"));
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 6) << text;
+  for (const char c : text) {
+    EXPECT_TRUE(c == '\n' || static_cast<unsigned char>(c) >= 0x20) << text;
+  }
 }
 
 TEST(Progress, Lines) {

@@ -1,6 +1,8 @@
 // The ingest command: input preparation, the resume journal check, and the stream workers.
 #include "client/cli/ingest.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <deque>
@@ -18,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "client/cli/ingest_journal.h"
 #include "client/cli/progress.h"
+#include "client/cli/terminal.h"
 #include "tessera/base/mutex.h"
 #include "tessera/status_macros.h"
 
@@ -304,6 +307,15 @@ absl::StatusOr<std::string> ReadTextFile(const std::string& path, absl::string_v
   return contents.str();
 }
 
+// This machine's physical memory (no limit if it cannot be told): an archive that declares more
+// could not be held, whatever it compresses to.
+uint64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES);     // NOLINT(runtime/int): sysconf's type
+  const long page_size = sysconf(_SC_PAGE_SIZE);  // NOLINT(runtime/int)
+  if (pages <= 0 || page_size <= 0) return std::numeric_limits<uint64_t>::max();
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page_size);
+}
+
 }  // namespace
 
 absl::StatusOr<std::map<std::string, DocumentMeta>> ParseMetaJsonl(
@@ -476,7 +488,15 @@ absl::StatusOr<IngestSummary> RunIngest(Client& client, const IngestConfig& conf
     TESSERA_ASSIGN_OR_RETURN(NpyArray array, ReadNpyFile(config.npz_path));
     entries.emplace_back(std::filesystem::path(config.npz_path).stem().string(), std::move(array));
   } else {
-    TESSERA_ASSIGN_OR_RETURN(entries, ReadNpzFile(config.npz_path));
+    // The archive's declared sizes are checked before anything is inflated: no array over the
+    // document limit, and no more in all than this machine's memory.
+    NpzLimits limits;
+    limits.max_array_bytes = config.max_document_bytes;
+    limits.max_total_bytes = PhysicalMemoryBytes();
+    limits.array_limit_hint =
+        "set by --max-document-bytes; the server refuses messages over its --max_message_bytes";
+    limits.total_limit_hint = "this machine's memory";
+    TESSERA_ASSIGN_OR_RETURN(entries, ReadNpzFile(config.npz_path, limits));
   }
   IngestInput input = PrepareIngestInput(std::move(entries), std::move(meta));
   if (input.unmatched_meta > 0) {
@@ -511,8 +531,8 @@ absl::StatusOr<IngestSummary> RunIngest(Client& client, const IngestConfig& conf
       absl::StatusOr<StoredDocument> stored = client.Get(config.collection, id);
       if (stored.ok()) continue;
       if (!absl::IsNotFound(stored.status())) return stored.status();
-      err << "tessera: warning: the journal " << summary.journal_path << " lists '" << id
-          << "' as stored but collection '" << config.collection
+      err << "tessera: warning: the journal " << TerminalSafe(summary.journal_path) << " lists '"
+          << TerminalSafe(id) << "' as stored but collection '" << TerminalSafe(config.collection)
           << "' does not have it; ignoring the journal and sending every document\n";
       TESSERA_RETURN_IF_ERROR(journal->Reset());
       would_skip.clear();
@@ -542,8 +562,8 @@ absl::StatusOr<IngestSummary> RunIngest(Client& client, const IngestConfig& conf
     batch_bytes += bytes;
   }
 
-  ProgressReporter progress(absl::StrCat("ingest ", config.collection), to_send.size(),
-                            config.progress && !to_send.empty());
+  ProgressReporter progress(absl::StrCat("ingest ", TerminalSafe(config.collection)),
+                            to_send.size(), config.progress && !to_send.empty());
   IngestRun run(client, config, input.items, std::move(batches), *journal, progress);
   run.Run();
   progress.Finish();

@@ -35,6 +35,10 @@ struct IngestConfig {
   bool resume = true;            // false: start the journal over and send everything
   double max_rate = 0;           // documents per second over all streams; 0 = unlimited
   bool progress = true;
+  // The largest array read from the input (rows × dim × the file's itemsize): a document travels
+  // in one Upsert message, and the server's default --max_message_bytes is 64 MiB. Checked, as is
+  // the archive's declared total against this machine's memory, before anything is inflated.
+  uint64_t max_document_bytes = uint64_t{64} << 20;
 };
 
 // One line of the sidecar:

@@ -317,7 +317,12 @@ absl::Status ParseDescr(const PyValue& value, absl::string_view source, NpyHeade
   return absl::OkStatus();
 }
 
-absl::StatusOr<NpyHeader> ParseHeader(absl::string_view bytes, absl::string_view source) {
+// Parses the preamble and header at the start of `bytes`, which must hold at least the whole
+// header, of a payload of `total_size` bytes in all (bytes.size() when `bytes` is the whole
+// payload, more when it is a prefix read ahead); the shape's data size must be what follows the
+// header. `size_origin` says in messages where `total_size` comes from ("the file has").
+absl::StatusOr<NpyHeader> ParseHeader(absl::string_view bytes, absl::string_view source,
+                                      uint64_t total_size, absl::string_view size_origin) {
   if (bytes.size() < kMagic.size() || bytes.substr(0, kMagic.size()) != kMagic) {
     return absl::InvalidArgumentError(absl::StrCat(source, ": not an NPY file: starts with ",
                                                    Quote(bytes.substr(0, kMagic.size())),
@@ -349,10 +354,15 @@ absl::StatusOr<NpyHeader> ParseHeader(absl::string_view bytes, absl::string_view
                                                    major, ".", minor,
                                                    "; expected 1.0, 2.0 or 3.0"));
   }
-  if (header_len > bytes.size() - prefix) {
+  if (header_len > total_size - prefix) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": truncated: the header is ", header_len, " bytes but only ",
-                     bytes.size() - prefix, " bytes follow the preamble"));
+                     total_size - prefix, " bytes follow the preamble"));
+  }
+  if (header_len > bytes.size() - prefix) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": the header of ", header_len,
+                                                   " bytes is longer than the ", bytes.size(),
+                                                   " bytes read ahead for it"));
   }
   const absl::string_view text = bytes.substr(prefix, header_len);
   const absl::string_view shown = absl::StripTrailingAsciiWhitespace(text);  // For messages.
@@ -417,12 +427,12 @@ absl::StatusOr<NpyHeader> ParseHeader(absl::string_view bytes, absl::string_view
         absl::StrCat(source, ": shape ", ShapeString(header.shape), " has too many elements"));
   }
   header.data_size = static_cast<size_t>(data_size);
-  const size_t available = bytes.size() - header.data_offset;
+  const uint64_t available = total_size - header.data_offset;
   if (available != header.data_size) {
     return absl::InvalidArgumentError(
         absl::StrCat(source, ": ", available < header.data_size ? "truncated: " : "", "shape ",
                      ShapeString(header.shape), " of ", NpyDtypeName(header.dtype), " needs ",
-                     header.data_size, " bytes of data, but the file has ", available));
+                     header.data_size, " bytes of data, but ", size_origin, " ", available));
   }
   return header;
 }
@@ -652,7 +662,8 @@ NpyArray NpyArray::FromInt64(absl::Span<const int64_t> values) {
 }
 
 absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes, absl::string_view source) {
-  TESSERA_ASSIGN_OR_RETURN(const NpyHeader header, ParseHeader(bytes, source));
+  TESSERA_ASSIGN_OR_RETURN(const NpyHeader header,
+                           ParseHeader(bytes, source, bytes.size(), "the file has"));
   NpyArray array;
   array.dtype = header.dtype;
   array.shape = header.shape;
@@ -701,6 +712,8 @@ std::string QuoteForMessage(absl::string_view text) {
   return out;
 }
 
+std::string ShapeStringForMessage(absl::Span<const int64_t> shape) { return ShapeString(shape); }
+
 std::string NpyHeaderBytes(const NpyArray& array) {
   std::string dict =
       absl::StrCat("{'descr': '", Descr(array.dtype),
@@ -724,7 +737,7 @@ absl::StatusOr<NpyArray> ParseNpyBuffer(std::vector<uint8_t> buffer, absl::strin
   TESSERA_ASSIGN_OR_RETURN(
       const NpyHeader header,
       ParseHeader(absl::string_view(reinterpret_cast<const char*>(buffer.data()), buffer.size()),
-                  source));
+                  source, buffer.size(), "the file has"));
   NpyArray array;
   array.dtype = header.dtype;
   array.shape = header.shape;
@@ -735,6 +748,18 @@ absl::StatusOr<NpyArray> ParseNpyBuffer(std::vector<uint8_t> buffer, absl::strin
   array.data = std::move(buffer);
   Normalize(header, &array);
   return array;
+}
+
+absl::StatusOr<NpyHeaderInfo> ParseNpyHeader(absl::string_view prefix, uint64_t total_size,
+                                             absl::string_view source,
+                                             absl::string_view size_origin) {
+  TESSERA_ASSIGN_OR_RETURN(NpyHeader header, ParseHeader(prefix, source, total_size, size_origin));
+  NpyHeaderInfo info;
+  info.dtype = header.dtype;
+  info.shape = std::move(header.shape);
+  info.data_offset = header.data_offset;
+  info.data_size = header.data_size;
+  return info;
 }
 
 absl::StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path) {

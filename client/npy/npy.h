@@ -89,6 +89,9 @@ namespace internal {
 // shortened to 200 bytes.
 std::string QuoteForMessage(absl::string_view text);
 
+// A shape as NumPy prints it: "(3,)", "(2, 5)".
+std::string ShapeStringForMessage(absl::Span<const int64_t> shape);
+
 // The NPY preamble and header (magic, version, header length, dict, padding) for `array`, which
 // must be valid.
 std::string NpyHeaderBytes(const NpyArray& array);
@@ -96,6 +99,23 @@ std::string NpyHeaderBytes(const NpyArray& array);
 // ParseNpy on a buffer that it takes over: the array's data reuses the buffer's storage (the data
 // is moved to its front), so a large payload is not copied a second time.
 absl::StatusOr<NpyArray> ParseNpyBuffer(std::vector<uint8_t> buffer, absl::string_view source);
+
+// What an NPY header says, read before the data is at hand.
+struct NpyHeaderInfo {
+  NpyDtype dtype = NpyDtype::kFloat32;
+  std::vector<int64_t> shape;
+  uint64_t data_offset = 0;  // the preamble and header: where the data starts
+  uint64_t data_size = 0;    // product(shape) × itemsize
+};
+
+// Parses the NPY preamble and header at the start of `prefix` for a payload of `total_size` bytes
+// of which `prefix` is the beginning (it must hold the whole header; the data may be cut off), and
+// checks that the shape's data is exactly what follows the header: INVALID_ARGUMENT otherwise,
+// "…needs N bytes of data, but SIZE_ORIGIN M" (e.g. "the ZIP directory declares"), as for every
+// error ParseNpy reports about a header. `total_size` ≥ prefix.size().
+absl::StatusOr<NpyHeaderInfo> ParseNpyHeader(absl::string_view prefix, uint64_t total_size,
+                                             absl::string_view source,
+                                             absl::string_view size_origin = "the file has");
 
 // Reads the whole file at `path` into memory. Errors as ReadNpyFile.
 absl::StatusOr<std::vector<uint8_t>> ReadFileBytes(const std::string& path);

@@ -1,7 +1,8 @@
 // The .npz reader and writer: just enough of the ZIP format (PKWARE APPNOTE 6.3) for what NumPy
 // writes and reads. The reader trusts nothing: every offset and length from the file is checked
-// against the bytes actually present before it is used, and a deflated member's buffer grows with
-// what inflate really produces rather than with the size the directory claims.
+// against the bytes actually present before it is used; every member's declared sizes (central
+// directory, local header, and the shape × dtype of its .npy header) must agree and fit the
+// caller's limits before the member is inflated, and inflation stops at the declared size.
 #include "client/npy/npz.h"
 
 #include <zlib.h>
@@ -13,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
 #include "tessera/status_macros.h"
 
 namespace tessera {
@@ -34,6 +36,7 @@ constexpr uint16_t kSaturated16 = 0xffff;
 constexpr uint16_t kMethodStored = 0;
 constexpr uint16_t kMethodDeflated = 8;
 constexpr uint16_t kFlagEncrypted = 0x0001;
+constexpr uint16_t kFlagDataDescriptor = 0x0008;  // CRC-32 and sizes follow the data
 constexpr uint16_t kFlagUtf8 = 0x0800;
 constexpr uint16_t kVersionDefault = 20;  // 2.0: deflate.
 constexpr uint16_t kVersionZip64 = 45;    // 4.5: ZIP64.
@@ -42,6 +45,9 @@ constexpr uint16_t kDosDate1980 = (0 << 9) | (1 << 5) | 1;  // 1980-01-01: repro
 constexpr uint32_t kRegularFileAttributes = 0100644u << 16;
 // Deflate cannot expand data more than 1032-fold; a member claiming more is corrupt.
 constexpr uint64_t kMaxInflateRatio = 1032;
+// How much of a deflated member is inflated first, for its .npy header: NumPy's headers are at
+// most a few KiB (it refuses to read more than 10,000 bytes by default).
+constexpr uint64_t kHeaderReadAhead = uint64_t{1} << 20;
 // zlib counts in uInt; feed it at most this much at a time.
 constexpr size_t kZlibChunk = size_t{1} << 30;
 
@@ -71,6 +77,10 @@ bool Fits(uint64_t offset, uint64_t length, uint64_t size) {
 }
 
 std::string Quote(absl::string_view name) { return internal::QuoteForMessage(name); }
+
+std::string Hint(const std::string& hint) {
+  return hint.empty() ? "" : absl::StrCat(" (", hint, ")");
+}
 
 std::string Hex32(uint32_t value) { return absl::StrCat("0x", absl::Hex(value, absl::kZeroPad8)); }
 
@@ -276,62 +286,23 @@ absl::StatusOr<std::vector<Member>> ReadCentralDirectory(absl::string_view zip,
   return members;
 }
 
-// Inflates the raw deflate stream `compressed` into `out`, which must come to exactly `size`
-// bytes.
-absl::Status Inflate(absl::string_view compressed, uint64_t size, const std::string& where,
-                     std::vector<uint8_t>* out) {
-  z_stream stream;
-  std::memset(&stream, 0, sizeof(stream));
-  if (inflateInit2(&stream, -MAX_WBITS) != Z_OK) {
-    return absl::InternalError(absl::StrCat(where, ": cannot initialize zlib"));
-  }
-  // Start from a guess and grow with the output actually produced, never past `size`.
-  out->resize(std::min<uint64_t>(size, uint64_t{4} * compressed.size() + (1 << 16)));
-  size_t consumed = 0;
-  size_t produced = 0;
-  uint8_t dummy;  // zlib rejects a null output pointer even with no room.
-  int result;
-  while (true) {
-    if (stream.avail_in == 0 && consumed < compressed.size()) {
-      const size_t chunk = std::min(compressed.size() - consumed, kZlibChunk);
-      stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(compressed.data() + consumed));
-      stream.avail_in = static_cast<uInt>(chunk);
-      consumed += chunk;
-    }
-    if (produced == out->size() && out->size() < size) {
-      out->resize(std::min<uint64_t>(size, std::max<uint64_t>(2 * out->size(), 1 << 20)));
-    }
-    const size_t room = std::min(out->size() - produced, kZlibChunk);
-    stream.next_out = room > 0 ? out->data() + produced : &dummy;
-    stream.avail_out = static_cast<uInt>(room);
-    result = inflate(&stream, Z_NO_FLUSH);
-    produced += room - stream.avail_out;
-    if (result != Z_OK) break;
-  }
-  const std::string zlib_message = stream.msg != nullptr ? stream.msg : "";
-  inflateEnd(&stream);
-  out->resize(produced);
-  if (result == Z_STREAM_END) {
-    if (produced != size) {
-      return Invalid(where, "inflates to ", produced, " bytes, but the directory says ", size);
-    }
-    return absl::OkStatus();
-  }
-  if (result == Z_BUF_ERROR) {
-    if (produced == size) {
-      return Invalid(where, "inflates to more than the ", size, " bytes the directory says");
-    }
-    return Invalid(where, "the deflate stream is truncated after ", produced, " of ", size,
-                   " bytes");
-  }
-  return Invalid(where, "corrupt deflate data (zlib: ",
-                 zlib_message.empty() ? std::to_string(result) : zlib_message, ")");
-}
+// A member whose structure has been checked: where its data lies, and its name as a key.
+struct LocatedMember {
+  const Member* member = nullptr;
+  std::string where;       // "SOURCE member 'NAME'" for messages
+  absl::string_view data;  // the stored or deflated bytes
+};
 
-absl::StatusOr<std::pair<std::string, NpyArray>> ReadMember(absl::string_view zip,
-                                                            const Member& member,
-                                                            absl::string_view source) {
-  const std::string where = absl::StrCat(source, " member ", Quote(member.name));
+// Checks one member's directory entry and local header against each other and against the
+// archive's bytes: method, encryption, name, where its data lies, and (unless the sizes follow the
+// data in a descriptor) that the local header declares the same CRC-32 and sizes as the central
+// directory. Nothing is inflated.
+absl::StatusOr<LocatedMember> LocateMember(absl::string_view zip, const Member& member,
+                                           absl::string_view source) {
+  LocatedMember located;
+  located.member = &member;
+  located.where = absl::StrCat(source, " member ", Quote(member.name));
+  const std::string& where = located.where;
   if (member.flags & kFlagEncrypted) {
     return Invalid(where, "is encrypted; encrypted archives are not supported");
   }
@@ -362,34 +333,180 @@ absl::StatusOr<std::pair<std::string, NpyArray>> ReadMember(absl::string_view zi
     return Invalid(where, "the local header at offset ", local, " names ", Quote(local_name),
                    ", the central directory ", Quote(member.name));
   }
+  if ((Load16(zip, local + 6) & kFlagDataDescriptor) == 0) {
+    // The local header's own sizes (a ZIP64 extra field holds those marked 0xffffffff).
+    Member declared;
+    declared.crc = Load32(zip, local + 14);
+    declared.compressed_size = Load32(zip, local + 18);
+    declared.size = Load32(zip, local + 22);
+    if (declared.size == kSaturated32 || declared.compressed_size == kSaturated32) {
+      TESSERA_RETURN_IF_ERROR(ApplyZip64Extra(
+          zip.substr(local + kLocalHeaderSize + name_length, extra_length),
+          /*disk_saturated=*/false, absl::StrCat(where, " (local header)"), &declared));
+    }
+    if (declared.size != member.size || declared.compressed_size != member.compressed_size ||
+        declared.crc != member.crc) {
+      return Invalid(where, "the local header declares ", declared.size, " bytes (",
+                     declared.compressed_size, " compressed, CRC-32 ", Hex32(declared.crc),
+                     "), the central directory ", member.size, " bytes (", member.compressed_size,
+                     " compressed, CRC-32 ", Hex32(member.crc), ")");
+    }
+  }
   const uint64_t data_offset = local + kLocalHeaderSize + name_length + extra_length;
   if (!Fits(data_offset, member.compressed_size, zip.size())) {
     return Invalid(where, "its ", member.compressed_size, " bytes of data at offset ", data_offset,
                    " run past the archive's end at ", zip.size());
   }
-  const absl::string_view compressed = zip.substr(data_offset, member.compressed_size);
+  located.data = zip.substr(data_offset, member.compressed_size);
+  if (member.method == kMethodStored && member.compressed_size != member.size) {
+    return Invalid(where, "is stored but its compressed size ", member.compressed_size,
+                   " differs from its size ", member.size);
+  }
+  if (member.method == kMethodDeflated && member.size / kMaxInflateRatio > located.data.size()) {
+    return Invalid(where, "claims ", member.size, " bytes from ", located.data.size(),
+                   " deflated bytes, more than deflate can produce");
+  }
+  return located;
+}
 
-  std::string key(member.name.substr(0, member.name.size() - 4));
-  if (member.method == kMethodStored) {
-    if (member.compressed_size != member.size) {
-      return Invalid(where, "is stored but its compressed size ", member.compressed_size,
-                     " differs from its size ", member.size);
+// A raw deflate stream read in pieces: each Read writes only into the room it is given, so what a
+// member inflates to never exceeds the buffer sized from its declared size.
+class Inflater {
+ public:
+  Inflater(absl::string_view compressed, const std::string& where, internal::NpzReadStats* stats)
+      : compressed_(compressed), where_(where), stats_(stats) {
+    std::memset(&stream_, 0, sizeof(stream_));
+  }
+  ~Inflater() {
+    if (initialized_) inflateEnd(&stream_);
+  }
+  Inflater(const Inflater&) = delete;
+  Inflater& operator=(const Inflater&) = delete;
+
+  // Fills `out` from the stream and returns how many bytes it wrote: all of out.size() unless the
+  // stream ends first (then ended() is true). INVALID_ARGUMENT for corrupt or truncated data;
+  // `expected` (the declared size) is for messages.
+  absl::StatusOr<size_t> Read(absl::Span<uint8_t> out, uint64_t expected) {
+    if (!initialized_) {
+      if (inflateInit2(&stream_, -MAX_WBITS) != Z_OK) {
+        return absl::InternalError(absl::StrCat(where_, ": cannot initialize zlib"));
+      }
+      initialized_ = true;
     }
-    const uint32_t crc = Crc32(0, compressed);
+    size_t written = 0;
+    while (written < out.size() && !ended_) {
+      if (stream_.avail_in == 0 && consumed_ < compressed_.size()) {
+        const size_t chunk = std::min(compressed_.size() - consumed_, kZlibChunk);
+        stream_.next_in =
+            reinterpret_cast<Bytef*>(const_cast<char*>(compressed_.data() + consumed_));
+        stream_.avail_in = static_cast<uInt>(chunk);
+        consumed_ += chunk;
+      }
+      const size_t room = std::min(out.size() - written, kZlibChunk);
+      stream_.next_out = out.data() + written;
+      stream_.avail_out = static_cast<uInt>(room);
+      const int result = inflate(&stream_, Z_NO_FLUSH);
+      const size_t produced = room - stream_.avail_out;
+      written += produced;
+      produced_ += produced;
+      if (stats_ != nullptr) stats_->inflated_bytes += produced;
+      if (result == Z_STREAM_END) {
+        ended_ = true;
+      } else if (result == Z_BUF_ERROR && stream_.avail_in == 0 &&
+                 consumed_ == compressed_.size()) {
+        return Invalid(where_, "the deflate stream is truncated after ", produced_, " of ",
+                       expected, " bytes");
+      } else if (result != Z_OK && result != Z_BUF_ERROR) {
+        return Invalid(where_, "corrupt deflate data (zlib: ",
+                       stream_.msg != nullptr ? std::string(stream_.msg) : std::to_string(result),
+                       ")");
+      }
+    }
+    return written;
+  }
+
+  bool ended() const { return ended_; }
+
+ private:
+  absl::string_view compressed_;
+  const std::string& where_;
+  internal::NpzReadStats* stats_;
+  z_stream stream_;
+  bool initialized_ = false;
+  bool ended_ = false;
+  size_t consumed_ = 0;
+  uint64_t produced_ = 0;
+};
+
+// Reads one located member. Its .npy header is parsed first (for a deflated member, from the
+// first bytes inflated), and the shape × dtype it declares must account for exactly the member's
+// declared size and fit `limits` before the rest is inflated; the buffer never grows past the
+// declared size, and a stream that would inflate further is refused.
+absl::StatusOr<std::pair<std::string, NpyArray>> ReadMember(const LocatedMember& located,
+                                                            const NpzLimits& limits,
+                                                            internal::NpzReadStats* stats) {
+  const Member& member = *located.member;
+  const std::string& where = located.where;
+  std::string key(member.name.substr(0, member.name.size() - 4));
+  auto check_header = [&](absl::string_view prefix, absl::string_view size_origin) -> absl::Status {
+    TESSERA_ASSIGN_OR_RETURN(const internal::NpyHeaderInfo header,
+                             internal::ParseNpyHeader(prefix, member.size, where, size_origin));
+    if (header.data_size > limits.max_array_bytes) {
+      return Invalid(where, "its array of ", NpyDtypeName(header.dtype), " ",
+                     internal::ShapeStringForMessage(header.shape), " holds ", header.data_size,
+                     " bytes, more than the limit of ", limits.max_array_bytes, " bytes per array",
+                     Hint(limits.array_limit_hint));
+    }
+    return absl::OkStatus();
+  };
+
+  if (member.method == kMethodStored) {
+    const uint32_t crc = Crc32(0, located.data);
     if (crc != member.crc) {
       return Invalid(where, "CRC-32 mismatch: computed ", Hex32(crc), ", the directory says ",
                      Hex32(member.crc));
     }
-    TESSERA_ASSIGN_OR_RETURN(NpyArray array, ParseNpy(compressed, where));
+    TESSERA_RETURN_IF_ERROR(check_header(located.data, "the file has"));
+    TESSERA_ASSIGN_OR_RETURN(NpyArray array, ParseNpy(located.data, where));
     return std::make_pair(std::move(key), std::move(array));
   }
 
-  if (member.size / kMaxInflateRatio > compressed.size()) {
-    return Invalid(where, "claims ", member.size, " bytes from ", compressed.size(),
-                   " deflated bytes, more than deflate can produce");
+  Inflater inflater(located.data, where, stats);
+  const uint64_t size = member.size;
+  std::vector<uint8_t> payload(std::min<uint64_t>(size, kHeaderReadAhead));
+  auto note_buffer = [&] {
+    if (stats != nullptr) {
+      stats->largest_buffer_bytes = std::max<uint64_t>(stats->largest_buffer_bytes, payload.size());
+    }
+  };
+  note_buffer();
+  TESSERA_ASSIGN_OR_RETURN(size_t produced, inflater.Read(absl::MakeSpan(payload), size));
+  if (produced < payload.size()) {
+    return Invalid(where, "inflates to ", produced, " bytes, but the directory says ", size);
   }
-  std::vector<uint8_t> payload;
-  TESSERA_RETURN_IF_ERROR(Inflate(compressed, member.size, where, &payload));
+  TESSERA_RETURN_IF_ERROR(
+      check_header(absl::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()),
+                   "the ZIP directory declares"));
+  // The rest, the buffer growing with what inflate really produces (a stream that ends early
+  // never gets the whole declared size), never past the declared size.
+  while (produced < size && !inflater.ended()) {
+    payload.resize(std::min<uint64_t>(size, std::max<uint64_t>(2 * payload.size(), 1 << 20)));
+    note_buffer();
+    TESSERA_ASSIGN_OR_RETURN(const size_t more,
+                             inflater.Read(absl::MakeSpan(payload).subspan(produced), size));
+    produced += more;
+  }
+  if (produced < size) {
+    return Invalid(where, "inflates to ", produced, " bytes, but the directory says ", size);
+  }
+  if (!inflater.ended()) {
+    uint8_t extra;
+    TESSERA_ASSIGN_OR_RETURN(const size_t beyond, inflater.Read(absl::MakeSpan(&extra, 1), size));
+    if (beyond > 0) {
+      return Invalid(where, "inflates to more than the ", size,
+                     " bytes the directory says; stopped there");
+    }
+  }
   const uint32_t crc =
       Crc32(0, absl::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
   if (crc != member.crc) {
@@ -599,33 +716,19 @@ absl::Status WriteNpz(const NpzEntries& arrays, bool compress, bool force_zip64,
 
 }  // namespace
 
-absl::StatusOr<NpzEntries> ParseNpz(absl::string_view bytes, absl::string_view source) {
-  TESSERA_ASSIGN_OR_RETURN(const CentralDirectory directory, FindCentralDirectory(bytes, source));
-  TESSERA_ASSIGN_OR_RETURN(const std::vector<Member> members,
-                           ReadCentralDirectory(bytes, directory, source));
-  std::set<absl::string_view> names;
-  for (const Member& member : members) {
-    if (!names.insert(member.name).second) {
-      return Invalid(source, "member ", Quote(member.name), " appears more than once");
-    }
-  }
-  NpzEntries entries;
-  entries.reserve(members.size());
-  for (const Member& member : members) {
-    TESSERA_ASSIGN_OR_RETURN(auto entry, ReadMember(bytes, member, source));
-    entries.push_back(std::move(entry));
-  }
-  return entries;
+absl::StatusOr<NpzEntries> ParseNpz(absl::string_view bytes, absl::string_view source,
+                                    const NpzLimits& limits) {
+  return internal::ParseNpzForTesting(bytes, source, limits, nullptr);
 }
 
 absl::StatusOr<std::string> SerializeNpz(const NpzEntries& arrays, bool compress) {
   return internal::SerializeNpzForTesting(arrays, compress, /*force_zip64=*/false);
 }
 
-absl::StatusOr<NpzEntries> ReadNpzFile(const std::string& path) {
+absl::StatusOr<NpzEntries> ReadNpzFile(const std::string& path, const NpzLimits& limits) {
   TESSERA_ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, internal::ReadFileBytes(path));
   return ParseNpz(absl::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
-                  absl::StrCat("'", path, "'"));
+                  absl::StrCat("'", path, "'"), limits);
 }
 
 absl::Status WriteNpzFile(const std::string& path, const NpzEntries& arrays, bool compress) {
@@ -636,6 +739,40 @@ absl::Status WriteNpzFile(const std::string& path, const NpzEntries& arrays, boo
 }
 
 namespace internal {
+
+absl::StatusOr<NpzEntries> ParseNpzForTesting(absl::string_view bytes, absl::string_view source,
+                                              const NpzLimits& limits, NpzReadStats* stats) {
+  TESSERA_ASSIGN_OR_RETURN(const CentralDirectory directory, FindCentralDirectory(bytes, source));
+  TESSERA_ASSIGN_OR_RETURN(const std::vector<Member> members,
+                           ReadCentralDirectory(bytes, directory, source));
+  std::set<absl::string_view> names;
+  for (const Member& member : members) {
+    if (!names.insert(member.name).second) {
+      return Invalid(source, "member ", Quote(member.name), " appears more than once");
+    }
+  }
+  // Every member's declared sizes, checked before anything is inflated or copied.
+  std::vector<LocatedMember> located;
+  located.reserve(members.size());
+  uint64_t total = 0;
+  for (const Member& member : members) {
+    TESSERA_ASSIGN_OR_RETURN(LocatedMember entry, LocateMember(bytes, member, source));
+    located.push_back(std::move(entry));
+    if (__builtin_add_overflow(total, member.size, &total) || total > limits.max_total_bytes) {
+      return Invalid(source, "its members declare more than the limit of ", limits.max_total_bytes,
+                     " bytes in all", Hint(limits.total_limit_hint), " (", members.size(),
+                     " members; the limit is passed at member ", Quote(member.name), " of ",
+                     member.size, " bytes)");
+    }
+  }
+  NpzEntries entries;
+  entries.reserve(members.size());
+  for (const LocatedMember& member : located) {
+    TESSERA_ASSIGN_OR_RETURN(auto entry, ReadMember(member, limits, stats));
+    entries.push_back(std::move(entry));
+  }
+  return entries;
+}
 
 absl::StatusOr<std::string> SerializeNpzForTesting(const NpzEntries& arrays, bool compress,
                                                    bool force_zip64) {

@@ -5,10 +5,15 @@
 // switching to ZIP64 by itself when a member, an offset or the member count needs it.
 //
 // Whole archives are held in memory: reading needs the file's size plus the arrays' size; writing
-// a deflated member needs its compressed size on top of the arrays. Thread-compatible.
+// a deflated member needs its compressed size on top of the arrays. Reading checks the sizes an
+// archive declares (central directory, local headers, each .npy header's shape × dtype) against
+// each other and against NpzLimits before it inflates anything, so a "zip bomb" is refused from
+// its headers. Thread-compatible.
 #ifndef TESSERA_CLIENT_NPY_NPZ_H_
 #define TESSERA_CLIENT_NPY_NPZ_H_
 
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,12 +29,29 @@ namespace tessera {
 // its ".npy" suffix, which is also numpy.load's key for it.
 using NpzEntries = std::vector<std::pair<std::string, NpyArray>>;
 
+// Bounds on what reading an archive may produce, checked against the sizes the archive declares
+// before a member is inflated or copied.
+struct NpzLimits {
+  // The most bytes of data (product(shape) × itemsize) of one array.
+  uint64_t max_array_bytes = std::numeric_limits<uint64_t>::max();
+  // The most bytes all members may declare together (.npy headers and data, uncompressed).
+  uint64_t max_total_bytes = std::numeric_limits<uint64_t>::max();
+  // Where each limit comes from, added to the message that reports it (empty: nothing added).
+  std::string array_limit_hint;
+  std::string total_limit_hint;
+};
+
 // Parses a whole .npz archive. Every member must be a stored or deflated `NAME.npy` (a member with
 // another name, another compression method, encryption, a bad CRC-32, a duplicate name or a bad
 // .npy payload is INVALID_ARGUMENT, as is any damage to the ZIP structure); `source` names the
-// archive in messages.
+// archive in messages. Before any member is inflated, all members' declared sizes must agree
+// (local header and central directory) and fit `limits.max_total_bytes`; before a member's data
+// is inflated past its .npy header, the header's shape × dtype must account for exactly the
+// member's declared size and fit `limits.max_array_bytes`; inflation stops at the declared size.
+// A violation is INVALID_ARGUMENT naming the member, the sizes and the limit.
 absl::StatusOr<NpzEntries> ParseNpz(absl::string_view bytes,
-                                    absl::string_view source = "npz buffer");
+                                    absl::string_view source = "npz buffer",
+                                    const NpzLimits& limits = {});
 
 // The archive bytes for `arrays`: member `NAME.npy` for each entry, in order, deflated if
 // `compress` (zlib's default level, as numpy.savez_compressed), else stored (as numpy.savez).
@@ -38,13 +60,24 @@ absl::StatusOr<std::string> SerializeNpz(const NpzEntries& arrays, bool compress
 
 // Reads the whole file with one read and parses it as ParseNpz does, with the path in messages.
 // NOT_FOUND if it does not exist.
-absl::StatusOr<NpzEntries> ReadNpzFile(const std::string& path);
+absl::StatusOr<NpzEntries> ReadNpzFile(const std::string& path, const NpzLimits& limits = {});
 
 // Writes `arrays` as SerializeNpz does, streaming stored members straight from the arrays. Errors
 // as SerializeNpz and WriteNpyFile; a failed write leaves no file behind.
 absl::Status WriteNpzFile(const std::string& path, const NpzEntries& arrays, bool compress = false);
 
 namespace internal {
+
+// What reading an archive cost, for tests: bytes inflate produced, and the largest buffer a
+// deflated member was inflated into.
+struct NpzReadStats {
+  uint64_t inflated_bytes = 0;
+  uint64_t largest_buffer_bytes = 0;
+};
+
+// ParseNpz, adding to `stats` (may be null) what it inflated.
+absl::StatusOr<NpzEntries> ParseNpzForTesting(absl::string_view bytes, absl::string_view source,
+                                              const NpzLimits& limits, NpzReadStats* stats);
 
 // SerializeNpz, but with every ZIP64 structure written even where the sizes do not need it, so
 // that tests can cover the ZIP64 paths of this reader and of NumPy's without 4 GiB files.

@@ -83,6 +83,24 @@ size_t CentralEntry(const std::string& zip, int index) {
 size_t LocalHeader(const std::string& zip, int index) {
   return Get32(zip, CentralEntry(zip, index) + 42);
 }
+// Rewrites a member's CRC-32, compressed size and size in both its local header and its central
+// directory entry (archives without ZIP64), as a consistent writer would have written them.
+void SetDeclared(std::string* zip, int index, uint32_t crc, uint32_t compressed, uint32_t size) {
+  for (const size_t at : {LocalHeader(*zip, index) + 14, CentralEntry(*zip, index) + 16}) {
+    Set32(zip, at, crc);
+    Set32(zip, at + 4, compressed);
+    Set32(zip, at + 8, size);
+  }
+}
+uint32_t DeclaredCrc(const std::string& zip, int index) {
+  return Get32(zip, CentralEntry(zip, index) + 16);
+}
+uint32_t DeclaredCompressed(const std::string& zip, int index) {
+  return Get32(zip, CentralEntry(zip, index) + 20);
+}
+uint32_t DeclaredSize(const std::string& zip, int index) {
+  return Get32(zip, CentralEntry(zip, index) + 24);
+}
 
 // Two small members: "a.npy" (float32 2 × 3) and "b.npy" (int32, 4).
 NpzEntries TwoArrays() {
@@ -189,7 +207,7 @@ TEST(NpzFile, Errors) {
   WriteBytes(dir.File("corrupt.npz"), zip);
   const absl::StatusOr<NpzEntries> corrupt = ReadNpzFile(dir.File("corrupt.npz"));
   EXPECT_EQ(corrupt.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(corrupt.status().message(),
+  EXPECT_THAT(std::string(corrupt.status().message()),
               HasSubstr("corrupt.npz' member 'b.npy': CRC-32 mismatch"));
 }
 
@@ -210,6 +228,18 @@ TEST(ParseNpz, ReportsDamage) {
   };
   const std::vector<Damage> cases = {
       {"central CRC", false, [](std::string* z) { (*z)[CentralEntry(*z, 0) + 17] ^= 1; },
+       "member 'a.npy': the local header declares 152 bytes (152 compressed, CRC-32 0x"},
+      {
+          "local size",
+          true,
+          [](std::string* z) { Set32(z, LocalHeader(*z, 1) + 22, DeclaredSize(*z, 1) + 1000); },
+          "member 'b.npy': the local header declares 1144 bytes (",
+      },
+      {"both CRCs", false,
+       [](std::string* z) {
+         SetDeclared(z, 0, DeclaredCrc(*z, 0) ^ 0x100, DeclaredCompressed(*z, 0),
+                     DeclaredSize(*z, 0));
+       },
        "member 'a.npy': CRC-32 mismatch"},
       {"stored data", false,
        [](std::string* z) { (*z)[LocalHeader(*z, 1) - 1] ^= 0x10; },  // a's last data byte.
@@ -237,27 +267,30 @@ TEST(ParseNpz, ReportsDamage) {
        "has signature 0x"},
       {"stored sizes", false,
        [](std::string* z) {
-         Set32(z, CentralEntry(*z, 0) + 24, Get32(*z, CentralEntry(*z, 0) + 24) + 1);
+         SetDeclared(z, 0, DeclaredCrc(*z, 0), DeclaredCompressed(*z, 0), DeclaredSize(*z, 0) + 1);
        },
        "is stored but its compressed size"},
       {"past the end", false,
-       [](std::string* z) { Set32(z, CentralEntry(*z, 1) + 20, 0x7ffffff0); },
+       [](std::string* z) {
+         SetDeclared(z, 1, DeclaredCrc(*z, 1), 0x7ffffff0, DeclaredSize(*z, 1));
+       },
        "run past the archive's end"},
-      {"bomb", true, [](std::string* z) { Set32(z, CentralEntry(*z, 0) + 24, 0xfffffff0); },
+      {"bomb", true,
+       [](std::string* z) {
+         SetDeclared(z, 0, DeclaredCrc(*z, 0), DeclaredCompressed(*z, 0), 0xfffffff0);
+       },
        "more than deflate can produce"},
-      {"inflates larger", true,
+      // a's .npy header says 24 bytes of data follow it: a declared size one byte off disagrees
+      // with it, found before the data is inflated.
+      {"size disagrees with the shape", true,
        [](std::string* z) {
-         Set32(z, CentralEntry(*z, 0) + 24, Get32(*z, CentralEntry(*z, 0) + 24) - 1);
+         SetDeclared(z, 0, DeclaredCrc(*z, 0), DeclaredCompressed(*z, 0), DeclaredSize(*z, 0) - 1);
        },
-       "inflates to more than"},
-      {"inflates smaller", true,
-       [](std::string* z) {
-         Set32(z, CentralEntry(*z, 0) + 24, Get32(*z, CentralEntry(*z, 0) + 24) + 1);
-       },
-       "but the directory says"},
+       "member 'a.npy': truncated: shape (2, 3) of float32 needs 24 bytes of data, but the ZIP "
+       "directory declares 23"},
       {"truncated deflate", true,
        [](std::string* z) {
-         Set32(z, CentralEntry(*z, 0) + 20, Get32(*z, CentralEntry(*z, 0) + 20) / 2);
+         SetDeclared(z, 0, DeclaredCrc(*z, 0), DeclaredCompressed(*z, 0) / 2, DeclaredSize(*z, 0));
        },
        "member 'a.npy': "},
       {"zip64 marker", false,
@@ -300,8 +333,191 @@ TEST(ParseNpz, ReportsDamage) {
     const absl::StatusOr<NpzEntries> parsed = ParseNpz(zip, "test.npz");
     EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << damage.label;
     EXPECT_THAT(parsed.status().message(), HasSubstr("test.npz")) << damage.label;
-    EXPECT_THAT(parsed.status().message(), HasSubstr(damage.message)) << damage.label;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(damage.message)) << damage.label;
   }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Zip bombs: archives whose declared sizes lie, refused from their headers.
+
+// `head` followed by `zeros` zero bytes, raw-deflated as one stream (zeros fed 1 MiB at a time, so
+// that a test can build a member of hundreds of MiB without holding it).
+std::string DeflateWithZeros(const std::string& head, size_t zeros) {
+  z_stream stream;
+  std::memset(&stream, 0, sizeof(stream));
+  EXPECT_EQ(deflateInit2(&stream, Z_BEST_SPEED, Z_DEFLATED, -MAX_WBITS, 8, Z_DEFAULT_STRATEGY),
+            Z_OK);
+  const std::vector<char> zero_block(1 << 20, '\0');
+  std::string out;
+  std::vector<char> buffer(1 << 16);
+  auto pump = [&](const char* data, size_t size, int flush) {
+    stream.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data));
+    stream.avail_in = static_cast<uInt>(size);
+    do {
+      stream.next_out = reinterpret_cast<Bytef*>(buffer.data());
+      stream.avail_out = static_cast<uInt>(buffer.size());
+      deflate(&stream, flush);
+      out.append(buffer.data(), buffer.size() - stream.avail_out);
+    } while (stream.avail_out == 0 || stream.avail_in > 0);
+  };
+  pump(head.data(), head.size(), Z_NO_FLUSH);
+  for (size_t left = zeros; left > 0;) {
+    const size_t chunk = std::min(left, zero_block.size());
+    pump(zero_block.data(), chunk, Z_NO_FLUSH);
+    left -= chunk;
+  }
+  pump(nullptr, 0, Z_FINISH);
+  deflateEnd(&stream);
+  return out;
+}
+
+// An archive of one deflated member NAME.npy holding `compressed`, whose local header and central
+// directory both declare `size` bytes with CRC-32 `crc`: consistent headers that may lie about
+// what the data inflates to.
+std::string OneDeflatedMember(const std::string& name, const std::string& compressed, uint32_t crc,
+                              uint32_t size) {
+  auto put16 = [](std::string* out, uint16_t v) { out->append(reinterpret_cast<char*>(&v), 2); };
+  auto put32 = [](std::string* out, uint32_t v) { out->append(reinterpret_cast<char*>(&v), 4); };
+  const std::string file = name + ".npy";
+  std::string zip;
+  put32(&zip, 0x04034b50);
+  for (uint16_t v : {20, 0, 8, 0, 33}) put16(&zip, v);  // version, flags, deflated, time, date
+  put32(&zip, crc);
+  put32(&zip, static_cast<uint32_t>(compressed.size()));
+  put32(&zip, size);
+  put16(&zip, static_cast<uint16_t>(file.size()));
+  put16(&zip, 0);
+  zip += file + compressed;
+  const uint32_t directory = static_cast<uint32_t>(zip.size());
+  put32(&zip, 0x02014b50);
+  for (uint16_t v : {20, 20, 0, 8, 0, 33}) put16(&zip, v);  // made by, needed, flags, …
+  put32(&zip, crc);
+  put32(&zip, static_cast<uint32_t>(compressed.size()));
+  put32(&zip, size);
+  for (int v : {static_cast<int>(file.size()), 0, 0, 0, 0}) put16(&zip, v);
+  put32(&zip, 0);  // external attributes
+  put32(&zip, 0);  // local header offset
+  zip += file;
+  const uint32_t directory_size = static_cast<uint32_t>(zip.size()) - directory;
+  put32(&zip, 0x06054b50);
+  for (uint16_t v : {0, 0, 1, 1}) put16(&zip, v);
+  put32(&zip, directory_size);
+  put32(&zip, directory);
+  put16(&zip, 0);
+  return zip;
+}
+
+uint32_t CrcOf(absl::string_view bytes) {
+  return static_cast<uint32_t>(
+      crc32_z(0, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size()));
+}
+
+// The .npy preamble and header of a float32 array of `shape`, without data.
+std::string NpyHeaderOf(std::vector<int64_t> shape) {
+  NpyArray array;
+  array.shape = std::move(shape);
+  return internal::NpyHeaderBytes(array);
+}
+
+TEST(ParseNpzBomb, SmallDeclaredSizeThatInflatesLarge) {
+  // A valid 2 × 3 member declared as such, whose deflate stream goes on with 64 MiB of zeros.
+  const std::string npy = *SerializeNpy(ExpectedArray(NpyDtype::kFloat32, {2, 3}));
+  const std::string compressed = DeflateWithZeros(npy, size_t{64} << 20);
+  ASSERT_LT(compressed.size(), 1u << 20);  // a small archive: 64 MiB deflate to ~290 KB
+  const std::string zip =
+      OneDeflatedMember("bomb", compressed, CrcOf(npy), static_cast<uint32_t>(npy.size()));
+  internal::NpzReadStats stats;
+  const absl::StatusOr<NpzEntries> parsed =
+      internal::ParseNpzForTesting(zip, "bomb.npz", {}, &stats);
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(parsed.status().message()),
+              HasSubstr(absl::StrCat("bomb.npz member 'bomb.npy': inflates to more than the ",
+                                     npy.size(), " bytes the directory says; stopped there")));
+  // Refused after one byte past the declared size, in a buffer of the declared size.
+  EXPECT_LE(stats.inflated_bytes, npy.size() + 1);
+  EXPECT_LE(stats.largest_buffer_bytes, npy.size());
+}
+
+TEST(ParseNpzBomb, DeclaredSizeThatDisagreesWithTheShape) {
+  // The header says 2 × 3 float32 (24 bytes of data); the directory declares 200 MiB more, which
+  // the stream does inflate to: refused from the first MiB, the rest never inflated.
+  const std::string header = NpyHeaderOf({2, 3});
+  const size_t zeros = size_t{200} << 20;
+  const std::string compressed = DeflateWithZeros(header, zeros);
+  const uint32_t size = static_cast<uint32_t>(header.size() + zeros);
+  const std::string zip = OneDeflatedMember("bomb", compressed, 0, size);
+  internal::NpzReadStats stats;
+  const absl::StatusOr<NpzEntries> parsed =
+      internal::ParseNpzForTesting(zip, "bomb.npz", {}, &stats);
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(parsed.status().message()),
+              HasSubstr(absl::StrCat("bomb.npz member 'bomb.npy': shape (2, 3) of float32 needs 24 "
+                                     "bytes of data, but the ZIP directory declares ",
+                                     zeros)));
+  EXPECT_LE(stats.inflated_bytes, uint64_t{1} << 20);
+  EXPECT_LE(stats.largest_buffer_bytes, uint64_t{1} << 20);
+}
+
+TEST(ParseNpzBomb, ArrayOverTheLimitIsRefusedBeforeItIsInflated) {
+  // A consistent member of 16 MiB of zeros (4096 × 1024 float32): within no limit it reads; over
+  // max_array_bytes it is refused from its header.
+  const std::string header = NpyHeaderOf({4096, 1024});
+  const size_t data = size_t{16} << 20;
+  const std::string compressed = DeflateWithZeros(header, data);
+  const std::string zeros(data, '\0');
+  const uint32_t crc = static_cast<uint32_t>(
+      crc32_z(CrcOf(header), reinterpret_cast<const Bytef*>(zeros.data()), zeros.size()));
+  const std::string zip =
+      OneDeflatedMember("big", compressed, crc, static_cast<uint32_t>(header.size() + data));
+
+  const absl::StatusOr<NpzEntries> unlimited = ParseNpz(zip);
+  ASSERT_TRUE(unlimited.ok()) << unlimited.status();
+  EXPECT_THAT((*unlimited)[0].second.shape, testing::ElementsAre(4096, 1024));
+
+  NpzLimits limits;
+  limits.max_array_bytes = data - 1;
+  limits.array_limit_hint = "--max-document-bytes";
+  internal::NpzReadStats stats;
+  const absl::StatusOr<NpzEntries> limited =
+      internal::ParseNpzForTesting(zip, "big.npz", limits, &stats);
+  EXPECT_EQ(limited.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(limited.status().message()),
+              HasSubstr(absl::StrCat("big.npz member 'big.npy': its array of float32 (4096, 1024) "
+                                     "holds 16777216 bytes, more than the limit of ",
+                                     data - 1, " bytes per array (--max-document-bytes)")));
+  EXPECT_LE(stats.inflated_bytes, uint64_t{1} << 20);
+  EXPECT_LE(stats.largest_buffer_bytes, uint64_t{1} << 20);
+}
+
+TEST(ParseNpzBomb, TotalOverTheLimitIsRefusedBeforeAnythingIsInflated) {
+  const std::string zip = *SerializeNpz(TwoArrays(), /*compress=*/true);
+  NpzLimits limits;
+  limits.max_total_bytes = 200;  // a.npy declares 152 bytes, b.npy 144
+  limits.total_limit_hint = "this machine's memory";
+  internal::NpzReadStats stats;
+  const absl::StatusOr<NpzEntries> parsed =
+      internal::ParseNpzForTesting(zip, "two.npz", limits, &stats);
+  EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(parsed.status().message()),
+              HasSubstr("two.npz: its members declare more than the limit of 200 bytes in all "
+                        "(this machine's memory) (2 members; the limit is passed at member "
+                        "'b.npy' of 144 bytes)"));
+  EXPECT_EQ(stats.inflated_bytes, 0u);
+  limits.max_total_bytes = 296;
+  EXPECT_TRUE(ParseNpz(zip, "two.npz", limits).ok());
+}
+
+TEST(ParseNpzBomb, StreamShorterThanDeclared) {
+  // 1000 float32 declared (header + 4000 bytes), but the stream ends 200 bytes into the data.
+  const std::string header = NpyHeaderOf({1000});
+  const std::string compressed = DeflateWithZeros(header, 200);
+  const std::string zip =
+      OneDeflatedMember("short", compressed, 0, static_cast<uint32_t>(header.size() + 4000));
+  const absl::StatusOr<NpzEntries> parsed = ParseNpz(zip, "short.npz");
+  EXPECT_THAT(
+      std::string(parsed.status().message()),
+      HasSubstr(absl::StrCat("short.npz member 'short.npy': inflates to ", header.size() + 200,
+                             " bytes, but the directory says ", header.size() + 4000)));
 }
 
 TEST(ParseNpz, ReportsZip64Damage) {

@@ -15,6 +15,7 @@ Needs Debian's python3 with python3-numpy; nothing else (not the Python client).
 """
 
 import argparse
+import io
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 import unittest
+import zipfile
 
 import numpy as np
 
@@ -369,6 +371,95 @@ class CliEndToEndTest(unittest.TestCase):
         self.assertIn("tessera: document 'doc-000': INVALID_ARGUMENT:", result.stderr)
         self.assertEqual(journal_entries(os.path.join(self.work, "narrow.journal")), [])
         self.cli("collections", "drop", "narrow")
+
+
+    # Hostile input: ids that would drive the terminal, and a zip bomb.
+
+    def test_human_output_escapes_hostile_ids(self):
+        self.cli("collections", "create", "hostile", "--dim", str(DIM), "--attribute",
+                 "title:string")
+        rng = np.random.default_rng(3)
+        ids = {
+            "clear": "\x1b[2J\x1b[Hcleared",         # clears the screen
+            "row": "row\n   1  forged           9.9",  # forges a table row
+            "rtl": "invoice\u202etxt.exe",            # reads backwards
+            "c1": "csi\u009b31m",                     # a one-character CSI
+        }
+        arrays = {doc_id: normalized_rows(rng, 6) for doc_id in ids.values()}
+        npz = os.path.join(self.work, "hostile.npz")
+        np.savez(npz, **arrays)
+        meta = os.path.join(self.work, "hostile.jsonl")
+        write_jsonl(meta, [{"id": doc_id, "attributes": {"title": "\x1b[31mred\u2067"}}
+                           for doc_id in ids.values()])
+        summary = self.cli_json("ingest", "hostile", npz, "--meta", meta, "--journal",
+                                os.path.join(self.work, "hostile.journal"))
+        self.assertEqual(summary["stored"], len(ids), summary)
+
+        query = os.path.join(self.work, "hostile-query.npy")
+        np.save(query, arrays[ids["row"]])
+        human = self.cli("search", "hostile", "--query", query, "--k", "4").stdout
+        for raw in ("\x1b", "\u202e", "\u009b"):
+            self.assertNotIn(raw, human)
+        lines = human.splitlines()
+        self.assertEqual(len(lines), 1 + len(ids) + 1, human)  # header, one row each, timings
+        self.assertTrue(lines[1].startswith("   1  row\\n   1  forged           9.9 "), human)
+        for escaped in ("\\x1b[2J\\x1b[Hcleared", "invoice\\u202etxt.exe", "csi\\u009b31m"):
+            self.assertIn(escaped, human)
+        # --json keeps the ids exact (JSON escapes them itself).
+        hits = self.cli_json("search", "hostile", "--query", query, "--k", "4")["results"]
+        self.assertEqual({hit["id"] for hit in hits}, set(ids.values()))
+
+        shown = self.cli("get", "hostile", ids["clear"]).stdout
+        self.assertNotIn("\x1b", shown)
+        self.assertIn("id          \\x1b[2J\\x1b[Hcleared\n", shown)
+        self.assertIn("title='\\x1b[31mred\\u2067'", shown)
+        self.cli("collections", "drop", "hostile")
+
+    def test_zip_bomb_is_refused_from_its_headers(self):
+        """A 200 KB archive whose one member is a consistent (409600, 128) float32 array of zeros:
+        200 MiB once inflated, over the 64 MiB per-document default; refused before inflating,
+        so the CLI never holds it."""
+        path = os.path.join(self.work, "bomb.npz")
+        header = io.BytesIO()
+        np.lib.format.write_array_header_1_0(
+            header, {"descr": "<f4", "fortran_order": False, "shape": (409600, 128)})
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+            with archive.open("bomb.npy", "w", force_zip64=True) as member:
+                member.write(header.getvalue())
+                zeros = bytes(1 << 20)
+                for _ in range(200):
+                    member.write(zeros)
+        self.assertLess(os.path.getsize(path), 1 << 20)
+        self.cli("collections", "create", "bombed", "--dim", "128")
+        process = subprocess.Popen(
+            self.cli_command(["ingest", "bombed", path, "--no-progress", "--journal",
+                              os.path.join(self.work, "bomb.journal")]),
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+        # wait4 for the CLI's own peak memory (its output is a few lines: no pipe fills up).
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        stderr = process.stderr.read()
+        process.stdout.close()
+        process.stderr.close()
+        self.assertEqual(process.returncode, 1, stderr)
+        # The 200 MiB array was never allocated (ru_maxrss is in KiB).
+        self.assertLess(usage.ru_maxrss, 100 * 1024, "tessera ingest's peak RSS")
+        self.assertIn("tessera: INVALID_ARGUMENT: ", stderr)
+        self.assertIn("bomb.npz' member 'bomb.npy': its array of float32 (409600, 128) holds "
+                      "209715200 bytes, more than the limit of 67108864 bytes per array (set by "
+                      "--max-document-bytes", stderr)
+        self.assertEqual(self.cli_json("stats", "bombed")["documents"], 0)
+        # A lower limit refuses a member that is within the default.
+        small = os.path.join(self.work, "docs.npz")
+        result = self.cli("ingest", "bombed", small, "--max-document-bytes", "100", "--journal",
+                          os.path.join(self.work, "bomb2.journal"), expect=1)
+        self.assertIn("more than the limit of 100 bytes per array", result.stderr)
+        self.cli("collections", "drop", "bombed")
+
+
+def normalized_rows(rng, rows):
+    matrix = rng.standard_normal((rows, DIM)).astype(np.float32)
+    return matrix / np.linalg.norm(matrix, axis=1, keepdims=True)
 
 
 def main():

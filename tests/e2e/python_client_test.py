@@ -1,5 +1,10 @@
-"""Unit tests of the Python client's conversions (no server needed): matrices, documents, filters,
-schemas, the progress bar."""
+"""Unit tests of the Python client's conversions: matrices, documents, filters, schemas, the
+progress bar; and, against the real tessera-server (--server, as every e2e test), that a document
+the client cannot encode raises its own TypeError or ValueError, naming the document and the
+field, before anything is sent (not gRPC's "UNKNOWN: Exception iterating requests!").
+
+    /usr/bin/python3 tests/e2e/python_client_test.py --server build/bin/tessera-server
+"""
 
 import io
 import os
@@ -11,6 +16,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "client", "python"))
+import e2e_util  # noqa: E402
 import tessera  # noqa: E402
 from tessera import client as client_module  # noqa: E402
 from tessera.pb import admin_pb2, common_pb2  # noqa: E402
@@ -64,8 +70,46 @@ class DocumentTest(unittest.TestCase):
         self.assertFalse(tessera.encode_document(("b", tokens)).HasField("layout"))
         with self.assertRaises(ValueError):
             tessera.encode_document(("c",))
-        with self.assertRaises(ValueError):
+        with self.assertRaises(TypeError):
             tessera.encode_document(("c", tokens, None, {"bad": [1]}))
+
+    def test_errors_name_the_document_and_the_field(self):
+        tokens = np.ones((3, 4), np.float32)
+        cases = [
+            (TypeError, (7, tokens), "document: 'id' is int (7); expected str"),
+            (TypeError, {"id": None, "tokens": tokens}, "document: 'id' is NoneType (None)"),
+            (TypeError, {"id": "a"}, "document ('a'): no 'tokens' key; a document is a dict"),
+            (TypeError, {"tokens": tokens}, "document: no 'id' key"),
+            (TypeError, ("a", None), "document ('a'): 'tokens' is NoneType; expected a float "
+                                     "array, n_tokens × dim"),
+            (TypeError, ("a", np.array([["x", "y"]])), "document ('a'): 'tokens' has dtype <U1"),
+            (TypeError, ("a", [[1.0, 2.0], [3.0]]), "document ('a'): 'tokens' is not an array"),
+            (ValueError, ("a", np.ones(4, np.float32)),
+             "document ('a'): 'tokens' has shape (4,); expected 2-D"),
+            (TypeError, ("a", tokens, None, {"year": None}),
+             "document ('a'): attribute 'year' is NoneType (None); expected int, float or str"),
+            (TypeError, ("a", tokens, None, {"tags": ["x"]}),
+             "document ('a'): attribute 'tags' is list (['x'])"),
+            (TypeError, ("a", tokens, None, {1: 2}), "document ('a'): attribute name 1 is int"),
+            (TypeError, ("a", tokens, None, [("year", 1)]),
+             "document ('a'): 'attributes' is list"),
+            (ValueError, ("a", tokens, (2,)), "document ('a'): 'layout' (2,) has 1 items"),
+            (TypeError, ("a", tokens, {"rows": 2}), "document ('a'): 'layout' {'rows': 2} has no "
+                                                    "'cols'"),
+            (TypeError, ("a", tokens, (2, "2")), "document ('a'): 'layout': cols is str ('2')"),
+            (ValueError, ("a", tokens, (2, 2, -1)), "document ('a'): 'layout': prefix is -1"),
+            (TypeError, 42, "document is int (42); a document is a dict"),
+            (ValueError, ("a", tokens, None, None, "extra"), "document: a tuple of 5 items"),
+        ]
+        for error_type, doc, message in cases:
+            with self.subTest(message=message):
+                with self.assertRaises(error_type) as context:
+                    tessera.encode_document(doc)
+                self.assertIn(message, str(context.exception))
+        # Long ids are cut short in messages.
+        with self.assertRaises(TypeError) as context:
+            tessera.encode_document(("x" * 5000, tokens, None, {"n": None}))
+        self.assertLess(len(str(context.exception)), 300)
 
 
 class FilterTest(unittest.TestCase):
@@ -87,6 +131,10 @@ class FilterTest(unittest.TestCase):
             tessera.encode_filter([("f", op, 1)])
         with self.assertRaises(ValueError):
             tessera.encode_filter([("year", "~", 1)])
+        with self.assertRaises(TypeError) as context:
+            tessera.encode_filter([("year", "in", [2020, None])])
+        self.assertIn("filter value for 'year' is NoneType (None); expected int, float or str",
+                      str(context.exception))
 
 
 class SchemaTest(unittest.TestCase):
@@ -152,6 +200,71 @@ class BatchingTest(unittest.TestCase):
         self.assertEqual([len(b) for b in client_module._batched(messages, 64, 600_000)], [1, 1])
 
 
+class ClientValidationTest(e2e_util.ServerTestCase):
+    """upsert/ingest against the real server: a document the client cannot encode raises its
+    TypeError in the caller, naming the document's index and id and the field, and (upsert)
+    nothing is sent, or (a lazy ingest) only the batches before it, every one acknowledged."""
+
+    DIM = 8
+
+    def setUp(self):
+        self.client = self.server.client(timeout=30)
+        self.name = self.id().rsplit(".", 1)[-1].replace("_", "-")
+        self.client.create_collection(self.name, dim=self.DIM, attributes={"year": "int64"})
+
+    def tearDown(self):
+        self.client.drop_collection(self.name)
+        self.client.close()
+
+    def tokens(self, rows=3):
+        return np.random.default_rng(rows).standard_normal((rows, self.DIM)).astype(np.float32)
+
+    def stored(self):
+        return self.client.collection_info(self.name)["stats"]["documents"]
+
+    def test_upsert_refuses_before_sending(self):
+        good = [("a", self.tokens()), ("b", self.tokens(), None, {"year": 2020})]
+        cases = [
+            ((7, self.tokens()), TypeError, "document 2: 'id' is int (7); expected str"),
+            (("c", self.tokens(), None, {"year": None}), TypeError,
+             "document 2 ('c'): attribute 'year' is NoneType (None); expected int, float or str"),
+            ({"id": "c"}, TypeError, "document 2 ('c'): no 'tokens' key"),
+            (("c", self.tokens()[0]), ValueError, "document 2 ('c'): 'tokens' has shape (8,)"),
+        ]
+        for bad, error_type, message in cases:
+            with self.subTest(message=message):
+                with self.assertRaises(error_type) as context:
+                    self.client.upsert(self.name, good + [bad], batch_size=1)
+                self.assertIn(message, str(context.exception))
+                self.assertEqual(self.stored(), 0, "documents were sent before the error")
+        self.assertTrue(all(r.ok for r in self.client.upsert(self.name, good)))
+        self.assertEqual(self.stored(), 2)
+
+    def test_lazy_ingest_raises_the_documents_error(self):
+        def docs():
+            for i in range(5):
+                yield (f"d{i}", self.tokens())
+            yield ("d5", self.tokens(), None, {"year": None})
+            yield ("d6", self.tokens())
+
+        with self.assertRaises(TypeError) as context:
+            self.client.ingest(self.name, docs(), batch_size=2, progress=False)
+        self.assertIn("document 5 ('d5'): attribute 'year' is NoneType", str(context.exception))
+        # Batches [d0 d1] [d2 d3] were sent and acknowledged; [d4 d5] never was.
+        self.assertEqual(self.stored(), 4)
+        self.assertEqual(self.client.get(self.name, "d3")["version"], 1)
+
+    def test_failing_iterator_is_raised_as_is(self):
+        def docs():
+            yield ("d0", self.tokens())
+            raise RuntimeError("the corpus reader failed")
+
+        with self.assertRaises(RuntimeError) as context:
+            self.client.ingest(self.name, docs(), batch_size=1, progress=False)
+        self.assertEqual(str(context.exception), "the corpus reader failed")
+        self.assertEqual(self.stored(), 1)
+
+
 class ProgressBarTest(unittest.TestCase):
 
     def test_built_in_bar(self):
@@ -179,4 +292,4 @@ class ProgressBarTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    unittest.main()
+    e2e_util.main()

@@ -184,6 +184,9 @@ def encode_matrix(array, dtype=None) -> common_pb2.Matrix:
     """An n × dim array → Matrix. `dtype` (fp16/fp32) picks the wire type; by default float16
     arrays travel as fp16 and everything else as fp32."""
     values = np.asarray(array)
+    if values.dtype.kind not in "iuf":
+        raise TypeError(f"token matrix of dtype {values.dtype}, expected a float (or integer) "
+                        "array, n_tokens × dim")
     if values.ndim != 2:
         raise ValueError(f"token matrix of shape {values.shape}, expected 2-D (n_tokens × dim)")
     if dtype is None:
@@ -225,14 +228,23 @@ def _python_id(doc_id):
     return doc_id
 
 
-def _attribute_value(value) -> common_pb2.AttributeValue:
+def _short_repr(value, limit: int = 60) -> str:
+    """repr(value) for a message, cut to `limit` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+def _attribute_value(value, where: str = "attribute value") -> common_pb2.AttributeValue:
+    """int (or bool, numpy integer), float (numpy floating) or str → AttributeValue; anything else
+    is a TypeError naming `where` (e.g. "document 3 ('a'): attribute 'year'")."""
     if isinstance(value, (bool, int, np.integer)):
         return common_pb2.AttributeValue(int_value=int(value))
     if isinstance(value, (float, np.floating)):
         return common_pb2.AttributeValue(double_value=float(value))
     if isinstance(value, str):
         return common_pb2.AttributeValue(string_value=value)
-    raise ValueError(f"attribute value {value!r}, expected int, float or str")
+    raise TypeError(f"{where} is {type(value).__name__} ({_short_repr(value)}); expected int, "
+                    "float or str")
 
 
 def _python_value(value: common_pb2.AttributeValue):
@@ -240,19 +252,36 @@ def _python_value(value: common_pb2.AttributeValue):
     return getattr(value, which) if which else None
 
 
-def _patch_grid(layout) -> Optional[common_pb2.PatchGrid]:
+def _patch_grid(layout, where: str = "layout") -> Optional[common_pb2.PatchGrid]:
+    """None, a PatchGrid, a dict {rows, cols, prefix[_tokens]?, suffix[_tokens]?} or a sequence
+    (rows, cols[, prefix, suffix]) of non-negative ints → PatchGrid; anything else raises a
+    TypeError (ValueError for a negative number or a sequence of another length) naming `where`."""
     if layout is None:
         return None
     if isinstance(layout, common_pb2.PatchGrid):
         return layout
+    expected = "expected (rows, cols[, prefix, suffix]) or {'rows', 'cols', 'prefix', 'suffix'}"
     if isinstance(layout, Mapping):
-        return common_pb2.PatchGrid(
-            rows=layout["rows"], cols=layout["cols"],
-            prefix_tokens=layout.get("prefix_tokens", layout.get("prefix", 0)),
-            suffix_tokens=layout.get("suffix_tokens", layout.get("suffix", 0)))
-    parts = list(layout) + [0] * (4 - len(layout))
-    if len(parts) != 4:
-        raise ValueError(f"layout {layout!r}, expected (rows, cols[, prefix, suffix])")
+        missing = [key for key in ("rows", "cols") if key not in layout]
+        if missing:
+            raise TypeError(f"{where} {_short_repr(layout)} has no {missing[0]!r}; {expected}")
+        parts = [layout["rows"], layout["cols"],
+                 layout.get("prefix_tokens", layout.get("prefix", 0)),
+                 layout.get("suffix_tokens", layout.get("suffix", 0))]
+    elif isinstance(layout, (str, bytes)) or not isinstance(layout, Iterable):
+        raise TypeError(f"{where} is {type(layout).__name__} ({_short_repr(layout)}); {expected}")
+    else:
+        parts = list(layout)
+        if not 2 <= len(parts) <= 4:
+            raise ValueError(f"{where} {_short_repr(layout)} has {len(parts)} items; {expected}")
+        parts += [0] * (4 - len(parts))
+    names = ("rows", "cols", "prefix", "suffix")
+    for name, value in zip(names, parts):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{where}: {name} is {type(value).__name__} ({_short_repr(value)}); "
+                            "expected a non-negative int")
+        if value < 0:
+            raise ValueError(f"{where}: {name} is {value}; expected a non-negative int")
     return common_pb2.PatchGrid(rows=parts[0], cols=parts[1], prefix_tokens=parts[2],
                                 suffix_tokens=parts[3])
 
@@ -263,27 +292,92 @@ def _layout_tuple(grid: common_pb2.PatchGrid) -> Optional[Tuple[int, int, int, i
     return (grid.rows, grid.cols, grid.prefix_tokens, grid.suffix_tokens)
 
 
-def encode_document(doc, dtype=None) -> ingest_pb2.Document:
-    """A document given as a dict {id, tokens, layout?, attributes?}, a tuple
-    (id, tokens[, layout[, attributes]]) or a `Document` message → `Document`."""
-    if isinstance(doc, ingest_pb2.Document):
-        return doc
+_DOCUMENT_FORMS = ("a dict {'id', 'tokens', 'layout'?, 'attributes'?}, a tuple (id, tokens[, "
+                   "layout[, attributes]]) or a tessera.pb Document")
+
+
+def _document_label(index: Optional[int], doc_id=None) -> str:
+    """"document 3 ('a')" for messages: the document's position in the caller's sequence (when
+    known) and its id (when it is one)."""
+    label = "document" if index is None else f"document {index}"
+    if isinstance(doc_id, (str, bytes)):
+        label += f" ({_short_repr(doc_id)})"
+    return label
+
+
+def _document_parts(doc, index: Optional[int] = None):
+    """Checks a document in any form encode_document accepts before anything is sent: returns
+    (id, tokens as an ndarray, PatchGrid or None, {field: AttributeValue}). A missing or mistyped
+    field raises TypeError, a bad shape or layout ValueError, each naming the document (its index
+    in the caller's sequence and its id) and the field."""
+    label = _document_label(index)
     if isinstance(doc, Mapping):
+        for key in ("id", "tokens"):
+            if key not in doc:
+                raise TypeError(f"{_document_label(index, doc.get('id'))}: no {key!r} key; a "
+                                f"document is {_DOCUMENT_FORMS}")
         doc_id, tokens = doc["id"], doc["tokens"]
         layout, attributes = doc.get("layout"), doc.get("attributes")
-    else:
+    elif isinstance(doc, (tuple, list)):
         if not 2 <= len(doc) <= 4:
-            raise ValueError("a document tuple is (id, tokens[, layout[, attributes]])")
+            raise ValueError(f"{label}: a tuple of {len(doc)} items; a document tuple is "
+                             "(id, tokens[, layout[, attributes]])")
         doc_id, tokens = doc[0], doc[1]
         layout = doc[2] if len(doc) > 2 else None
         attributes = doc[3] if len(doc) > 3 else None
+    else:
+        raise TypeError(f"{label} is {type(doc).__name__} ({_short_repr(doc)}); a document is "
+                        f"{_DOCUMENT_FORMS}")
+    if not isinstance(doc_id, (str, bytes)):
+        raise TypeError(f"{label}: 'id' is {type(doc_id).__name__} ({_short_repr(doc_id)}); "
+                        "expected str")
+    label = _document_label(index, doc_id)
+    if tokens is None or isinstance(tokens, (str, bytes, Mapping)):
+        raise TypeError(f"{label}: 'tokens' is {type(tokens).__name__}; expected a float array, "
+                        "n_tokens × dim")
+    try:
+        values = np.asarray(tokens)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{label}: 'tokens' is not an array ({error}); expected a float array, "
+                        "n_tokens × dim") from None
+    if values.dtype.kind not in "iuf":
+        raise TypeError(f"{label}: 'tokens' has dtype {values.dtype}; expected a float (or "
+                        "integer) array, n_tokens × dim")
+    if values.ndim != 2:
+        raise ValueError(f"{label}: 'tokens' has shape {values.shape}; expected 2-D "
+                         "(n_tokens × dim)")
+    grid = _patch_grid(layout, f"{label}: 'layout'")
+    if attributes is not None and not isinstance(attributes, Mapping):
+        raise TypeError(f"{label}: 'attributes' is {type(attributes).__name__} "
+                        f"({_short_repr(attributes)}); expected a dict {{field: int | float | str}}")
+    encoded = {}
+    for field, value in (attributes or {}).items():
+        if not isinstance(field, str):
+            raise TypeError(f"{label}: attribute name {_short_repr(field)} is "
+                            f"{type(field).__name__}; expected str")
+        encoded[field] = _attribute_value(value, f"{label}: attribute {field!r}")
+    return doc_id, values, grid, encoded
+
+
+def _encode_document(doc, dtype=None, index: Optional[int] = None) -> ingest_pb2.Document:
+    if isinstance(doc, ingest_pb2.Document):
+        return doc
+    doc_id, tokens, grid, attributes = _document_parts(doc, index)
     message = ingest_pb2.Document(id=_wire_id(doc_id), tokens=encode_matrix(tokens, dtype))
-    grid = _patch_grid(layout)
     if grid is not None:
         message.layout.CopyFrom(grid)
-    for field, value in (attributes or {}).items():
-        message.attributes[field].CopyFrom(_attribute_value(value))
+    for field, value in attributes.items():
+        message.attributes[field].CopyFrom(value)
     return message
+
+
+def encode_document(doc, dtype=None) -> ingest_pb2.Document:
+    """A document given as a dict {id, tokens, layout?, attributes?}, a tuple
+    (id, tokens[, layout[, attributes]]) or a `Document` message → `Document`. id: str; tokens:
+    n_tokens × dim float array; layout: (rows, cols[, prefix, suffix]) or a dict; attributes:
+    {field: int | float | str}. A missing or mistyped field raises TypeError, a bad shape or
+    layout ValueError, naming the document and the field."""
+    return _encode_document(doc, dtype)
 
 
 def encode_filter(conditions) -> Optional[common_pb2.Filter]:
@@ -305,7 +399,8 @@ def encode_filter(conditions) -> Optional[common_pb2.Filter]:
         else:
             values = [value]
         result.all_of.add(field=field, op=op_number,
-                          values=[_attribute_value(v) for v in values])
+                          values=[_attribute_value(v, f"filter value for {field!r}")
+                                  for v in values])
     return result
 
 
@@ -436,11 +531,16 @@ def _format_seconds(seconds: float) -> str:
 
 
 def _token_bytes(doc) -> int:
-    """Token bytes of a document in any form encode_document accepts (0 when unknown)."""
+    """Token bytes of a document in any form encode_document accepts (0 when unknown, as for a
+    malformed document, which the encoder then reports)."""
     if isinstance(doc, ingest_pb2.Document):
         return len(doc.tokens.data)
-    tokens = doc["tokens"] if isinstance(doc, Mapping) else doc[1]
-    return int(getattr(tokens, "nbytes", 0))
+    try:
+        tokens = doc["tokens"] if isinstance(doc, Mapping) else doc[1]
+    except (KeyError, IndexError, TypeError):
+        return 0
+    nbytes = getattr(tokens, "nbytes", 0)
+    return nbytes if isinstance(nbytes, int) else 0
 
 
 def _batched(items: Iterable, size: int, max_bytes: int = 0) -> Iterator[list]:
@@ -636,10 +736,25 @@ class Client:
         """One Upsert stream: sends each batch of documents as one request (lazily, as gRPC asks
         for it) and yields, per batch and in order, the per-document results once the server has
         acknowledged it. Closing the generator early cancels the stream."""
-        requests = (ingest_pb2.UpsertRequest(
-            collection=collection, documents=[encode_document(d, dtype) for d in batch])
-            for batch in batches)
-        call = self.ingest_stub.Upsert(requests, metadata=self.metadata,
+        # gRPC pulls the requests on its own thread, where an exception would only end the call
+        # with "UNKNOWN: Exception iterating requests!". A document that does not encode (or a
+        # failing `batches` iterator) instead ends the request stream there; once the server has
+        # answered what was sent, the exception is raised here, as it was.
+        failure: List[BaseException] = []
+
+        def requests():
+            index = 0
+            try:
+                for batch in batches:
+                    documents = []
+                    for doc in batch:
+                        documents.append(_encode_document(doc, dtype, index))
+                        index += 1
+                    yield ingest_pb2.UpsertRequest(collection=collection, documents=documents)
+            except Exception as error:  # noqa: BLE001 (handed to the caller's thread)
+                failure.append(error)
+
+        call = self.ingest_stub.Upsert(requests(), metadata=self.metadata,
                                        timeout=self._timeout(timeout))
         try:
             for response in call:
@@ -647,9 +762,13 @@ class Client:
                                       r.num_vectors)
                        for r in response.results]
         except grpc.RpcError as error:
+            if failure:
+                raise failure[0] from None
             raise TesseraError.from_rpc_error(error) from None
         finally:
             call.cancel()  # no-op once the call has finished
+        if failure:
+            raise failure[0]
 
     def upsert(self, collection: str, docs: Iterable, batch_size: int = 64, dtype=None,
                timeout: Optional[float] = None,
@@ -664,6 +783,10 @@ class Client:
         "fp16"/"fp32"); layout: (rows, cols[, prefix_tokens, suffix_tokens]) or None; attributes:
         {field: int | float | str}. Raises TesseraError when the stream fails.
         """
+        docs = list(docs)
+        for index, doc in enumerate(docs):  # every document checked before anything is sent
+            if not isinstance(doc, ingest_pb2.Document):
+                _document_parts(doc, index)
         batches = list(_batched(docs, batch_size, batch_bytes))
         results: List[DocumentResult] = []
         answered = 0
