@@ -96,8 +96,7 @@ absl::Duration Admission::ExpectedWaitLocked() const {
   if (static_cast<int64_t>(queue_.size()) + running_ < options_.workers) {
     return absl::ZeroDuration();
   }
-  return mean_run_ * (static_cast<double>(queued_units_) + 0.5 * running_units_) /
-         options_.workers;
+  return mean_run_ * (static_cast<double>(queued_units_) + 0.5 * running_units_) / options_.workers;
 }
 
 absl::Duration Admission::ExpectedWait() const {

@@ -28,7 +28,7 @@
 namespace tessera::server {
 
 struct AdmissionOptions {
-  int workers = 4;                                // threads that run handlers; ≥ 1
+  int workers = 4;           // threads that run handlers; ≥ 1
   int64_t max_queued = 256;  // units of work (requests, or searches of a batch) queued; ≥ 1
   int64_t max_inflight_bytes = int64_t{1} << 30;  // request bytes queued or running; ≥ 1
 };

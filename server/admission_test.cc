@@ -76,9 +76,13 @@ TEST(Admission, CountsEachUnitOfARequestAgainstTheQueue) {
                       absl::InfiniteFuture(), 10)
                   .ok());  // more than max_queued, with nothing queued: admitted
   started.WaitForNotification();
-  ASSERT_TRUE(admission.Submit(0, [] {}, absl::InfiniteFuture(), 2).ok());
+  ASSERT_TRUE(admission
+                  .Submit(
+                      0, [] {}, absl::InfiniteFuture(), 2)
+                  .ok());
   EXPECT_EQ(admission.queued(), 2);
-  const absl::Status refused = admission.Submit(0, [] {}, absl::InfiniteFuture(), 5);
+  const absl::Status refused = admission.Submit(
+      0, [] {}, absl::InfiniteFuture(), 5);
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(refused.message(),
               HasSubstr("server busy: 2 requests already wait for a worker and this one counts "
@@ -88,7 +92,10 @@ TEST(Admission, CountsEachUnitOfARequestAgainstTheQueue) {
   EXPECT_EQ(admission.Submit(0, [] {}).code(), absl::StatusCode::kResourceExhausted);
   release.Notify();
   while (admission.queued() > 0) absl::SleepFor(absl::Milliseconds(1));
-  EXPECT_TRUE(admission.Submit(0, [] {}, absl::InfiniteFuture(), 5).ok());
+  EXPECT_TRUE(admission
+                  .Submit(
+                      0, [] {}, absl::InfiniteFuture(), 5)
+                  .ok());
 }
 
 TEST(Admission, RefusesARequestWhoseDeadlineWouldPassWhileItWaits) {

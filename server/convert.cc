@@ -392,8 +392,9 @@ absl::StatusOr<Document> DocumentFromProto(const v1::Document& proto, int64_t di
   }
   for (const auto& [name, value] : proto.attributes()) {
     if (value.value_case() == v1::AttributeValue::VALUE_NOT_SET) {
-      return Invalid(absl::StrCat("documents[", index, "].attributes[", QuotedForMessage(name), "]"),
-                     "no value set");
+      return Invalid(
+          absl::StrCat("documents[", index, "].attributes[", QuotedForMessage(name), "]"),
+          "no value set");
     }
     document.attributes[name] = AttributeFromProto(value);
   }

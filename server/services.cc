@@ -193,19 +193,20 @@ grpc::ServerUnaryReactor* QueryServiceImpl::SearchBatch(grpc::CallbackServerCont
     return reactor;
   }
   // Each search counts against the admission queue's bound, as that many Search calls would.
-  return Serve(context_, call, "SearchBatch", static_cast<int64_t>(request->ByteSizeLong()),
-               [this, call, request, response]() -> absl::Status {
-                 for (int i = 0; i < request->searches_size(); ++i) {
-                   const absl::Status search =
-                       RunSearch(context_, *call, request->searches(i), response->add_responses());
-                   if (!search.ok()) {
-                     return absl::Status(search.code(),
-                                         absl::StrCat("searches[", i, "]: ", search.message()));
-                   }
-                 }
-                 return absl::OkStatus();
-               },
-               std::max<int64_t>(searches, 1));
+  return Serve(
+      context_, call, "SearchBatch", static_cast<int64_t>(request->ByteSizeLong()),
+      [this, call, request, response]() -> absl::Status {
+        for (int i = 0; i < request->searches_size(); ++i) {
+          const absl::Status search =
+              RunSearch(context_, *call, request->searches(i), response->add_responses());
+          if (!search.ok()) {
+            return absl::Status(search.code(),
+                                absl::StrCat("searches[", i, "]: ", search.message()));
+          }
+        }
+        return absl::OkStatus();
+      },
+      std::max<int64_t>(searches, 1));
 }
 
 }  // namespace tessera::server

@@ -174,7 +174,8 @@ TEST_F(ServicesTest, GetPutsTheStoredFp16BitsOnTheWire) {
 
 TEST_F(ServicesTest, GetPutsStoredFp32BytesOnTheWire) {
   Start();
-  const std::vector<float> tokens = {0.1f, -0.7f, 1e-40f, 3.0e38f, 0.2f, 0.3f, -0.4f, 0.5f};
+  // Values fp16 cannot hold: a subnormal of fp32 and more precision than fp16 has.
+  const std::vector<float> tokens = {0.1f, -0.7f, 1e-40f, 12345.678f, 0.2f, 0.3f, -0.4f, 0.5f};
   ASSERT_NE(CreateWithDocument("c", VectorDtype::kFloat32, kDim, tokens), nullptr);
   v1::GetRequest request;
   request.set_collection("c");

@@ -30,9 +30,9 @@ struct Replica {
   // `message` with the local name replaced by the cluster one, as the public API would say it
   // (quoted whole, or cut short by QuotedForMessage).
   std::string Rewrite(absl::string_view message) const {
-    return absl::StrReplaceAll(
-        message, {{absl::StrCat("'", local, "'"), absl::StrCat("'", collection, "'")},
-                  {QuotedForMessage(local), QuotedForMessage(collection)}});
+    return absl::StrReplaceAll(message,
+                               {{absl::StrCat("'", local, "'"), absl::StrCat("'", collection, "'")},
+                                {QuotedForMessage(local), QuotedForMessage(collection)}});
   }
   absl::Status Rewrite(const absl::Status& status) const {
     if (status.ok()) return status;

@@ -155,9 +155,8 @@ void CollectionImpl::MarkDropped(std::string moved_dir) {
 absl::Status CollectionImpl::ValidateId(const std::string& id) const {
   if (id.empty()) return absl::InvalidArgumentError("document id is empty");
   if (static_cast<int64_t>(id.size()) > context_.limits.max_id_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("document id of ", id.size(),
-                                                   " bytes, expected at most ",
-                                                   context_.limits.max_id_bytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "document id of ", id.size(), " bytes, expected at most ", context_.limits.max_id_bytes));
   }
   if (!IsValidUtf8(id)) return absl::InvalidArgumentError("document id is not valid UTF-8");
   return absl::OkStatus();
@@ -233,8 +232,9 @@ absl::StatusOr<DocumentWrite> CollectionImpl::PrepareWrite(const Document& docum
   const FloatMatrixView tokens{document.tokens.data(), document.num_tokens, document.dim};
   absl::StatusOr<PooledMatrix> pooled = PoolDocument(tokens, document.layout, schema_.pooling);
   if (!pooled.ok()) {
-    return absl::Status(pooled.status().code(),
-                        absl::StrCat("document ", QuotedForMessage(document.id), ": ", pooled.status().message()));
+    return absl::Status(
+        pooled.status().code(),
+        absl::StrCat("document ", QuotedForMessage(document.id), ": ", pooled.status().message()));
   }
   if (pooled->num_vectors() == 0) {
     return absl::InvalidArgumentError(
@@ -340,16 +340,16 @@ absl::StatusOr<StoredDocument> CollectionImpl::Get(const std::string& id,
   const Shard& shard = *shards_[ShardOf(id, schema_.num_shards)];
   absl::StatusOr<uint64_t> iid = shard.LookupId(id);
   if (absl::IsNotFound(iid.status())) {
-    return absl::NotFoundError(
-        absl::StrCat("document ", QuotedForMessage(id), " not found in collection '", schema_.name, "'"));
+    return absl::NotFoundError(absl::StrCat("document ", QuotedForMessage(id),
+                                            " not found in collection '", schema_.name, "'"));
   }
   TESSERA_RETURN_IF_ERROR(iid.status());
   TESSERA_ASSIGN_OR_RETURN(DocumentRecord record, shard.GetRecord(*iid));
   TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> fetched,
                            shard.FetchRerank({*iid}));
   if (fetched[0] == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("document ", QuotedForMessage(id), " not found in collection '", schema_.name, "'"));
+    return absl::NotFoundError(absl::StrCat("document ", QuotedForMessage(id),
+                                            " not found in collection '", schema_.name, "'"));
   }
   const StoredMatrix& rerank = *fetched[0];
   StoredDocument document;
@@ -395,10 +395,10 @@ absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
                                                      i / query.cols, " is not finite"));
     }
     if (std::fabs(query.data[i]) > kMaxVectorValue) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "query: value ", query.data[i], " at token ", i / query.cols, ", dimension ",
-          i % query.cols, " exceeds the largest magnitude accepted, ", kMaxVectorValue,
-          " (larger values can overflow MaxSim scores)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("query: value ", query.data[i], " at token ", i / query.cols, ", dimension ",
+                       i % query.cols, " exceeds the largest magnitude accepted, ", kMaxVectorValue,
+                       " (larger values can overflow MaxSim scores)"));
     }
   }
   // The one check of k and num_candidates against the limits, for the server as for embedded

@@ -319,8 +319,8 @@ TEST(CollectionWrites, HostileValuesAndIdsAreRefusedAndChangeNothing) {
   ExpectAllOk((*collection)->Upsert({corpus.Make("keep", 10)}));
 
   std::vector<Document> bad;
-  for (double value : {static_cast<double>(NAN), static_cast<double>(INFINITY),
-                       -static_cast<double>(INFINITY)}) {
+  for (double value :
+       {static_cast<double>(NAN), static_cast<double>(INFINITY), -static_cast<double>(INFINITY)}) {
     bad.push_back(corpus.Make("attr", 3));
     bad.back().attributes["score"] = value;
   }
@@ -415,8 +415,8 @@ TEST(CollectionSearch, FiltersOnDoublesSelectWhatComparisonsSelect) {
       {Op::kGe, [](double a, double b) { return a >= b; }},
       {Op::kIn, [](double a, double b) { return a == b; }}};
   for (const auto& [op, holds] : ops) {
-    for (double threshold : {0.5, -1.5, 0.3, 1e300, static_cast<double>(INFINITY),
-                             -static_cast<double>(INFINITY)}) {
+    for (double threshold :
+         {0.5, -1.5, 0.3, 1e300, static_cast<double>(INFINITY), -static_cast<double>(INFINITY)}) {
       SearchOptions options;
       options.k = 100;
       options.exhaustive = true;
@@ -433,9 +433,9 @@ TEST(CollectionSearch, FiltersOnDoublesSelectWhatComparisonsSelect) {
   }
   for (Op op : {Op::kEq, Op::kNe, Op::kGe, Op::kIn}) {
     SearchOptions options;
-    options.filter.all_of.push_back(
-        FilterCondition{"score", op, {0.5, static_cast<double>(NAN)}});
-    if (op != Op::kIn) options.filter.all_of[0].values.erase(options.filter.all_of[0].values.begin());
+    options.filter.all_of.push_back(FilterCondition{"score", op, {0.5, static_cast<double>(NAN)}});
+    if (op != Op::kIn)
+      options.filter.all_of[0].values.erase(options.filter.all_of[0].values.begin());
     const absl::Status status =
         (*collection)->Search(FloatMatrixView{query.data(), 3, dim}, options).status();
     EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << static_cast<int>(op);

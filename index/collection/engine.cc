@@ -139,7 +139,8 @@ class EngineImpl : public Engine {
       MutexLock lock(&mu_);
       const auto it = collections_.find(name);
       if (it == collections_.end()) {
-        return absl::NotFoundError(absl::StrCat("collection ", QuotedForMessage(name), " not found"));
+        return absl::NotFoundError(
+            absl::StrCat("collection ", QuotedForMessage(name), " not found"));
       }
       collection = it->second;
     }
@@ -197,7 +198,8 @@ class EngineImpl : public Engine {
     if (it == collections_.end()) {
       const auto broken = unavailable_.find(name);
       if (broken == unavailable_.end()) {
-        return absl::NotFoundError(absl::StrCat("collection ", QuotedForMessage(name), " not found"));
+        return absl::NotFoundError(
+            absl::StrCat("collection ", QuotedForMessage(name), " not found"));
       }
       // Nothing holds an unavailable collection open: its files go at once.
       std::error_code error;
@@ -334,9 +336,9 @@ int ShardOf(absl::string_view id, int num_shards) {
 
 absl::Status ValidateSchema(const CollectionSchema& schema) {
   if (!IsValidName(schema.name)) {
-    return absl::InvalidArgumentError(absl::StrCat("collection name ",
-                                                   QuotedForMessage(schema.name),
-                                                   ", expected 1-128 characters of [A-Za-z0-9_.-]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("collection name ", QuotedForMessage(schema.name),
+                     ", expected 1-128 characters of [A-Za-z0-9_.-]"));
   }
   if (schema.dim < 1 || schema.dim > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("dim ", schema.dim, ", expected 1 … 4096"));
@@ -381,10 +383,10 @@ absl::Status ValidateSchema(const CollectionSchema& schema) {
   if (schema.candidates.factory.empty() ||
       schema.candidates.factory.find_first_of(" \n\t") != std::string::npos ||
       schema.candidates.factory.size() > kMaxFactoryBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "candidate index factory ", QuotedForMessage(schema.candidates.factory),
-        ", expected auto, centroid or a FAISS factory string (at most ", kMaxFactoryBytes,
-        " bytes, no whitespace)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("candidate index factory ", QuotedForMessage(schema.candidates.factory),
+                     ", expected auto, centroid or a FAISS factory string (at most ",
+                     kMaxFactoryBytes, " bytes, no whitespace)"));
   }
   if (schema.candidates.factory != "centroid") {
     // Let FAISS judge the factory string now rather than at the first write.
@@ -407,8 +409,9 @@ absl::Status ValidateSchema(const CollectionSchema& schema) {
   }
   for (const auto& [field, type] : schema.attributes) {
     if (!IsValidName(field)) {
-      return absl::InvalidArgumentError(absl::StrCat("attribute field ", QuotedForMessage(field),
-                                                     ", expected 1-128 characters of [A-Za-z0-9_.-]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute field ", QuotedForMessage(field),
+                       ", expected 1-128 characters of [A-Za-z0-9_.-]"));
     }
   }
   return absl::OkStatus();

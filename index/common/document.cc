@@ -106,10 +106,9 @@ absl::Status ValidateFilter(const Filter& filter,
     const FilterCondition& condition = filter.all_of[i];
     const auto field = fields.find(condition.field);
     if (field == fields.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("filter condition ", i, ": unknown field ",
-                       QuotedForMessage(condition.field),
-                       ", expected one of the collection's attribute fields"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "filter condition ", i, ": unknown field ", QuotedForMessage(condition.field),
+          ", expected one of the collection's attribute fields"));
     }
     const bool is_in = condition.op == FilterCondition::Op::kIn;
     if (is_in ? condition.values.empty() : condition.values.size() != 1) {
