@@ -35,22 +35,23 @@ void Admission::EndCall() {
   calls_cv_.SignalAll();
 }
 
-absl::Status Admission::Submit(int64_t bytes, std::function<void()> task, absl::Time deadline) {
+absl::Status Admission::Submit(int64_t bytes, std::function<void()> task, absl::Time deadline,
+                               int64_t units) {
   {
     MutexLock lock(&mu_);
     const absl::Duration wait = ExpectedWaitLocked();
     const absl::Duration left = deadline - absl::Now();
     if (wait > absl::ZeroDuration() && wait > left) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "server busy: the ", queue_.size(), " queued requests need about ",
+          "server busy: the ", queued_units_, " queued requests need about ",
           absl::ToInt64Milliseconds(wait), " ms before a worker is free, more than the ",
           absl::ToInt64Milliseconds(left), " ms left of the call's deadline; retry with backoff"));
     }
-    if (static_cast<int64_t>(queue_.size()) >= options_.max_queued) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("server busy: ", queue_.size(),
-                       " requests already wait for a worker (--max_queued_requests ",
-                       options_.max_queued, "); retry with backoff"));
+    if (queued_units_ > 0 && queued_units_ + units > options_.max_queued) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "server busy: ", queued_units_, " requests already wait for a worker",
+          units > 1 ? absl::StrCat(" and this one counts as ", units, " (one per search)") : "",
+          " (--max_queued_requests ", options_.max_queued, "); retry with backoff"));
     }
     if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > options_.max_inflight_bytes) {
       return absl::ResourceExhaustedError(
@@ -59,7 +60,8 @@ absl::Status Admission::Submit(int64_t bytes, std::function<void()> task, absl::
                        "; retry with backoff"));
     }
     inflight_bytes_ += bytes;
-    queue_.push_back(Task{bytes, std::move(task)});
+    queued_units_ += units;
+    queue_.push_back(Task{bytes, units, std::move(task)});
   }
   work_cv_.Signal();
   return absl::OkStatus();
@@ -74,24 +76,27 @@ void Admission::WorkerLoop() {
       if (queue_.empty()) return;  // stopping, and nothing left to run
       task = std::move(queue_.front());
       queue_.pop_front();
+      queued_units_ -= task.units;
       ++running_;
+      running_units_ += task.units;
     }
     const absl::Time start = absl::Now();
     task.run();
     const absl::Duration ran = absl::Now() - start;
     MutexLock lock(&mu_);
     --running_;
+    running_units_ -= task.units;
     inflight_bytes_ -= task.bytes;
-    mean_run_ += (ran - mean_run_) / 16;
+    mean_run_ += (ran / task.units - mean_run_) / 16;
   }
 }
 
 absl::Duration Admission::ExpectedWaitLocked() const {
-  // Every queued task and the remaining half of every running one, shared by the workers.
+  // Every queued unit and the remaining half of every running one, shared by the workers.
   if (static_cast<int64_t>(queue_.size()) + running_ < options_.workers) {
     return absl::ZeroDuration();
   }
-  return mean_run_ * (static_cast<double>(queue_.size()) + 0.5 * running_) / options_.workers;
+  return mean_run_ * (static_cast<double>(queued_units_) + 0.5 * running_units_) / options_.workers;
 }
 
 absl::Duration Admission::ExpectedWait() const {
@@ -110,7 +115,7 @@ int64_t Admission::Drain(absl::Time deadline) {
 
 int64_t Admission::queued() const {
   ReaderMutexLock lock(&mu_);
-  return static_cast<int64_t>(queue_.size());
+  return queued_units_;
 }
 
 int64_t Admission::inflight_bytes() const {

@@ -58,6 +58,46 @@ TEST(Admission, BoundsBytesButAdmitsAnOversizedRequestAlone) {
   EXPECT_TRUE(admission.Submit(100, [] {}).ok());
 }
 
+// A SearchBatch counts as its searches: a batch of 5 does not fit where 4 places are left of
+// 6, while 4 single requests do; one larger than the whole queue runs when the queue is empty.
+TEST(Admission, CountsEachUnitOfARequestAgainstTheQueue) {
+  absl::Notification started, release;  // outlive the admission's worker
+  AdmissionOptions options;
+  options.workers = 1;
+  options.max_queued = 6;
+  Admission admission(options);
+  ASSERT_TRUE(admission
+                  .Submit(
+                      0,
+                      [&] {
+                        started.Notify();
+                        release.WaitForNotification();
+                      },
+                      absl::InfiniteFuture(), 10)
+                  .ok());  // more than max_queued, with nothing queued: admitted
+  started.WaitForNotification();
+  ASSERT_TRUE(admission
+                  .Submit(
+                      0, [] {}, absl::InfiniteFuture(), 2)
+                  .ok());
+  EXPECT_EQ(admission.queued(), 2);
+  const absl::Status refused = admission.Submit(
+      0, [] {}, absl::InfiniteFuture(), 5);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(),
+              HasSubstr("server busy: 2 requests already wait for a worker and this one counts "
+                        "as 5 (one per search) (--max_queued_requests 6)"));
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(admission.Submit(0, [] {}).ok()) << i;
+  EXPECT_EQ(admission.queued(), 6);
+  EXPECT_EQ(admission.Submit(0, [] {}).code(), absl::StatusCode::kResourceExhausted);
+  release.Notify();
+  while (admission.queued() > 0) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_TRUE(admission
+                  .Submit(
+                      0, [] {}, absl::InfiniteFuture(), 5)
+                  .ok());
+}
+
 TEST(Admission, RefusesARequestWhoseDeadlineWouldPassWhileItWaits) {
   // Declared before the admission, whose destructor joins the worker that waits on them.
   absl::Notification started, release;

@@ -151,6 +151,7 @@ std::map<std::string, Setter> Settings(ServerConfig* config, std::set<std::strin
   integer("max_k", &config->max_k, 1);
   integer("max_num_candidates", &config->max_num_candidates, 1);
   integer("max_query_tokens", &config->max_query_tokens, 1);
+  integer("max_searches_per_batch", &config->max_searches_per_batch, 1);
   integer("max_queued_requests", &config->max_queued_requests, 1);
   integer("max_inflight_bytes", &config->max_inflight_bytes, 1024);
   settings["request_threads"] = [config](const std::string& value) {
@@ -334,6 +335,8 @@ std::string ServerUsage() {
   --max_tokens_per_document N    (default 4096)
   --max_documents_per_batch N    documents in one Upsert message (default 1024)
   --max_k N, --max_num_candidates N, --max_query_tokens N   search limits (1000, 10000, 1024)
+  --max_searches_per_batch N     searches in one SearchBatch (default 64); each counts as one
+                                 request against --max_queued_requests
   --request_threads N            threads that run handlers (default 0 = 2 × cores, at least 4)
   --max_queued_requests N        requests waiting for a handler thread (default 256)
   --max_inflight_bytes N         request bytes queued or running (default 1073741824); beyond

@@ -56,6 +56,9 @@ struct ServerConfig {
   int64_t max_k = 1000;
   int64_t max_num_candidates = 10000;
   int64_t max_query_tokens = 1024;
+  // Searches in one SearchBatch call (RESOURCE_EXHAUSTED beyond); each counts against
+  // max_queued_requests as one request.
+  int64_t max_searches_per_batch = 64;
   // Admission (server/admission.h): handler threads (0 = twice the cores, at least 4), requests
   // waiting for one, and request bytes queued or running; RESOURCE_EXHAUSTED beyond.
   int request_threads = 0;

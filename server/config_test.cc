@@ -21,6 +21,7 @@ TEST(ServerConfig, DefaultsFlagsAndYamlWithFlagsWinning) {
   EXPECT_EQ(config->listen, "127.0.0.1:50051");
   EXPECT_EQ(config->metrics_listen, "127.0.0.1:9464");
   EXPECT_EQ(config->move_lost_replicas_after_seconds, 300);
+  EXPECT_EQ(config->max_searches_per_batch, 64);
 
   const std::string yaml = ::testing::TempDir() + "/server_config_test.yaml";
   std::ofstream(yaml) << "listen: 0.0.0.0:7000\ninsecure: true\nmax_k: 50\nsync_writes: false\n";
@@ -33,6 +34,11 @@ TEST(ServerConfig, DefaultsFlagsAndYamlWithFlagsWinning) {
   EXPECT_FALSE(config->sync_writes);
   EXPECT_EQ(config->data_dir, "/d");
   EXPECT_EQ(config->move_lost_replicas_after_seconds, 2.5);
+  config = ParseServerConfig({"tessera-server", "--max_searches_per_batch", "8"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->max_searches_per_batch, 8);
+  EXPECT_THAT(ParseServerConfig({"s", "--max_searches_per_batch", "0"}).status().message(),
+              HasSubstr("--max_searches_per_batch '0', expected an integer ≥ 1"));
   std::remove(yaml.c_str());
 }
 

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "tessera/document.h"
 #include "tessera/float16.h"
 #include "tessera/status_macros.h"
 
@@ -157,15 +158,22 @@ absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& pro
       default:
         return Invalid("schema.spatial.mode", absl::StrCat("unknown value ", s.mode()));
     }
-    // 0 keeps the default.
-    for (const auto& [field, value, out] :
-         {std::tuple{"tile_rows", s.tile_rows(), &options.tile_rows},
-          std::tuple{"tile_cols", s.tile_cols(), &options.tile_cols},
-          std::tuple{"window_rows", s.window_rows(), &options.window_rows},
-          std::tuple{"window_stride", s.window_stride(), &options.window_stride}}) {
-      if (value > 0) {
-        TESSERA_RETURN_IF_ERROR(ToInt(absl::StrCat("schema.spatial.", field), value, out));
+    // The sizes the mode uses must be given (proto3 sends an unset one as 0, which would pool
+    // with a size nobody asked for); the others may be 0 and keep their defaults, so that a
+    // schema read back (SchemaToProto sends every size) can be sent again.
+    const bool tiles = options.mode == SpatialMode::kTiles;
+    const bool windows = options.mode == SpatialMode::kRowWindows;
+    for (const auto& [field, value, out, used] :
+         {std::tuple{"tile_rows", s.tile_rows(), &options.tile_rows, tiles},
+          std::tuple{"tile_cols", s.tile_cols(), &options.tile_cols, tiles},
+          std::tuple{"window_rows", s.window_rows(), &options.window_rows, windows},
+          std::tuple{"window_stride", s.window_stride(), &options.window_stride, windows}}) {
+      const std::string name = absl::StrCat("schema.spatial.", field);
+      if (value == 0 && used) {
+        return Invalid(name, absl::StrCat("0, expected ≥ 1 for mode ",
+                                          v1::SpatialPooling::Mode_Name(s.mode())));
       }
+      if (value > 0) TESSERA_RETURN_IF_ERROR(ToInt(name, value, out));
     }
     options.keep_special_tokens = s.keep_special_tokens();
     options.renormalize = s.renormalize();
@@ -220,7 +228,7 @@ absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& pro
         schema.attributes[field] = AttributeType::kString;
         break;
       default:
-        return Invalid(absl::StrCat("schema.attributes['", field, "']"),
+        return Invalid(absl::StrCat("schema.attributes[", QuotedForMessage(field), "]"),
                        absl::StrCat("type ", static_cast<int>(type),
                                     type == v1::ATTRIBUTE_TYPE_UNSPECIFIED ? " (unspecified)" : "",
                                     ", expected INT64, DOUBLE or STRING"));
@@ -362,7 +370,7 @@ absl::StatusOr<Document> DocumentFromProto(const v1::Document& proto, int64_t di
   Document document;
   document.id = proto.id();
   const std::string field =
-      absl::StrCat("documents[", index, "] ('", proto.id().substr(0, 64), "').tokens");
+      absl::StrCat("documents[", index, "] (", QuotedForMessage(proto.id()), ").tokens");
   TESSERA_ASSIGN_OR_RETURN(document.tokens, DecodeMatrix(proto.tokens(), dim, field));
   document.num_tokens = proto.tokens().rows();
   document.dim = proto.tokens().cols();
@@ -371,7 +379,7 @@ absl::StatusOr<Document> DocumentFromProto(const v1::Document& proto, int64_t di
     // Each within int32, so that the grid's token count cannot overflow; the document's own
     // validation compares it with the tokens sent.
     const std::string layout_field =
-        absl::StrCat("documents[", index, "] ('", proto.id().substr(0, 64), "').layout.");
+        absl::StrCat("documents[", index, "] (", QuotedForMessage(proto.id()), ").layout.");
     for (const auto& [name, value] :
          {std::pair{"rows", grid.rows()}, std::pair{"cols", grid.cols()},
           std::pair{"prefix_tokens", grid.prefix_tokens()},
@@ -384,8 +392,9 @@ absl::StatusOr<Document> DocumentFromProto(const v1::Document& proto, int64_t di
   }
   for (const auto& [name, value] : proto.attributes()) {
     if (value.value_case() == v1::AttributeValue::VALUE_NOT_SET) {
-      return Invalid(absl::StrCat("documents[", index, "].attributes['", name, "']"),
-                     "no value set");
+      return Invalid(
+          absl::StrCat("documents[", index, "].attributes[", QuotedForMessage(name), "]"),
+          "no value set");
     }
     document.attributes[name] = AttributeFromProto(value);
   }

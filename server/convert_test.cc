@@ -1,5 +1,9 @@
 #include "server/convert.h"
 
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tessera/float16.h"
@@ -93,6 +97,8 @@ TEST(Convert, SchemaRoundTripAndDefaults) {
               HasSubstr("schema.hierarchical.pool_factor: 0, expected 1 … 64"));
   proto.mutable_hierarchical()->set_pool_factor(3);
   proto.mutable_spatial()->set_mode(v1::SpatialPooling::MODE_TILES);
+  proto.mutable_spatial()->set_tile_rows(3);
+  proto.mutable_spatial()->set_tile_cols(4);
   (*proto.mutable_attributes())["year"] = v1::ATTRIBUTE_TYPE_INT64;
   schema = SchemaFromProto(proto);
   ASSERT_TRUE(schema.ok());
@@ -100,7 +106,18 @@ TEST(Convert, SchemaRoundTripAndDefaults) {
   SchemaToProto(*schema, &back);
   EXPECT_EQ(back.hierarchical().pool_factor(), 3u);
   EXPECT_EQ(back.spatial().mode(), v1::SpatialPooling::MODE_TILES);
+  EXPECT_EQ(back.spatial().tile_rows(), 3u);
+  EXPECT_EQ(back.spatial().tile_cols(), 4u);
   EXPECT_EQ(back.attributes().at("year"), v1::ATTRIBUTE_TYPE_INT64);
+  // Both poolings, kept both (spatial, then hierarchical over its output), and a schema read back
+  // converts again to the same one.
+  ASSERT_TRUE(schema->pooling.spatial.has_value());
+  ASSERT_TRUE(schema->pooling.hierarchical.has_value());
+  const auto again = SchemaFromProto(back);
+  ASSERT_TRUE(again.ok()) << again.status();
+  v1::CollectionSchema back_again;
+  SchemaToProto(*again, &back_again);
+  EXPECT_EQ(back_again.SerializeAsString(), back.SerializeAsString());
   EXPECT_EQ(back.hierarchical().max_merge_height(), kAdaptiveMergeHeight);
 }
 
@@ -124,6 +141,83 @@ TEST(Convert, MaxMergeHeightDefaultsByMethod) {
   SchemaToProto(*schema, &back);
   EXPECT_TRUE(back.hierarchical().has_max_merge_height());
   EXPECT_EQ(back.hierarchical().max_merge_height(), 0.0);
+}
+
+// A size the spatial mode uses, sent as 0 (proto3's unset), was replaced by its default (tile
+// 0×0 became 2×2, window stride 0 became 1): refused, naming the field. Sizes the mode does not
+// use may be 0.
+TEST(Convert, SpatialSizesTheModeUsesMustBeGiven) {
+  struct Case {
+    v1::SpatialPooling::Mode mode;
+    uint32_t tile_rows, tile_cols, window_rows, window_stride;
+    std::string message;  // empty: accepted
+  };
+  const std::vector<Case> cases = {
+      {v1::SpatialPooling::MODE_TILES, 0, 0, 0, 0,
+       "schema.spatial.tile_rows: 0, expected ≥ 1 for mode MODE_TILES"},
+      {v1::SpatialPooling::MODE_TILES, 2, 0, 0, 0,
+       "schema.spatial.tile_cols: 0, expected ≥ 1 for mode MODE_TILES"},
+      {v1::SpatialPooling::MODE_TILES, 2, 3, 0, 0, ""},
+      {v1::SpatialPooling::MODE_ROW_WINDOWS, 0, 0, 3, 0,
+       "schema.spatial.window_stride: 0, expected ≥ 1 for mode MODE_ROW_WINDOWS"},
+      {v1::SpatialPooling::MODE_ROW_WINDOWS, 0, 0, 0, 1,
+       "schema.spatial.window_rows: 0, expected ≥ 1 for mode MODE_ROW_WINDOWS"},
+      {v1::SpatialPooling::MODE_ROW_WINDOWS, 0, 0, 3, 2, ""},
+      {v1::SpatialPooling::MODE_ROWS, 0, 0, 0, 0, ""},
+      {v1::SpatialPooling::MODE_GLOBAL, 0, 0, 0, 0, ""},
+  };
+  for (const Case& c : cases) {
+    v1::CollectionSchema proto = MinimalSchema(16);
+    v1::SpatialPooling* spatial = proto.mutable_spatial();
+    spatial->set_mode(c.mode);
+    spatial->set_tile_rows(c.tile_rows);
+    spatial->set_tile_cols(c.tile_cols);
+    spatial->set_window_rows(c.window_rows);
+    spatial->set_window_stride(c.window_stride);
+    const auto schema = SchemaFromProto(proto);
+    if (c.message.empty()) {
+      ASSERT_TRUE(schema.ok()) << c.mode << ": " << schema.status();
+      if (c.mode == v1::SpatialPooling::MODE_TILES) {
+        EXPECT_EQ(schema->pooling.spatial->tile_rows, 2);
+        EXPECT_EQ(schema->pooling.spatial->tile_cols, 3);
+      }
+      if (c.mode == v1::SpatialPooling::MODE_ROW_WINDOWS) {
+        EXPECT_EQ(schema->pooling.spatial->window_rows, 3);
+        EXPECT_EQ(schema->pooling.spatial->window_stride, 2);
+      }
+    } else {
+      EXPECT_EQ(schema.status().code(), absl::StatusCode::kInvalidArgument) << c.message;
+      EXPECT_THAT(schema.status().message(), HasSubstr(c.message));
+    }
+  }
+}
+
+// Client-sent names in messages are cut short as ids are (a 1 MB value made the message exceed
+// gRPC's header limit, which hid the status behind RESOURCE_EXHAUSTED).
+TEST(Convert, EchoedIdsAndNamesAreCutShort) {
+  v1::Document document;
+  document.set_id(std::string(5000, 'i'));
+  document.mutable_tokens()->set_dtype(v1::DTYPE_FLOAT32);
+  document.mutable_tokens()->set_cols(3);
+  document.mutable_tokens()->set_rows(1);
+  (*document.mutable_attributes())[std::string(5000, 'a')] = v1::AttributeValue();
+  auto decoded = DocumentFromProto(document, 4, 2);
+  EXPECT_THAT(decoded.status().message(),
+              HasSubstr(absl::StrCat("documents[2] ('", std::string(64, 'i'),
+                                     "…' (5000 bytes)).tokens: cols (dim) 3, expected 4")));
+  EXPECT_LT(decoded.status().message().size(), 200u);
+  document.mutable_tokens()->set_cols(4);
+  document.mutable_tokens()->set_data(std::string(16, '\0'));
+  decoded = DocumentFromProto(document, 4, 2);
+  EXPECT_THAT(decoded.status().message(),
+              HasSubstr(absl::StrCat("documents[2].attributes['", std::string(64, 'a'),
+                                     "…' (5000 bytes)]: no value set")));
+  EXPECT_LT(decoded.status().message().size(), 200u);
+  v1::CollectionSchema schema = MinimalSchema(16);
+  (*schema.mutable_attributes())[std::string(5000, 'f')] = v1::ATTRIBUTE_TYPE_UNSPECIFIED;
+  const absl::Status status = SchemaFromProto(schema).status();
+  EXPECT_THAT(status.message(), HasSubstr("(5000 bytes)]: type 0 (unspecified)"));
+  EXPECT_LT(status.message().size(), 200u);
 }
 
 TEST(Convert, StoredVectorBytesGoOutAsTheyAre) {

@@ -49,7 +49,7 @@ absl::Status StillWanted(const grpc::CallbackServerContext& call) {
 
 grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackServerContext* call,
                                 const char* method, int64_t request_bytes,
-                                std::function<absl::Status()> body) {
+                                std::function<absl::Status()> body, int64_t units) {
   const Clock::time_point start = Clock::now();
   grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
   Admission* admission = context->admission;
@@ -63,7 +63,7 @@ grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackSer
           FinishCall(context, call, reactor, method, start, status);
           admission->EndCall();
         },
-        AdmissionDeadline(*call));
+        AdmissionDeadline(*call), units);
     if (!admitted.ok()) admission->EndCall();
   }
   if (!admitted.ok()) FinishCall(context, call, reactor, method, start, admitted);

@@ -36,11 +36,12 @@ absl::Time AdmissionDeadline(const grpc::CallbackServerContext& call);
 absl::Status StillWanted(const grpc::CallbackServerContext& call);
 
 // One unary call (already authorised by the transport, server/credentials.h): admitted with the
-// request's size, then `body` (returns absl::Status and fills the response) runs on an admission
-// worker and the call finishes with its status — or at once with the admission's refusal.
+// request's size and its units of work (Admission::Submit), then `body` (returns absl::Status and
+// fills the response) runs on an admission worker and the call finishes with its status — or at
+// once with the admission's refusal.
 grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackServerContext* call,
                                 const char* method, int64_t request_bytes,
-                                std::function<absl::Status()> body);
+                                std::function<absl::Status()> body, int64_t units = 1);
 
 // A search of `collection`: the request's query and options as the public API reads them
 // (numbers unclamped: the collection checks them and names the value); as one of whole_shards

@@ -1,5 +1,6 @@
 #include "server/services.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -181,18 +182,31 @@ grpc::ServerUnaryReactor* QueryServiceImpl::Search(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* QueryServiceImpl::SearchBatch(grpc::CallbackServerContext* call,
                                                         const v1::SearchBatchRequest* request,
                                                         v1::SearchBatchResponse* response) {
-  return Serve(context_, call, "SearchBatch", static_cast<int64_t>(request->ByteSizeLong()),
-               [this, call, request, response]() -> absl::Status {
-                 for (int i = 0; i < request->searches_size(); ++i) {
-                   const absl::Status search =
-                       RunSearch(context_, *call, request->searches(i), response->add_responses());
-                   if (!search.ok()) {
-                     return absl::Status(search.code(),
-                                         absl::StrCat("searches[", i, "]: ", search.message()));
-                   }
-                 }
-                 return absl::OkStatus();
-               });
+  const int64_t searches = request->searches_size();
+  if (searches > context_->config.max_searches_per_batch) {
+    // Refused before admission, which would count every search.
+    grpc::ServerUnaryReactor* reactor = call->DefaultReactor();
+    FinishCall(context_, call, reactor, "SearchBatch", Clock::now(),
+               absl::ResourceExhaustedError(absl::StrCat(
+                   "searches: ", searches, " in one SearchBatch exceeds the limit of ",
+                   context_->config.max_searches_per_batch, " (--max_searches_per_batch)")));
+    return reactor;
+  }
+  // Each search counts against the admission queue's bound, as that many Search calls would.
+  return Serve(
+      context_, call, "SearchBatch", static_cast<int64_t>(request->ByteSizeLong()),
+      [this, call, request, response]() -> absl::Status {
+        for (int i = 0; i < request->searches_size(); ++i) {
+          const absl::Status search =
+              RunSearch(context_, *call, request->searches(i), response->add_responses());
+          if (!search.ok()) {
+            return absl::Status(search.code(),
+                                absl::StrCat("searches[", i, "]: ", search.message()));
+          }
+        }
+        return absl::OkStatus();
+      },
+      std::max<int64_t>(searches, 1));
 }
 
 }  // namespace tessera::server

@@ -52,6 +52,7 @@ class ServicesTest : public ::testing::Test {
     LoopbackServerOptions options;
     options.config.max_k = 50;
     options.config.max_num_candidates = 200;
+    options.config.max_searches_per_batch = max_searches_per_batch_;
     options.admission = admission_options_;
     if (!key_file.empty()) {
       const std::string path = (dir_ / "keys").string();
@@ -115,6 +116,7 @@ class ServicesTest : public ::testing::Test {
 
   std::filesystem::path dir_;
   AdmissionOptions admission_options_;
+  int64_t max_searches_per_batch_ = 64;
   std::unique_ptr<ApiKeys> keys_;  // outlives node_
   std::unique_ptr<LoopbackServer> node_;
 
@@ -172,7 +174,8 @@ TEST_F(ServicesTest, GetPutsTheStoredFp16BitsOnTheWire) {
 
 TEST_F(ServicesTest, GetPutsStoredFp32BytesOnTheWire) {
   Start();
-  const std::vector<float> tokens = {0.1f, -0.7f, 1e-40f, 3.0e38f, 0.2f, 0.3f, -0.4f, 0.5f};
+  // Values fp16 cannot hold: a subnormal of fp32 and more precision than fp16 has.
+  const std::vector<float> tokens = {0.1f, -0.7f, 1e-40f, 12345.678f, 0.2f, 0.3f, -0.4f, 0.5f};
   ASSERT_NE(CreateWithDocument("c", VectorDtype::kFloat32, kDim, tokens), nullptr);
   v1::GetRequest request;
   request.set_collection("c");
@@ -368,6 +371,50 @@ TEST_F(ServicesTest, ASaturatedServerRefusesAtOnceWithResourceExhaustedNamingThe
 
   blocked.Release();
   EXPECT_TRUE(Search(5, 0).ok());
+}
+
+// SearchBatch had no cap on its searches and counted as one request against the queue's bound:
+// a batch over --max_searches_per_batch is refused naming the value and the cap, and each search
+// of an admitted one takes a place in the queue.
+TEST_F(ServicesTest, SearchBatchIsCappedAndEachOfItsSearchesCountsAgainstTheQueue) {
+  admission_options_.workers = 1;
+  admission_options_.max_queued = 4;
+  max_searches_per_batch_ = 8;
+  Start();
+  ASSERT_NE(CreateWithDocument("c", VectorDtype::kFloat16, kDim, std::vector<float>(8, 0.5f)),
+            nullptr);
+  auto batch = [this](int searches, v1::SearchBatchResponse* response) {
+    v1::SearchBatchRequest request;
+    const std::vector<float> query(kDim, 0.25f);
+    for (int i = 0; i < searches; ++i) {
+      v1::SearchRequest* search = request.add_searches();
+      search->set_collection("c");
+      search->set_k(5);
+      EncodeMatrix(query.data(), 1, kDim, VectorDtype::kFloat32, search->mutable_query());
+    }
+    grpc::ClientContext call;
+    return v1::QueryService::NewStub(node_->channel())->SearchBatch(&call, request, response);
+  };
+  v1::SearchBatchResponse response;
+  // More searches than the queue holds, at the cap, with nothing queued: admitted, all answered.
+  ASSERT_TRUE(batch(8, &response).ok());
+  EXPECT_EQ(response.responses_size(), 8);
+  const grpc::Status capped = batch(9, &response);
+  EXPECT_EQ(capped.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(capped.error_message(),
+            "searches: 9 in one SearchBatch exceeds the limit of 8 (--max_searches_per_batch)");
+
+  BlockedWorker blocked(node_->admission());
+  ASSERT_TRUE(node_->admission()->Submit(0, [] {}).ok());  // 1 of the queue's 4 places
+  const grpc::Status refused = batch(4, &response);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_EQ(refused.error_message(),
+            "server busy: 1 requests already wait for a worker and this one counts as 4 (one per "
+            "search) (--max_queued_requests 4); retry with backoff");
+  blocked.Release();
+  response.Clear();
+  ASSERT_TRUE(batch(4, &response).ok());
+  EXPECT_EQ(response.responses_size(), 4);
 }
 
 TEST_F(ServicesTest, RequestBytesInFlightAreBounded) {

@@ -13,6 +13,7 @@
 #include "server/handler_util.h"
 #include "server/log.h"
 #include "server/status_util.h"
+#include "tessera/document.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::server {
@@ -26,10 +27,12 @@ struct Replica {
   uint32_t shard = 0;
   std::string local;
 
-  // `message` with the local name replaced by the cluster one, as the public API would say it.
+  // `message` with the local name replaced by the cluster one, as the public API would say it
+  // (quoted whole, or cut short by QuotedForMessage).
   std::string Rewrite(absl::string_view message) const {
-    return absl::StrReplaceAll(
-        message, {{absl::StrCat("'", local, "'"), absl::StrCat("'", collection, "'")}});
+    return absl::StrReplaceAll(message,
+                               {{absl::StrCat("'", local, "'"), absl::StrCat("'", collection, "'")},
+                                {QuotedForMessage(local), QuotedForMessage(collection)}});
   }
   absl::Status Rewrite(const absl::Status& status) const {
     if (status.ok()) return status;

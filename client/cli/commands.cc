@@ -1146,7 +1146,20 @@ Json SchemaToJson(const v1::CollectionSchema& schema) {
   json.Set("name", schema.name());
   json.Set("dim", schema.dim());
   json.Set("dtype", DtypeToString(schema.dtype()));
+  // Spatial pooling, hierarchical pooling, or both: spatial, then hierarchical over its vectors
+  // (under "then").
   Json pooling = Json::Object();
+  auto hierarchical = [&schema](Json* out) {
+    const v1::HierarchicalPooling& h = schema.hierarchical();
+    out->Set("kind", "hierarchical");
+    out->Set("method",
+             h.method() == v1::HierarchicalPooling::METHOD_REFERENCE ? "reference" : "ward");
+    out->Set("pool_factor", schema.has_hierarchical() ? h.pool_factor() : 2u);
+    out->Set("protected_tokens", h.protected_tokens());
+    out->Set("min_vectors", h.min_vectors());
+    out->Set("max_merge_height", h.max_merge_height());
+    out->Set("renormalize", h.renormalize());
+  };
   if (schema.has_spatial()) {
     const v1::SpatialPooling& s = schema.spatial();
     pooling.Set("kind", "spatial");
@@ -1161,16 +1174,13 @@ Json SchemaToJson(const v1::CollectionSchema& schema) {
     }
     pooling.Set("keep_special_tokens", s.keep_special_tokens());
     pooling.Set("renormalize", s.renormalize());
+    if (schema.has_hierarchical()) {
+      Json then = Json::Object();
+      hierarchical(&then);
+      pooling.Set("then", std::move(then));
+    }
   } else {
-    const v1::HierarchicalPooling& h = schema.hierarchical();
-    pooling.Set("kind", "hierarchical");
-    pooling.Set("method",
-                h.method() == v1::HierarchicalPooling::METHOD_REFERENCE ? "reference" : "ward");
-    pooling.Set("pool_factor", schema.has_hierarchical() ? h.pool_factor() : 2u);
-    pooling.Set("protected_tokens", h.protected_tokens());
-    pooling.Set("min_vectors", h.min_vectors());
-    pooling.Set("max_merge_height", h.max_merge_height());
-    pooling.Set("renormalize", h.renormalize());
+    hierarchical(&pooling);
   }
   json.Set("pooling", std::move(pooling));
   Json candidates = Json::Object();
@@ -1205,9 +1215,10 @@ std::string DescribeSchema(const v1::CollectionSchema& schema) {
     if (s.mode() == v1::SpatialPooling::MODE_ROW_WINDOWS) {
       absl::StrAppend(&text, ":", s.window_rows(), ":", s.window_stride());
     }
-  } else {
+  }
+  if (schema.has_hierarchical() || !schema.has_spatial()) {
     const v1::HierarchicalPooling& h = schema.hierarchical();
-    absl::StrAppend(&text, ", ",
+    absl::StrAppend(&text, schema.has_spatial() ? ", then " : ", ",
                     h.method() == v1::HierarchicalPooling::METHOD_REFERENCE ? "reference" : "ward",
                     " pooling p=", schema.has_hierarchical() ? h.pool_factor() : 2u);
     if (h.min_vectors() > 0) absl::StrAppend(&text, " (at least ", h.min_vectors(), " vectors)");

@@ -218,6 +218,27 @@ TEST(SchemaFromArgs, PoolingFloorAndRerankFromCodes) {
   EXPECT_FALSE(schema.ok());
 }
 
+// A schema with spatial and hierarchical pooling (the server keeps both: spatial, then
+// hierarchical over its vectors) was shown with its spatial part only.
+TEST(DescribeSchema, ShowsSpatialThenHierarchicalPooling) {
+  v1::CollectionSchema schema;
+  schema.set_dim(16);
+  schema.mutable_spatial()->set_mode(v1::SpatialPooling::MODE_TILES);
+  schema.mutable_spatial()->set_tile_rows(2);
+  schema.mutable_spatial()->set_tile_cols(3);
+  EXPECT_THAT(internal::DescribeSchema(schema), HasSubstr("spatial pooling tile:2x3, cand"));
+  EXPECT_EQ(internal::SchemaToJson(schema).Find("pooling")->Find("then"), nullptr);
+  schema.mutable_hierarchical()->set_pool_factor(3);
+  EXPECT_THAT(internal::DescribeSchema(schema),
+              HasSubstr("spatial pooling tile:2x3, then ward pooling p=3, cand"));
+  const Json json = internal::SchemaToJson(schema);
+  const Json* then = json.Find("pooling")->Find("then");
+  ASSERT_NE(then, nullptr);
+  EXPECT_EQ(then->Dump(),
+            R"({"kind":"hierarchical","method":"ward","pool_factor":3,"protected_tokens":0,)"
+            R"("min_vectors":0,"max_merge_height":0.0,"renormalize":false})");
+}
+
 TEST(SchemaFromArgs, MaxMergeHeight) {
   auto schema =
       internal::SchemaFromArgs("pages", CreateArgs({"--dim", "128", "--max-merge-height", "0.25"}));

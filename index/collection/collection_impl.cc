@@ -83,15 +83,6 @@ absl::StatusOr<std::vector<float>> CandidateVectors(const PooledMatrix& rerank,
   return std::move(pooled.vectors);
 }
 
-// An id as it appears in messages: quoted, and cut short so that an error about a huge id does
-// not become a huge error.
-std::string QuotedId(const std::string& id) {
-  constexpr size_t kShown = 64;
-  return id.size() <= kShown
-             ? absl::StrCat("'", id, "'")
-             : absl::StrCat("'", id.substr(0, kShown), "…' (", id.size(), " bytes)");
-}
-
 }  // namespace
 
 struct CollectionImpl::Scored {
@@ -161,17 +152,20 @@ void CollectionImpl::MarkDropped(std::string moved_dir) {
   dropped_.store(true, std::memory_order_release);
 }
 
+absl::Status CollectionImpl::ValidateId(const std::string& id) const {
+  if (id.empty()) return absl::InvalidArgumentError("document id is empty");
+  if (static_cast<int64_t>(id.size()) > context_.limits.max_id_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "document id of ", id.size(), " bytes, expected at most ", context_.limits.max_id_bytes));
+  }
+  if (!IsValidUtf8(id)) return absl::InvalidArgumentError("document id is not valid UTF-8");
+  return absl::OkStatus();
+}
+
 absl::Status CollectionImpl::ValidateDocument(const Document& document) const {
   const CollectionLimits& limits = context_.limits;
-  if (document.id.empty()) return absl::InvalidArgumentError("document id is empty");
-  if (static_cast<int64_t>(document.id.size()) > limits.max_id_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "document id of ", document.id.size(), " bytes, expected at most ", limits.max_id_bytes));
-  }
-  if (!IsValidUtf8(document.id)) {
-    return absl::InvalidArgumentError("document id is not valid UTF-8");
-  }
-  const std::string what = absl::StrCat("document ", QuotedId(document.id), ": ");
+  TESSERA_RETURN_IF_ERROR(ValidateId(document.id));
+  const std::string what = absl::StrCat("document ", QuotedForMessage(document.id), ": ");
   if (document.dim != schema_.dim) {
     return absl::InvalidArgumentError(absl::StrCat(what, "dim ", document.dim, ", collection '",
                                                    schema_.name, "' expects ", schema_.dim));
@@ -190,6 +184,20 @@ absl::Status CollectionImpl::ValidateDocument(const Document& document) const {
         what, document.tokens.size(),
         " token values, expected num_tokens × dim = ", document.num_tokens * document.dim));
   }
+  for (size_t i = 0; i < document.tokens.size(); ++i) {
+    const float value = document.tokens[i];
+    if (!std::isfinite(value)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "tokens: value ", value, " at token ",
+                                                     i / document.dim, ", dimension ",
+                                                     i % document.dim, " is not finite"));
+    }
+    if (std::fabs(value) > kMaxVectorValue) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, "tokens: value ", value, " at token ", i / document.dim, ", dimension ",
+          i % document.dim, " exceeds the largest magnitude accepted, ", kMaxVectorValue,
+          " (larger values can overflow MaxSim scores)"));
+    }
+  }
   if (schema_.pooling.spatial.has_value() && !document.layout.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(what, "no patch grid layout, but collection '",
                                                    schema_.name, "' pools spatially"));
@@ -197,8 +205,9 @@ absl::Status CollectionImpl::ValidateDocument(const Document& document) const {
   for (const auto& [field, value] : document.attributes) {
     const auto declared = schema_.attributes.find(field);
     if (declared == schema_.attributes.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, "attribute '", field, "' is not a field of collection '", schema_.name, "'"));
+      return absl::InvalidArgumentError(absl::StrCat(what, "attribute ", QuotedForMessage(field),
+                                                     " is not a field of collection '",
+                                                     schema_.name, "'"));
     }
     const AttributeType type = TypeOf(value);
     const bool compatible =
@@ -209,6 +218,12 @@ absl::Status CollectionImpl::ValidateDocument(const Document& document) const {
                                                      AttributeTypeName(type), ", expected ",
                                                      AttributeTypeName(declared->second)));
     }
+    // NaN would match no filter correctly and ±inf no JSON carries: data are finite numbers.
+    if (type == AttributeType::kDouble && !std::isfinite(std::get<double>(value))) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "attribute '", field, "' is ",
+                                                     std::get<double>(value),
+                                                     ", expected a finite number"));
+    }
   }
   return absl::OkStatus();
 }
@@ -217,12 +232,13 @@ absl::StatusOr<DocumentWrite> CollectionImpl::PrepareWrite(const Document& docum
   const FloatMatrixView tokens{document.tokens.data(), document.num_tokens, document.dim};
   absl::StatusOr<PooledMatrix> pooled = PoolDocument(tokens, document.layout, schema_.pooling);
   if (!pooled.ok()) {
-    return absl::Status(pooled.status().code(),
-                        absl::StrCat("document '", document.id, "': ", pooled.status().message()));
+    return absl::Status(
+        pooled.status().code(),
+        absl::StrCat("document ", QuotedForMessage(document.id), ": ", pooled.status().message()));
   }
   if (pooled->num_vectors() == 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("document ", QuotedId(document.id), ": pooling left no vectors"));
+        absl::StrCat("document ", QuotedForMessage(document.id), ": pooling left no vectors"));
   }
   // A shard whose stage 1 is the centroid index encodes the rerank vectors themselves.
   int64_t candidate_rows = 0;
@@ -296,6 +312,12 @@ std::vector<UpsertOutcome> CollectionImpl::Upsert(std::vector<Document> document
 }
 
 absl::StatusOr<std::vector<bool>> CollectionImpl::Delete(const std::vector<std::string>& ids) {
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const absl::Status valid = ValidateId(ids[i]);
+    if (!valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("ids[", i, "]: ", valid.message()));
+    }
+  }
   std::vector<bool> existed(ids.size(), false);
   std::vector<std::vector<size_t>> by_shard(shards_.size());
   for (size_t i = 0; i < ids.size(); ++i)
@@ -314,19 +336,20 @@ absl::StatusOr<std::vector<bool>> CollectionImpl::Delete(const std::vector<std::
 
 absl::StatusOr<StoredDocument> CollectionImpl::Get(const std::string& id,
                                                    const GetOptions& options) const {
+  TESSERA_RETURN_IF_ERROR(ValidateId(id));
   const Shard& shard = *shards_[ShardOf(id, schema_.num_shards)];
   absl::StatusOr<uint64_t> iid = shard.LookupId(id);
   if (absl::IsNotFound(iid.status())) {
-    return absl::NotFoundError(
-        absl::StrCat("document ", QuotedId(id), " not found in collection '", schema_.name, "'"));
+    return absl::NotFoundError(absl::StrCat("document ", QuotedForMessage(id),
+                                            " not found in collection '", schema_.name, "'"));
   }
   TESSERA_RETURN_IF_ERROR(iid.status());
   TESSERA_ASSIGN_OR_RETURN(DocumentRecord record, shard.GetRecord(*iid));
   TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> fetched,
                            shard.FetchRerank({*iid}));
   if (fetched[0] == nullptr) {
-    return absl::NotFoundError(
-        absl::StrCat("document ", QuotedId(id), " not found in collection '", schema_.name, "'"));
+    return absl::NotFoundError(absl::StrCat("document ", QuotedForMessage(id),
+                                            " not found in collection '", schema_.name, "'"));
   }
   const StoredMatrix& rerank = *fetched[0];
   StoredDocument document;
@@ -370,6 +393,12 @@ absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
     if (!std::isfinite(query.data[i])) {
       return absl::InvalidArgumentError(absl::StrCat("query: value ", query.data[i], " at token ",
                                                      i / query.cols, " is not finite"));
+    }
+    if (std::fabs(query.data[i]) > kMaxVectorValue) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("query: value ", query.data[i], " at token ", i / query.cols, ", dimension ",
+                       i % query.cols, " exceeds the largest magnitude accepted, ", kMaxVectorValue,
+                       " (larger values can overflow MaxSim scores)"));
     }
   }
   // The one check of k and num_candidates against the limits, for the server as for embedded

@@ -65,6 +65,9 @@ class CollectionImpl : public Collection {
   struct Scored;
   CollectionImpl(std::string dir, CollectionSchema schema, CollectionContext context);
 
+  // The one check of a document id, for Upsert, Get and Delete alike: INVALID_ARGUMENT unless it
+  // is 1 … max_id_bytes bytes of valid UTF-8 (no document can have another id).
+  absl::Status ValidateId(const std::string& id) const;
   absl::Status ValidateDocument(const Document& document) const;
   // Pools a valid document into its store write.
   absl::StatusOr<DocumentWrite> PrepareWrite(const Document& document) const;

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -299,6 +301,146 @@ TEST(CollectionWrites, BadInputIsRejectedAndChangesNothing) {
   EXPECT_EQ((*engine)->CreateCollection(invalid).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ((*engine)->ListCollections(), (std::vector<std::string>{"bad"}));
+}
+
+// What the server refuses, refused by the library itself: NaN and ±inf attributes, token and
+// query values whose MaxSim products could overflow fp32 (3e38 scored inf and ranked first), and
+// ids that Upsert refuses given to Get and Delete (they answered NOT_FOUND / false).
+TEST(CollectionWrites, HostileValuesAndIdsAreRefusedAndChangeNothing) {
+  TempDir dir;
+  auto engine = Engine::Open(dir.path());
+  const int64_t dim = 16;
+  CollectionSchema schema = Schema("hostile", dim);
+  schema.dtype = VectorDtype::kFloat32;
+  schema.attributes["score"] = AttributeType::kDouble;
+  auto collection = (*engine)->CreateCollection(schema);
+  ASSERT_TRUE(collection.ok());
+  Corpus corpus(dim, 13);
+  ExpectAllOk((*collection)->Upsert({corpus.Make("keep", 10)}));
+
+  std::vector<Document> bad;
+  for (double value :
+       {static_cast<double>(NAN), static_cast<double>(INFINITY), -static_cast<double>(INFINITY)}) {
+    bad.push_back(corpus.Make("attr", 3));
+    bad.back().attributes["score"] = value;
+  }
+  for (float value : {3e38f, -70000.0f}) {
+    bad.push_back(corpus.Make("big", 3));
+    bad.back().tokens[17] = value;  // token 1, dimension 1
+  }
+  const auto outcomes = (*collection)->Upsert(bad);
+  const std::vector<std::vector<std::string>> expected = {
+      {"'attr'", "attribute 'score' is nan", "expected a finite number"},
+      {"attribute 'score' is inf", "expected a finite number"},
+      {"attribute 'score' is -inf", "expected a finite number"},
+      {"'big'", "value 3e+38 at token 1, dimension 1", "largest magnitude accepted, 65504"},
+      {"value -70000 at token 1, dimension 1", "largest magnitude accepted, 65504"}};
+  ASSERT_EQ(outcomes.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(outcomes[i].status.code(), absl::StatusCode::kInvalidArgument) << i;
+    for (const std::string& fragment : expected[i]) {
+      EXPECT_THAT(outcomes[i].status.message(), HasSubstr(fragment)) << i;
+    }
+  }
+  EXPECT_EQ((*collection)->Stats().documents, 1);
+
+  // The bound itself is accepted, and the scores against it stay finite.
+  Document edge = corpus.Make("edge", 3);
+  std::fill(edge.tokens.begin(), edge.tokens.end(), kMaxVectorValue);
+  ExpectAllOk((*collection)->Upsert({edge}));
+  std::vector<float> query(4 * dim, kMaxVectorValue);
+  auto result = (*collection)->Search(FloatMatrixView{query.data(), 4, dim}, SearchOptions{});
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->hits.size(), 2u);
+  EXPECT_EQ(result->hits[0].id, "edge");
+  EXPECT_TRUE(std::isfinite(result->hits[0].score)) << result->hits[0].score;
+  query[dim + 3] = -3e38f;
+  EXPECT_THAT(
+      (*collection)->Search(FloatMatrixView{query.data(), 4, dim}, SearchOptions{}).status(),
+      ::testing::AllOf(
+          ::testing::Property(&absl::Status::code, absl::StatusCode::kInvalidArgument),
+          ::testing::Property(&absl::Status::message,
+                              HasSubstr("query: value -3e+38 at token 1, dimension 3 exceeds the "
+                                        "largest magnitude accepted, 65504"))));
+
+  // Ids no document can have: INVALID_ARGUMENT, as Upsert says; nothing is deleted.
+  const std::vector<std::pair<std::string, std::string>> ids = {
+      {"", "document id is empty"},
+      {std::string(1 << 20, 'x'), "document id of 1048576 bytes, expected at most 1024"},
+      {"ab\xff\xfe", "document id is not valid UTF-8"}};
+  for (const auto& [id, message] : ids) {
+    const absl::Status get = (*collection)->Get(id).status();
+    EXPECT_EQ(get.code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_THAT(get.message(), HasSubstr(message));
+    EXPECT_LT(get.message().size(), 200u);
+    const absl::Status deleted = (*collection)->Delete({"keep", id}).status();
+    EXPECT_EQ(deleted.code(), absl::StatusCode::kInvalidArgument) << message;
+    EXPECT_THAT(deleted.message(), HasSubstr(absl::StrCat("ids[1]: ", message)));
+  }
+  EXPECT_TRUE((*collection)->Get("keep").ok());
+  EXPECT_EQ((*collection)->Stats().documents, 2);
+}
+
+// Filters on a double field of finite values: each op and threshold selects exactly the
+// documents plain comparisons select, and NaN as a filter value is refused (it made == match
+// every document with the field and != none).
+TEST(CollectionSearch, FiltersOnDoublesSelectWhatComparisonsSelect) {
+  TempDir dir;
+  auto engine = Engine::Open(dir.path());
+  const int64_t dim = 8;
+  CollectionSchema schema = Schema("scores", dim);
+  schema.attributes["score"] = AttributeType::kDouble;
+  auto collection = (*engine)->CreateCollection(schema);
+  ASSERT_TRUE(collection.ok());
+  Corpus corpus(dim, 17);
+  std::vector<Document> documents;
+  std::map<std::string, double> scores;
+  const double values[] = {-1.5, 0.0, 0.25, 0.5, 0.5, 1.0, 2.0, 1e300, -1e300};
+  for (int d = 0; d < 45; ++d) {
+    documents.push_back(corpus.Make(absl::StrCat("d", d), 4));
+    if (d % 5 == 4) continue;  // without the field
+    const double score = values[d % 9];
+    documents.back().attributes["score"] = score;
+    scores[documents.back().id] = score;
+  }
+  ExpectAllOk((*collection)->Upsert(documents));
+  const std::vector<float> query = corpus.QueryFrom(documents[0], 3);
+  using Op = FilterCondition::Op;
+  const std::vector<std::pair<Op, std::function<bool(double, double)>>> ops = {
+      {Op::kEq, [](double a, double b) { return a == b; }},
+      {Op::kNe, [](double a, double b) { return a != b; }},
+      {Op::kLt, [](double a, double b) { return a < b; }},
+      {Op::kLe, [](double a, double b) { return a <= b; }},
+      {Op::kGt, [](double a, double b) { return a > b; }},
+      {Op::kGe, [](double a, double b) { return a >= b; }},
+      {Op::kIn, [](double a, double b) { return a == b; }}};
+  for (const auto& [op, holds] : ops) {
+    for (double threshold :
+         {0.5, -1.5, 0.3, 1e300, static_cast<double>(INFINITY), -static_cast<double>(INFINITY)}) {
+      SearchOptions options;
+      options.k = 100;
+      options.exhaustive = true;
+      options.filter.all_of.push_back(FilterCondition{"score", op, {threshold}});
+      auto result = (*collection)->Search(FloatMatrixView{query.data(), 3, dim}, options);
+      ASSERT_TRUE(result.ok()) << result.status();
+      std::set<std::string> found, wanted;
+      for (const SearchHit& hit : result->hits) found.insert(hit.id);
+      for (const auto& [id, score] : scores) {
+        if (holds(score, threshold)) wanted.insert(id);
+      }
+      EXPECT_EQ(found, wanted) << "op " << static_cast<int>(op) << " " << threshold;
+    }
+  }
+  for (Op op : {Op::kEq, Op::kNe, Op::kGe, Op::kIn}) {
+    SearchOptions options;
+    options.filter.all_of.push_back(FilterCondition{"score", op, {0.5, static_cast<double>(NAN)}});
+    if (op != Op::kIn)
+      options.filter.all_of[0].values.erase(options.filter.all_of[0].values.begin());
+    const absl::Status status =
+        (*collection)->Search(FloatMatrixView{query.data(), 3, dim}, options).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << static_cast<int>(op);
+    EXPECT_THAT(status.message(), HasSubstr("on 'score': value nan"));
+  }
 }
 
 // Reopening replays nothing it should not and loses nothing; a missing or corrupt candidate

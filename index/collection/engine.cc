@@ -143,7 +143,8 @@ class EngineImpl : public Engine {
       MutexLock lock(&mu_);
       const auto it = collections_.find(name);
       if (it == collections_.end()) {
-        return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
+        return absl::NotFoundError(
+            absl::StrCat("collection ", QuotedForMessage(name), " not found"));
       }
       collection = it->second;
     }
@@ -201,7 +202,8 @@ class EngineImpl : public Engine {
     if (it == collections_.end()) {
       const auto broken = unavailable_.find(name);
       if (broken == unavailable_.end()) {
-        return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
+        return absl::NotFoundError(
+            absl::StrCat("collection ", QuotedForMessage(name), " not found"));
       }
       // Nothing holds an unavailable collection open: its files go at once.
       std::error_code error;
@@ -245,7 +247,7 @@ class EngineImpl : public Engine {
     if (it == collections_.end()) {
       const auto broken = unavailable_.find(name);
       if (broken != unavailable_.end()) return broken->second.status;
-      return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
+      return absl::NotFoundError(absl::StrCat("collection ", QuotedForMessage(name), " not found"));
     }
     return std::shared_ptr<Collection>(it->second);
   }
@@ -340,8 +342,9 @@ int ShardOf(absl::string_view id, int num_shards) {
 
 absl::Status ValidateSchema(const CollectionSchema& schema) {
   if (!IsValidName(schema.name)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "collection name '", schema.name, "', expected 1-128 characters of [A-Za-z0-9_.-]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("collection name ", QuotedForMessage(schema.name),
+                     ", expected 1-128 characters of [A-Za-z0-9_.-]"));
   }
   if (schema.dim < 1 || schema.dim > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("dim ", schema.dim, ", expected 1 … 4096"));
@@ -373,19 +376,23 @@ absl::Status ValidateSchema(const CollectionSchema& schema) {
       schema.candidates.factory != "centroid") {
     return absl::InvalidArgumentError(
         absl::StrCat("rerank_from_codes needs the centroid index (factory 'auto' or 'centroid'), "
-                     "got factory '",
-                     schema.candidates.factory, "'"));
+                     "got factory ",
+                     QuotedForMessage(schema.candidates.factory)));
   }
   if (schema.candidates.kind == CandidateSpec::Kind::kPooled &&
       (schema.candidates.pool_factor < 1 || schema.candidates.pool_factor > 64)) {
     return absl::InvalidArgumentError(
         absl::StrCat("candidate pool_factor ", schema.candidates.pool_factor, ", expected 1 … 64"));
   }
+  // FAISS's own messages quote the string whole: bounded first.
+  constexpr size_t kMaxFactoryBytes = 256;
   if (schema.candidates.factory.empty() ||
-      schema.candidates.factory.find_first_of(" \n\t") != std::string::npos) {
+      schema.candidates.factory.find_first_of(" \n\t") != std::string::npos ||
+      schema.candidates.factory.size() > kMaxFactoryBytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("candidate index factory '", schema.candidates.factory,
-                     "', expected auto, centroid or a FAISS factory string"));
+        absl::StrCat("candidate index factory ", QuotedForMessage(schema.candidates.factory),
+                     ", expected auto, centroid or a FAISS factory string (at most ",
+                     kMaxFactoryBytes, " bytes, no whitespace)"));
   }
   if (schema.candidates.factory != "centroid") {
     // Let FAISS judge the factory string now rather than at the first write.
@@ -408,8 +415,9 @@ absl::Status ValidateSchema(const CollectionSchema& schema) {
   }
   for (const auto& [field, type] : schema.attributes) {
     if (!IsValidName(field)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "attribute field '", field, "', expected 1-128 characters of [A-Za-z0-9_.-]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute field ", QuotedForMessage(field),
+                       ", expected 1-128 characters of [A-Za-z0-9_.-]"));
     }
   }
   return absl::OkStatus();

@@ -1,7 +1,8 @@
-// Attribute types and filter evaluation.
+// Attribute types, filter evaluation, and the quoting of client-sent values in messages.
 #include "tessera/document.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 
@@ -15,54 +16,63 @@ double AsDouble(const AttributeValue& value) {
                                                 : std::get<double>(value);
 }
 
-// -1, 0, 1; only called on comparable values (both numbers or both strings).
-int Compare(const AttributeValue& a, const AttributeValue& b) {
-  if (std::holds_alternative<int64_t>(a) && std::holds_alternative<int64_t>(b)) {
-    const int64_t x = std::get<int64_t>(a), y = std::get<int64_t>(b);
-    return x < y ? -1 : (x > y ? 1 : 0);
-  }
-  if (IsNumber(a)) {
-    const double x = AsDouble(a), y = AsDouble(b);
-    return x < y ? -1 : (x > y ? 1 : 0);
-  }
-  const int c = std::get<std::string>(a).compare(std::get<std::string>(b));
-  return c < 0 ? -1 : (c > 0 ? 1 : 0);
-}
-
 bool Comparable(const AttributeValue& a, const AttributeValue& b) {
   return IsNumber(a) == IsNumber(b);
 }
 
-bool ConditionMatches(const FilterCondition& condition, const AttributeValue& value) {
+// `a op b` for comparable values: int64 with int64 exactly, other numbers as IEEE doubles (so
+// that a NaN is unordered: only kNe holds), strings lexicographically.
+template <typename T>
+bool Holds(FilterCondition::Op op, const T& a, const T& b) {
   using Op = FilterCondition::Op;
-  if (condition.op == Op::kIn) {
-    return std::any_of(condition.values.begin(), condition.values.end(),
-                       [&value](const AttributeValue& v) {
-                         return Comparable(value, v) && Compare(value, v) == 0;
-                       });
-  }
-  if (condition.values.empty() || !Comparable(value, condition.values[0])) return false;
-  const int c = Compare(value, condition.values[0]);
-  switch (condition.op) {
+  switch (op) {
     case Op::kEq:
-      return c == 0;
-    case Op::kNe:
-      return c != 0;
-    case Op::kLt:
-      return c < 0;
-    case Op::kLe:
-      return c <= 0;
-    case Op::kGt:
-      return c > 0;
-    case Op::kGe:
-      return c >= 0;
     case Op::kIn:
-      break;
+      return a == b;
+    case Op::kNe:
+      return !(a == b);
+    case Op::kLt:
+      return a < b;
+    case Op::kLe:
+      return a <= b;
+    case Op::kGt:
+      return a > b;
+    case Op::kGe:
+      return a >= b;
   }
   return false;
 }
 
+bool Holds(FilterCondition::Op op, const AttributeValue& a, const AttributeValue& b) {
+  if (std::holds_alternative<int64_t>(a) && std::holds_alternative<int64_t>(b)) {
+    return Holds(op, std::get<int64_t>(a), std::get<int64_t>(b));
+  }
+  if (IsNumber(a)) return Holds(op, AsDouble(a), AsDouble(b));
+  return Holds(op, std::get<std::string>(a), std::get<std::string>(b));
+}
+
+bool ConditionMatches(const FilterCondition& condition, const AttributeValue& value) {
+  if (condition.op == FilterCondition::Op::kIn) {
+    return std::any_of(condition.values.begin(), condition.values.end(),
+                       [&value](const AttributeValue& v) {
+                         return Comparable(value, v) && Holds(FilterCondition::Op::kEq, value, v);
+                       });
+  }
+  if (condition.values.empty() || !Comparable(value, condition.values[0])) return false;
+  return Holds(condition.op, value, condition.values[0]);
+}
+
 }  // namespace
+
+std::string QuotedForMessage(absl::string_view value) {
+  constexpr size_t kShown = 64;
+  if (value.size() <= kShown) return absl::StrCat("'", value, "'");
+  size_t cut = kShown;
+  // Back to the start of a character: never inside a UTF-8 sequence (continuation bytes are
+  // 10xxxxxx). A value that is not UTF-8 at all is cut at kShown − 3 at most.
+  while (cut > kShown - 3 && (static_cast<unsigned char>(value[cut]) & 0xc0) == 0x80) --cut;
+  return absl::StrCat("'", value.substr(0, cut), "…' (", value.size(), " bytes)");
+}
 
 AttributeType TypeOf(const AttributeValue& value) {
   if (std::holds_alternative<int64_t>(value)) return AttributeType::kInt64;
@@ -96,9 +106,9 @@ absl::Status ValidateFilter(const Filter& filter,
     const FilterCondition& condition = filter.all_of[i];
     const auto field = fields.find(condition.field);
     if (field == fields.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("filter condition ", i, ": unknown field '", condition.field,
-                       "', expected one of the collection's attribute fields"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "filter condition ", i, ": unknown field ", QuotedForMessage(condition.field),
+          ", expected one of the collection's attribute fields"));
     }
     const bool is_in = condition.op == FilterCondition::Op::kIn;
     if (is_in ? condition.values.empty() : condition.values.size() != 1) {
@@ -107,12 +117,20 @@ absl::Status ValidateFilter(const Filter& filter,
           " values, expected ", is_in ? "at least 1" : "exactly 1"));
     }
     const bool field_is_number = field->second != AttributeType::kString;
-    for (const AttributeValue& value : condition.values) {
+    for (size_t v = 0; v < condition.values.size(); ++v) {
+      const AttributeValue& value = condition.values[v];
       if (IsNumber(value) != field_is_number) {
         return absl::InvalidArgumentError(
             absl::StrCat("filter condition ", i, " on '", condition.field, "': a ",
                          AttributeTypeName(TypeOf(value)), " value, but the field is ",
                          AttributeTypeName(field->second)));
+      }
+      // NaN equals nothing and orders with nothing: every comparison with it is vacuous.
+      if (std::holds_alternative<double>(value) && std::isnan(std::get<double>(value))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("filter condition ", i, " on '", condition.field, "': value nan",
+                         is_in ? absl::StrCat(" (values[", v, "])") : "",
+                         ", expected a number (±inf are allowed as bounds)"));
       }
     }
   }

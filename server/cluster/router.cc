@@ -16,6 +16,7 @@
 #include "server/log.h"
 #include "server/shard_service.h"
 #include "tessera/collection.h"
+#include "tessera/document.h"
 #include "tessera/merge.h"
 #include "tessera/status_macros.h"
 
@@ -479,7 +480,7 @@ void Router::WaitUntilSeen(const std::string& key) {
 absl::StatusOr<CollectionEntry> Router::ReadyCollection(const std::string& name) {
   TESSERA_ASSIGN_OR_RETURN(std::optional<CollectionEntry> entry, state_->Lookup(name));
   if (!entry.has_value() || entry->collection.state() != v1::ClusterCollection::READY) {
-    return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
+    return absl::NotFoundError(absl::StrCat("collection ", QuotedForMessage(name), " not found"));
   }
   return *std::move(entry);
 }
@@ -584,7 +585,7 @@ absl::StatusOr<std::set<uint32_t>> Router::Acknowledge(
   for (int attempt = 0; attempt < 5; ++attempt) {
     TESSERA_ASSIGN_OR_RETURN(std::optional<KeyValue> read, state_->etcd()->Get(key));
     if (!read.has_value()) {
-      return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
+      return absl::NotFoundError(absl::StrCat("collection ", QuotedForMessage(name), " not found"));
     }
     v1::ClusterCollection collection;
     TESSERA_RETURN_IF_ERROR(FromJson(key, read->value, &collection));
@@ -748,7 +749,7 @@ absl::Status Router::CreateCollection(const v1::CreateCollectionRequest& request
 absl::Status Router::DropCollection(const std::string& name) {
   TESSERA_ASSIGN_OR_RETURN(std::optional<CollectionEntry> entry, state_->Lookup(name));
   if (!entry.has_value() || entry->collection.state() == v1::ClusterCollection::DROPPING) {
-    return absl::NotFoundError(absl::StrCat("collection '", name, "' not found"));
+    return absl::NotFoundError(absl::StrCat("collection ", QuotedForMessage(name), " not found"));
   }
   const std::string key = CollectionKey(name);
   v1::ClusterCollection dropping = entry->collection;

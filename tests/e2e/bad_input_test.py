@@ -30,6 +30,8 @@ U32_MAX = 2 ** 32 - 1
 MAX_MESSAGE_BYTES = 1 << 20
 GARBAGE = b"\xff\xff\xff\xff"  # field 0x1fffffff… with wire type 7: no protobuf message parses
 TABLE = os.environ.get("TESSERA_BAD_INPUT_TABLE")
+SCORES = (-1.5, 0.0, 0.25, 0.5, 0.5, 1.0, 2.0, 1e300, -1e300)  # "b"'s finite double field
+NAN, INF = float("nan"), float("inf")
 
 
 def _cell(text):
@@ -49,11 +51,15 @@ class BadInputTest(e2e_util.ServerTestCase):
         rng = np.random.default_rng(21)
         cls.rng = rng
         cls.client.create_collection("b", dim=DIM, attributes={"year": "int64",
-                                                               "title": "string"})
+                                                               "title": "string",
+                                                               "score": "double"})
         cls.client.create_collection("pages", dim=16, spatial={"mode": "tiles", "tile_rows": 2,
                                                                "tile_cols": 2})
         docs = [(f"doc{i}", e2e_util.normalized(rng, int(rng.integers(5, 60)), DIM), None,
                  {"year": 2000 + i, "title": f"t{i}"}) for i in range(30)]
+        for i, (_, _, _, attributes) in enumerate(docs):
+            if i % 7 != 6:  # a few documents without the field
+                attributes["score"] = SCORES[i % len(SCORES)]
         pages = [(f"page{i}", e2e_util.normalized(rng, 2 + 16, 16), (4, 4, 1, 1))
                  for i in range(5)]
         assert all(r.ok for r in cls.client.upsert("b", docs))
@@ -133,6 +139,12 @@ class BadInputTest(e2e_util.ServerTestCase):
             self.record(case, failure.code.name, failure.message)
             self.assertCode(failure, code, *fragments)
             return failure
+
+    def assertShort(self, failure, limit):
+        """A refusal's message (None when its subtest failed already) has under `limit`
+        characters: a huge value it names is cut short."""
+        if failure is not None:
+            self.assertLess(len(failure.message), limit, failure.message[:500])
 
     def search_error(self, case, *fragments, code=INVALID, query=None, **options):
         query = self.query if query is None else query
@@ -278,11 +290,20 @@ class BadInputTest(e2e_util.ServerTestCase):
         self.rejected("Upsert: empty id", ("", self.tokens()), "b", INVALID, "id", "empty")
         self.rejected("Upsert: id of 10240 bytes", ("x" * 10240, self.tokens()), "b", INVALID,
                       "id", "10240 bytes", "at most 1024")
-        # No document can have these ids: NOT_FOUND, naming the id (the long one cut short).
-        self.fails("Get: empty id", lambda: self.client.get("b", ""), NOT_FOUND, "document ''",
-                   "collection 'b'")
-        self.fails("Get: id of 10240 bytes", lambda: self.client.get("b", "x" * 10240), NOT_FOUND,
-                   "10240 bytes", "collection 'b'")
+        # No document can have these ids: Get and Delete refuse them as Upsert does (they
+        # answered NOT_FOUND and existed: false).
+        self.fails("Get: empty id", lambda: self.client.get("b", ""), INVALID, "id", "empty")
+        self.fails("Get: id of 10240 bytes", lambda: self.client.get("b", "x" * 10240), INVALID,
+                   "id", "10240 bytes", "at most 1024")
+        error = self.fails("Get: id of 1000000 bytes",
+                           lambda: self.client.get("b", "x" * 1_000_000), INVALID, "id",
+                           "1000000 bytes", "at most 1024")
+        self.assertShort(error, 200)
+        self.fails("Delete: empty id", lambda: self.client.delete("b", ["doc1", ""]), INVALID,
+                   "ids[1]", "empty")
+        self.fails("Delete: id of 10240 bytes",
+                   lambda: self.client.delete("b", ["doc1", "x" * 10240]), INVALID, "ids[1]",
+                   "10240 bytes", "at most 1024")
         self.fails("Get: unknown id", lambda: self.client.get("b", "no-such-doc"), NOT_FOUND,
                    "'no-such-doc'", "not found", "collection 'b'")
 
@@ -310,8 +331,14 @@ class BadInputTest(e2e_util.ServerTestCase):
         request.id = doc.id  # str or bytes, whichever the protocol uses
         raw = request.SerializeToString().replace(wire, invalid)
         get = self.client.channel.unary_unary("/tessera.v1.IngestService/Get")
-        self.fails("Get: id not UTF-8", lambda: get(raw, timeout=10), NOT_FOUND, "not found",
-                   "collection 'b'")
+        self.fails("Get: id not UTF-8", lambda: get(raw, timeout=10), INVALID, "id", "UTF-8")
+        request = ingest_pb2.DeleteRequest(collection="b")
+        request.ids.append(tessera.encode_document(("doc1", self.tokens())).id)
+        request.ids.append(doc.id)
+        raw = request.SerializeToString().replace(wire, invalid)
+        delete = self.client.channel.unary_unary("/tessera.v1.IngestService/Delete")
+        self.fails("Delete: id not UTF-8 (after a valid one)", lambda: delete(raw, timeout=10),
+                   INVALID, "ids[1]", "UTF-8")
 
     def test_bad_attributes(self):
         self.rejected("Upsert: string value for int64 attribute",
@@ -330,6 +357,75 @@ class BadInputTest(e2e_util.ServerTestCase):
         doc.attributes["year"].CopyFrom(common_pb2.AttributeValue())  # oneof left unset
         self.rejected("Upsert: attribute with no value set", doc, "b", INVALID,
                       "attributes['year']", "no value set")
+
+    def test_non_finite_attributes(self):
+        # A NaN double attribute was stored, and then `score == 0.5` matched it too.
+        for value, label in ((NAN, "nan"), (INF, "inf"), (-INF, "-inf")):
+            doc = tessera.encode_document((f"attr-{label}", self.tokens()))
+            doc.attributes["score"].double_value = value
+            self.rejected(f"Upsert: double attribute {label}", doc, "b", INVALID,
+                          f"attr-{label}", f"attribute 'score' is {label}",
+                          "expected a finite number")
+
+    def test_long_names_are_cut_short_in_messages(self):
+        # A 1 MB name came back as RESOURCE_EXHAUSTED "received initial metadata size exceeds
+        # limit" (the message did not fit gRPC's header), a 5,000-character one in full.
+        long = "n" * 1_000_000
+        cut = f"'{'n' * 64}…' (1000000 bytes)"
+        for what, call in (("Get", lambda: self.client.get(long, "a")),
+                           ("Delete", lambda: self.client.delete(long, ["a"])),
+                           ("GetCollection", lambda: self.client.collection_info(long))):
+            error = self.fails(f"{what}: collection name of 1000000 characters", call, NOT_FOUND,
+                               cut, "not found")
+            self.assertShort(error, 200)
+        error = self.create_error("CreateCollection: name of 5000 characters", INVALID,
+                                  "(5000 bytes)", "expected 1-128 characters", name="c" * 5000)
+        self.assertShort(error, 200)
+        error = self.create_error("CreateCollection: attribute field name of 5000 characters",
+                                  INVALID, "attribute field", "(5000 bytes)",
+                                  attributes={"f" * 5000: "int64"})
+        self.assertShort(error, 200)
+        error = self.create_error("CreateCollection: factory string of 5000 characters",
+                                  INVALID, "factory", "(5000 bytes)", "at most 256 bytes",
+                                  candidates="Flat" * 1250)
+        self.assertShort(error, 300)
+        result = self.rejected("Upsert: attribute name of 5000 characters, not in the schema",
+                               ("attr-long", self.tokens(), None, {"a" * 5000: 1}), "b",
+                               INVALID, "attr-long", "(5000 bytes)", "is not a field")
+        self.assertShort(result, 300)
+        error = self.search_error("Search: filter on an unknown attribute of 5000 characters",
+                                  "unknown field", "(5000 bytes)",
+                                  filter=[("u" * 5000, "==", 1)])
+        self.assertShort(error, 300)
+        doc = tessera.encode_document(("i" * 5000, self.tokens(10, 16)))
+        result = self.rejected("Upsert: id of 5000 bytes with tokens of dim 16", doc, "b",
+                               INVALID, "(5000 bytes)")
+        self.assertShort(result, 300)
+
+    def test_values_whose_products_overflow(self):
+        # fp32 values near 3e38 were stored: the document scored inf and ranked first (the
+        # CLI's --json printed "score": null). Refused above fp16's ±65504, for every dtype.
+        self.client.create_collection("scratch-f32", dim=DIM, dtype="fp32")
+        try:
+            for value in (3e38, -70000.0):
+                tokens = self.tokens()
+                tokens[2, 7] = value
+                self.rejected(f"Upsert: fp32 token value {value:g} in an fp32 collection",
+                              ("huge", tokens), "scratch-f32", INVALID, "huge",
+                              "token 2, dimension 7", f"{value:g}",
+                              "largest magnitude accepted, 65504")
+            edge = np.full((4, DIM), 65504.0, np.float32)
+            results = self.client.upsert("scratch-f32", [("edge", edge), ("unit", self.tokens())])
+            self.assertTrue(all(r.ok for r in results), results)
+            hits = self.client.search("scratch-f32", edge[:2], exhaustive=True)
+            self.assertEqual(hits[0].id, "edge")
+            self.assertTrue(np.isfinite(hits[0].score), hits[0].score)
+        finally:
+            self.client.drop_collection("scratch-f32")
+        query = self.query.copy()
+        query[1, 4] = 3e38
+        self.search_error("Search: fp32 query value 3e+38", "query", "3e+38", "token 1",
+                          "largest magnitude accepted, 65504", query=query)
 
     def test_unknown_collection(self):
         calls = {
@@ -380,7 +476,8 @@ class BadInputTest(e2e_util.ServerTestCase):
             ("name with a space and '!'", dict(name="bad name!"), "bad name!",
              "[A-Za-z0-9_.-]"),
             ("empty name", dict(name=""), "collection name ''", "1-128 characters"),
-            ("name of 129 characters", dict(name="n" * 129), "n" * 129, "1-128 characters"),
+            ("name of 129 characters", dict(name="n" * 129), "n" * 64, "(129 bytes)",
+             "1-128 characters"),
             ("name '..'", dict(name=".."), "collection name '..'", "[A-Za-z0-9_.-]"),
             ("name '../escape' (a path)", dict(name="../escape"), "'../escape'",
              "[A-Za-z0-9_.-]"),
@@ -460,6 +557,41 @@ class BadInputTest(e2e_util.ServerTestCase):
                           "schema.spatial.window_stride: 4294967295", beyond, dim=16,
                           spatial={"mode": "row_windows", "window_rows": 2,
                                    "window_stride": U32_MAX})
+
+    def test_spatial_sizes_the_mode_uses_must_be_given(self):
+        # An unset (0) size was replaced by its default: tile 0x0 became 2x2, stride 0 became 1.
+        schema = admin_pb2.CollectionSchema(name="schema-spatial", dim=16)
+        schema.spatial.mode = admin_pb2.SpatialPooling.MODE_TILES
+        self.raw_create_error("CreateCollection: spatial tiles 0x0", schema, INVALID,
+                              "schema.spatial.tile_rows: 0", "expected ≥ 1 for mode MODE_TILES")
+        schema.spatial.tile_rows = 2
+        self.raw_create_error("CreateCollection: spatial tiles 2x0", schema, INVALID,
+                              "schema.spatial.tile_cols: 0", "expected ≥ 1 for mode MODE_TILES")
+        schema = admin_pb2.CollectionSchema(name="schema-spatial", dim=16)
+        schema.spatial.mode = admin_pb2.SpatialPooling.MODE_ROW_WINDOWS
+        schema.spatial.window_rows = 3
+        self.raw_create_error("CreateCollection: spatial row windows of stride 0", schema,
+                              INVALID, "schema.spatial.window_stride: 0",
+                              "expected ≥ 1 for mode MODE_ROW_WINDOWS")
+
+    def test_spatial_and_hierarchical_pooling_are_both_kept(self):
+        # Not a bad input: spatial pooling, then hierarchical pooling of its vectors. The
+        # Python client dropped the pool factor of such a schema.
+        name = "scratch-both"
+        created = self.client.create_collection(
+            name, dim=16, pool_factor=3, max_merge_height=0,
+            spatial={"mode": "tiles", "tile_rows": 2, "tile_cols": 2})
+        try:
+            for schema in (created, self.client.collection_info(name)["schema"]):
+                self.assertEqual(schema["hierarchical"]["pool_factor"], 3)
+                self.assertEqual((schema["spatial"]["mode"], schema["spatial"]["tile_rows"],
+                                  schema["spatial"]["tile_cols"]), ("tiles", 2, 2))
+            # 8x8 patches → 16 tiles → at most 16 // 3 = 5 vectors (16 without the pool factor).
+            [r] = self.client.upsert(name, [("p", self.tokens(64, 16), (8, 8, 0, 0))])
+            self.assertTrue(r.ok, r)
+            self.assertIn(r.num_vectors, range(1, 6))
+        finally:
+            self.client.drop_collection(name)
 
     def test_create_collection_name_not_utf8(self):
         # `name` is a proto3 string: the server's protobuf runtime refuses to parse the request,
@@ -611,6 +743,47 @@ class BadInputTest(e2e_util.ServerTestCase):
             field="year", op=common_pb2.Condition.OP_EQ, values=[common_pb2.AttributeValue()])])
         self.search_error("Search: filter value with no value set", "filter.all_of[0].values",
                           "not set", filter=unset)
+
+    def test_nan_in_filters(self):
+        # == NaN, in [NaN] and >= NaN matched every document with the field, != NaN none.
+        condition = common_pb2.Condition
+        for op, label in ((condition.OP_EQ, "=="), (condition.OP_NE, "!="),
+                          (condition.OP_GE, ">="), (condition.OP_LT, "<")):
+            nan = common_pb2.Filter(all_of=[condition(
+                field="score", op=op, values=[common_pb2.AttributeValue(double_value=NAN)])])
+            self.search_error(f"Search: filter score {label} nan", "'score'", "value nan",
+                              "expected a number", filter=nan)
+        values = [common_pb2.AttributeValue(double_value=v) for v in (0.5, NAN)]
+        nan_in = common_pb2.Filter(all_of=[condition(field="score", op=condition.OP_IN,
+                                                     values=values)])
+        self.search_error("Search: filter score in [0.5, nan]", "'score'", "value nan",
+                          "values[1]", filter=nan_in)
+
+    def test_filters_on_finite_doubles_select_what_comparisons_select(self):
+        # Not a bad input: on "b"'s finite scores each op and bound selects exactly what
+        # Python's comparisons select (±inf are valid bounds).
+        scores = {f"doc{i}": SCORES[i % len(SCORES)] for i in range(30) if i % 7 != 6}
+        ops = {"==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+               "<": lambda a, b: a < b, "<=": lambda a, b: a <= b,
+               ">": lambda a, b: a > b, ">=": lambda a, b: a >= b}
+        for op, holds in ops.items():
+            for bound in (0.5, -1.5, 0.3, 1e300, INF, -INF):
+                hits = self.client.search("b", self.query, k=50, exhaustive=True,
+                                          filter=[("score", op, bound)])
+                wanted = {doc for doc, score in scores.items() if holds(score, bound)}
+                self.assertEqual({h.id for h in hits}, wanted, f"score {op} {bound}")
+        hits = self.client.search("b", self.query, k=50, exhaustive=True,
+                                  filter=[("score", "in", [0.5, 2.0])])
+        self.assertEqual({h.id for h in hits},
+                         {doc for doc, score in scores.items() if score in (0.5, 2.0)})
+
+    def test_search_batch_over_the_cap(self):
+        # SearchBatch had no cap on its searches and counted as one request in the queue.
+        queries = [self.query] * 65
+        self.fails("SearchBatch: 65 searches, --max_searches_per_batch 64 (the default)",
+                   lambda: self.client.search_batch("b", queries, k=5), EXHAUSTED,
+                   "searches: 65", "limit of 64", "--max_searches_per_batch")
+        self.assertEqual(len(self.client.search_batch("b", queries[:64], k=5)), 64)
 
     def test_bad_search_in_a_batch(self):
         # The message names the failing search by its index; the good ones do not hide it.

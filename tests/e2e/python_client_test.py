@@ -176,6 +176,12 @@ class SchemaTest(unittest.TestCase):
             self.assertFalse(schema.HasField("hierarchical"))
             self.assertEqual(schema.spatial.tile_rows, 2)
             self.assertEqual(schema.candidates.kind, admin_pb2.CandidateVectors.KIND_GLOBAL_MEAN)
+            # Spatial with a pool factor: both poolings (the pool factor was dropped).
+            client.create_collection("b", dim=16, pool_factor=3,
+                                     spatial={"mode": "tiles", "tile_rows": 2, "tile_cols": 2})
+            schema = sent["request"].schema
+            self.assertEqual(schema.hierarchical.pool_factor, 3)
+            self.assertEqual(schema.spatial.mode, admin_pb2.SpatialPooling.MODE_TILES)
             with self.assertRaises(ValueError):
                 client.create_collection("r", dim=16, method="median")
         client.close()

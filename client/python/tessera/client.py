@@ -652,7 +652,8 @@ class Client:
 
     # Collections ---------------------------------------------------------------------------
 
-    def create_collection(self, name: str, dim: int, pool_factor: int = 2, method: str = "ward",
+    def create_collection(self, name: str, dim: int, pool_factor: Optional[int] = None,
+                          method: str = "ward",
                           dtype="fp16", spatial=None, candidates=None,
                           attributes: Optional[Mapping[str, Any]] = None, num_shards: int = 1,
                           protected_tokens: int = 0, renormalize: bool = False,
@@ -661,13 +662,15 @@ class Client:
                           timeout: Optional[float] = None) -> Dict[str, Any]:
         """Creates a collection and returns its schema with the server's defaults filled in.
 
-        Rerank vectors are pooled hierarchically (pool_factor, method "ward" or "reference",
-        protected_tokens, renormalize, min_vectors: keep at least min(n, min_vectors) vectors per
-        document, 0 = no floor; max_merge_height: no Ward merge above this height, so dissimilar
-        tokens stay apart, None = the server's default for the method (0.3 for ward), 0 = no
-        limit) unless `spatial` is given: a mode name ("rows", "columns", "tiles",
-        "row_windows", "global") or a dict {mode, tile_rows, tile_cols, window_rows,
-        window_stride, keep_special_tokens, renormalize}. `candidates`: a
+        Rerank vectors are pooled hierarchically (pool_factor, None = 2; method "ward" or
+        "reference", protected_tokens, renormalize, min_vectors: keep at least min(n,
+        min_vectors) vectors per document, 0 = no floor; max_merge_height: no Ward merge above
+        this height, so dissimilar tokens stay apart, None = the server's default for the method
+        (0.3 for ward), 0 = no limit) unless `spatial` is given: a mode name ("rows",
+        "columns", "tiles" (needs tile_rows and tile_cols), "row_windows" (needs window_rows and
+        window_stride), "global") or a dict {mode, tile_rows, tile_cols, window_rows,
+        window_stride, keep_special_tokens, renormalize}. With both `spatial` and `pool_factor`,
+        the spatially pooled vectors are then pooled hierarchically as well. `candidates`: a
         FAISS factory string or a dict {kind: "pooled"|"global_mean", pool_factor, factory,
         residual_bits, centroid_min_vectors, centroid_min_training_vectors, rerank_from_codes}.
         `attributes`: {field: type} with type "int64", "double" or "string" (or int, float, str).
@@ -676,14 +679,15 @@ class Client:
         """
         schema = admin_pb2.CollectionSchema(name=name, dim=dim, dtype=_wire_dtype(dtype),
                                             num_shards=num_shards)
-        if spatial is None:
+        if spatial is None or pool_factor is not None:
             schema.hierarchical.CopyFrom(admin_pb2.HierarchicalPooling(
-                pool_factor=pool_factor, method=_lookup(_METHODS, method, "pooling method"),
+                pool_factor=2 if pool_factor is None else pool_factor,
+                method=_lookup(_METHODS, method, "pooling method"),
                 protected_tokens=protected_tokens, renormalize=renormalize,
                 min_vectors=min_vectors))
             if max_merge_height is not None:
                 schema.hierarchical.max_merge_height = max_merge_height
-        else:
+        if spatial is not None:
             if isinstance(spatial, str):
                 spatial = {"mode": spatial}
             settings = dict(spatial)

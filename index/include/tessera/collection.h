@@ -233,15 +233,20 @@ class Collection {
 
   // Validates, pools, stores (one durable WriteBatch per shard) and indexes the documents. Returns
   // one outcome per document, in order. An id that appears twice in one call: the last one wins.
+  // A document is refused (INVALID_ARGUMENT) with a token value that is not finite or exceeds
+  // kMaxVectorValue in magnitude, or a double attribute that is not finite.
   virtual std::vector<UpsertOutcome> Upsert(std::vector<Document> documents) = 0;
-  // Deletes by id; returns per id whether it existed.
+  // Deletes by id; returns per id whether it existed. INVALID_ARGUMENT naming ids[i] for an id
+  // that Upsert would refuse (empty, over CollectionLimits::max_id_bytes, not UTF-8): nothing is
+  // deleted then.
   virtual absl::StatusOr<std::vector<bool>> Delete(const std::vector<std::string>& ids) = 0;
-  // NOT_FOUND for an unknown id. The rerank vectors come decoded to fp32 unless
-  // options.stored_bytes asks for them as stored.
+  // NOT_FOUND for an unknown id, INVALID_ARGUMENT for one that Upsert would refuse. The rerank
+  // vectors come decoded to fp32 unless options.stored_bytes asks for them as stored.
   virtual absl::StatusOr<StoredDocument> Get(const std::string& id,
                                              const GetOptions& options) const = 0;
   absl::StatusOr<StoredDocument> Get(const std::string& id) const { return Get(id, GetOptions{}); }
-  // query: nq × dim fp32. INVALID_ARGUMENT for a bad query or options.
+  // query: nq × dim fp32, values finite and within ±kMaxVectorValue. INVALID_ARGUMENT for a bad
+  // query or options.
   virtual absl::StatusOr<SearchResult> Search(FloatMatrixView query,
                                               const SearchOptions& options) const = 0;
   virtual CollectionStats Stats() const = 0;

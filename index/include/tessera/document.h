@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "tessera/pooling.h"
 
 namespace tessera {
@@ -26,6 +27,19 @@ AttributeType TypeOf(const AttributeValue& value);
 // "int64", "double", "string".
 const char* AttributeTypeName(AttributeType type);
 
+// A value a client sent (a document id, a collection or field name, a factory string), as error
+// messages quote it: in single quotes and, beyond 64 bytes, cut at a UTF-8 character boundary with
+// its length: 'xxxx…' (5000 bytes). So that a message about a huge value does not become a huge
+// message (gRPC carries it in a header of limited size) and is never cut inside a character.
+std::string QuotedForMessage(absl::string_view value);
+
+// The largest magnitude a token vector or query value may have: fp16's largest finite value, for
+// fp32 collections as well. So every collection stores what was sent, and every MaxSim product
+// and sum stays finite: a score is at most query tokens × dim × 65504² (1024 × 4096 × 65504² ≈
+// 1.8e16 at the largest limits), far below fp32's 3.4e38 — while fp32 values near 3e38 would
+// overflow to inf and take the top rank.
+inline constexpr float kMaxVectorValue = 65504.0f;
+
 // One document to ingest: its token matrix (num_tokens × dim fp32, row-major, L2-normalised by the
 // encoder), an optional patch grid layout (needed for spatial pooling) and attributes.
 struct Document {
@@ -34,11 +48,13 @@ struct Document {
   int64_t dim = 0;
   std::vector<float> tokens;
   std::optional<PatchGridLayout> layout;
-  Attributes attributes;
+  Attributes attributes;  // doubles finite (a collection refuses NaN and ±inf)
 };
 
 // One condition on an attribute. kIn matches any of `values`; the others compare with values[0].
-// Integers and doubles compare numerically with each other; strings compare lexicographically.
+// Integers and doubles compare numerically with each other (IEEE 754 comparisons: a NaN, which
+// ValidateFilter refuses and a collection does not store, would match only kNe); strings compare
+// lexicographically. ±inf are valid bounds (`< inf` matches every finite value).
 struct FilterCondition {
   enum class Op { kEq, kNe, kLt, kLe, kGt, kGe, kIn };
   std::string field;
@@ -57,8 +73,8 @@ struct Filter {
 bool FilterMatches(const Filter& filter, const Attributes& attributes);
 
 // INVALID_ARGUMENT unless every condition names a field of `fields`, has a value of a comparable
-// type (numbers with numbers, strings with strings), exactly one value for ops other than kIn and
-// at least one for kIn.
+// type (numbers with numbers, strings with strings) that is not NaN, exactly one value for ops
+// other than kIn and at least one for kIn.
 absl::Status ValidateFilter(const Filter& filter,
                             const std::map<std::string, AttributeType>& fields);
 
