@@ -10,15 +10,17 @@
 // summed in 16-bit lanes; the exact fp32 work is one gather of a centroid score, one product and
 // one sum per (query row, token).
 //
-// Why look-up tables and not an int8 query × int8 residuals (NextPlaid's form): at nbits 4 and dim
-// 128 a (query row, token) pair costs 128 table look-ups here, 64 bytes of vpshufb (AVX-512: ~2
-// shuffles and ~6 adds per 64 lookups; no multiplies at all), against 128 int8 multiply-adds
-// there plus decoding every code to int8 bytes first; VNNI's vpdpbusd would do those in
-// 2 instructions per 64 MACs, but the decode (a per-dimension lookup per byte, then a
-// token-major transpose) and the quantisation of both sides to int8 (two errors instead of one,
-// the per-dimension weights rounded to 1/127 of their range) come on top. At nbits 2 the tables
-// halve the work again (one nibble holds two dimensions) where the int8 product does not. This
-// kernel therefore needs AVX-512BW (byte shuffles and 16-bit adds on 512 bits), not VNNI.
+// Why look-up tables and not NextPlaid's form, an int8 query times uint8 per-dimension residual
+// weights with VNNI's vpdpbusd (64 multiply-adds per instruction, after decoding each code to
+// bytes with one vpermb per 16 tokens × 4 dimensions): measured on one core of an AMD EPYC
+// (Zen 4, AVX-512 VNNI + VBMI) by bench/code_maxsim_benchmark.cc's BM_Int8VnniPrototype, 32
+// query rows × 1,000 documents of 64 tokens at dim 128, the int8 form was no faster at nbits 4
+// (~175k documents/s either way) and 1.6× slower at nbits 2 (~190k against ~290k/s: a nibble
+// holds two dimensions, so the tables halve the work where the product does not), and its
+// worst-case error is 2.3–3.2× this kernel's (two roundings, the query's to 127 levels a side and
+// the weights', against one rounding to 255 levels). So this kernel needs AVX-512BW (byte shuffles
+// and 16-bit adds on 512 bits), not VNNI. On Zen 4 the AVX-512 kernel gains little over AVX2
+// (512-bit operations issue as two 256-bit halves); cores with full-width units should gain more.
 //
 // Document layout (CompactDocument): the centroid ids as stored (num_tokens uint32), and the codes
 // byte-transposed in blocks of 32 tokens, the layout of stage 1's inverted lists (code_scan.h), so
