@@ -11,13 +11,14 @@
 //   BM_DecodeThenMaxSim/nbits:{4,2}     decode + fp32 MaxSim; counter docs_per_s
 //   BM_Fp32MaxSimOnly/nbits:{4,2}       the fp32 MaxSim of already decoded documents (no decode)
 //   BM_CompactMaxSim/nbits:{4,2}/{avx512,avx2,portable}
+//   BM_CompactLayout/nbits:{4,2}        CompactDocuments::Add of the 1,000 documents; docs_per_s
 //   BM_Int8VnniPrototype/nbits:{4,2}    the design the compact kernel was chosen over (below)
-// The last two report docs_per_s, vs_decode (docs_per_s / BM_DecodeThenMaxSim's at the same
-// nbits), max_err (the largest |score − double-precision MaxSim of the decoded vectors| over the
-// first 100 documents) and bound (the worst-case error the design guarantees). Each compact or
-// int8 iteration includes preparing the query (the quantised tables of its 32 rows). Rates are per
-// CPU second of the benchmark thread (ThreadCpuSeconds). An ISA the CPU lacks is reported as an
-// error for that benchmark.
+// BM_CompactMaxSim and BM_Int8VnniPrototype report docs_per_s, vs_decode (docs_per_s /
+// BM_DecodeThenMaxSim's at the same nbits), max_err (the largest |score − double-precision MaxSim
+// of the decoded vectors| over the first 100 documents) and bound (the worst-case error the design
+// guarantees). Each compact or int8 iteration includes preparing the query (the quantised tables of
+// its 32 rows). Rates are per CPU second of the benchmark thread (ThreadCpuSeconds). An ISA the CPU
+// lacks is reported as an error for that benchmark.
 #include <time.h>
 
 #include <algorithm>
@@ -365,6 +366,22 @@ void BM_CompactMaxSim(benchmark::State& state, int nbits, CpuIsa isa) {
   }
 }
 
+// Building the compact layout from row-major codes (what a caller holding a document's stored
+// codes does before BM_CompactMaxSim): CompactDocuments::Add of every document.
+void BM_CompactLayout(benchmark::State& state, int nbits) {
+  const Workload& w = GetWorkload(nbits);
+  const int64_t code_bytes = w.codec->code_bytes();
+  const double start = ThreadCpuSeconds();
+  for (auto _ : state) {
+    CompactDocuments docs(code_bytes);
+    for (int64_t d = 0; d < kDocs; ++d) {
+      docs.Add(&w.ids[d * kDocTokens], &w.codes[d * kDocTokens * code_bytes], kDocTokens);
+    }
+    benchmark::DoNotOptimize(docs.refs().data());
+  }
+  state.counters["docs_per_s"] = state.iterations() * kDocs / (ThreadCpuSeconds() - start);
+}
+
 void BM_Int8VnniPrototype(benchmark::State& state, int nbits) {
   if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512vbmi")) {
     state.SkipWithError("this CPU lacks AVX-512 VNNI or VBMI");
@@ -403,6 +420,9 @@ const bool kRegistered = [] {
           BM_CompactMaxSim, nbits, isa)
           ->Unit(benchmark::kMillisecond);
     }
+    benchmark::RegisterBenchmark(absl::StrCat("BM_CompactLayout/nbits:", nbits).c_str(),
+                                 BM_CompactLayout, nbits)
+        ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(absl::StrCat("BM_Int8VnniPrototype/nbits:", nbits).c_str(),
                                  BM_Int8VnniPrototype, nbits)
         ->Unit(benchmark::kMillisecond);

@@ -25,7 +25,9 @@
 // Document layout (CompactDocument): the centroid ids as stored (num_tokens uint32), and the codes
 // byte-transposed in blocks of 32 tokens, the layout of stage 1's inverted lists (code_scan.h), so
 // that one 32-byte load brings code byte k of 32 tokens. CompactDocuments builds it from row-major
-// codes; a gather from the lists is a copy of bytes per (token, code byte) as PutBlockedCode does.
+// codes (the store's per-document form) with 16 × 16 byte transposes: ~0.36 µs per document of 64
+// tokens at nbits 4 and dim 128 (BM_CompactLayout), ~6% of scoring it; a gather straight from the
+// lists would be a copy per (token, code byte) as PutBlockedCode does.
 //
 // Error bound: each table value is rounded to its nearest level, an error of ≤ step_i / 2 per
 // nibble of query row i, so every token's ⟨q_i, c + r⟩ is within N · step_i / 2 of the fp32 value
@@ -33,7 +35,10 @@
 // max over tokens is within the same bound (|max a − max b| ≤ max |a − b|), and the score within
 // CompactQuery::ErrorBound() = Σ_i N · step_i / 2, plus fp32 rounding (of the tables, the centroid
 // scores and the sums: ~1e-6 relative). step_i = (largest nibble table range of q_i) / 255 for
-// codes of up to 257 nibbles (dim 128: nbits 4 → 128 nibbles, nbits 2 → 64).
+// codes of up to 257 nibbles (dim 128: nbits 4 → 128 nibbles, nbits 2 → 64), range / ⌊65535 /
+// nibbles⌋ beyond (a precondition: at most 65,535 nibbles, dim ≤ 131,070 at nbits 2). Measured, the
+// error is far below the worst case: at dim 128 and 32 query rows, ≤ 0.036 against a bound of 1.63
+// (nbits 4) and ≤ 0.026 against 0.74 (nbits 2) over 100 documents of 64 tokens.
 //
 // Kernels: portable, AVX2 and AVX-512 (F + BW, CpuSupportsIsa(kAvx512)) compute the same 16-bit
 // sums and the same fp32 operations in the same order: their scores are bit-identical.

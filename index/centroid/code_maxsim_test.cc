@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/centroid/code_scan.h"
 #include "index/centroid/residual_codec.h"
 #include "index/rerank/cpu_maxsim_scorer.h"
 
@@ -268,6 +269,34 @@ INSTANTIATE_TEST_SUITE_P(Isas, CompactMaxSimIsaTest,
                          [](const ::testing::TestParamInfo<CpuIsa>& info) {
                            return std::string(CpuIsaName(info.param));
                          });
+
+// CompactDocuments lays codes out as stage 1's lists (PutBlockedCode), padding slots zero, for
+// token counts and code sizes on and around its 16 × 16 transpose tiles.
+TEST(CompactDocuments, LayoutIsTheListLayout) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (const int64_t code_bytes : {1, 15, 16, 17, 32, 33, 64, 65}) {
+    CompactDocuments docs(code_bytes);
+    const std::vector<int64_t> lengths = {1, 15, 16, 17, 31, 32, 33, 48, 100};
+    std::vector<std::vector<uint8_t>> codes;
+    const std::vector<uint32_t> ids(100, 0);
+    for (const int64_t n : lengths) {
+      codes.emplace_back(n * code_bytes);
+      for (uint8_t& b : codes.back()) b = static_cast<uint8_t>(byte(rng));
+      docs.Add(ids.data(), codes.back().data(), n);
+    }
+    const std::vector<CompactDocument> refs = docs.refs();
+    for (size_t d = 0; d < lengths.size(); ++d) {
+      const int64_t blocks = (lengths[d] + 31) / 32;
+      std::vector<uint8_t> want(blocks * 32 * code_bytes, 0);
+      for (int64_t t = 0; t < lengths[d]; ++t) {
+        PutBlockedCode(&codes[d][t * code_bytes], code_bytes, t, want.data());
+      }
+      const std::vector<uint8_t> got(refs[d].blocks, refs[d].blocks + want.size());
+      EXPECT_EQ(got, want) << "code_bytes " << code_bytes << ", " << lengths[d] << " tokens";
+    }
+  }
+}
 
 TEST(CompactMaxSim, RejectsEmptyDocumentsAndMissingIsas) {
   const Corpus corpus = MakeCorpus(8, 4, {3}, 1);
