@@ -45,6 +45,7 @@ struct CandidateSpec {
   // "auto" switches at the training threshold: on every real set measured, from 98k vectors
   // on, the centroid index found the exact top 10 as often as the candidate scan or more at
   // equal N, at 2.2–3.1× its speed (docs/results.md, "Stage 1 defaults from the real sets").
+  // Both thresholds are at least 256, the smallest codebook's centroids (ValidateSchema).
   int64_t centroid_min_vectors = 16'384;
   int64_t centroid_min_training_vectors = 16'384;
   // Stage 2 scores the vectors decoded from the centroid codes (centroid + residual, PLAID's
