@@ -64,12 +64,17 @@ struct CentroidTrainingOptions {
   uint64_t seed = 0x43454e54524f4944;
 };
 
+// The fewest centroids DefaultNumCentroids asks for, and so the fewest rerank vectors a shard's
+// training may start from (ValidateSchema): a training of fewer vectors than centroids cannot
+// fill its codebook (k-means keeps min(centroids, sample rows), each vector its own centroid).
+inline constexpr int64_t kMinCentroids = 256;
+
 // PLAID's rule of thumb (factor 16) scaled by `factor`: 2^⌊log2(factor · √vectors)⌋, clamped
 // to [min_centroids, max_centroids]. The default, half PLAID's count, gives 32,768 centroids at
 // 64M vectors (1M documents of 64 pooled vectors: lists of ~2,000), where the query × centroid
 // scores and the k-means stay a small part of a search and of a build on two cores.
-int64_t DefaultNumCentroids(int64_t vectors, double factor = 8.0, int64_t min_centroids = 256,
-                            int64_t max_centroids = 65536);
+int64_t DefaultNumCentroids(int64_t vectors, double factor = 8.0,
+                            int64_t min_centroids = kMinCentroids, int64_t max_centroids = 65536);
 
 class CentroidCodebook {
  public:

@@ -455,6 +455,11 @@ CollectionImpl::SearchPlan CollectionImpl::Plan(const SearchOptions& options) co
     }
     shard_plan.share =
         static_cast<int>((shard_plan.num_candidates + whole_shards - 1) / whole_shards);
+    // Left to its defaults, a small shard is scored exhaustively (a caller who sets N, k′ or
+    // nprobe is tuning the cascade: it runs).
+    shard_plan.every_document =
+        options.num_candidates == 0 && options.per_token_candidates == 0 && options.nprobe == 0 &&
+        shard->num_documents() <= kExhaustiveDefaultShareMultiple * int64_t{shard_plan.share};
     shard_plan.per_token = options.per_token_candidates > 0
                                ? static_cast<int>(options.per_token_candidates)
                                : std::max(shard_plan.num_candidates, 64);
@@ -657,7 +662,7 @@ absl::StatusOr<std::vector<CollectionImpl::Candidate>> CollectionImpl::SelectFor
   std::vector<size_t> every_document;  // the shards whose (matching) documents are all scored
   for (size_t s = 0; s < shards_.size(); ++s) {
     const int64_t documents = shards_[s]->num_documents();
-    if (options.exhaustive || plan.shards[s].share >= documents) {
+    if (options.exhaustive || plan.shards[s].every_document || plan.shards[s].share >= documents) {
       every_document.push_back(s);
       continue;
     }

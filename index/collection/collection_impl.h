@@ -28,6 +28,22 @@ struct CollectionContext {
 // Largest SearchOptions::nprobe accepted (more probes than centroids are clamped anyway).
 inline constexpr int kMaxNprobe = 16384;
 
+// A search that leaves N, k′ and nprobe at their defaults scores every (matching) document of a
+// shard that holds at most this many times its share of N (the documents the cascade would
+// rerank): 200 documents for k = 10 on one shard. The exhaustive search then scores at most twice
+// the documents the cascade reranks and skips stage 1, so it costs at most ~2× the cascade, and
+// its top k is exact where the cascade's stage 1 may miss it (a 200-page collection missed an
+// exhaustive top hit at N = 100). Measured (bench/search_default_benchmark.cc, k = 10, 32 query
+// tokens, dim 128, one shard; process CPU time per search, medians of 12 interleaved runs on a
+// 2-vCPU AMD EPYC (Zen 4) VM), exhaustive / cascade:
+//   passages (64 vectors):  200 docs 0.62 (1.08 / 1.76 ms, candidate scan), 250 docs 0.69,
+//                           300 docs 1.39 (centroid index from 16,384 vectors), 400 docs 1.87;
+//   pages (512 vectors):    150 docs 1.47, 200 docs 1.66 (8.7 / 5.3 ms), 300 docs 2.43;
+// and 24× (wall) at 3,200 passages. So the crossover lies between N and 2.5 N documents (later
+// on the candidate scan, whose stage 1 costs more than exact MaxSim of the shard), and 2 N keeps
+// the exhaustive default within 1.7× of the cascade.
+inline constexpr int64_t kExhaustiveDefaultShareMultiple = 2;
+
 class CollectionImpl : public Collection {
  public:
   // Opens (or creates) the shards under `dir`. The schema must be valid.
@@ -78,6 +94,9 @@ class CollectionImpl : public Collection {
     int num_candidates = 0;  // N: the caller's, or the default for the shard's stage 1
     int share = 0;           // ⌈N / whole shards⌉: the documents it reranks
     int per_token = 0;       // k′
+    // Score every (matching) document: the search left stage 1 to its defaults and the shard
+    // holds at most kExhaustiveDefaultShareMultiple × share documents.
+    bool every_document = false;
   };
   struct SearchPlan {
     std::vector<ShardPlan> shards;

@@ -129,6 +129,93 @@ TEST(CollectionSearch, DefaultCascadeRecallAgainstExhaustive) {
   EXPECT_LE(scored / queries, static_cast<int64_t>(documents.size()) / 10);
 }
 
+// A small shard is searched exhaustively by default (kExhaustiveDefaultShareMultiple): stage 1 here
+// is as coarse as it gets — one mean vector per document — and ranks the one document holding the
+// query's exact token (its other tokens point away) below 200 documents that lean towards the
+// query everywhere, so the cascade's N = 100 never reaches it. 200 documents: the most that
+// kExhaustiveDefaultShareMultiple (2) × N = 100 covers. The default search scores every
+// document and equals brute force; an explicit N still limits the rerank to N.
+TEST(CollectionSearch, SmallCollectionsAreSearchedExhaustivelyByDefault) {
+  TempDir dir;
+  auto engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  constexpr int64_t kDim = 16;
+  CollectionSchema schema = Schema("small", kDim);
+  schema.pooling.hierarchical->pool_factor = 1;  // the needle keeps its exact token
+  schema.candidates.kind = CandidateSpec::Kind::kGlobalMean;
+  auto collection = (*engine)->CreateCollection(schema);
+  ASSERT_TRUE(collection.ok()) << collection.status();
+  auto document = [](const std::string& id, const std::vector<std::vector<float>>& rows) {
+    Document out;
+    out.id = id;
+    out.num_tokens = static_cast<int64_t>(rows.size());
+    out.dim = kDim;
+    for (const auto& row : rows) out.tokens.insert(out.tokens.end(), row.begin(), row.end());
+    out.tokens = Normalized(out.tokens, kDim);
+    return out;
+  };
+  auto axes = [](float along_query, int axis) {
+    std::vector<float> row(kDim, 0.0f);
+    row[0] = along_query;
+    row[axis] = 1.0f;
+    return row;
+  };
+  std::vector<Document> documents;
+  std::vector<std::string> ids;
+  for (int d = 0; d < 199; ++d) {
+    // Every token at cosine 0.55 … 0.8 from the query: a mean close to it.
+    const float lean = 0.66f + 0.67f * static_cast<float>(d) / 199.0f;
+    std::vector<std::vector<float>> rows;
+    for (int t = 0; t < 4; ++t) rows.push_back(axes(lean, 1 + (d + 5 * t) % (kDim - 1)));
+    documents.push_back(document(absl::StrCat("lean-", d), rows));
+  }
+  std::vector<std::vector<float>> needle = {axes(1.0f, 0)};
+  for (int t = 0; t < 3; ++t) needle.push_back(axes(-0.6f, 3 + t));
+  documents.push_back(document("needle", needle));
+  for (const Document& d : documents) ids.push_back(d.id);
+  ExpectAllOk((*collection)->Upsert(documents));
+  const std::vector<float> query = axes(1.0f, 0);
+  const FloatMatrixView view{query.data(), 1, kDim};
+  const auto expected = BruteForce(**collection, ids, query, kDim);
+  ASSERT_EQ(expected[0].first, "needle");
+
+  SearchOptions options;
+  auto result = (*collection)->Search(view, options);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_TRUE(result->exhaustive);
+  EXPECT_EQ(result->documents_scored, 200);
+  ASSERT_EQ(result->hits.size(), 10u);
+  for (size_t h = 0; h < result->hits.size(); ++h) {
+    EXPECT_EQ(result->hits[h].id, expected[h].first) << "hit " << h;
+    EXPECT_NEAR(result->hits[h].score, expected[h].second, 1e-5) << "hit " << h;
+  }
+
+  // The cascade, asked for: N = 100 (the default N for k = 10) documents reranked, and the needle
+  // is not among them.
+  options.num_candidates = 100;
+  auto cascade = (*collection)->Search(view, options);
+  ASSERT_TRUE(cascade.ok()) << cascade.status();
+  EXPECT_FALSE(cascade->exhaustive);
+  EXPECT_EQ(cascade->documents_scored, 100);
+  EXPECT_EQ(cascade->num_candidates, 100);
+  ASSERT_EQ(cascade->hits.size(), 10u);
+  EXPECT_NE(cascade->hits[0].id, "needle");
+  // So does a caller who tunes stage 1 (k′) and leaves N at its default.
+  options.num_candidates = 0;
+  options.per_token_candidates = 100;
+  auto tuned = (*collection)->Search(view, options);
+  ASSERT_TRUE(tuned.ok()) << tuned.status();
+  EXPECT_FALSE(tuned->exhaustive);
+  EXPECT_EQ(tuned->documents_scored, 100);
+
+  // One more document and the shard is past 2 × N: the default is the cascade again.
+  ExpectAllOk((*collection)->Upsert({document("one-more", {axes(0.1f, 2)})}));
+  auto larger = (*collection)->Search(view, SearchOptions{});
+  ASSERT_TRUE(larger.ok()) << larger.status();
+  EXPECT_FALSE(larger->exhaustive);
+  EXPECT_EQ(larger->documents_scored, 100);
+}
+
 TEST(CollectionSearch, SelectiveFilterStillReturnsK) {
   TempDir dir;
   auto engine = Engine::Open(dir.path());

@@ -19,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "index/centroid/centroid_codebook.h"
 #include "index/collection/collection_impl.h"
 #include "index/collection/schema_codec.h"
 #include "index/common/dir_lock.h"
@@ -406,12 +407,21 @@ absl::Status ValidateSchema(const CollectionSchema& schema) {
     return absl::InvalidArgumentError(absl::StrCat(
         "candidate residual_bits ", schema.candidates.residual_bits, ", expected 2 or 4"));
   }
-  if (schema.candidates.centroid_min_vectors < 1 ||
-      schema.candidates.centroid_min_training_vectors < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("candidate centroid_min_vectors ", schema.candidates.centroid_min_vectors,
-                     " and centroid_min_training_vectors ",
-                     schema.candidates.centroid_min_training_vectors, ", expected ≥ 1"));
+  // A training needs at least one vector per centroid of the smallest codebook
+  // (internal::kMinCentroids): below that k-means cannot fill the codebook, every sampled vector
+  // becomes its own centroid, and with rerank_from_codes that codebook codes the shard for good.
+  // The further multiple k-means wants comes from the retraining at kRetrainGrowth (4×: 4 vectors
+  // per centroid at the next training) and the default threshold (16,384: 16 per centroid).
+  for (const auto& [field, value] :
+       {std::pair<const char*, int64_t>{"centroid_min_vectors",
+                                        schema.candidates.centroid_min_vectors},
+        {"centroid_min_training_vectors", schema.candidates.centroid_min_training_vectors}}) {
+    if (value < internal::kMinCentroids) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "candidate ", field, " ", value, ", expected ≥ ", internal::kMinCentroids,
+          " (a centroid training needs at least one vector per centroid of the smallest "
+          "codebook)"));
+    }
   }
   for (const auto& [field, type] : schema.attributes) {
     if (!IsValidName(field)) {

@@ -49,6 +49,35 @@ TEST(ValidateSchema, RejectsMoreCentroidsThanTrainingVectors) {
   EXPECT_TRUE((*engine)->ListCollections().empty());
 }
 
+// A centroid training of fewer vectors than the smallest codebook has centroids cannot fill it
+// (--centroid-min-vectors 1 trained 2 documents into a codebook of their few vectors, and the
+// shard retrained forever); refused at create, naming the field.
+TEST(ValidateSchema, RejectsCentroidThresholdsBelowTheSmallestCodebook) {
+  for (const bool training : {false, true}) {
+    for (const int64_t threshold : {int64_t{1}, int64_t{255}}) {
+      CollectionSchema schema = WithFactory(training ? "centroid" : "auto");
+      (training ? schema.candidates.centroid_min_training_vectors
+                : schema.candidates.centroid_min_vectors) = threshold;
+      const std::string field = training ? "centroid_min_training_vectors" : "centroid_min_vectors";
+      const absl::Status status = ValidateSchema(schema);
+      EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << field << ": " << status;
+      EXPECT_THAT(status.message(), HasSubstr(absl::StrCat(field, " ", threshold)));
+      EXPECT_THAT(status.message(), HasSubstr("expected ≥ 256"));
+    }
+  }
+  CollectionSchema smallest = WithFactory("auto");
+  smallest.candidates.centroid_min_vectors = 256;
+  smallest.candidates.centroid_min_training_vectors = 256;
+  EXPECT_TRUE(ValidateSchema(smallest).ok()) << ValidateSchema(smallest);
+  TempDir dir;
+  auto engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  CollectionSchema tiny = WithFactory("auto");
+  tiny.candidates.centroid_min_vectors = 1;
+  EXPECT_EQ((*engine)->CreateCollection(tiny).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*engine)->ListCollections().empty());
+}
+
 // The ids and scores of a search, for comparing two collections.
 std::vector<std::pair<std::string, float>> Answer(const Collection& collection,
                                                   const std::vector<float>& query, int64_t dim) {

@@ -526,13 +526,15 @@ bool Shard::OutgrewTraining() const {
   // Without stored rerank vectors there is nothing to retrain on.
   if (schema_.candidates.rerank_from_codes) return false;
   // Grown kRetrainGrowth times past the last training, or large enough to call for more centroids
-  // than the codebook has: a training that started late (while another ran) sized its codebook
-  // from the count it saw, and the shard may end its growth before the next 4× (a 20k-document
-  // shard kept 4,096 centroids where its 1.28M vectors call for 8,192).
-  const Stage1 stage1 = CurrentStage1();
-  const int64_t centroids =
-      stage1.centroids != nullptr ? stage1.centroids->codebook().num_centroids() : 0;
-  return vectors >= kRetrainGrowth * trained_vectors_ || DefaultNumCentroids(vectors) > centroids;
+  // than the last training asked for: a training that started late (while another ran) sized its
+  // codebook from the count it saw, and the shard may end its growth before the next 4× (a
+  // 20k-document shard kept 4,096 centroids where its 1.28M vectors call for 8,192). Compared with
+  // what the training asked for, not with the codebook it got: k-means keeps at most one centroid
+  // per sampled vector, so a shard below kMinCentroids vectors gets fewer centroids than
+  // DefaultNumCentroids' floor, and comparing with that retrained it on the same vectors forever.
+  // Both tests are false right after a training on the shard's current vectors.
+  return vectors >= kRetrainGrowth * trained_vectors_ ||
+         DefaultNumCentroids(vectors) > DefaultNumCentroids(trained_vectors_);
 }
 
 void Shard::MaybeStartTraining() {
@@ -964,6 +966,8 @@ void Shard::WaitForTrainingForTesting() const {
   MutexLock lock(&apply_mu_);
   while (training_) applied_.Wait(&apply_mu_);
 }
+
+uint32_t Shard::CentroidGenerationForTesting() const { return CurrentStage1().generation; }
 
 void Shard::SetTrainingHookForTesting(std::function<void()> hook) {
   MutexLock lock(&apply_mu_);

@@ -181,6 +181,9 @@ class Shard {
 
   // Blocks until no training runs (none may be starting either).
   void WaitForTrainingForTesting() const;
+  // The generation of the centroid codes in use: the number of trainings committed in the
+  // shard's life (stored, so it survives a reopen); 0 while stage 1 is the candidate index.
+  uint32_t CentroidGenerationForTesting() const;
   // Called by a training after it has encoded the shard's documents, before it catches up with
   // the writes made meanwhile and swaps its index in (the test may write, delete and search).
   void SetTrainingHookForTesting(std::function<void()> hook);

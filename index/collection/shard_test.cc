@@ -3,12 +3,14 @@
 // leaving it serving a table that no longer matches the store.
 #include "index/collection/shard.h"
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <limits>
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -29,6 +31,14 @@ CollectionSchema Schema(VectorDtype dtype = VectorDtype::kFloat32) {
   schema.name = "shard";
   schema.dim = kDim;
   schema.dtype = dtype;
+  return schema;
+}
+
+// A schema whose shards train from their first rerank vector: ValidateSchema refuses it since
+// the fix, but collections created before it keep it, and Shard::Open takes it as stored.
+CollectionSchema TrainsAtOnce() {
+  CollectionSchema schema = Schema();
+  schema.candidates.centroid_min_vectors = 1;
   return schema;
 }
 
@@ -54,12 +64,23 @@ DocumentWrite Write(const std::string& id, int seed, VectorDtype dtype = VectorD
 
 class ShardTest : public ::testing::Test {
  protected:
-  void Open(VectorDtype dtype = VectorDtype::kFloat32) {
+  void Open(VectorDtype dtype = VectorDtype::kFloat32) { Open(Schema(dtype)); }
+  void Open(const CollectionSchema& schema) {
     shard_.reset();
     absl::StatusOr<std::unique_ptr<Shard>> shard =
-        Shard::Open(dir_.path() + "/shard", Schema(dtype), ShardStoreOptions{}, 1 << 20, pool_);
+        Shard::Open(dir_.path() + "/shard", schema, ShardStoreOptions{}, 1 << 20, pool_);
     ASSERT_TRUE(shard.ok()) << shard.status();
     shard_ = std::move(*shard);
+  }
+
+  // Whether the shard's background training has ended, polled for up to a minute: a shard that
+  // retrains forever never gets there, and WaitForTrainingForTesting would hang the test.
+  bool TrainingSettles() const {
+    for (int i = 0; i < 600; ++i) {
+      if (!shard_->Stats().training) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
   }
 
   // The external ids stage 1 nominates for a query along `seed`'s first vector.
@@ -194,6 +215,45 @@ TEST_F(ShardTest, IndexFailureAfterTheWriteFailsTheShardUntilReopened) {
   std::vector<DocumentWrite> fourth;
   fourth.push_back(Write("d", 3));
   EXPECT_TRUE(shard_->Apply(std::move(fourth), {}).ok());
+}
+
+// A shard below kMinCentroids vectors trains a codebook of fewer centroids than
+// DefaultNumCentroids' floor (k-means keeps one per sampled vector at most). OutgrewTraining
+// compared the floor with the codebook and stayed true, so the training thread retrained the same 6
+// vectors back to back (each training a generation, each dropping the last one's codes with a
+// compaction) and resumed at every open. One training now, and none after a reopen, until the shard
+// grows.
+TEST_F(ShardTest, TrainingOnTooFewVectorsForTheCodebookRunsOnce) {
+  Open(TrainsAtOnce());
+  std::vector<DocumentWrite> batch;
+  batch.push_back(Write("a", 0));
+  batch.push_back(Write("b", 1));
+  ASSERT_TRUE(shard_->Apply(std::move(batch), {}).ok());
+  ASSERT_TRUE(TrainingSettles()) << "still training after a minute, centroid generation "
+                                 << shard_->CentroidGenerationForTesting();
+  EXPECT_EQ(shard_->CentroidGenerationForTesting(), 1u);
+  EXPECT_EQ(shard_->Stats().candidate_index, "Centroid6,Residual2bit");
+  // Nothing runs once training_ is false; a retraining would need a write to start it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_FALSE(shard_->Stats().training);
+  EXPECT_EQ(shard_->CentroidGenerationForTesting(), 1u);
+
+  Open(TrainsAtOnce());
+  ASSERT_TRUE(TrainingSettles()) << "still training after a reopen, centroid generation "
+                                 << shard_->CentroidGenerationForTesting();
+  EXPECT_EQ(shard_->CentroidGenerationForTesting(), 1u);
+  absl::StatusOr<std::set<std::string>> found = Search(0);
+  ASSERT_TRUE(found.ok()) << found.status();
+  EXPECT_EQ(*found, (std::set<std::string>{"a", "b"}));
+
+  // Grown kRetrainGrowth times (6 → 24 vectors), it trains again, once.
+  std::vector<DocumentWrite> more;
+  for (int i = 0; i < 6; ++i) more.push_back(Write(absl::StrCat("c", i), 2 + i));
+  ASSERT_TRUE(shard_->Apply(std::move(more), {}).ok());
+  ASSERT_TRUE(TrainingSettles()) << "still training after growing, centroid generation "
+                                 << shard_->CentroidGenerationForTesting();
+  EXPECT_EQ(shard_->CentroidGenerationForTesting(), 2u);
+  EXPECT_EQ(shard_->Stats().candidate_index, "Centroid24,Residual2bit");
 }
 
 }  // namespace

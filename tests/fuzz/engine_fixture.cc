@@ -60,7 +60,7 @@ CollectionSchema Schema(const std::string& name) {
     schema.pooling.hierarchical->pool_factor = 1;
     schema.candidates.factory = "centroid";
     schema.candidates.residual_bits = 4;
-    schema.candidates.centroid_min_training_vectors = 32;
+    schema.candidates.centroid_min_training_vectors = 256;  // the smallest ValidateSchema takes
     schema.candidates.rerank_from_codes = true;
     schema.attributes = {{"tag", AttributeType::kString}};
   }
@@ -127,8 +127,9 @@ std::vector<v1::Document> SeedDocuments(const std::string& collection) {
   for (int n = 0; n < count; ++n) {
     v1::Document document;
     document.set_id(absl::StrCat(collection, "-", n));
-    // pages: a 2 × 3 grid between one prefix and one suffix token; others: 4 … 8 tokens.
-    const int64_t tokens = collection == "pages" ? 8 : (collection == "codes" ? 8 : 4 + n);
+    // pages: a 2 × 3 grid between one prefix and one suffix token; codes: 40 (8 × 40 vectors
+    // pass its training threshold of 256); others: 4 … 8 tokens.
+    const int64_t tokens = collection == "pages" ? 8 : (collection == "codes" ? 40 : 4 + n);
     const std::vector<float> values = UnitRows(tokens, collection.size() * 100 + n);
     server::EncodeMatrix(values.data(), tokens, kFixtureDim,
                          collection == "pages" ? VectorDtype::kFloat32 : VectorDtype::kFloat16,

@@ -45,7 +45,8 @@ struct CandidateSpec {
   // "auto" switches at the training threshold: on every real set measured, from 98k vectors
   // on, the centroid index found the exact top 10 as often as the candidate scan or more at
   // equal N, at 2.2–3.1× its speed (docs/notes/2026-12-05.md, "Stage 1 defaults from the
-  // real sets").
+  // real sets"). Both thresholds are at least 256, the smallest codebook's centroids
+  // (ValidateSchema).
   int64_t centroid_min_vectors = 16'384;
   int64_t centroid_min_training_vectors = 16'384;
   // Stage 2 scores the vectors decoded from the centroid codes (centroid + residual, PLAID's
@@ -109,7 +110,10 @@ struct SearchOptions {
   // per shard: max(10·k, 100) while it scans its candidate vectors exactly; on the centroid
   // index, max(c·k, 10·c) with c from 10 (up to 262,144 vectors) to 40 (from ~4.2M vectors)
   // (DefaultNumCandidates in index/centroid/centroid_index.h); capped at
-  // CollectionLimits::max_num_candidates.
+  // CollectionLimits::max_num_candidates. When N, k′ and nprobe are all left at 0, a shard that
+  // holds at most twice its share of the default N (200 documents for k = 10 on one shard) is
+  // scored exhaustively instead: there that costs about what the cascade does, and the answer is
+  // exact (kExhaustiveDefaultShareMultiple in index/collection/collection_impl.h).
   int64_t num_candidates = 0;
   // k′: candidate vectors fetched per query token in stage 1, 0 … 100000. 0 = the default,
   // max(N, 64). 64-bit for the same reason as k.
@@ -159,9 +163,11 @@ struct SearchResult {
   std::vector<SearchHit> hits;
   SearchTimings timings;
   int64_t documents_scored = 0;  // exact MaxSim evaluations
-  bool exhaustive = false;       // stage 1 was skipped (asked, or N ≥ the collection's size)
-  int64_t num_candidates = 0;    // N as resolved from SearchOptions and the collection's stage 1
-  int64_t documents = 0;         // documents in the collection when the search began
+  // Stage 1 was skipped: asked, N ≥ the collection's size, or every shard small enough for the
+  // exhaustive default.
+  bool exhaustive = false;
+  int64_t num_candidates = 0;  // N as resolved from SearchOptions and the collection's stage 1
+  int64_t documents = 0;       // documents in the collection when the search began
 };
 
 // A stored document as Get returns it.
