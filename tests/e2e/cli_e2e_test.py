@@ -14,7 +14,6 @@ codes.
 Needs Debian's python3 with python3-numpy; nothing else (not the Python client).
 """
 
-import argparse
 import io
 import json
 import os
@@ -29,6 +28,8 @@ import unittest
 import zipfile
 
 import numpy as np
+
+import e2e_util
 
 SERVER = None
 CLI = None
@@ -464,15 +465,7 @@ def normalized_rows(rng, rows):
 
 def main():
     global SERVER, CLI
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--cli", required=True)
-    args, rest = parser.parse_known_args()
-    SERVER, CLI = os.path.abspath(args.server), os.path.abspath(args.cli)
-    for binary in (SERVER, CLI):
-        if not os.access(binary, os.X_OK):
-            sys.stderr.write(f"{binary} is not an executable\n")
-            sys.exit(1)
+    (SERVER, CLI), rest = e2e_util.parse_binaries("server", "cli")
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
 

@@ -49,6 +49,22 @@ def _default_server():
     return max(candidates, key=os.path.getmtime) if candidates else None
 
 
+def parse_binaries(*names):
+    """Parses a required --NAME PATH for each of `names` from the command line; returns (the
+    absolute paths in `names`' order, the remaining arguments). Exits 1 naming a path that is not
+    an executable."""
+    parser = argparse.ArgumentParser(add_help=False)
+    for name in names:
+        parser.add_argument(f"--{name}", required=True)
+    args, rest = parser.parse_known_args()
+    paths = [os.path.abspath(getattr(args, name)) for name in names]
+    for path in paths:
+        if not os.access(path, os.X_OK):
+            sys.stderr.write(f"{path} is not an executable\n")
+            sys.exit(1)
+    return paths, rest
+
+
 def main():
     """Parses --server, then runs the unittest classes of the calling script."""
     global SERVER_BINARY

@@ -21,7 +21,6 @@ it builds every binary the quick starts call and generates the Python stubs they
         --cli build/bin/tessera [unittest args]
 """
 
-import argparse
 import json
 import os
 import re
@@ -32,6 +31,8 @@ import sys
 import tempfile
 import time
 import unittest
+
+import e2e_util
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 README = os.path.join(REPO_ROOT, "README.md")
@@ -204,15 +205,7 @@ class ScriptsRunTest(unittest.TestCase):
 
 def main():
     global SERVER, CLI
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--server", required=True)
-    parser.add_argument("--cli", required=True)
-    args, rest = parser.parse_known_args()
-    SERVER, CLI = os.path.abspath(args.server), os.path.abspath(args.cli)
-    for binary in (SERVER, CLI):
-        if not os.access(binary, os.X_OK):
-            sys.stderr.write(f"{binary} is not an executable\n")
-            sys.exit(1)
+    (SERVER, CLI), rest = e2e_util.parse_binaries("server", "cli")
     unittest.main(argv=[sys.argv[0]] + rest, verbosity=2)
 
 
