@@ -885,6 +885,13 @@ absl::StatusOr<Shard::CodedDocuments> Shard::FetchCodes(absl::Span<const uint64_
         statuses[part] = stored.status();
         continue;
       }
+      int64_t found = 0, tokens = 0;
+      for (const std::optional<std::string>& bytes : *stored) {
+        if (!bytes.has_value()) continue;
+        ++found;
+        tokens += static_cast<int64_t>(bytes->size()) / (4 + code_bytes);
+      }
+      documents.parts[part].Reserve(found, tokens);
       for (size_t j = first; j < last; ++j) {
         const std::optional<std::string>& bytes = (*stored)[j - first];
         if (!bytes.has_value()) continue;  // removed since (a removal deletes its codes)
