@@ -114,6 +114,14 @@ void CompactDocuments::Add(const uint32_t* centroid_ids, const uint8_t* codes, i
   num_tokens_.push_back(num_tokens);
 }
 
+void CompactDocuments::Reserve(int64_t documents, int64_t tokens) {
+  ids_.reserve(ids_.size() + tokens);
+  // At most one partial block per document.
+  const int64_t blocks = tokens / kScanBlockEntries + documents;
+  blocks_.reserve(blocks_.size() + blocks * ScanBlockBytes(code_bytes_));
+  num_tokens_.reserve(num_tokens_.size() + documents);
+}
+
 std::vector<CompactDocument> CompactDocuments::refs() const {
   std::vector<CompactDocument> out;
   out.reserve(num_tokens_.size());

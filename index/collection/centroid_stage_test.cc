@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "index/centroid/centroid_codebook.h"
+#include "index/centroid/code_maxsim.h"
 #include "index/collection/collection_impl.h"
 #include "index/collection/collection_test_util.h"
 #include "index/storage/shard_store.h"
@@ -370,6 +371,128 @@ TEST(CentroidStage, AShardRetrainsWhenItsSizeCallsForMoreCentroids) {
             absl::StrCat("Centroid", internal::DefaultNumCentroids(vectors), ",Residual2bit"));
 }
 
+// CompactQuery::ErrorBound of `query` (nq × kDim) under shard 0's codebook: how far a score
+// from codes may be from the MaxSim of the decoded vectors, fp32 rounding aside.
+double CodesErrorBound(Collection& collection, const std::vector<float>& query) {
+  const std::shared_ptr<const internal::CentroidCodebook> codebook =
+      Impl(collection).CodebookForTesting(0);
+  EXPECT_NE(codebook, nullptr);
+  if (codebook == nullptr) return 0.0;
+  const internal::CompactQuery compact(codebook->codec(), query.data(),
+                                       static_cast<int64_t>(query.size()) / kDim, nullptr, 0);
+  return compact.ErrorBound();
+}
+
+// rerank_from_codes scores the documents stored as codes only from their codes (compact MaxSim,
+// code_maxsim.h), without decoding them: within CompactQuery::ErrorBound of the MaxSim of their
+// decoded vectors (fp32 here, so Get returns exactly those), merged in one ranking with the
+// documents written before the codebook (exact over their stored vectors). Exhaustive and default
+// search alike; the top 10 is brute force's except at near-ties; explain names the best decoded
+// vector per query token and does not change the ranking.
+TEST(CentroidStage, RerankFromCodesScoresWithinTheErrorBound) {
+  for (const int bits : {2, 4}) {
+    SCOPED_TRACE(absl::StrCat("residual_bits ", bits));
+    TempDir dir;
+    Corpus corpus(kDim, 57);
+    std::vector<Document> sources;
+    const std::vector<Document> documents = FamiliesAndNoise(corpus, 40, 600, &sources);
+    std::vector<std::string> ids;
+    for (const Document& document : documents) ids.push_back(document.id);
+    auto engine = Engine::Open(dir.path());
+    ASSERT_TRUE(engine.ok());
+    CollectionSchema schema = Schema("codes", kDim);
+    schema.dtype = VectorDtype::kFloat32;
+    schema.candidates.rerank_from_codes = true;
+    schema.candidates.residual_bits = bits;
+    schema.candidates.centroid_min_training_vectors = 4'000;
+    auto collection = (*engine)->CreateCollection(schema);
+    ASSERT_TRUE(collection.ok()) << collection.status();
+    // The first 200 documents train the codebook and keep their rerank vectors; the rest are
+    // stored as codes only.
+    UpsertAll(**collection, std::vector<Document>(documents.begin(), documents.begin() + 200));
+    Impl(**collection).WaitForTrainingForTesting();
+    ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid")) << StageOf(**collection);
+    UpsertAll(**collection, std::vector<Document>(documents.begin() + 200, documents.end()));
+    Impl(**collection).WaitForTrainingForTesting();
+
+    double largest_error = 0;
+    for (int q = 0; q < 10; ++q) {
+      SCOPED_TRACE(absl::StrCat("query ", q));
+      const std::vector<float> query = corpus.QueryFrom(sources[q], 24);
+      const FloatMatrixView view{query.data(), 24, kDim};
+      const auto expected = BruteForce(**collection, ids, query, kDim);
+      const std::map<std::string, double> exact(expected.begin(), expected.end());
+      // The kernel's bound plus fp32 rounding (scores are ~24 × unit dot products).
+      const double bound = CodesErrorBound(**collection, query);
+      const double tolerance = bound + 1e-4;
+      ASSERT_GT(bound, 0.0);
+
+      SearchOptions exhaustive;
+      exhaustive.exhaustive = true;
+      exhaustive.k = 50;
+      auto result = (*collection)->Search(view, exhaustive);
+      ASSERT_TRUE(result.ok()) << result.status();
+      ASSERT_EQ(result->hits.size(), 50u);
+      for (size_t i = 0; i < result->hits.size(); ++i) {
+        const SearchHit& hit = result->hits[i];
+        const double error = std::fabs(hit.score - exact.at(hit.id));
+        EXPECT_LE(error, tolerance) << hit.id << ": " << hit.score << " vs " << exact.at(hit.id)
+                                    << " over the decoded vectors, bound " << bound;
+        largest_error = std::max(largest_error, error);
+        if (i < 10 && hit.id != expected[i].first) {  // only at a near-tie
+          EXPECT_NEAR(exact.at(hit.id), expected[i].second, 2 * tolerance)
+              << "rank " << i << ": " << hit.id << " instead of " << expected[i].first;
+        }
+      }
+
+      // Explain: the same ranking and scores; per query token the best decoded vector.
+      exhaustive.k = 10;
+      exhaustive.explain = true;
+      auto explained = (*collection)->Search(view, exhaustive);
+      ASSERT_TRUE(explained.ok()) << explained.status();
+      ASSERT_EQ(explained->hits.size(), 10u);
+      for (size_t i = 0; i < 10; ++i) {
+        const SearchHit& hit = explained->hits[i];
+        EXPECT_EQ(hit.id, result->hits[i].id);
+        EXPECT_EQ(hit.score, result->hits[i].score);
+        auto vectors = (*collection)->Get(hit.id);
+        ASSERT_TRUE(vectors.ok()) << vectors.status();
+        ASSERT_EQ(hit.explanation.size(), 24u);
+        double total = 0;
+        for (const TokenMatch& match : hit.explanation) {
+          ASSERT_GE(match.document_vector, 0);
+          ASSERT_LT(match.document_vector, vectors->num_vectors());
+          double best = -INFINITY;
+          for (int64_t v = 0; v < vectors->num_vectors(); ++v) {
+            double dot = 0;
+            for (int64_t k = 0; k < kDim; ++k) {
+              dot += static_cast<double>(query[match.query_token * kDim + k]) *
+                     vectors->vectors[v * kDim + k];
+            }
+            best = std::max(best, dot);
+          }
+          EXPECT_NEAR(match.similarity, best, 1e-5) << hit.id << " token " << match.query_token;
+          total += match.similarity;
+        }
+        EXPECT_NEAR(total, hit.score, tolerance) << hit.id;
+      }
+
+      // The cascade (stage 1, then its N documents scored from the codes): the same scores.
+      SearchOptions cascade;
+      cascade.num_candidates = 100;
+      auto nominated = (*collection)->Search(view, cascade);
+      ASSERT_TRUE(nominated.ok()) << nominated.status();
+      ASSERT_EQ(nominated->hits.size(), 10u);
+      for (const SearchHit& hit : nominated->hits) {
+        EXPECT_NEAR(hit.score, exact.at(hit.id), tolerance) << hit.id;
+      }
+      EXPECT_EQ(nominated->hits[0].id, result->hits[0].id);
+    }
+    // Scored from the codes, not from decoded floats (whose fp32 MaxSim is within ~1e-5).
+    EXPECT_GT(largest_error, 1e-4);
+  }
+}
+
 // rerank_from_codes: documents written once the codebook exists store no rerank vectors; stage 2,
 // Get and explain use the decoded codes, consistently; the disk holds far less; nothing retrains;
 // a reopen and deletes behave as with stored vectors.
@@ -431,7 +554,8 @@ TEST(CentroidStage, RerankFromCodesScoresTheDecodedVectors) {
   EXPECT_GT(error, 0.0);
   EXPECT_LT(error, 0.05 * norm) << "relative squared error of the decoded vectors";
 
-  // Scores are exact MaxSim over the decoded vectors Get returns; explain names real vectors.
+  // Scores are MaxSim over the decoded vectors Get returns, within the compact kernel's error
+  // bound (and the fp16 rounding of Get's vectors); explain names real vectors.
   double recall = 0;
   for (int q = 0; q < 10; ++q) {
     const std::vector<float> query = corpus.QueryFrom(sources[q], 24);
@@ -441,10 +565,17 @@ TEST(CentroidStage, RerankFromCodesScoresTheDecodedVectors) {
     auto result = (*codes)->Search(FloatMatrixView{query.data(), 24, kDim}, options);
     ASSERT_TRUE(result.ok()) << result.status();
     const auto expected = BruteForce(**codes, ids, query, kDim);
+    const std::map<std::string, double> exact(expected.begin(), expected.end());
+    // fp16 rounds each decoded value by ≤ 2⁻¹¹ of it: ≤ 24 × 2⁻¹¹ · |q_i| · |d| for vectors of
+    // norm ≤ 1 (pooled unit vectors; decoding adds a little), doubled for margin.
+    const double tolerance = CodesErrorBound(**codes, query) + 2 * 24 * std::ldexp(1.0, -11);
     ASSERT_EQ(result->hits.size(), 10u);
     for (size_t i = 0; i < 10; ++i) {
-      EXPECT_EQ(result->hits[i].id, expected[i].first);
-      EXPECT_NEAR(result->hits[i].score, expected[i].second, 1e-3);
+      const double score = exact.at(result->hits[i].id);
+      EXPECT_NEAR(result->hits[i].score, score, tolerance) << result->hits[i].id;
+      if (result->hits[i].id != expected[i].first) {  // only at a near-tie
+        EXPECT_NEAR(score, expected[i].second, 2 * tolerance) << result->hits[i].id;
+      }
       EXPECT_EQ(result->hits[i].explanation.size(), 24u);
     }
     // Against the exhaustive search over the stored vectors: the approximation keeps the top 10.

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -145,6 +147,10 @@ void CollectionImpl::SetTrainingHookForTesting(const std::function<void()>& hook
 
 void CollectionImpl::WaitForTrainingForTesting() const {
   for (const auto& shard : shards_) shard->WaitForTrainingForTesting();
+}
+
+std::shared_ptr<const CentroidCodebook> CollectionImpl::CodebookForTesting(int s) const {
+  return shards_[s]->CodebookForTesting();
 }
 
 void CollectionImpl::MarkDropped(std::string moved_dir) {
@@ -526,8 +532,9 @@ absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_bes
                                             const std::vector<std::pair<int, uint64_t>>& documents,
                                             std::vector<Scored>* scored,
                                             SearchTimings* timings) const {
-  // Fetch the rerank vectors per shard (resident ones from memory); documents replaced or
-  // deleted since stage 1 come back null and are skipped.
+  // Fetch the rerank vectors per shard (resident ones from memory), and the codes of documents
+  // stored as codes only (rerank_from_codes); documents replaced or deleted since stage 1 come
+  // back null (or without codes) and are skipped.
   Clock::time_point start = Clock::now();
   std::vector<std::vector<uint64_t>> by_shard(shards_.size());
   for (const auto& [shard, iid] : documents) by_shard[shard].push_back(iid);
@@ -535,39 +542,64 @@ absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_bes
   std::vector<std::pair<int, uint64_t>> fetched;
   matrices.reserve(documents.size());
   fetched.reserve(documents.size());
+  std::vector<std::vector<uint64_t>> coded_iids(shards_.size());
+  std::vector<Shard::CodedDocuments> coded(shards_.size());
   for (size_t s = 0; s < shards_.size(); ++s) {
     if (by_shard[s].empty()) continue;
     TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> batch,
-                             shards_[s]->FetchRerank(by_shard[s]));
+                             shards_[s]->FetchStoredRerank(by_shard[s]));
     for (size_t j = 0; j < batch.size(); ++j) {
       if (batch[j] == nullptr) continue;
+      if (batch[j]->rows == 0) {
+        coded_iids[s].push_back(by_shard[s][j]);
+        continue;
+      }
       matrices.push_back(std::move(batch[j]));
       fetched.emplace_back(static_cast<int>(s), by_shard[s][j]);
+    }
+    if (!coded_iids[s].empty()) {
+      TESSERA_ASSIGN_OR_RETURN(coded[s], shards_[s]->FetchCodes(coded_iids[s]));
     }
   }
   timings->fetch_ms += MillisecondsSince(start);
 
   start = Clock::now();
-  std::vector<DocumentRef> refs(matrices.size());
-  for (size_t d = 0; d < matrices.size(); ++d) {
-    refs[d] = DocumentRef{matrices[d]->bytes.data(), matrices[d]->rows};
-  }
-  DocumentBatch batch{schema_.dtype, schema_.dim, refs};
-  MaxSimOptions options;
-  options.want_best_tokens = want_best_tokens;
-  TESSERA_ASSIGN_OR_RETURN(MaxSimResult result, context_.scorer->Score(query, batch, options));
-  for (size_t d = 0; d < matrices.size(); ++d) {
-    Scored entry;
-    entry.score = result.scores[d];
-    entry.shard = fetched[d].first;
-    entry.iid = fetched[d].second;
-    if (!shards_[entry.shard]->Describe(entry.iid, &entry.id, &entry.version)) continue;
-    if (want_best_tokens) {
-      entry.best_tokens.assign(result.best_tokens.begin() + d * query.rows,
-                               result.best_tokens.begin() + (d + 1) * query.rows);
-      entry.vectors = MatrixToFloat(*matrices[d]);
+  auto add = [&](int shard, uint64_t iid, float score, Scored* entry) {
+    entry->score = score;
+    entry->shard = shard;
+    entry->iid = iid;
+    if (!shards_[shard]->Describe(iid, &entry->id, &entry->version)) return;
+    scored->push_back(std::move(*entry));
+  };
+  if (!matrices.empty()) {
+    std::vector<DocumentRef> refs(matrices.size());
+    for (size_t d = 0; d < matrices.size(); ++d) {
+      refs[d] = DocumentRef{matrices[d]->bytes.data(), matrices[d]->rows};
     }
-    scored->push_back(std::move(entry));
+    DocumentBatch batch{schema_.dtype, schema_.dim, refs};
+    MaxSimOptions options;
+    options.want_best_tokens = want_best_tokens;
+    TESSERA_ASSIGN_OR_RETURN(MaxSimResult result, context_.scorer->Score(query, batch, options));
+    for (size_t d = 0; d < matrices.size(); ++d) {
+      Scored entry;
+      if (want_best_tokens) {
+        entry.best_tokens.assign(result.best_tokens.begin() + d * query.rows,
+                                 result.best_tokens.begin() + (d + 1) * query.rows);
+        entry.vectors = MatrixToFloat(*matrices[d]);
+      }
+      add(fetched[d].first, fetched[d].second, result.scores[d], &entry);
+    }
+  }
+  // Documents stored as codes only: scored from the codes, merged into the same ranking.
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    if (coded_iids[s].empty()) continue;
+    TESSERA_ASSIGN_OR_RETURN(const std::vector<std::optional<float>> scores,
+                             shards_[s]->ScoreCodes(query, coded[s]));
+    for (size_t j = 0; j < scores.size(); ++j) {
+      if (!scores[j].has_value()) continue;
+      Scored entry;
+      add(static_cast<int>(s), coded_iids[s][j], *scores[j], &entry);
+    }
   }
   timings->rerank_ms += MillisecondsSince(start);
   return absl::OkStatus();
@@ -603,15 +635,45 @@ absl::StatusOr<std::vector<CollectionImpl::Scored>> CollectionImpl::RankExactly(
 absl::StatusOr<std::vector<TokenMatch>> CollectionImpl::Explain(FloatMatrixView query,
                                                                 const Scored& entry) const {
   TESSERA_ASSIGN_OR_RETURN(DocumentRecord record, shards_[entry.shard]->GetRecord(entry.iid));
+  // A hit scored from its codes: its decoded vectors, and the best of them per query token.
+  std::vector<float> decoded;
+  if (entry.best_tokens.empty()) {
+    const uint64_t iid = entry.iid;
+    TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> matrices,
+                             shards_[entry.shard]->FetchRerank(absl::MakeConstSpan(&iid, 1)));
+    if (matrices[0] == nullptr) {
+      return absl::NotFoundError(
+          absl::StrCat("document '", entry.id, "' was removed while the search explained it"));
+    }
+    decoded = MatrixToFloat(*matrices[0]);
+  }
+  const std::vector<float>& vectors = entry.best_tokens.empty() ? decoded : entry.vectors;
+  const int64_t num_vectors = static_cast<int64_t>(vectors.size()) / query.cols;
+  auto dot = [&](int64_t i, int64_t v) {
+    double similarity = 0.0;
+    for (int64_t k = 0; k < query.cols; ++k) {
+      similarity +=
+          static_cast<double>(query.data[i * query.cols + k]) * vectors[v * query.cols + k];
+    }
+    return similarity;
+  };
   std::vector<TokenMatch> explanation;
   for (int64_t i = 0; i < query.rows; ++i) {
     TokenMatch match;
     match.query_token = static_cast<int32_t>(i);
-    match.document_vector = entry.best_tokens[i];
     double similarity = 0.0;
-    for (int64_t k = 0; k < query.cols; ++k) {
-      similarity += static_cast<double>(query.data[i * query.cols + k]) *
-                    entry.vectors[match.document_vector * query.cols + k];
+    if (entry.best_tokens.empty()) {
+      similarity = -std::numeric_limits<double>::infinity();
+      for (int64_t v = 0; v < num_vectors; ++v) {
+        const double candidate = dot(i, v);
+        if (candidate > similarity) {
+          similarity = candidate;
+          match.document_vector = static_cast<int32_t>(v);
+        }
+      }
+    } else {
+      match.document_vector = entry.best_tokens[i];
+      similarity = dot(i, match.document_vector);
     }
     match.similarity = static_cast<float>(similarity);
     const int32_t v = match.document_vector;

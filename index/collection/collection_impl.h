@@ -72,6 +72,8 @@ class CollectionImpl : public Collection {
   // Shard::WaitForTrainingForTesting (waits for every shard).
   void SetTrainingHookForTesting(const std::function<void()>& hook);
   void WaitForTrainingForTesting() const;
+  // Shard s's codebook (Shard::CodebookForTesting).
+  std::shared_ptr<const CentroidCodebook> CodebookForTesting(int s) const;
 
   // Marks the collection dropped: its directory (already moved aside by the engine) is deleted
   // when the last reference goes away.
@@ -123,9 +125,13 @@ class CollectionImpl : public Collection {
   absl::StatusOr<std::vector<Scored>> RankExactly(
       FloatMatrixView query, const std::vector<std::pair<int, uint64_t>>& selected,
       const SearchOptions& options, SearchResult* result) const;
-  // Per query token, the best document vector of a scored hit and the tokens it covers.
+  // Per query token, the best document vector of a scored hit and the tokens it covers. For a
+  // hit scored from its codes (no best_tokens), the best vectors among the decoded ones: their
+  // similarities sum to the hit's score within CompactQuery::ErrorBound.
   absl::StatusOr<std::vector<TokenMatch>> Explain(FloatMatrixView query, const Scored& entry) const;
-  // Exact MaxSim of the query against the given (shard, iid) documents, appended to `scored`.
+  // MaxSim of the query against the given (shard, iid) documents, appended to `scored`: exact
+  // (fp32) over stored rerank vectors, from the codes (Shard::ScoreCodes, within its error bound)
+  // for documents stored as codes only; the latter carry no best_tokens.
   absl::Status ScoreDocuments(FloatMatrixView query, bool want_best_tokens,
                               const std::vector<std::pair<int, uint64_t>>& documents,
                               std::vector<Scored>* scored, SearchTimings* timings) const;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "index/common/thread_pool.h"
+#include "index/rerank/cpu_maxsim_scorer.h"
 #include "index/storage/record_codec.h"
 #include "tessera/status_macros.h"
 
@@ -804,6 +805,14 @@ void Shard::ForEachLive(const Filter& filter,
 
 absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> Shard::FetchRerank(
     absl::Span<const uint64_t> iids) const {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> matrices,
+                           FetchStoredRerank(iids));
+  TESSERA_RETURN_IF_ERROR(DecodeRerankFromCodes(iids, &matrices));
+  return matrices;
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> Shard::FetchStoredRerank(
+    absl::Span<const uint64_t> iids) const {
   std::vector<std::shared_ptr<const StoredMatrix>> matrices(iids.size());
   std::vector<uint64_t> missing;
   std::vector<size_t> missing_at;
@@ -845,8 +854,138 @@ absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> Shard::FetchRer
     }
   });
   for (const absl::Status& status : statuses) TESSERA_RETURN_IF_ERROR(status);
-  TESSERA_RETURN_IF_ERROR(DecodeRerankFromCodes(iids, &matrices));
   return matrices;
+}
+
+absl::StatusOr<Shard::CodedDocuments> Shard::FetchCodes(absl::Span<const uint64_t> iids) const {
+  CodedDocuments documents;
+  documents.requested = iids.size();
+  if (iids.empty()) return documents;
+  const Stage1 stage1 = CurrentStage1();
+  if (stage1.centroids == nullptr) {
+    return absl::DataLossError(absl::StrCat("shard '", dir_, "': iid ", iids[0],
+                                            " has no rerank vectors and the shard no codebook"));
+  }
+  documents.codebook = stage1.centroids->shared_codebook();
+  const int64_t code_bytes = documents.codebook->codec().code_bytes();
+  const int64_t num_centroids = documents.codebook->num_centroids();
+  const int64_t parts = std::min<int64_t>(pool_->num_threads(),
+                                          static_cast<int64_t>(iids.size() + kMinReadsPerPart - 1) /
+                                              static_cast<int64_t>(kMinReadsPerPart));
+  documents.parts.assign(parts, CompactDocuments(code_bytes));
+  documents.positions.resize(parts);
+  std::vector<absl::Status> statuses(parts);
+  pool_->ParallelFor(parts, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t part = begin; part < end; ++part) {
+      const size_t first = iids.size() * part / parts;
+      const size_t last = iids.size() * (part + 1) / parts;
+      absl::StatusOr<std::vector<std::optional<std::string>>> stored =
+          store_->MultiGetCodes(stage1.generation, iids.subspan(first, last - first));
+      if (!stored.ok()) {
+        statuses[part] = stored.status();
+        continue;
+      }
+      int64_t found = 0, tokens = 0;
+      for (const std::optional<std::string>& bytes : *stored) {
+        if (!bytes.has_value()) continue;
+        ++found;
+        tokens += static_cast<int64_t>(bytes->size()) / (4 + code_bytes);
+      }
+      documents.parts[part].Reserve(found, tokens);
+      for (size_t j = first; j < last; ++j) {
+        const std::optional<std::string>& bytes = (*stored)[j - first];
+        if (!bytes.has_value()) continue;  // removed since (a removal deletes its codes)
+        absl::StatusOr<DocumentCodes> codes = ParseDocumentCodes(*bytes, code_bytes, num_centroids);
+        if (codes.ok() && codes->size() == 0) {
+          codes = absl::DataLossError("no vectors");
+        }
+        if (!codes.ok()) {
+          statuses[part] = absl::DataLossError(absl::StrCat(
+              "shard '", dir_, "': codes of iid ", iids[j], ": ", codes.status().message()));
+          break;
+        }
+        documents.parts[part].Add(codes->centroids.data(),
+                                  reinterpret_cast<const uint8_t*>(codes->codes.data()),
+                                  codes->size());
+        documents.positions[part].push_back(j);
+      }
+    }
+  });
+  for (const absl::Status& status : statuses) TESSERA_RETURN_IF_ERROR(status);
+  return documents;
+}
+
+absl::StatusOr<std::vector<std::optional<float>>> Shard::ScoreCodes(
+    FloatMatrixView query, const CodedDocuments& documents) const {
+  std::vector<std::optional<float>> scores(documents.requested);
+  std::vector<std::vector<CompactDocument>> refs(documents.parts.size());
+  for (size_t part = 0; part < documents.parts.size(); ++part) {
+    refs[part] = documents.parts[part].refs();
+  }
+  if (std::all_of(refs.begin(), refs.end(), [](const auto& r) { return r.empty(); })) {
+    return scores;
+  }
+  const CentroidCodebook& codebook = *documents.codebook;
+  const int64_t C = codebook.num_centroids();
+  const int64_t dim = codebook.dim();
+  const int64_t nq = query.rows;
+  if (nq < 1 || query.cols != dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("query of ", nq, " × ", query.cols, ", expected ≥ 1 × ", dim));
+  }
+
+  // The query × centroid table, token-major (row i: token i's score of every centroid), filled
+  // only in the columns of the centroids the documents use: the kernel reads no other.
+  std::vector<uint8_t> used(C, 0);
+  for (const std::vector<CompactDocument>& part : refs) {
+    for (const CompactDocument& document : part) {
+      for (int64_t t = 0; t < document.num_tokens; ++t) used[document.centroid_ids[t]] = 1;
+    }
+  }
+  std::vector<uint32_t> referenced;
+  for (int64_t c = 0; c < C; ++c) {
+    if (used[c]) referenced.push_back(static_cast<uint32_t>(c));
+  }
+  std::unique_ptr<float[]> table(new float[nq * C]);
+  const QuerySimilarity similarity(query);
+  const int64_t stride = similarity.stride();
+  constexpr int64_t kCentroidChunk = 1024;
+  const int64_t num_referenced = static_cast<int64_t>(referenced.size());
+  const int64_t chunks = (num_referenced + kCentroidChunk - 1) / kCentroidChunk;
+  pool_->ParallelFor(chunks, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> centroids(kCentroidChunk * dim);
+    std::vector<float> block(kCentroidChunk * stride);
+    for (int64_t chunk = begin; chunk < end; ++chunk) {
+      const int64_t first = chunk * kCentroidChunk;
+      const int64_t n = std::min(kCentroidChunk, num_referenced - first);
+      for (int64_t j = 0; j < n; ++j) {
+        std::memcpy(&centroids[j * dim], codebook.centroids() + referenced[first + j] * dim,
+                    dim * sizeof(float));
+      }
+      similarity.Compute(centroids.data(), n, block.data());
+      for (int64_t i = 0; i < nq; ++i) {
+        float* row = &table[i * C];
+        for (int64_t j = 0; j < n; ++j) row[referenced[first + j]] = block[j * stride + i];
+      }
+    }
+  });
+
+  const CompactQuery compact(codebook.codec(), query.data, nq, table.get(), C);
+  std::vector<std::vector<float>> part_scores(refs.size());
+  std::vector<absl::Status> statuses(refs.size());
+  pool_->ParallelFor(static_cast<int64_t>(refs.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t part = begin; part < end; ++part) {
+      part_scores[part].resize(refs[part].size());
+      statuses[part] = ScoreCompactDocuments(compact, refs[part], part_scores[part].data());
+    }
+  });
+  for (const absl::Status& status : statuses) TESSERA_RETURN_IF_ERROR(status);
+  for (size_t part = 0; part < refs.size(); ++part) {
+    for (size_t d = 0; d < refs[part].size(); ++d) {
+      scores[documents.positions[part][d]] = part_scores[part][d];
+    }
+  }
+  return scores;
 }
 
 absl::Status Shard::DecodeRerankFromCodes(
@@ -968,6 +1107,11 @@ void Shard::WaitForTrainingForTesting() const {
 }
 
 uint32_t Shard::CentroidGenerationForTesting() const { return CurrentStage1().generation; }
+
+std::shared_ptr<const CentroidCodebook> Shard::CodebookForTesting() const {
+  const Stage1 stage1 = CurrentStage1();
+  return stage1.centroids == nullptr ? nullptr : stage1.centroids->shared_codebook();
+}
 
 void Shard::SetTrainingHookForTesting(std::function<void()> hook) {
   MutexLock lock(&apply_mu_);

@@ -40,8 +40,10 @@
 // is live.
 //
 // Rerank from codes (CandidateSpec::rerank_from_codes): once the first codebook is in use, a
-// write stores its codes and a rerank matrix without rows; FetchRerank decodes such documents'
-// codes (centroid + residual) for stage 2, explain and Get. Such a shard never retrains.
+// write stores its codes and a rerank matrix without rows. Stage 2 scores such documents from
+// their codes without decoding them (FetchCodes + ScoreCodes: compact MaxSim, code_maxsim.h),
+// within CompactQuery::ErrorBound of the fp32 MaxSim of the decoded vectors; FetchRerank decodes
+// them (centroid + residual) for explain and Get. Such a shard never retrains.
 //
 // Lock order: encode_mu_ → apply_mu_ → stage1_mu_ → table_mu_; failed_mu_ is a leaf.
 #ifndef TESSERA_INDEX_COLLECTION_SHARD_H_
@@ -51,6 +53,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,6 +65,7 @@
 #include "absl/types/span.h"
 #include "index/candidate/candidate_index.h"
 #include "index/centroid/centroid_index.h"
+#include "index/centroid/code_maxsim.h"
 #include "index/storage/shard_store.h"
 #include "tessera/base/mutex.h"
 #include "tessera/collection.h"
@@ -166,6 +170,35 @@ class Shard {
   // for an iid that is no longer stored.
   absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> FetchRerank(
       absl::Span<const uint64_t> iids) const;
+  // FetchRerank without the decoding: a document stored as codes only comes back as a matrix
+  // without rows (its codes are for FetchCodes).
+  absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> FetchStoredRerank(
+      absl::Span<const uint64_t> iids) const;
+
+  // Documents stored as codes only (rerank_from_codes), read for ScoreCodes: immutable once read.
+  struct CodedDocuments {
+    size_t requested = 0;  // the iids asked for
+    // The codebook that encoded them (a rerank_from_codes shard keeps its first for good).
+    std::shared_ptr<const CentroidCodebook> codebook;
+    // Per part of the read (split over the pool): the documents found, in the compact layout,
+    // and each one's position among the requested iids.
+    std::vector<CompactDocuments> parts;
+    std::vector<std::vector<size_t>> positions;
+  };
+  // Reads the codes of each iid under the codebook in use (one MultiGet per part, parts split
+  // over the pool as FetchRerank's reads) into the compact layout; an iid no longer stored is
+  // left out. DATA_LOSS when the shard has no codebook (only rerank_from_codes documents have no
+  // rows, and only once it has one) or stored codes do not parse; the store's read errors.
+  absl::StatusOr<CodedDocuments> FetchCodes(absl::Span<const uint64_t> iids) const;
+  // MaxSim of `query` (nq × dim fp32, validated by the caller) and each document FetchCodes
+  // found, scored from the codes with ScoreCompactDocuments (parts split over the pool):
+  // within CompactQuery::ErrorBound() (Σ_i ⌈dim · nbits / 4⌉ · step_i / 2, see code_maxsim.h)
+  // plus fp32 rounding of the fp32 MaxSim of the decoded vectors. One entry per requested iid,
+  // std::nullopt for those not found. The query × centroid table (nq × C fp32) is computed here,
+  // for the centroids the documents use only (stage 1's table is gone by then, and exhaustive
+  // searches run no stage 1): referenced centroids × nq × dim multiply-adds on the pool.
+  absl::StatusOr<std::vector<std::optional<float>>> ScoreCodes(
+      FloatMatrixView query, const CodedDocuments& documents) const;
   // The live iid of an external id (NOT_FOUND when none), and its stored record.
   absl::StatusOr<uint64_t> LookupId(const std::string& external_id) const;
   absl::StatusOr<DocumentRecord> GetRecord(uint64_t iid) const;
@@ -179,6 +212,8 @@ class Shard {
   // no candidate snapshot (Open rebuilds the index from the database).
   absl::Status Checkpoint(const std::string& dir) const;
 
+  // The codebook in use; null while stage 1 is the candidate index.
+  std::shared_ptr<const CentroidCodebook> CodebookForTesting() const;
   // Blocks until no training runs (none may be starting either).
   void WaitForTrainingForTesting() const;
   // The generation of the centroid codes in use: the number of trainings committed in the

@@ -51,11 +51,15 @@ struct CandidateSpec {
   int64_t centroid_min_training_vectors = 16'384;
   // Stage 2 scores the vectors decoded from the centroid codes (centroid + residual, PLAID's
   // approach) instead of stored rerank vectors: documents written once a shard has its codebook
-  // store no rerank vectors (about 8× less disk at residual_bits 4, 16× at 2; scores, explain
-  // and Get are those of the decoded vectors). Needs factory "auto" or "centroid" and then
-  // behaves as "centroid" (a shard trains once it holds centroid_min_training_vectors vectors;
-  // documents written before keep their rerank vectors). The first codebook is kept for good:
-  // without the original vectors there is nothing to retrain on.
+  // store no rerank vectors (about 8× less disk at residual_bits 4, 16× at 2). Such documents are
+  // scored from their codes without decoding them (compact MaxSim: per-query lookup tables
+  // quantised to 8 bits), so a score is within CompactQuery::ErrorBound (code_maxsim.h: Σ over
+  // query tokens of ⌈dim · residual_bits / 4⌉ · step / 2, step = the token's largest table range
+  // / 255) of the MaxSim of the decoded vectors; explain and Get return the decoded vectors.
+  // Needs factory "auto" or "centroid" and then behaves as "centroid" (a shard trains once it
+  // holds centroid_min_training_vectors vectors; documents written before keep their rerank
+  // vectors, scored exactly). The first codebook is kept for good: without the original vectors
+  // there is nothing to retrain on.
   bool rerank_from_codes = false;
 };
 
