@@ -12,6 +12,7 @@
 #include "index/collection/shard.h"
 #include "index/common/thread_pool.h"
 #include "tessera/collection.h"
+#include "tessera/log.h"
 #include "tessera/maxsim.h"
 
 namespace tessera::internal {
@@ -23,6 +24,9 @@ struct CollectionContext {
   CollectionLimits limits;
   ShardStoreOptions store_options;
   int64_t resident_rerank_bytes = 0;  // per shard (EngineOptions::resident_rerank_bytes)
+  // EngineOptions::log. Each shard (and its store) logs through it with the fields collection and
+  // shard added.
+  LogSink log;
 };
 
 // Largest SearchOptions::nprobe accepted (more probes than centroids are clamped anyway).
@@ -65,6 +69,10 @@ class CollectionImpl : public Collection {
   struct Scored;
   CollectionImpl(std::string dir, CollectionSchema schema, CollectionContext context);
 
+  // One log line per failed write of a shard (none of its documents were acknowledged): the
+  // collection, shard, operation, documents, status code and message.
+  void LogWriteFailure(size_t shard, const char* operation, size_t documents,
+                       const absl::Status& status) const;
   absl::Status ValidateDocument(const Document& document) const;
   // Pools a valid document into its store write.
   absl::StatusOr<DocumentWrite> PrepareWrite(const Document& document) const;
