@@ -99,7 +99,7 @@ class MetricsTest : public ::testing::Test {
 std::string FindPromtool() {
   const char* path = std::getenv("PATH");
   for (absl::string_view dir : absl::StrSplit(path != nullptr ? path : "/usr/bin", ':')) {
-    const std::string candidate = absl::StrCat(dir, "/promtool");
+    std::string candidate = absl::StrCat(dir, "/promtool");
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";

@@ -126,7 +126,7 @@ LogSink ShardLog(LogSink log, const std::string& collection, int shard) {
     record.fields.emplace_back("collection", collection);
     record.fields.emplace_back("shard", shard);
     record.fields.insert(record.fields.end(), in.fields.begin(), in.fields.end());
-    Log(log, std::move(record));
+    Log(log, record);
   };
 }
 

@@ -608,7 +608,7 @@ absl::Status Shard::EncodeDocuments(absl::Span<const uint64_t> iids, CentroidInd
 absl::Status Shard::TrainAndReport() {
   const auto start = std::chrono::steady_clock::now();
   TrainingRun run;
-  const absl::Status status = Train(&run);
+  absl::Status status = Train(&run);
   if (run.centroids == 0) return status;  // nothing to train on: no training started
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -28,7 +28,7 @@ void LogToStderr(const LogRecord& record) {
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-void Log(const LogSink& sink, LogRecord record) {
+void Log(const LogSink& sink, const LogRecord& record) {
   if (sink) {
     sink(record);
   } else {

@@ -49,12 +49,12 @@ class LogCapture {
   // "message key=value …", for failure messages.
   static std::string Describe(const LogRecord& record) {
     std::string out = record.message;
-    for (const auto& [k, v] : record.fields) out += " " + k + "=" + v;
+    for (const auto& [k, v] : record.fields) out.append(" ").append(k).append("=").append(v);
     return out;
   }
   std::string DescribeAll() const {
     std::string out;
-    for (const LogRecord& record : records()) out += Describe(record) + "\n";
+    for (const LogRecord& record : records()) out.append(Describe(record)).append("\n");
     return out;
   }
 

@@ -30,7 +30,7 @@ using LogSink = std::function<void(const LogRecord&)>;
 void LogToStderr(const LogRecord& record);
 
 // Sends `record` to `sink`, or to LogToStderr when the sink is empty.
-void Log(const LogSink& sink, LogRecord record);
+void Log(const LogSink& sink, const LogRecord& record);
 
 // "info", "warning", "error".
 const char* LogSeverityName(LogSeverity severity);
