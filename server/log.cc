@@ -38,4 +38,10 @@ void Log(const char* level, const std::string& message,
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
+LogSink ServerLogSink() {
+  return [](const LogRecord& record) {
+    Log(LogSeverityName(record.severity), record.message, record.fields);
+  };
+}
+
 }  // namespace tessera::server

@@ -6,11 +6,16 @@
 #include <utility>
 #include <vector>
 
+#include "tessera/log.h"
+
 namespace tessera::server {
 
 // Writes {"ts":…,"level":level,"msg":message,key:value,…}; values are written as JSON strings.
 void Log(const char* level, const std::string& message,
          const std::vector<std::pair<std::string, std::string>>& fields = {});
+
+// The index library's sink (EngineOptions::log) that writes its records as Log() lines.
+LogSink ServerLogSink();
 
 }  // namespace tessera::server
 

@@ -6,8 +6,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -15,6 +19,45 @@
 #include "tessera/base/version.h"
 
 namespace tessera::server {
+namespace {
+
+// A sample value: integers exactly (a count or a byte count below 2^53 is exact in a double; the
+// default formatting of absl::StrCat kept 6 digits: 8.39654e+07), others in the shortest form that
+// reads back as the same double.
+std::string FormatValue(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  if (value == std::trunc(value) && std::fabs(value) < 9.0e18) {
+    return absl::StrCat(static_cast<int64_t>(value));
+  }
+  char buffer[64];
+  const std::to_chars_result result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+// A label value, escaped as the text format requires.
+std::string LabelValue(absl::string_view value) {
+  std::string out;
+  for (const char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void AppendHeader(std::string* out, absl::string_view name, absl::string_view type,
+                  absl::string_view help) {
+  absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+}
+
+}  // namespace
 
 void Histogram::Observe(double ms) {
   for (size_t b = 0; b < kBucketsMs.size(); ++b) {
@@ -27,14 +70,17 @@ void Histogram::Observe(double ms) {
 void Histogram::Render(const std::string& name, const std::string& labels, std::string* out) const {
   const std::string sep = labels.empty() ? "" : ",";
   for (size_t b = 0; b < kBucketsMs.size(); ++b) {
-    absl::StrAppend(out, name, "_bucket{", labels, sep, "le=\"", kBucketsMs[b] / 1000.0, "\"} ",
+    absl::StrAppend(out, name, "_bucket{", labels, sep, "le=\"",
+                    FormatValue(kBucketsMs[b] / 1000.0), "\"} ",
                     buckets_[b].load(std::memory_order_relaxed), "\n");
   }
   const uint64_t count = count_.load(std::memory_order_relaxed);
   absl::StrAppend(out, name, "_bucket{", labels, sep, "le=\"+Inf\"} ", count, "\n");
-  absl::StrAppend(out, name, "_sum{", labels, "} ", sum_us_.load(std::memory_order_relaxed) / 1e6,
+  absl::StrAppend(out, name, "_sum", labels.empty() ? "" : absl::StrCat("{", labels, "}"), " ",
+                  FormatValue(static_cast<double>(sum_us_.load(std::memory_order_relaxed)) / 1e6),
                   "\n");
-  absl::StrAppend(out, name, "_count{", labels, "} ", count, "\n");
+  absl::StrAppend(out, name, "_count", labels.empty() ? "" : absl::StrCat("{", labels, "}"), " ",
+                  count, "\n");
 }
 
 void Metrics::RecordRpc(const std::string& method, const std::string& code, double ms) {
@@ -61,55 +107,116 @@ void Metrics::RecordDocuments(int64_t accepted, int64_t rejected, int64_t origin
   stored_vectors_.fetch_add(stored_vectors, std::memory_order_relaxed);
 }
 
-void Metrics::SetGauge(const std::string& name, const std::string& labels, double value) {
+void Metrics::SetGauge(const std::string& name, const std::string& help, double value) {
   MutexLock lock(&mu_);
-  gauges_[absl::StrCat(name, "\t", labels)] = value;
+  gauges_[name] = Gauge{help, value};
+}
+
+void Metrics::SetCollections(const Engine& engine) {
+  std::vector<std::pair<std::string, CollectionStats>> collections;
+  for (const std::string& name : engine.ListCollections()) {
+    absl::StatusOr<std::shared_ptr<Collection>> collection = engine.GetCollection(name);
+    if (!collection.ok()) continue;  // dropped meanwhile, or unavailable
+    collections.emplace_back(name, (*collection)->Stats());
+  }
+  MutexLock lock(&mu_);
+  collections_ = std::move(collections);
 }
 
 std::string Metrics::Render() const {
   std::string out;
   MutexLock lock(&mu_);
-  absl::StrAppend(&out, "# HELP tessera_build_info The version this server was built from.\n",
-                  "# TYPE tessera_build_info gauge\n", "tessera_build_info{version=\"", Version(),
-                  "\",revision=\"", GitRevision(), "\"} 1\n");
-  absl::StrAppend(&out, "# HELP tessera_rpc_total Finished RPCs by method and status code.\n",
-                  "# TYPE tessera_rpc_total counter\n");
+  AppendHeader(&out, "tessera_build_info", "gauge", "The version this server was built from.");
+  absl::StrAppend(&out, "tessera_build_info{version=\"", LabelValue(Version()), "\",revision=\"",
+                  LabelValue(GitRevision()), "\"} 1\n");
+  // Sorted, so that the output is stable from one scrape to the next.
+  std::vector<std::pair<std::string, uint64_t>> rpc_counts;
   for (const auto& [key, counter] : rpc_counts_) {
+    rpc_counts.emplace_back(key, counter->load(std::memory_order_relaxed));
+  }
+  std::sort(rpc_counts.begin(), rpc_counts.end());
+  AppendHeader(&out, "tessera_rpc_total", "counter", "Finished RPCs by method and status code.");
+  for (const auto& [key, count] : rpc_counts) {
     const std::vector<std::string> parts = absl::StrSplit(key, '\t');
-    absl::StrAppend(&out, "tessera_rpc_total{method=\"", parts[0], "\",code=\"", parts[1], "\"} ",
-                    counter->load(std::memory_order_relaxed), "\n");
+    absl::StrAppend(&out, "tessera_rpc_total{method=\"", LabelValue(parts[0]), "\",code=\"",
+                    LabelValue(parts[1]), "\"} ", count, "\n");
   }
-  absl::StrAppend(&out, "# HELP tessera_rpc_duration_seconds RPC latency.\n",
-                  "# TYPE tessera_rpc_duration_seconds histogram\n");
-  for (const auto& [method, histogram] : rpc_latency_) {
-    histogram->Render("tessera_rpc_duration_seconds", absl::StrCat("method=\"", method, "\""),
-                      &out);
+  std::vector<std::string> methods;
+  for (const auto& [method, histogram] : rpc_latency_) methods.push_back(method);
+  std::sort(methods.begin(), methods.end());
+  AppendHeader(&out, "tessera_rpc_duration_seconds", "histogram", "RPC latency.");
+  for (const std::string& method : methods) {
+    rpc_latency_.at(method)->Render("tessera_rpc_duration_seconds",
+                                    absl::StrCat("method=\"", LabelValue(method), "\""), &out);
   }
-  absl::StrAppend(&out, "# HELP tessera_search_stage_duration_seconds Search latency per stage.\n",
-                  "# TYPE tessera_search_stage_duration_seconds histogram\n");
+  AppendHeader(&out, "tessera_search_stage_duration_seconds", "histogram",
+               "Search latency per stage.");
   stage_candidates_.Render("tessera_search_stage_duration_seconds", "stage=\"candidates\"", &out);
   stage_fetch_.Render("tessera_search_stage_duration_seconds", "stage=\"fetch\"", &out);
   stage_rerank_.Render("tessera_search_stage_duration_seconds", "stage=\"rerank\"", &out);
-  absl::StrAppend(&out, "# TYPE tessera_documents_total counter\n",
-                  "tessera_documents_total{outcome=\"stored\"} ",
+  AppendHeader(&out, "tessera_documents_total", "counter",
+               "Documents sent to Upsert since start, by outcome (stored, or rejected with an "
+               "error in their result).");
+  absl::StrAppend(&out, "tessera_documents_total{outcome=\"stored\"} ",
                   documents_accepted_.load(std::memory_order_relaxed), "\n",
                   "tessera_documents_total{outcome=\"rejected\"} ",
                   documents_rejected_.load(std::memory_order_relaxed), "\n");
   const uint64_t tokens = original_tokens_.load(std::memory_order_relaxed);
   const uint64_t vectors = stored_vectors_.load(std::memory_order_relaxed);
-  absl::StrAppend(&out,
-                  "# HELP tessera_pooling_ratio Original tokens per stored vector since start.\n",
-                  "# TYPE tessera_pooling_ratio gauge\n", "tessera_pooling_ratio ",
-                  vectors == 0 ? 0.0 : static_cast<double>(tokens) / vectors, "\n");
-  absl::StrAppend(
-      &out, "# HELP tessera_rerank_fallback_total GPU MaxSim calls redone on the CPU.\n",
-      "# TYPE tessera_rerank_fallback_total counter\n", "tessera_rerank_fallback_total ",
-      rerank_fallbacks_.load(std::memory_order_relaxed), "\n");
-  for (const auto& [key, value] : gauges_) {
-    const std::vector<std::string> parts = absl::StrSplit(key, '\t');
-    absl::StrAppend(&out, parts[0], parts[1].empty() ? "" : absl::StrCat("{", parts[1], "}"), " ",
-                    value, "\n");
+  AppendHeader(&out, "tessera_pooling_ratio", "gauge",
+               "Original tokens per stored vector since start.");
+  absl::StrAppend(&out, "tessera_pooling_ratio ",
+                  FormatValue(vectors == 0 ? 0.0 : static_cast<double>(tokens) / vectors), "\n");
+  AppendHeader(&out, "tessera_rerank_fallback_total", "counter",
+               "GPU MaxSim calls redone on the CPU.");
+  absl::StrAppend(&out, "tessera_rerank_fallback_total ",
+                  rerank_fallbacks_.load(std::memory_order_relaxed), "\n");
+  std::vector<std::string> gauges;
+  for (const auto& [name, gauge] : gauges_) gauges.push_back(name);
+  std::sort(gauges.begin(), gauges.end());
+  for (const std::string& name : gauges) {
+    const Gauge& gauge = gauges_.at(name);
+    AppendHeader(&out, name, "gauge", gauge.help);
+    absl::StrAppend(&out, name, " ", FormatValue(gauge.value), "\n");
   }
+
+  // Per collection: one family at a time, every collection's sample in it.
+  if (collections_.empty()) return out;
+  const auto family = [&](absl::string_view name, absl::string_view type, absl::string_view help,
+                          const std::function<double(const CollectionStats&)>& value) {
+    AppendHeader(&out, name, type, help);
+    for (const auto& [collection, stats] : collections_) {
+      absl::StrAppend(&out, name, "{collection=\"", LabelValue(collection), "\"} ",
+                      FormatValue(value(stats)), "\n");
+    }
+  };
+  family("tessera_documents", "gauge", "Live documents per collection.",
+         [](const CollectionStats& s) { return static_cast<double>(s.documents); });
+  family("tessera_rerank_vectors", "gauge", "Stored (pooled) rerank vectors per collection.",
+         [](const CollectionStats& s) { return static_cast<double>(s.rerank_vectors); });
+  family("tessera_candidate_vectors", "gauge", "Vectors in the collection's stage-1 indexes.",
+         [](const CollectionStats& s) { return static_cast<double>(s.candidate_vectors); });
+  family("tessera_disk_bytes", "gauge",
+         "Bytes the collection's files occupy on disk (allocated blocks, preallocated space "
+         "included).",
+         [](const CollectionStats& s) { return static_cast<double>(s.disk_bytes); });
+  family("tessera_disk_bytes_per_original_token", "gauge",
+         "Disk bytes per original token the collection holds.",
+         [](const CollectionStats& s) { return s.disk_bytes_per_original_token; });
+  family("tessera_training_shards", "gauge",
+         "Shards of the collection training a centroid index now.",
+         [](const CollectionStats& s) { return static_cast<double>(s.training_shards); });
+  AppendHeader(&out, "tessera_trainings_total", "counter",
+               "Centroid trainings of the collection's shards since it opened, by outcome.");
+  for (const auto& [collection, stats] : collections_) {
+    absl::StrAppend(&out, "tessera_trainings_total{collection=\"", LabelValue(collection),
+                    "\",outcome=\"completed\"} ", stats.trainings_completed, "\n",
+                    "tessera_trainings_total{collection=\"", LabelValue(collection),
+                    "\",outcome=\"failed\"} ", stats.trainings_failed, "\n");
+  }
+  family("tessera_last_training_seconds", "gauge",
+         "How long the collection's most recent training ran (0: none since it opened).",
+         [](const CollectionStats& s) { return s.last_training_seconds; });
   return out;
 }
 

@@ -1,5 +1,7 @@
-// Prometheus metrics (text exposition format) and the small HTTP endpoint that serves them with
-// /healthz. Counters and histograms are lock-free to update.
+// Prometheus metrics (text exposition format 0.0.4, as `promtool check metrics` accepts it) and
+// the small HTTP endpoint that serves them with /healthz. Counters and histograms are lock-free to
+// update. Each family is rendered once, with its # HELP and # TYPE, all its samples together;
+// integers are printed exactly.
 #ifndef TESSERA_SERVER_METRICS_H_
 #define TESSERA_SERVER_METRICS_H_
 
@@ -16,6 +18,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tessera/base/mutex.h"
+#include "tessera/collection.h"
+#include "tessera/engine.h"
 
 namespace tessera::server {
 
@@ -25,7 +29,8 @@ class Histogram {
   static constexpr std::array<double, 14> kBucketsMs = {0.25, 0.5, 1,   2.5, 5,    10,   25,
                                                         50,   100, 250, 500, 1000, 2500, 10000};
   void Observe(double ms);
-  // Appends the _bucket/_sum/_count lines of `name` with `labels` ("method=\"Search\"" or "").
+  // Appends the _bucket/_sum/_count lines of `name` with `labels` ("method=\"Search\"" or ""); the
+  // family's # HELP and # TYPE lines are the caller's.
   void Render(const std::string& name, const std::string& labels, std::string* out) const;
 
  private:
@@ -45,8 +50,13 @@ class Metrics {
                        int64_t stored_vectors);
   // A GPU MaxSim call that failed and was redone on the CPU.
   void RecordRerankFallback() { rerank_fallbacks_.fetch_add(1, std::memory_order_relaxed); }
-  // Index-wide gauges, refreshed by the caller before rendering.
-  void SetGauge(const std::string& name, const std::string& labels, double value);
+  // A process-wide gauge without labels (`name` matches [a-z_:][a-z0-9_:]*), refreshed by the
+  // caller before rendering.
+  void SetGauge(const std::string& name, const std::string& help, double value);
+  // The per-collection families (documents, vectors, disk bytes, training), from the statistics of
+  // every collection the engine serves now: replaced as a whole, so that a dropped collection's
+  // samples go with it. Unavailable collections have none.
+  void SetCollections(const Engine& engine);
   std::string Render() const;
 
  private:
@@ -54,7 +64,13 @@ class Metrics {
   absl::flat_hash_map<std::string, std::unique_ptr<std::atomic<uint64_t>>> rpc_counts_
       ABSL_GUARDED_BY(mu_);  // "method\tcode"
   absl::flat_hash_map<std::string, std::unique_ptr<Histogram>> rpc_latency_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, double> gauges_ ABSL_GUARDED_BY(mu_);  // "name\tlabels"
+  struct Gauge {
+    std::string help;
+    double value = 0;
+  };
+  absl::flat_hash_map<std::string, Gauge> gauges_ ABSL_GUARDED_BY(mu_);  // by name
+  // Collection name → its statistics, as of the last SetCollections.
+  std::vector<std::pair<std::string, CollectionStats>> collections_ ABSL_GUARDED_BY(mu_);
   Histogram stage_candidates_, stage_fetch_, stage_rerank_;
   std::atomic<uint64_t> documents_accepted_{0}, documents_rejected_{0};
   std::atomic<uint64_t> original_tokens_{0}, stored_vectors_{0};

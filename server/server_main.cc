@@ -342,6 +342,7 @@ int Run(const ServerConfig& config) {
     engine_options.scorer = std::move(scorer->first);
     const std::string rerank_device = scorer->second;
     engine_options.threads = config.threads;
+    engine_options.log = ServerLogSink();
     engine_options.sync_writes = config.sync_writes;
     engine_options.resident_rerank_bytes = config.resident_rerank_bytes;
     engine_options.limits.max_tokens_per_document = config.max_tokens_per_document;
@@ -438,21 +439,11 @@ int Run(const ServerConfig& config) {
   std::unique_ptr<MetricsHttpServer> http;
   if (!config.metrics_listen.empty()) {
     auto started = MetricsHttpServer::Start(config.metrics_listen, [&] {
-      for (const std::string& name :
-           engine != nullptr ? engine->ListCollections() : std::vector<std::string>{}) {
-        auto collection = engine->GetCollection(name);
-        if (!collection.ok()) continue;
-        const CollectionStats stats = (*collection)->Stats();
-        const std::string labels = absl::StrCat("collection=\"", name, "\"");
-        metrics.SetGauge("tessera_documents", labels, stats.documents);
-        metrics.SetGauge("tessera_rerank_vectors", labels, stats.rerank_vectors);
-        metrics.SetGauge("tessera_candidate_vectors", labels, stats.candidate_vectors);
-        metrics.SetGauge("tessera_disk_bytes", labels, stats.disk_bytes);
-        metrics.SetGauge("tessera_disk_bytes_per_original_token", labels,
-                         stats.disk_bytes_per_original_token);
-      }
-      metrics.SetGauge("tessera_queued_requests", "", admission->queued());
-      metrics.SetGauge("tessera_inflight_request_bytes", "", admission->inflight_bytes());
+      if (engine != nullptr) metrics.SetCollections(*engine);
+      metrics.SetGauge("tessera_queued_requests", "Requests waiting for an admission worker.",
+                       admission->queued());
+      metrics.SetGauge("tessera_inflight_request_bytes", "Bytes of the requests queued or running.",
+                       admission->inflight_bytes());
       return metrics.Render();
     });
     if (!started.ok()) return Fail(started.status());

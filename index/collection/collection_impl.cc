@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "index/collection/schema_codec.h"
+#include "index/common/file_io.h"
 #include "tessera/float16.h"
 #include "tessera/status_macros.h"
 
@@ -108,6 +109,20 @@ std::string ShardDirectory(const std::string& dir, int shard) {
   return dir + name;
 }
 
+// The collection's sink with the fields collection and shard put first on every line.
+LogSink ShardLog(LogSink log, const std::string& collection, int shard) {
+  return [log = std::move(log), collection, shard = std::to_string(shard)](const LogRecord& in) {
+    LogRecord record;
+    record.severity = in.severity;
+    record.message = in.message;
+    record.fields.reserve(in.fields.size() + 2);
+    record.fields.emplace_back("collection", collection);
+    record.fields.emplace_back("shard", shard);
+    record.fields.insert(record.fields.end(), in.fields.begin(), in.fields.end());
+    Log(log, record);
+  };
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<CollectionImpl>> CollectionImpl::Open(const std::string& dir,
@@ -116,9 +131,11 @@ absl::StatusOr<std::shared_ptr<CollectionImpl>> CollectionImpl::Open(const std::
   std::shared_ptr<CollectionImpl> collection(new CollectionImpl(dir, schema, std::move(context)));
   const std::string encoded = EncodeSchema(schema);
   for (int s = 0; s < schema.num_shards; ++s) {
+    ShardStoreOptions store_options = collection->context_.store_options;
+    store_options.log = ShardLog(collection->context_.log, schema.name, s);
     TESSERA_ASSIGN_OR_RETURN(
         std::unique_ptr<Shard> shard,
-        Shard::Open(ShardDirectory(dir, s), schema, collection->context_.store_options,
+        Shard::Open(ShardDirectory(dir, s), schema, store_options,
                     collection->context_.resident_rerank_bytes, collection->context_.pool));
     auto stored = shard->GetMeta("schema");
     // Compared decoded, so that a schema written before a field existed matches its defaults.
@@ -304,6 +321,7 @@ std::vector<UpsertOutcome> CollectionImpl::Upsert(std::vector<Document> document
     shard_writes.reserve(by_shard[s].size());
     for (int64_t i : by_shard[s]) shard_writes.push_back(std::move(*writes[i]));
     absl::StatusOr<WriteResult> result = shards_[s]->Apply(std::move(shard_writes), {});
+    if (!result.ok()) LogWriteFailure(s, "upsert", by_shard[s].size(), result.status());
     for (size_t j = 0; j < by_shard[s].size(); ++j) {
       UpsertOutcome& outcome = outcomes[by_shard[s][j]];
       if (result.ok()) {
@@ -315,6 +333,21 @@ std::vector<UpsertOutcome> CollectionImpl::Upsert(std::vector<Document> document
     }
   }
   return outcomes;
+}
+
+void CollectionImpl::LogWriteFailure(size_t shard, const char* operation, size_t documents,
+                                     const absl::Status& status) const {
+  // A batch the shard refused as a whole for what a document holds is the client's error.
+  const LogSeverity severity =
+      absl::IsInvalidArgument(status) ? LogSeverity::kWarning : LogSeverity::kError;
+  Log(context_.log, {severity,
+                     "write failed",
+                     {{"collection", schema_.name},
+                      {"shard", std::to_string(shard)},
+                      {"operation", operation},
+                      {"documents", std::to_string(documents)},
+                      {"code", absl::StatusCodeToString(status.code())},
+                      {"error", std::string(status.message())}}});
 }
 
 absl::StatusOr<std::vector<bool>> CollectionImpl::Delete(const std::vector<std::string>& ids) {
@@ -332,9 +365,13 @@ absl::StatusOr<std::vector<bool>> CollectionImpl::Delete(const std::vector<std::
     if (by_shard[s].empty()) continue;
     std::vector<std::string> shard_ids;
     for (size_t i : by_shard[s]) shard_ids.push_back(ids[i]);
-    TESSERA_ASSIGN_OR_RETURN(WriteResult result, shards_[s]->Apply({}, shard_ids));
+    absl::StatusOr<WriteResult> result = shards_[s]->Apply({}, shard_ids);
+    if (!result.ok()) {
+      LogWriteFailure(s, "delete", shard_ids.size(), result.status());
+      return result.status();
+    }
     for (size_t j = 0; j < by_shard[s].size(); ++j) {
-      existed[by_shard[s][j]] = result.deleted_iids[j] != 0;
+      existed[by_shard[s][j]] = result->deleted_iids[j] != 0;
     }
   }
   return existed;
@@ -753,6 +790,8 @@ absl::StatusOr<std::vector<CollectionImpl::Candidate>> CollectionImpl::SelectFor
 
 CollectionStats CollectionImpl::Stats() const {
   CollectionStats stats;
+  stats.disk_bytes = AllocatedBytes(dir_ + "/schema");
+  int64_t last_training_end = 0;
   for (const auto& shard : shards_) {
     const ShardStats s = shard->Stats();
     stats.documents += s.documents;
@@ -763,6 +802,12 @@ CollectionStats CollectionImpl::Stats() const {
     stats.resident_bytes += s.resident_bytes;
     stats.candidate_bytes += s.candidate_bytes;
     stats.training_shards += s.training ? 1 : 0;
+    stats.trainings_completed += s.trainings_completed;
+    stats.trainings_failed += s.trainings_failed;
+    if (s.last_training_end > last_training_end) {
+      last_training_end = s.last_training_end;
+      stats.last_training_seconds = s.last_training_seconds;
+    }
     stats.candidate_indexes.push_back(s.candidate_index);
   }
   if (stats.documents > 0) {

@@ -12,6 +12,7 @@
 #include "index/collection/shard.h"
 #include "index/common/thread_pool.h"
 #include "tessera/collection.h"
+#include "tessera/log.h"
 #include "tessera/maxsim.h"
 
 namespace tessera::internal {
@@ -23,6 +24,9 @@ struct CollectionContext {
   CollectionLimits limits;
   ShardStoreOptions store_options;
   int64_t resident_rerank_bytes = 0;  // per shard (EngineOptions::resident_rerank_bytes)
+  // EngineOptions::log. Each shard (and its store) logs through it with the fields collection and
+  // shard added.
+  LogSink log;
 };
 
 // Largest SearchOptions::nprobe accepted (more probes than centroids are clamped anyway).
@@ -86,6 +90,10 @@ class CollectionImpl : public Collection {
   // The one check of a document id, for Upsert, Get and Delete alike: INVALID_ARGUMENT unless it
   // is 1 … max_id_bytes bytes of valid UTF-8 (no document can have another id).
   absl::Status ValidateId(const std::string& id) const;
+  // One log line per failed write of a shard (none of its documents were acknowledged): the
+  // collection, shard, operation, documents, status code and message.
+  void LogWriteFailure(size_t shard, const char* operation, size_t documents,
+                       const absl::Status& status) const;
   absl::Status ValidateDocument(const Document& document) const;
   // Pools a valid document into its store write.
   absl::StatusOr<DocumentWrite> PrepareWrite(const Document& document) const;

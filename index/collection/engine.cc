@@ -12,7 +12,6 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <filesystem>
 #include <utility>
 
@@ -106,7 +105,11 @@ class EngineImpl : public Engine {
     const absl::Status status = absl::DataLossError(
         absl::StrCat("collection '", name, "' is unavailable: ", why.message(),
                      " (the other collections are served; drop this one or restore its files)"));
-    std::fprintf(stderr, "tessera: %s\n", std::string(status.message()).c_str());
+    Log(context_.log, {LogSeverity::kError,
+                       "collection unavailable",
+                       {{"collection", name},
+                        {"directory", dir.string()},
+                        {"error", std::string(why.message())}}});
     unavailable_[name] = Unavailable{dir, status};
   }
 
@@ -439,6 +442,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& data_dir
   context.pool = std::make_shared<internal::ThreadPool>(options.threads);
   context.limits = options.limits;
   context.store_options.sync = options.sync_writes;
+  context.store_options.memory = internal::NewSharedStoreMemory(
+      static_cast<size_t>(std::max<int64_t>(options.memtable_bytes, 0)),
+      static_cast<size_t>(std::max<int64_t>(options.block_cache_bytes, 0)));
+  context.log = options.log;
   context.resident_rerank_bytes = options.resident_rerank_bytes;
   context.scorer = options.scorer;
   if (context.scorer == nullptr) {

@@ -1,6 +1,7 @@
 #include "index/collection/shard.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -12,7 +13,9 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "index/common/file_io.h"
 #include "index/common/thread_pool.h"
 #include "index/rerank/cpu_maxsim_scorer.h"
 #include "index/storage/record_codec.h"
@@ -106,11 +109,12 @@ absl::Status CheckCodes(const DocumentCodes& codes, int64_t rows, const Centroid
 }  // namespace
 
 Shard::Shard(std::string dir, const CollectionSchema& schema, std::unique_ptr<ShardStore> store,
-             int64_t resident_rerank_bytes, std::shared_ptr<ThreadPool> pool)
+             int64_t resident_rerank_bytes, std::shared_ptr<ThreadPool> pool, LogSink log)
     : dir_(std::move(dir)),
       schema_(schema),
       store_(std::move(store)),
       pool_(std::move(pool)),
+      log_(std::move(log)),
       resident_budget_(std::max<int64_t>(resident_rerank_bytes, 0)) {}
 
 Shard::~Shard() {
@@ -130,8 +134,8 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Open(const std::string& dir,
   }
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<ShardStore> store,
                            ShardStore::Open(dir + "/db", store_options));
-  std::unique_ptr<Shard> shard(
-      new Shard(dir, schema, std::move(store), resident_rerank_bytes, std::move(pool)));
+  std::unique_ptr<Shard> shard(new Shard(dir, schema, std::move(store), resident_rerank_bytes,
+                                         std::move(pool), store_options.log));
   TESSERA_RETURN_IF_ERROR(shard->LoadDocuments());
   TESSERA_RETURN_IF_ERROR(shard->LoadResidentRerank());
   MutexLock lock(&shard->apply_mu_);
@@ -313,8 +317,9 @@ absl::Status Shard::LoadOrRebuildCandidates(const CandidateIndexOptions& options
     // Only an acceleration: rebuilt from the store. A missing one is normal (a new shard, a
     // crash before the first snapshot); a corrupt one is worth a line in the log.
     if (!absl::IsNotFound(loaded.status())) {
-      std::fprintf(stderr, "tessera: shard '%s': rebuilding the candidate index: %s\n",
-                   dir_.c_str(), std::string(loaded.status().message()).c_str());
+      Log(log_, {LogSeverity::kWarning,
+                 "rebuilding the candidate index",
+                 {{"directory", dir_}, {"error", std::string(loaded.status().message())}}});
     }
     return RebuildCandidates(options);
   }
@@ -457,7 +462,7 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
         "shard '", dir_, "': a write is durable but indexing it failed (", status.message(),
         "); the shard refuses writes and searches until it is reopened, which rebuilds its "
         "index from the store"));
-    std::fprintf(stderr, "tessera: %s\n", std::string(failed.message()).c_str());
+    Log(log_, {LogSeverity::kError, "shard failed", {{"error", std::string(failed.message())}}});
     MutexLock failed_lock(&failed_mu_);
     if (failed_.ok()) failed_ = failed;
     return failed_;
@@ -548,12 +553,8 @@ void Shard::MaybeStartTraining() {
 
 void Shard::TrainingThread() {
   for (;;) {
-    const absl::Status status = Train();
-    if (!status.ok() && !stopping_.load(std::memory_order_acquire)) {
-      // Stage 1 stays as it was; the next write that finds the shard outgrown tries again.
-      std::fprintf(stderr, "tessera: shard '%s': centroid training failed: %s\n", dir_.c_str(),
-                   std::string(status.message()).c_str());
-    }
+    // On failure stage 1 stays as it was; the next write that finds the shard outgrown tries again.
+    const absl::Status status = TrainAndReport();
     MutexLock lock(&apply_mu_);
     // Writes that found the shard outgrown while this training ran did not start another (one
     // runs at a time), and once ingest has ended no write comes to notice: check here.
@@ -607,7 +608,36 @@ absl::Status Shard::EncodeDocuments(absl::Span<const uint64_t> iids, CentroidInd
   return absl::OkStatus();
 }
 
-absl::Status Shard::Train() {
+absl::Status Shard::TrainAndReport() {
+  const auto start = std::chrono::steady_clock::now();
+  TrainingRun run;
+  absl::Status status = Train(&run);
+  if (run.centroids == 0) return status;  // nothing to train on: no training started
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<std::pair<std::string, std::string>> fields = {
+      {"vectors", std::to_string(run.vectors)},
+      {"centroids", std::to_string(run.centroids)},
+      {"generation", std::to_string(run.generation)},
+      {"seconds", absl::StrFormat("%.3f", seconds)}};
+  if (status.ok()) {
+    trainings_completed_.fetch_add(1, std::memory_order_relaxed);
+    Log(log_, {LogSeverity::kInfo, "training finished", std::move(fields)});
+  } else if (stopping_.load(std::memory_order_acquire)) {
+    Log(log_, {LogSeverity::kInfo, "training abandoned: the shard is closing", std::move(fields)});
+  } else {
+    trainings_failed_.fetch_add(1, std::memory_order_relaxed);
+    fields.emplace_back("code", absl::StatusCodeToString(status.code()));
+    fields.emplace_back("error", std::string(status.message()));
+    Log(log_, {LogSeverity::kError, "training failed", std::move(fields)});
+  }
+  last_training_seconds_.store(seconds, std::memory_order_relaxed);
+  last_training_end_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                           std::memory_order_relaxed);
+  return status;
+}
+
+absl::Status Shard::Train(TrainingRun* run) {
   uint32_t generation = 0;
   {
     ReaderMutexLock lock(&stage1_mu_);
@@ -625,6 +655,12 @@ absl::Status Shard::Train() {
   }
   if (iids.empty() || total_vectors == 0) return absl::OkStatus();
   const int64_t num_centroids = DefaultNumCentroids(total_vectors);
+  *run = TrainingRun{total_vectors, num_centroids, generation};
+  Log(log_, {LogSeverity::kInfo,
+             "training started",
+             {{"vectors", std::to_string(total_vectors)},
+              {"centroids", std::to_string(num_centroids)},
+              {"generation", std::to_string(generation)}}});
   const int64_t want = std::min(total_vectors, num_centroids * kSampleVectorsPerCentroid);
   std::vector<uint64_t> order = iids;
   std::shuffle(order.begin(), order.end(), std::mt19937_64(kSampleSeed));
@@ -1076,8 +1112,13 @@ ShardStats Shard::Stats() const {
     stats.candidate_bytes = candidates.memory_bytes;
     stats.candidate_index = candidates.description;
   }
-  stats.disk_bytes = store_->Stats().disk_bytes;
+  // The database and the candidate index snapshot, preallocated space included.
+  stats.disk_bytes = AllocatedBytes(dir_);
   stats.training = training_.load(std::memory_order_relaxed);
+  stats.trainings_completed = trainings_completed_.load(std::memory_order_relaxed);
+  stats.trainings_failed = trainings_failed_.load(std::memory_order_relaxed);
+  stats.last_training_seconds = last_training_seconds_.load(std::memory_order_relaxed);
+  stats.last_training_end = last_training_end_.load(std::memory_order_relaxed);
   return stats;
 }
 

@@ -95,6 +95,14 @@ struct ShardStats {
   int64_t resident_bytes = 0;  // rerank vectors held in memory
   std::string candidate_index;
   bool training = false;  // a centroid training runs in the background
+  // Trainings since the shard opened that finished, and that failed (a closing shard's abandoned
+  // training is neither).
+  int64_t trainings_completed = 0;
+  int64_t trainings_failed = 0;
+  // The last training that finished or failed: how long it ran, and when it ended (steady clock
+  // ticks since its epoch; 0: none yet).
+  double last_training_seconds = 0;
+  int64_t last_training_end = 0;
 };
 
 // Stage 1 of one query on one shard.
@@ -123,7 +131,9 @@ class Shard {
  public:
   // Opens (or creates) the shard in `dir`: the store in dir/db, the candidate index snapshot at
   // dir/candidates.snapshot. Keeps up to `resident_rerank_bytes` of rerank vectors in memory.
-  // `pool` (not null) runs training and stage-1 scans.
+  // `pool` (not null) runs training and stage-1 scans. The shard logs through store_options.log,
+  // as its store does: a training's start and end (vectors, centroids, generation, seconds), a
+  // candidate index rebuilt, a failed index update.
   static absl::StatusOr<std::unique_ptr<Shard>> Open(const std::string& dir,
                                                      const CollectionSchema& schema,
                                                      const ShardStoreOptions& store_options,
@@ -234,8 +244,15 @@ class Shard {
     uint32_t generation = 0;  // of the centroid codes; 0 with the candidate index
   };
 
+  // What a training works on, for its log lines and the shard's statistics.
+  struct TrainingRun {
+    int64_t vectors = 0;
+    int64_t centroids = 0;  // 0: there was nothing to train on, and no training started
+    uint32_t generation = 0;
+  };
+
   Shard(std::string dir, const CollectionSchema& schema, std::unique_ptr<ShardStore> store,
-        int64_t resident_rerank_bytes, std::shared_ptr<ThreadPool> pool);
+        int64_t resident_rerank_bytes, std::shared_ptr<ThreadPool> pool, LogSink log);
   absl::Status LoadDocuments();
   // Reads the rerank vectors of live documents, in iid order, until the budget is spent.
   absl::Status LoadResidentRerank();
@@ -267,7 +284,11 @@ class Shard {
   // The training thread's body: Train(), again while the shard has outgrown what it trained on,
   // then clears training_.
   void TrainingThread();
-  absl::Status Train();
+  // Train(), then its end in the log ("training finished", "training failed", "training
+  // abandoned") and in the statistics.
+  absl::Status TrainAndReport();
+  // Logs "training started" once it knows the sizes, which it sets in *run.
+  absl::Status Train(TrainingRun* run);
   // The codes of each stored matrix (empty for null), encoded on the pool: the nearest-centroid
   // search is most of a write's indexing and of a training's time. The index holds the vectors
   // as stored (fp16-rounded when the schema stores fp16), so a document encodes the same on the
@@ -293,6 +314,7 @@ class Shard {
   const CollectionSchema schema_;
   const std::unique_ptr<ShardStore> store_;
   const std::shared_ptr<ThreadPool> pool_;
+  const LogSink log_;
 
   // Held shared by Apply from encoding a write to its commit, and exclusively by a training's
   // swap, so that no write encoded for the old index commits after the swap.
@@ -319,6 +341,11 @@ class Shard {
   absl::Status failed_ ABSL_GUARDED_BY(failed_mu_);
   std::thread trainer_;
   std::atomic<bool> stopping_{false};
+  // See ShardStats (written by the training thread, read by Stats()).
+  std::atomic<int64_t> trainings_completed_{0};
+  std::atomic<int64_t> trainings_failed_{0};
+  std::atomic<double> last_training_seconds_{0};
+  std::atomic<int64_t> last_training_end_{0};
 
   mutable Mutex stage1_mu_;
   Stage1 stage1_ ABSL_GUARDED_BY(stage1_mu_);

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "tessera/base/errno_status.h"
@@ -83,6 +85,25 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   ::close(fd);
   bytes.resize(done);
   return bytes;
+}
+
+int64_t AllocatedBytes(const std::string& path) {
+  namespace fs = std::filesystem;
+  const auto allocated = [](const fs::path& file) -> int64_t {
+    struct stat st;
+    if (::lstat(file.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    return static_cast<int64_t>(st.st_blocks) * 512;  // st_blocks is in 512-byte units (POSIX)
+  };
+  std::error_code error;
+  if (!fs::is_directory(fs::symlink_status(path, error))) return allocated(path);
+  int64_t total = 0;
+  for (fs::recursive_directory_iterator
+           it(path, fs::directory_options::skip_permission_denied, error),
+       end;
+       !error && it != end; it.increment(error)) {
+    total += allocated(it->path());
+  }
+  return total;
 }
 
 }  // namespace tessera::internal

@@ -1,8 +1,9 @@
 // Whole-file reads and atomic, durable whole-file writes: the one home of both for the index's own
-// files (schemas, candidate-index snapshots).
+// files (schemas, candidate-index snapshots); and the disk space a directory occupies.
 #ifndef TESSERA_INDEX_COMMON_FILE_IO_H_
 #define TESSERA_INDEX_COMMON_FILE_IO_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -21,6 +22,14 @@ absl::Status WriteFileAtomically(const std::string& path,
 
 // The file's bytes. ErrnoStatus on failure, naming the file (NOT_FOUND when it does not exist).
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+
+// The bytes the regular files under `path` (a file, or a directory walked recursively, symbolic
+// links not followed) occupy on disk: their allocated blocks (st_blocks × 512), so space a file
+// has preallocated beyond its size counts and holes do not. A file hard-linked twice under
+// `path` counts twice. Files that vanish or cannot be read while it walks are skipped, and a walk
+// that fails part way (a directory removed meanwhile) returns what it counted; 0 for a path that
+// does not exist.
+int64_t AllocatedBytes(const std::string& path);
 
 }  // namespace tessera::internal
 

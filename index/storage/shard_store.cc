@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "index/common/file_io.h"
 #include "index/storage/record_codec.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/convenience.h"
@@ -33,6 +34,7 @@
 #include "rocksdb/table.h"
 #include "rocksdb/utilities/checkpoint.h"
 #include "rocksdb/write_batch.h"
+#include "rocksdb/write_buffer_manager.h"
 #include "tessera/base/mutex.h"
 #include "tessera/status_macros.h"
 
@@ -237,6 +239,22 @@ struct PreparedUpsert {
 
 }  // namespace
 
+class SharedStoreMemory {
+ public:
+  SharedStoreMemory(size_t memtable_bytes, size_t block_cache_bytes)
+      : block_cache(rocksdb::NewLRUCache(std::max<size_t>(block_cache_bytes, 1 << 20))),
+        write_buffers(std::make_shared<rocksdb::WriteBufferManager>(
+            std::max<size_t>(memtable_bytes, 1 << 20))) {}
+
+  const std::shared_ptr<rocksdb::Cache> block_cache;
+  const std::shared_ptr<rocksdb::WriteBufferManager> write_buffers;
+};
+
+std::shared_ptr<SharedStoreMemory> NewSharedStoreMemory(size_t memtable_bytes,
+                                                        size_t block_cache_bytes) {
+  return std::make_shared<SharedStoreMemory>(memtable_bytes, block_cache_bytes);
+}
+
 class ShardStore::Impl {
  public:
   Impl(std::string dir, const ShardStoreOptions& options)
@@ -432,14 +450,24 @@ absl::Status ShardStore::Impl::Open() {
   // Bounds the WAL: meta is written by every batch but rarely fills its memtable, which would
   // otherwise pin old WAL files.
   db_options.max_total_wal_size = size_t{256} << 20;
-  db_options.db_write_buffer_size = size_t{256} << 20;
+  const std::shared_ptr<SharedStoreMemory> memory =
+      options_.memory != nullptr
+          ? options_.memory
+          : NewSharedStoreMemory(kDefaultMemtableBytes, kDefaultBlockCacheBytes);
+  db_options.write_buffer_manager = memory->write_buffers;
+  // With a write buffer manager, RocksDB (7.8: DBImpl::GetWalPreallocateBlockSize) reads
+  // db_write_buffer_size only as a bound on the WAL's preallocation step, min(1.1 × the largest
+  // write_buffer_size, max_total_wal_size, db_write_buffer_size, the manager's budget); memtables
+  // are flushed by the manager's budget. shard_store_test and engine_test check the disk use.
+  db_options.db_write_buffer_size = kWalPreallocationBytes;
+  // The MANIFEST grows by a few hundred bytes per flush or compaction; RocksDB preallocates 4 MiB.
+  db_options.manifest_preallocation_size = size_t{64} << 10;
   db_options.max_open_files = 512;
   db_options.keep_log_file_num = 4;  // LOG.old.* files of the RocksDB logger used before InfoLog
   db_options.info_log = std::make_shared<InfoLog>(dir_ + "/LOG");
   db_options.listeners.push_back(std::make_shared<NoSpaceRecoveryListener>());
 
-  const std::shared_ptr<rocksdb::Cache> cache =
-      rocksdb::NewLRUCache(std::max<size_t>(options_.block_cache_bytes, 1 << 20));
+  const std::shared_ptr<rocksdb::Cache>& cache = memory->block_cache;
   std::vector<rocksdb::ColumnFamilyDescriptor> descriptors = {
       {rocksdb::kDefaultColumnFamilyName, CfOptions(cache, 4 << 20, 4 << 10, false, true)},
       {kMetaCf, CfOptions(cache, 4 << 20, 4 << 10, false, true)},
@@ -969,20 +997,7 @@ absl::Status ShardStore::Impl::ForEachCodes(
 ShardStoreStats ShardStore::Impl::Stats() const {
   ShardStoreStats stats;
   stats.documents = live_documents_snapshot_.load(std::memory_order_relaxed);
-  uint64_t sst_bytes = 0;
-  if (db_->GetAggregatedIntProperty("rocksdb.total-sst-files-size", &sst_bytes)) {
-    stats.disk_bytes += static_cast<int64_t>(sst_bytes);
-  }
-  // WAL files (*.log in the database directory; the info log is "LOG", without the extension).
-  // Files may disappear while we look: errors just skip them.
-  std::error_code error;
-  for (std::filesystem::directory_iterator it(dir_, error), end; !error && it != end;
-       it.increment(error)) {
-    if (it->path().extension() != ".log") continue;
-    std::error_code size_error;
-    const uintmax_t size = it->file_size(size_error);
-    if (!size_error) stats.disk_bytes += static_cast<int64_t>(size);
-  }
+  stats.disk_bytes = AllocatedBytes(dir_);
   return stats;
 }
 
@@ -1048,8 +1063,8 @@ absl::Status ShardStore::Impl::ResumeIfStopped(uint64_t bytes) {
   const rocksdb::Status s = db_->Resume();
   if (!s.ok()) return WriteFailed(s, "resuming writes after the disk was full");
   stopped_by_full_disk_.store(false, std::memory_order_release);
-  std::fprintf(stderr, "tessera: shard '%s': disk space is available again, writes resumed\n",
-               dir_.c_str());
+  Log(options_.log,
+      {LogSeverity::kInfo, "disk space is available again, writes resumed", {{"directory", dir_}}});
   return absl::OkStatus();
 }
 

@@ -96,7 +96,7 @@ class Server:
         self.data_dir = data_dir or os.path.join(self.work_dir, "data")
         self.extra_args = [str(a) for a in extra_args]
         self.threads = threads
-        self.metrics = metrics
+        self._serve_metrics = metrics  # not self.metrics: that is the method that scrapes it
         self.client_options = dict(client_options or {})  # e.g. TLS settings for every client
         self._wait_healthy = wait_healthy
         self.process = None
@@ -114,7 +114,7 @@ class Server:
         self._log_path = os.path.join(self.work_dir, f"server-{self.starts}.log")
         log = open(self._log_path, "wb")
         command = [self.binary, "--data_dir", self.data_dir, "--listen", "127.0.0.1:0",
-                   "--metrics_listen", "127.0.0.1:0" if self.metrics else ""]
+                   "--metrics_listen", "127.0.0.1:0" if self._serve_metrics else ""]
         if self.threads is not None:
             command += ["--threads", str(self.threads)]
         command += self.extra_args

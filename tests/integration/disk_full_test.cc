@@ -2,7 +2,8 @@
 // beside a filler file; documents are ingested one by one until a write fails. The failing write
 // must say the disk is full (RESOURCE_EXHAUSTED naming the path), every acknowledged document
 // must stay readable (Get and Search) while the disk is full and after a reopen, and once the
-// filler is deleted, writes must be accepted again without reopening the engine.
+// filler is deleted, writes must be accepted again without reopening the engine. Each failed write
+// and the resumption are logged through the engine's sink.
 //
 // Needs to mount a tmpfs (root or CAP_SYS_ADMIN); skipped otherwise.
 #include <sys/mount.h>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/testing/log_capture.h"
 #include "tests/integration/fault_test_util.h"
 
 namespace tessera::testing {
@@ -79,7 +81,11 @@ class DiskFullTest : public ::testing::Test {
     ASSERT_TRUE(out.good());
   }
 
-  absl::StatusOr<std::unique_ptr<Engine>> OpenEngine() { return Engine::Open(data_dir_); }
+  absl::StatusOr<std::unique_ptr<Engine>> OpenEngine() {
+    EngineOptions options;
+    options.log = log_.sink();
+    return Engine::Open(data_dir_, options);
+  }
 
   // Ingests documents one by one until a write fails; the acknowledged ones go into
   // acknowledged_, the failing write's status is returned and its document id kept.
@@ -107,6 +113,7 @@ class DiskFullTest : public ::testing::Test {
   fs::path filler_;
   std::map<std::string, Document> acknowledged_;
   std::string failed_id_;
+  LogCapture log_;
 };
 
 TEST_F(DiskFullTest, WritesFailCleanlyAndResumeOnceSpaceIsFreedWithoutReopening) {
@@ -121,17 +128,35 @@ TEST_F(DiskFullTest, WritesFailCleanlyAndResumeOnceSpaceIsFreedWithoutReopening)
     std::printf("full after %zu documents: %s\n", acknowledged_.size(), full.ToString().c_str());
     ExpectDiskFull(full);
     ASSERT_GE(acknowledged_.size(), 20u) << full;
+    // A full disk used to log nothing (only documents_total{outcome="rejected"} moved).
+    const std::vector<LogRecord> failed = log_.WithMessage("write failed");
+    ASSERT_EQ(failed.size(), 1u) << log_.DescribeAll();
+    EXPECT_EQ(failed[0].severity, LogSeverity::kError);
+    EXPECT_EQ(LogCapture::Field(failed[0], "collection"), "full");
+    EXPECT_EQ(LogCapture::Field(failed[0], "shard"), "0");
+    EXPECT_EQ(LogCapture::Field(failed[0], "operation"), "upsert");
+    EXPECT_EQ(LogCapture::Field(failed[0], "documents"), "1");
+    EXPECT_EQ(LogCapture::Field(failed[0], "code"), "RESOURCE_EXHAUSTED");
+    EXPECT_EQ(LogCapture::Field(failed[0], "error"), std::string(full.message()));
 
     // While the disk is full: reads work, writes keep failing the same way (and nothing crashes).
     ExpectExactly(**collection, acknowledged_, {failed_id_}, "disk full");
     ExpectDiskFull(UpsertOne(**collection, FaultDocument("while_full", kTokens)));
     ExpectDiskFull((*collection)->Delete({"doc0"}).status());
+    const std::vector<LogRecord> failed_while_full = log_.WithMessage("write failed");
+    ASSERT_EQ(failed_while_full.size(), 3u) << log_.DescribeAll();
+    EXPECT_EQ(LogCapture::Field(failed_while_full[2], "operation"), "delete");
 
     // Space is freed: the next write resumes the database, in the same engine.
     fs::remove(filler_);
     Document after = FaultDocument("after_free", kTokens);
     const absl::Status resumed = UpsertOne(**collection, after);
     ASSERT_TRUE(resumed.ok()) << resumed;
+    const std::vector<LogRecord> resumption =
+        log_.WithMessage("disk space is available again, writes resumed");
+    ASSERT_EQ(resumption.size(), 1u) << log_.DescribeAll();
+    EXPECT_EQ(LogCapture::Field(resumption[0], "collection"), "full");
+    EXPECT_EQ(LogCapture::Field(resumption[0], "shard"), "0");
     acknowledged_.emplace(after.id, std::move(after));
     ExpectExactly(**collection, acknowledged_, {failed_id_, "while_full"}, "after resume");
   }

@@ -220,6 +220,9 @@ struct CollectionStats {
   int64_t original_tokens = 0;
   int64_t rerank_vectors = 0;
   int64_t candidate_vectors = 0;
+  // What the collection's directory occupies on disk: the allocated blocks (st_blocks × 512) of
+  // its files (RocksDB's SST files, write-ahead logs with their preallocated space, MANIFEST,
+  // OPTIONS, info logs; candidate index snapshots; the schema file), as `du` counts them.
   int64_t disk_bytes = 0;
   double vectors_per_document = 0;
   double disk_bytes_per_original_token = 0;
@@ -231,6 +234,12 @@ struct CollectionStats {
   // Shards training a centroid index in the background right now (searches and writes go on
   // against their current stage 1 meanwhile).
   int training_shards = 0;
+  // Trainings of its shards since the collection opened: finished, and failed (a failed training
+  // leaves stage 1 as it was).
+  int64_t trainings_completed = 0;
+  int64_t trainings_failed = 0;
+  // How long the shards' most recent training (finished or failed) ran; 0 before the first.
+  double last_training_seconds = 0;
 };
 
 // Thread-safe: upserts, deletes, gets and searches may run concurrently; a write is visible to

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tessera/collection.h"
+#include "tessera/log.h"
 #include "tessera/maxsim.h"
 
 namespace tessera {
@@ -27,6 +28,15 @@ struct EngineOptions {
   CollectionLimits limits;
   // The exact scorer; null = the CPU scorer.
   std::shared_ptr<const MaxSimScorer> scorer;
+  // RocksDB memory shared by every shard of every collection, so that it does not grow with the
+  // number of shards: the memtables together stay within memtable_bytes (past it, the shard being
+  // written flushes its oldest memtable), and SST blocks are cached in one LRU cache of
+  // block_cache_bytes.
+  int64_t memtable_bytes = int64_t{512} << 20;
+  int64_t block_cache_bytes = int64_t{512} << 20;
+  // Where the library's log lines go: failed writes, trainings, collections found corrupt,
+  // candidate indexes rebuilt. Empty: LogToStderr.
+  LogSink log;
 };
 
 // Thread-safe.
