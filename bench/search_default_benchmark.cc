@@ -60,8 +60,9 @@ struct Built {
 };
 
 Built& Build(int64_t tokens, int64_t docs) {
-  static auto* const built = new std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Built>>;
-  std::unique_ptr<Built>& slot = (*built)[{tokens, docs}];
+  static auto* const kBuiltByShape =
+      new std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Built>>;
+  std::unique_ptr<Built>& slot = (*kBuiltByShape)[{tokens, docs}];
   if (slot != nullptr) return *slot;
   slot = std::make_unique<Built>();
   Built& b = *slot;
