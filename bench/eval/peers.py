@@ -342,7 +342,8 @@ def run_fast_plaid(dataset, k: int, work_dir: str, **settings) -> dict:
     return result
 
 
-XTR_WARP_BUILD_SETTINGS = ("nbits", "kmeans_niters", "max_points_per_centroid", "seed")
+XTR_WARP_BUILD_SETTINGS = ("nbits", "kmeans_niters", "max_points_per_centroid", "seed",
+                           "codec_sample_max_tokens")
 # None = the package's own tuning (xtr_warp's optimize_hyperparams, from the index's density, k and
 # the query's length), which is what its README recommends.
 XTR_WARP_SEARCH_SETTINGS = ("bound", "nprobe", "t_prime", "max_candidates",
@@ -433,7 +434,10 @@ def run_peer(name: str, dataset, k: int = 100, work_dir: str = None, **settings)
             raise ValueError(f"{name} takes no settings, got {sorted(settings)}")
         with threadpoolctl.threadpool_limits(THREADS):
             result.update(RUNNERS[name](dataset, k, work_dir or default_work_dir(), **settings))
-    except Exception as exception:  # a peer must not take the harness down with it
+    except BaseException as exception:  # a peer must not take the harness down with it
+        # A Rust panic in a PyO3 extension (xtr-warp's) is a BaseException, not an Exception.
+        if isinstance(exception, (KeyboardInterrupt, SystemExit)):
+            raise
         result["error"] = (f"{type(exception).__name__}: {exception} | "
                            + traceback.format_exc(limit=-3).strip().replace("\n", " / "))
     return result

@@ -68,9 +68,14 @@ CODES_TRAINING_DOCUMENTS = 1000
 FAST_PLAID_BUILD = {"n_samples_kmeans": 1024}
 # xtr-warp: its own per-query tuning first (optimize_hyperparams: nprobe 2-4 at these sizes),
 # then two deeper probes (bound = 8 · nprobe, as its tuning sets it) for its quality ceiling.
+# Its residual codec trains on at most 150,000 tokens: the default, 1,000,000, panics on scifact
+# at dim 384 (torch's quantile(): "input tensor is too large"), while medline's 196,288 tokens
+# passed.
+XTR_WARP_BUILD = {"codec_sample_max_tokens": 150_000}
 PEER_SWEEPS = {"fast-plaid": [dict(FAST_PLAID_BUILD, batch_size=256, n_full_scores=1024),
                               dict(FAST_PLAID_BUILD, batch_size=256, n_full_scores=256)],
-               "xtr-warp": [{}, dict(nprobe=8, bound=64), dict(nprobe=16, bound=128)]}
+               "xtr-warp": [dict(XTR_WARP_BUILD), dict(XTR_WARP_BUILD, nprobe=8, bound=64),
+                            dict(XTR_WARP_BUILD, nprobe=16, bound=128)]}
 
 
 @dataclasses.dataclass
@@ -321,7 +326,7 @@ def run_peers(dataset, work_dir, log, names: List[str]) -> List[Dict]:
             result = peers.run_peer(name, dataset, TOP_K, work_dir, **settings)
             # search: the settings of this run (short, for labels); config: every setting used.
             short = ", ".join(f"{key}={value}" for key, value in settings.items()
-                              if key not in FAST_PLAID_BUILD)
+                              if key not in FAST_PLAID_BUILD and key not in XTR_WARP_BUILD)
             row = dict(system=name, name=name, group="peer", search=short or "defaults",
                        config=result.get("config", ""), error=result.get("error"))
             if not row["error"]:
