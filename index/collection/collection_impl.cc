@@ -86,6 +86,27 @@ absl::StatusOr<std::vector<float>> CandidateVectors(const PooledMatrix& rerank,
   return std::move(pooled.vectors);
 }
 
+// The one check of vector values, for documents' tokens and queries alike: each of the `n` values
+// (rows of `cols`) finite and within ±kMaxVectorValue, so that no MaxSim score can overflow.
+// INVALID_ARGUMENT naming the value, its token and dimension, after the prefix `what`.
+absl::Status CheckVectorValues(const float* values, int64_t n, int64_t cols,
+                               absl::string_view what) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float value = values[i];
+    if (!std::isfinite(value)) {
+      return absl::InvalidArgumentError(absl::StrCat(what, "value ", value, " at token ", i / cols,
+                                                     ", dimension ", i % cols, " is not finite"));
+    }
+    if (std::fabs(value) > kMaxVectorValue) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, "value ", value, " at token ", i / cols, ", dimension ", i % cols,
+                       " exceeds the largest magnitude accepted, ", kMaxVectorValue,
+                       " (larger values can overflow MaxSim scores)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 struct CollectionImpl::Scored {
@@ -207,20 +228,9 @@ absl::Status CollectionImpl::ValidateDocument(const Document& document) const {
         what, document.tokens.size(),
         " token values, expected num_tokens × dim = ", document.num_tokens * document.dim));
   }
-  for (size_t i = 0; i < document.tokens.size(); ++i) {
-    const float value = document.tokens[i];
-    if (!std::isfinite(value)) {
-      return absl::InvalidArgumentError(absl::StrCat(what, "tokens: value ", value, " at token ",
-                                                     i / document.dim, ", dimension ",
-                                                     i % document.dim, " is not finite"));
-    }
-    if (std::fabs(value) > kMaxVectorValue) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          what, "tokens: value ", value, " at token ", i / document.dim, ", dimension ",
-          i % document.dim, " exceeds the largest magnitude accepted, ", kMaxVectorValue,
-          " (larger values can overflow MaxSim scores)"));
-    }
-  }
+  TESSERA_RETURN_IF_ERROR(CheckVectorValues(document.tokens.data(),
+                                            static_cast<int64_t>(document.tokens.size()),
+                                            document.dim, absl::StrCat(what, "tokens: ")));
   if (schema_.pooling.spatial.has_value() && !document.layout.has_value()) {
     return absl::InvalidArgumentError(absl::StrCat(what, "no patch grid layout, but collection '",
                                                    schema_.name, "' pools spatially"));
@@ -432,18 +442,8 @@ absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
     return absl::InvalidArgumentError(absl::StrCat("query: dim ", query.cols, ", collection '",
                                                    schema_.name, "' expects ", schema_.dim));
   }
-  for (int64_t i = 0; i < query.rows * query.cols; ++i) {
-    if (!std::isfinite(query.data[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("query: value ", query.data[i], " at token ",
-                                                     i / query.cols, " is not finite"));
-    }
-    if (std::fabs(query.data[i]) > kMaxVectorValue) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("query: value ", query.data[i], " at token ", i / query.cols, ", dimension ",
-                       i % query.cols, " exceeds the largest magnitude accepted, ", kMaxVectorValue,
-                       " (larger values can overflow MaxSim scores)"));
-    }
-  }
+  TESSERA_RETURN_IF_ERROR(
+      CheckVectorValues(query.data, query.rows * query.cols, query.cols, "query: "));
   // The one check of k and num_candidates against the limits, for the server as for embedded
   // callers.
   if (options.k < 1) {
