@@ -4,7 +4,6 @@
 // sink.
 #include "tessera/engine.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -20,6 +19,7 @@
 #include "index/centroid/centroid_codebook.h"
 #include "index/collection/collection_impl.h"
 #include "index/collection/collection_test_util.h"
+#include "index/testing/allocated_bytes.h"
 #include "index/testing/log_capture.h"
 
 namespace tessera {
@@ -214,19 +214,6 @@ TEST(Engine, AnEmptyDataDirInUseIsRefused) {
   auto second = Engine::Open(data_dir);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
   EXPECT_THAT(second.status().message(), HasSubstr(data_dir));
-}
-
-// The allocated bytes (st_blocks × 512, preallocated space included) of the regular files under
-// `dir`, measured here rather than with the engine's own accounting.
-int64_t MeasureAllocatedBytes(const std::string& dir) {
-  int64_t total = 0;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-    struct stat st;
-    if (::lstat(entry.path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-      total += static_cast<int64_t>(st.st_blocks) * 512;
-    }
-  }
-  return total;
 }
 
 // Each open shard's RocksDB preallocated a 141 MiB write-ahead log (1.1 × its largest memtable)

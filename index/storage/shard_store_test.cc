@@ -1,7 +1,6 @@
 #include "index/storage/shard_store.h"
 
 #include <stdlib.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -21,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "index/storage/record_codec.h"
 #include "index/storage/rocksdb_tsan_suppressions.h"
+#include "index/testing/allocated_bytes.h"
 #include "index/testing/temp_dir.h"
 #include "rocksdb/db.h"
 #include "tessera/float16.h"
@@ -781,19 +781,6 @@ TEST_F(ShardStoreTest, StatsCountDiskBytes) {
   ASSERT_TRUE(store->Flush().ok());
   EXPECT_GT(store->Stats().disk_bytes, 100 * 64 * 128 * 2);
   EXPECT_EQ(store->Stats().documents, 100);
-}
-
-// The allocated bytes (st_blocks × 512) of the files under `dir`, measured here rather than with
-// the store's own accounting.
-int64_t MeasureAllocatedBytes(const std::string& dir) {
-  int64_t total = 0;
-  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir)) {
-    struct stat st;
-    if (::lstat(entry.path().c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
-      total += static_cast<int64_t>(st.st_blocks) * 512;
-    }
-  }
-  return total;
 }
 
 // An open store with a write in its WAL takes little disk, and its stats say how much: RocksDB's
