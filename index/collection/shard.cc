@@ -31,8 +31,13 @@ constexpr char kGenerationKey[] = "centroid_generation";
 std::string CodebookKey(uint32_t generation) { return absl::StrCat("codebook/", generation); }
 // Documents read per MultiGet when loading resident rerank vectors or encoding for a training.
 constexpr size_t kReadBatch = 256;
-// A search's reads of rerank vectors are split over the pool in parts of at least this many.
+// A search's reads of rerank vectors or codes are split over the pool in parts of at least this
+// many: a read that misses the page cache waits on the disk, and the parts wait together.
 constexpr size_t kMinReadsPerPart = 16;
+int64_t ReadParts(size_t reads, int64_t threads) {
+  return std::min<int64_t>(threads,
+                           static_cast<int64_t>((reads + kMinReadsPerPart - 1) / kMinReadsPerPart));
+}
 // Training samples about this many vectors per centroid (k-means quality flattens beyond ~30).
 constexpr int64_t kSampleVectorsPerCentroid = 32;
 // A training catches up without holding the write path until fewer documents than this were
@@ -865,11 +870,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> Shard::FetchSto
     }
   }
   if (missing.empty()) return matrices;
-  // The reads are split over the pool: a read that misses the page cache waits on the disk, and
-  // the parts wait together.
-  const int64_t parts = std::min<int64_t>(
-      pool_->num_threads(), static_cast<int64_t>(missing.size() + kMinReadsPerPart - 1) /
-                                static_cast<int64_t>(kMinReadsPerPart));
+  const int64_t parts = ReadParts(missing.size(), pool_->num_threads());
   std::vector<absl::Status> statuses(parts);
   pool_->ParallelFor(parts, 1, [&](int64_t begin, int64_t end) {
     for (int64_t part = begin; part < end; ++part) {
@@ -905,9 +906,7 @@ absl::StatusOr<Shard::CodedDocuments> Shard::FetchCodes(absl::Span<const uint64_
   documents.codebook = stage1.centroids->shared_codebook();
   const int64_t code_bytes = documents.codebook->codec().code_bytes();
   const int64_t num_centroids = documents.codebook->num_centroids();
-  const int64_t parts = std::min<int64_t>(pool_->num_threads(),
-                                          static_cast<int64_t>(iids.size() + kMinReadsPerPart - 1) /
-                                              static_cast<int64_t>(kMinReadsPerPart));
+  const int64_t parts = ReadParts(iids.size(), pool_->num_threads());
   documents.parts.assign(parts, CompactDocuments(code_bytes));
   documents.positions.resize(parts);
   std::vector<absl::Status> statuses(parts);
