@@ -72,9 +72,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "client/npy/npy.h"
 #include "tessera/engine.h"
 #include "tessera/maxsim.h"
+#include "tessera/npy.h"
 #include "tessera/status_macros.h"
 
 namespace tessera {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "client/npy/npz.h"
+#include "tessera/npz.h"
 #include "tessera/pooling.h"
 
 namespace tessera {

@@ -14,8 +14,8 @@
 #include "absl/strings/str_split.h"
 #include "client/cli/ingest.h"
 #include "client/cli/terminal.h"
-#include "client/npy/npy.h"
 #include "tessera/base/version.h"
+#include "tessera/npy.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::client {

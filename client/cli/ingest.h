@@ -19,8 +19,8 @@
 #include "absl/strings/string_view.h"
 #include "client/cli/json.h"
 #include "client/cpp/client.h"
-#include "client/npy/npz.h"
 #include "tessera/document.h"
+#include "tessera/npz.h"
 
 namespace tessera::client {
 

@@ -1,4 +1,4 @@
-// Fuzzes the .npy reader (client/npy/npy.h) with the bytes as a whole .npy file.
+// Fuzzes the .npy reader (tessera/npy.h, index/npy) with the bytes as a whole .npy file.
 //
 // Asserts, beyond no crash or undefined behaviour (ASan, UBSan):
 // - ParseNpy and ParseNpyBuffer (the file reader's path, which reuses the buffer) agree: both fail
@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "client/npy/npy.h"
+#include "tessera/npy.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace tessera::fuzz {

@@ -1,6 +1,6 @@
-// Fuzzes the .npz reader (client/npy/npz.h) with the bytes as a whole archive: the ZIP structure
-// (local headers, central directory, ZIP64 records), deflate, CRC-32 checks and each member's .npy
-// payload.
+// Fuzzes the .npz reader (tessera/npz.h, index/npy) with the bytes as a whole archive: the ZIP
+// structure (local headers, central directory, ZIP64 records), deflate, CRC-32 checks and each
+// member's .npy payload.
 //
 // Asserts, beyond no crash or undefined behaviour (ASan, UBSan):
 // - every entry ParseNpz returns has a non-empty, unique name and a valid array;
@@ -11,7 +11,7 @@
 #include <set>
 #include <string>
 
-#include "client/npy/npz.h"
+#include "tessera/npz.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

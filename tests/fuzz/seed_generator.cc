@@ -13,14 +13,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/npy/npy.h"
-#include "client/npy/npz.h"
 #include "index/centroid/centroid_codebook.h"
 #include "index/centroid/centroid_index.h"
 #include "index/collection/schema_codec.h"
 #include "index/storage/record_codec.h"
 #include "server/convert.h"
 #include "tessera/float16.h"
+#include "tessera/npy.h"
+#include "tessera/npz.h"
 #include "tests/fuzz/candidate_snapshots.h"
 #include "tests/fuzz/engine_fixture.h"
 #include "tests/fuzz/fuzz_util.h"

@@ -10,9 +10,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "client/npy/npy.h"
-#include "client/npy/npz.h"
 #include "index/common/thread_pool.h"
+#include "tessera/npy.h"
+#include "tessera/npz.h"
 #include "tessera/status_macros.h"
 
 namespace tessera {

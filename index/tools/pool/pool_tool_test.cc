@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "client/npy/npy.h"
-#include "client/npy/npz.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tessera/npy.h"
+#include "tessera/npz.h"
 
 namespace tessera {
 namespace {

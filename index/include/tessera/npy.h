@@ -5,8 +5,8 @@
 //
 // Everything here is thread-compatible: distinct arrays and files may be used from distinct
 // threads at once.
-#ifndef TESSERA_CLIENT_NPY_NPY_H_
-#define TESSERA_CLIENT_NPY_NPY_H_
+#ifndef TESSERA_NPY_H_
+#define TESSERA_NPY_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -136,4 +136,4 @@ absl::Status WriteFileWith(const std::string& path,
 }  // namespace internal
 }  // namespace tessera
 
-#endif  // TESSERA_CLIENT_NPY_NPY_H_
+#endif  // TESSERA_NPY_H_

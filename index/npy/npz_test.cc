@@ -2,7 +2,7 @@
 // numpy.savez / numpy.savez_compressed read here and archives written here read by NumPy (through
 // testdata_gen.py), every kind of damage the reader must report, and a mutation loop that must
 // never crash.
-#include "client/npy/npz.h"
+#include "tessera/npz.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/npy/npy_test_helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/npy/npy_test_helpers.h"
 
 namespace tessera {
 namespace {

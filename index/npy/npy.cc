@@ -2,7 +2,7 @@
 // Python dict literal; it is parsed by a small recursive-descent parser for the subset of Python
 // literals NumPy writes (strings, integers, booleans, tuples, lists, dicts) so that anything else
 // in a hostile file is reported instead of misread.
-#include "client/npy/npy.h"
+#include "tessera/npy.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

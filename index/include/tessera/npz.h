@@ -9,8 +9,8 @@
 // archive declares (central directory, local headers, each .npy header's shape × dtype) against
 // each other and against NpzLimits before it inflates anything, so a "zip bomb" is refused from
 // its headers. Thread-compatible.
-#ifndef TESSERA_CLIENT_NPY_NPZ_H_
-#define TESSERA_CLIENT_NPY_NPZ_H_
+#ifndef TESSERA_NPZ_H_
+#define TESSERA_NPZ_H_
 
 #include <cstdint>
 #include <limits>
@@ -21,7 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "client/npy/npy.h"
+#include "tessera/npy.h"
 
 namespace tessera {
 
@@ -87,4 +87,4 @@ absl::StatusOr<std::string> SerializeNpzForTesting(const NpzEntries& arrays, boo
 }  // namespace internal
 }  // namespace tessera
 
-#endif  // TESSERA_CLIENT_NPY_NPZ_H_
+#endif  // TESSERA_NPZ_H_

@@ -1,7 +1,7 @@
 // Tests of the .npy reader and writer: round trips for every dtype, files written by NumPy read
 // here and files written here read by NumPy (through testdata_gen.py), conversions, and malformed
 // input, including a mutation loop that must never crash.
-#include "client/npy/npy.h"
+#include "tessera/npy.h"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,9 +19,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/npy/npy_test_helpers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/npy/npy_test_helpers.h"
 
 namespace tessera {
 namespace {

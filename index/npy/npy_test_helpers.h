@@ -1,7 +1,7 @@
 // Test helpers shared by npy_test.cc and npz_test.cc: the arrays testdata_gen.py writes, a scoped
 // temporary directory, and running testdata_gen.py with Debian's python3.
-#ifndef TESSERA_CLIENT_NPY_NPY_TEST_HELPERS_H_
-#define TESSERA_CLIENT_NPY_NPY_TEST_HELPERS_H_
+#ifndef TESSERA_INDEX_NPY_NPY_TEST_HELPERS_H_
+#define TESSERA_INDEX_NPY_NPY_TEST_HELPERS_H_
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,9 +19,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "client/npy/npy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tessera/npy.h"
 
 #ifndef TESSERA_PYTHON
 #define TESSERA_PYTHON "/usr/bin/python3"
@@ -143,4 +143,4 @@ inline int RunTestdataGen(const std::string& command, const std::string& dir, st
 
 }  // namespace tessera::npy_testing
 
-#endif  // TESSERA_CLIENT_NPY_NPY_TEST_HELPERS_H_
+#endif  // TESSERA_INDEX_NPY_NPY_TEST_HELPERS_H_

@@ -3,7 +3,7 @@
 // against the bytes actually present before it is used; every member's declared sizes (central
 // directory, local header, and the shape × dtype of its .npy header) must agree and fit the
 // caller's limits before the member is inflated, and inflation stops at the declared size.
-#include "client/npy/npz.h"
+#include "tessera/npz.h"
 
 #include <zlib.h>
 
