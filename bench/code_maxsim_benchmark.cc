@@ -39,6 +39,7 @@
 #include "benchmark/benchmark.h"
 #include "index/centroid/code_maxsim.h"
 #include "index/centroid/residual_codec.h"
+#include "index/common/cpu_features.h"
 #include "index/rerank/cpu_maxsim_scorer.h"
 #include "tessera/maxsim.h"
 
@@ -383,7 +384,7 @@ void BM_CompactLayout(benchmark::State& state, int nbits) {
 }
 
 void BM_Int8VnniPrototype(benchmark::State& state, int nbits) {
-  if (!__builtin_cpu_supports("avx512vnni") || !__builtin_cpu_supports("avx512vbmi")) {
+  if (!Cpu().avx512vnni || !Cpu().avx512vbmi) {
     state.SkipWithError("this CPU lacks AVX-512 VNNI or VBMI");
     return;
   }

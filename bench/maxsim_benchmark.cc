@@ -41,6 +41,7 @@
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "cblas.h"
+#include "index/common/cpu_features.h"
 #include "tessera/float16.h"
 #include "tessera/maxsim.h"
 
@@ -142,9 +143,8 @@ __attribute__((target("avx2,fma"))) float FmaLoopAvx2(int64_t iterations, float 
 }
 
 void BM_FmaPeak(benchmark::State& state, bool avx512) {
-  __builtin_cpu_init();
-  const bool supported = avx512 ? __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma")
-                                : __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const internal::CpuFeatures& cpu = internal::Cpu();
+  const bool supported = avx512 ? cpu.avx512f && cpu.fma : cpu.Avx2Fma();
   if (!supported) {
     state.SkipWithError(avx512 ? "CPU lacks AVX-512F/FMA" : "CPU lacks AVX2/FMA");
     return;

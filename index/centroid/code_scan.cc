@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "index/common/cpu_features.h"
+
 namespace tessera::internal {
 
 void PutBlockedCode(const uint8_t* code, int64_t code_bytes, int64_t entry, uint8_t* blocks) {
@@ -67,8 +69,7 @@ void ScanBlocksPortable(const uint8_t* blocks, int64_t num_blocks, int64_t code_
 
 void ScanBlocks(const uint8_t* blocks, int64_t num_blocks, int64_t code_bytes,
                 const ScanTables& tables, uint16_t* sums) {
-  static const bool kAvx2 = __builtin_cpu_supports("avx2");
-  if (kAvx2) {
+  if (Cpu().avx2) {
     ScanBlocksAvx2(blocks, num_blocks, code_bytes, tables.levels.data(), sums);
   } else {
     ScanBlocksPortable(blocks, num_blocks, code_bytes, tables.levels.data(), sums);

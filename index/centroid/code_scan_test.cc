@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "index/common/cpu_features.h"
 
 namespace tessera::internal {
 namespace {
@@ -66,7 +67,7 @@ TEST(CodeScan, KernelsSumTheTablesOverEveryNibble) {
       }
       ASSERT_EQ(portable[e], want) << code_bytes << " " << e;
     }
-    if (!__builtin_cpu_supports("avx2")) continue;
+    if (!Cpu().avx2) continue;
     ScanBlocksAvx2(blocks.data(), 3, code_bytes, tables.data(), avx2.data());
     EXPECT_EQ(avx2, portable) << code_bytes;
   }

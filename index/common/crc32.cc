@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "index/common/cpu_features.h"
 #include "index/common/crc32_kernels.h"
 
 namespace tessera::internal {
@@ -13,8 +14,8 @@ uint32_t Crc32(absl::string_view bytes, uint32_t crc) {
   size_t left = bytes.size();
   // Ranges of 64 bytes or more by carry-less multiplication (3.3× zlib's tables on 16 KiB here: a
   // fetched document's check was a few % of a search at 1M documents), their tail by zlib.
-  static const bool kClmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-  if (kClmul && left >= 64) {
+  const bool clmul = Cpu().pclmul && Cpu().sse41;
+  if (clmul && left >= 64) {
     const size_t folded = left & ~size_t{15};
     crc = ~Crc32FoldClmul(data, folded, ~crc);
     data += folded;

@@ -23,10 +23,7 @@ float BitsToFloat(uint32_t bits) {
   return value;
 }
 
-bool HasF16c() {
-  static const bool kHas = internal::CpuSupportsF16c() && __builtin_cpu_supports("avx");
-  return kHas;
-}
+bool HasF16c() { return internal::Cpu().f16c; }
 
 __attribute__((target("avx,f16c"))) void FloatToHalfF16c(const float* src, size_t count,
                                                          Float16* dst) {

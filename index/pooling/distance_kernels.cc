@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "index/common/cpu_features.h"
+
 namespace tessera::internal {
 namespace {
 
@@ -55,16 +57,6 @@ void MirrorLowerBlocks(int32_t n, int rows_per_block, int cols_per_block, double
 }
 
 }  // namespace
-
-bool CpuHasAvx512ForPooling() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-}
-
-bool CpuHasAvx2ForPooling() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-}
 
 void GramMatrixPortable(const double* rows, int32_t n, int64_t m, double* out) {
   for (int32_t i = 0; i < n; ++i) {
@@ -169,8 +161,8 @@ __attribute__((target("avx2,fma"))) void GramMatrixAvx2(const double* rows, int3
 }
 
 void GramMatrix(const double* rows, int32_t n, int64_t m, double* out) {
-  if (CpuHasAvx512ForPooling()) return GramMatrixAvx512(rows, n, m, out);
-  if (CpuHasAvx2ForPooling()) return GramMatrixAvx2(rows, n, m, out);
+  if (Cpu().avx512f) return GramMatrixAvx512(rows, n, m, out);
+  if (Cpu().Avx2Fma()) return GramMatrixAvx2(rows, n, m, out);
   GramMatrixPortable(rows, n, m, out);
 }
 

@@ -13,9 +13,7 @@ namespace tessera::internal {
 void GramMatrix(const double* rows, int32_t n, int64_t m, double* out);
 
 // The kernel pinned to one implementation, for tests and benchmarks. The AVX-512 one may only be
-// called when CpuHasAvx512ForPooling() is true, the AVX2 one when CpuHasAvx2ForPooling() is.
-bool CpuHasAvx512ForPooling();
-bool CpuHasAvx2ForPooling();
+// called when Cpu().avx512f is true, the AVX2 one when Cpu().Avx2Fma() is (cpu_features.h).
 void GramMatrixPortable(const double* rows, int32_t n, int64_t m, double* out);
 void GramMatrixAvx512(const double* rows, int32_t n, int64_t m, double* out);
 void GramMatrixAvx2(const double* rows, int32_t n, int64_t m, double* out);

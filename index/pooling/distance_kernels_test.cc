@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "index/common/cpu_features.h"
 
 namespace tessera::internal {
 namespace {
@@ -22,10 +23,10 @@ TEST(GramMatrix, MatchesLongDoubleReferenceForAllShapes) {
       GramMatrixPortable(rows.data(), n, m, gram_portable.data());
       // The SIMD kernels: the same FMA chain per entry, so the same bits.
       std::vector<double> gram_avx2(n * n), gram_avx512(n * n);
-      if (CpuHasAvx2ForPooling()) GramMatrixAvx2(rows.data(), n, m, gram_avx2.data());
-      if (CpuHasAvx512ForPooling()) {
+      if (Cpu().Avx2Fma()) GramMatrixAvx2(rows.data(), n, m, gram_avx2.data());
+      if (Cpu().avx512f) {
         GramMatrixAvx512(rows.data(), n, m, gram_avx512.data());
-        if (CpuHasAvx2ForPooling()) EXPECT_EQ(gram_avx2, gram_avx512) << n << " " << m;
+        if (Cpu().Avx2Fma()) EXPECT_EQ(gram_avx2, gram_avx512) << n << " " << m;
       }
       for (int32_t i = 0; i < n; ++i) {
         for (int32_t j = 0; j < n; ++j) {
@@ -35,7 +36,7 @@ TEST(GramMatrix, MatchesLongDoubleReferenceForAllShapes) {
           const double tol = 1e-12 * (1.0 + m);
           EXPECT_NEAR(gram[i * n + j], static_cast<double>(dot), tol) << n << " " << m;
           EXPECT_NEAR(gram_portable[i * n + j], static_cast<double>(dot), tol);
-          if (CpuHasAvx2ForPooling()) {
+          if (Cpu().Avx2Fma()) {
             EXPECT_NEAR(gram_avx2[i * n + j], static_cast<double>(dot), tol);
           }
         }

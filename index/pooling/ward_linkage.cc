@@ -12,6 +12,8 @@
 #include <limits>
 #include <numeric>
 
+#include "index/common/cpu_features.h"
+
 namespace tessera::internal {
 namespace {
 
@@ -45,8 +47,7 @@ double LiveRowMinPortable(const double* row, const double* size, int32_t n) {
 }
 
 double LiveRowMin(const double* row, const double* size, int32_t n) {
-  static const bool has_avx2 = __builtin_cpu_supports("avx2");
-  return has_avx2 ? LiveRowMinAvx2(row, size, n) : LiveRowMinPortable(row, size, n);
+  return Cpu().avx2 ? LiveRowMinAvx2(row, size, n) : LiveRowMinPortable(row, size, n);
 }
 
 // Row y of the merged cluster: SciPy's `_ward(d_xi, d_yi, d_xy, size_x, size_y, size_i)` for every
@@ -87,11 +88,9 @@ void WardUpdateRowPortable(const double* row_x, double* row_y, const double* siz
 
 void WardUpdateRow(const double* row_x, double* row_y, const double* size, int32_t n, double d_xy,
                    double size_x, double size_y) {
-  static const int isa = __builtin_cpu_supports("avx512f") ? 2
-                         : __builtin_cpu_supports("avx2")  ? 1
-                                                           : 0;
-  if (isa == 2) return WardUpdateRowAvx512(row_x, row_y, size, n, d_xy, size_x, size_y);
-  if (isa == 1) return WardUpdateRowAvx2(row_x, row_y, size, n, d_xy, size_x, size_y);
+  const CpuFeatures& cpu = Cpu();
+  if (cpu.avx512f) return WardUpdateRowAvx512(row_x, row_y, size, n, d_xy, size_x, size_y);
+  if (cpu.avx2) return WardUpdateRowAvx2(row_x, row_y, size, n, d_xy, size_x, size_y);
   WardUpdateRowPortable(row_x, row_y, size, n, d_xy, size_x, size_y);
 }
 

@@ -77,14 +77,11 @@ void QuerySimilarity::Compute(const float* vectors, int64_t n, float* out) const
 }
 
 bool CpuSupportsIsa(CpuIsa isa) {
-  __builtin_cpu_init();
   switch (isa) {
     case CpuIsa::kAvx512:
-      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-             __builtin_cpu_supports("fma") && CpuSupportsF16c();
+      return Cpu().Avx512() && Cpu().f16c;
     case CpuIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && CpuSupportsF16c();
+      return Cpu().Avx2Fma() && Cpu().f16c;
     case CpuIsa::kAuto:
     case CpuIsa::kPortable:
       return true;
