@@ -450,8 +450,8 @@ absl::StatusOr<ScrollPage> CollectionImpl::Scroll(const ScrollOptions& options) 
   TESSERA_RETURN_IF_ERROR(ValidateFilter(options.filter, schema_.attributes));
   TESSERA_RETURN_IF_ERROR(ValidateAttributeFields(options.attribute_fields));
   if (options.limit < 1 || options.limit > context_.limits.max_scroll_limit) {
-    return absl::InvalidArgumentError(absl::StrCat("limit ", options.limit, ", expected 1 … ",
-                                                   context_.limits.max_scroll_limit));
+    return absl::InvalidArgumentError(
+        absl::StrCat("limit ", options.limit, ", expected 1 … ", context_.limits.max_scroll_limit));
   }
   // The first limit + 1 ids after the cursor over all shards (one more tells whether the page
   // reached the end); a heap of the smallest keeps memory at the page's size.
@@ -586,8 +586,8 @@ absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
                        ", expected one of the collection's attribute fields"));
     }
     if (options.group_size < 1 || options.group_size > limits.max_group_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "group_size ", options.group_size, ", expected 1 … ", limits.max_group_size));
+      return absl::InvalidArgumentError(absl::StrCat("group_size ", options.group_size,
+                                                     ", expected 1 … ", limits.max_group_size));
     }
     if (options.groups < 0 || options.groups > limits.max_k) {
       return absl::InvalidArgumentError(
@@ -601,8 +601,7 @@ absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
   return absl::OkStatus();
 }
 
-absl::Status CollectionImpl::ValidateAttributeFields(
-    const std::vector<std::string>& fields) const {
+absl::Status CollectionImpl::ValidateAttributeFields(const std::vector<std::string>& fields) const {
   for (size_t i = 0; i < fields.size(); ++i) {
     if (schema_.attributes.count(fields[i]) == 0) {
       return absl::InvalidArgumentError(
@@ -621,8 +620,8 @@ int64_t CollectionImpl::HitsWanted(const SearchOptions& options) {
 CollectionImpl::SearchPlan CollectionImpl::Plan(const SearchOptions& options) const {
   // ValidateQuery has bounded k, N, k′ and nprobe by the (int) limits; a grouped search's hits
   // by max_k × max_group_size.
-  const int k = static_cast<int>(
-      std::min<int64_t>(HitsWanted(options), context_.limits.max_num_candidates));
+  const int k =
+      static_cast<int>(std::min<int64_t>(HitsWanted(options), context_.limits.max_num_candidates));
   const int64_t whole_shards =
       options.whole_shards > 0 ? options.whole_shards : static_cast<int64_t>(shards_.size());
   SearchPlan plan;

@@ -47,8 +47,9 @@ SearchResult MergeGroups(std::vector<SearchResult> parts, int64_t groups, int64_
     if (static_cast<int64_t>(hits.size()) > group_size) hits.resize(group_size);
     merged.groups.push_back(SearchGroup{value, std::move(hits)});
   }
-  std::sort(merged.groups.begin(), merged.groups.end(),
-            [](const SearchGroup& a, const SearchGroup& b) { return Better(a.hits[0], b.hits[0]); });
+  std::sort(
+      merged.groups.begin(), merged.groups.end(),
+      [](const SearchGroup& a, const SearchGroup& b) { return Better(a.hits[0], b.hits[0]); });
   if (static_cast<int64_t>(merged.groups.size()) > groups) merged.groups.resize(groups);
   return merged;
 }

@@ -65,7 +65,8 @@ bool ConditionMatches(const FilterCondition& condition, const AttributeValue& va
         !std::holds_alternative<std::string>(condition.values[0])) {
       return false;
     }
-    return absl::StartsWith(std::get<std::string>(value), std::get<std::string>(condition.values[0]));
+    return absl::StartsWith(std::get<std::string>(value),
+                            std::get<std::string>(condition.values[0]));
   }
   if (condition.op == FilterCondition::Op::kIn) {
     return std::any_of(condition.values.begin(), condition.values.end(),
@@ -153,14 +154,15 @@ absl::Status ValidateFilterAt(const Filter& filter,
     const bool no_value = condition.op == Op::kExists || condition.op == Op::kMissing;
     const size_t n = condition.values.size();
     if (no_value ? n != 0 : is_in ? n == 0 : n != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(at, ": ", n, " values, expected ",
-                       no_value ? "none (exists / missing)" : is_in ? "at least 1" : "exactly 1"));
+      return absl::InvalidArgumentError(absl::StrCat(at, ": ", n, " values, expected ",
+                                                     no_value ? "none (exists / missing)"
+                                                     : is_in  ? "at least 1"
+                                                              : "exactly 1"));
     }
     if (condition.op == Op::kPrefix && field->second != AttributeType::kString) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(at, ": prefix on a ", AttributeTypeName(field->second),
-                       " field, expected a string field"));
+      return absl::InvalidArgumentError(absl::StrCat(at, ": prefix on the ",
+                                                     AttributeTypeName(field->second),
+                                                     " field, expected a string field"));
     }
     const bool field_is_number = field->second != AttributeType::kString;
     for (size_t v = 0; v < n; ++v) {

@@ -101,7 +101,7 @@ struct CollectionLimits {
   int max_k = 1000;
   int max_num_candidates = 10000;
   int max_query_tokens = 1024;
-  int max_group_size = 100;     // SearchOptions::group_size
+  int max_group_size = 100;      // SearchOptions::group_size
   int max_scroll_limit = 10000;  // ScrollOptions::limit
 };
 
