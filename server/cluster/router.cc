@@ -1148,10 +1148,10 @@ absl::Status Router::Scroll(const v1::ScrollRequest& request, v1::ScrollResponse
     documents.resize(limit);
     more = true;
   }
+  if (more && !documents.empty()) response->set_next_after(documents.back().id());
   for (v1::ScrolledDocument& document : documents) {
     *response->add_documents() = std::move(document);
   }
-  if (more && !documents.empty()) response->set_next_after(documents.back().id());
   return absl::OkStatus();
 }
 
