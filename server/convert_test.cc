@@ -288,5 +288,18 @@ TEST(Convert, NestedFiltersDecodeAndTooDeepIsRefused) {
             "each other)");
 }
 
+TEST(Convert, DeleteTakesIdsOrAFilter) {
+  v1::DeleteRequest request;
+  request.add_ids("a");
+  EXPECT_TRUE(CheckDeleteByFilter(request).ok());
+  request.add_ids("b");
+  request.mutable_filter();
+  const absl::Status status = CheckDeleteByFilter(request);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "filter: set with 2 ids, expected ids or a filter, not both");
+  request.clear_ids();
+  EXPECT_TRUE(CheckDeleteByFilter(request).ok());
+}
+
 }  // namespace
 }  // namespace tessera::server
