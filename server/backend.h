@@ -33,7 +33,10 @@ class Backend {
   // One message of an Upsert stream: OK with one result per document, in order, or the
   // request-level error that ends the stream.
   virtual absl::Status Upsert(const v1::UpsertRequest& request, v1::UpsertResponse* response) = 0;
+  // By ids, or by filter (DeleteRequest.filter; not both).
   virtual absl::Status Delete(const v1::DeleteRequest& request, v1::DeleteResponse* response) = 0;
+  virtual absl::Status Count(const v1::CountRequest& request, v1::CountResponse* response) = 0;
+  virtual absl::Status Scroll(const v1::ScrollRequest& request, v1::ScrollResponse* response) = 0;
   virtual absl::Status Get(const v1::GetRequest& request, v1::GetResponse* response) = 0;
   // `call` gives the caller's deadline and cancellation.
   virtual absl::Status Search(const grpc::CallbackServerContext& call,

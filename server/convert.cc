@@ -323,7 +323,16 @@ void AttributeToProto(const AttributeValue& value, v1::AttributeValue* out) {
   }
 }
 
-absl::StatusOr<Filter> FilterFromProto(const v1::Filter& proto) {
+namespace {
+
+// `path` names the filter as a field ("filter", "filter.any_of[1]"); depth 1 at the top.
+absl::StatusOr<Filter> FilterFromProtoAt(const v1::Filter& proto, const std::string& path,
+                                         int depth) {
+  // Refused before decoding deeper, so that no request recurses further than this bound.
+  if (depth > kMaxFilterDepth) {
+    return Invalid(path, absl::StrCat("nested ", depth, " deep, expected at most ", kMaxFilterDepth,
+                                      " (any_of / none_of inside each other)"));
+  }
   Filter filter;
   for (int i = 0; i < proto.all_of_size(); ++i) {
     const v1::Condition& c = proto.all_of(i);
@@ -351,19 +360,112 @@ absl::StatusOr<Filter> FilterFromProto(const v1::Filter& proto) {
       case v1::Condition::OP_IN:
         condition.op = FilterCondition::Op::kIn;
         break;
+      case v1::Condition::OP_EXISTS:
+        condition.op = FilterCondition::Op::kExists;
+        break;
+      case v1::Condition::OP_MISSING:
+        condition.op = FilterCondition::Op::kMissing;
+        break;
+      case v1::Condition::OP_PREFIX:
+        condition.op = FilterCondition::Op::kPrefix;
+        break;
       default:
-        return Invalid(absl::StrCat("filter.all_of[", i, "].op"),
+        return Invalid(absl::StrCat(path, ".all_of[", i, "].op"),
                        absl::StrCat("unknown value ", c.op()));
     }
     for (const v1::AttributeValue& value : c.values()) {
       if (value.value_case() == v1::AttributeValue::VALUE_NOT_SET) {
-        return Invalid(absl::StrCat("filter.all_of[", i, "].values"), "a value is not set");
+        return Invalid(absl::StrCat(path, ".all_of[", i, "].values"), "a value is not set");
       }
       condition.values.push_back(AttributeFromProto(value));
     }
     filter.all_of.push_back(std::move(condition));
   }
+  for (int i = 0; i < proto.any_of_size(); ++i) {
+    TESSERA_ASSIGN_OR_RETURN(
+        Filter alternative,
+        FilterFromProtoAt(proto.any_of(i), absl::StrCat(path, ".any_of[", i, "]"), depth + 1));
+    filter.any_of.push_back(std::move(alternative));
+  }
+  for (int i = 0; i < proto.none_of_size(); ++i) {
+    TESSERA_ASSIGN_OR_RETURN(
+        Filter alternative,
+        FilterFromProtoAt(proto.none_of(i), absl::StrCat(path, ".none_of[", i, "]"), depth + 1));
+    filter.none_of.push_back(std::move(alternative));
+  }
   return filter;
+}
+
+void HitToProto(const SearchHit& hit, v1::Hit* h) {
+  h->set_id(hit.id);
+  h->set_score(hit.score);
+  h->set_version(hit.version);
+  for (const TokenMatch& match : hit.explanation) {
+    v1::TokenMatch* m = h->add_explanation();
+    m->set_query_token(match.query_token);
+    m->set_document_vector(match.document_vector);
+    m->set_similarity(match.similarity);
+    for (int32_t token : match.covered_tokens) m->add_covered_tokens(token);
+  }
+  for (const auto& [name, value] : hit.attributes) {
+    AttributeToProto(value, &(*h->mutable_attributes())[name]);
+  }
+}
+
+SearchHit HitFromProto(v1::Hit* h) {
+  SearchHit hit;
+  hit.id = std::move(*h->mutable_id());
+  hit.score = h->score();
+  hit.version = h->version();
+  for (const v1::TokenMatch& m : h->explanation()) {
+    TokenMatch match;
+    match.query_token = m.query_token();
+    match.document_vector = m.document_vector();
+    match.similarity = m.similarity();
+    match.covered_tokens.assign(m.covered_tokens().begin(), m.covered_tokens().end());
+    hit.explanation.push_back(std::move(match));
+  }
+  for (const auto& [name, value] : h->attributes()) {
+    hit.attributes.emplace(name, AttributeFromProto(value));
+  }
+  return hit;
+}
+
+}  // namespace
+
+absl::StatusOr<Filter> FilterFromProto(const v1::Filter& proto) {
+  return FilterFromProtoAt(proto, "filter", 1);
+}
+
+absl::Status CheckDeleteByFilter(const v1::DeleteRequest& request) {
+  if (request.has_filter() && request.ids_size() > 0) {
+    return Invalid("filter", absl::StrCat("set with ", request.ids_size(),
+                                          " ids, expected ids or a filter, not both"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ScrollOptions> ScrollOptionsFromProto(const v1::ScrollRequest& request) {
+  ScrollOptions options;
+  TESSERA_ASSIGN_OR_RETURN(options.filter, FilterFromProto(request.filter()));
+  options.after = request.after();
+  options.limit = request.limit() == 0 ? 100 : request.limit();
+  options.with_attributes = request.with_attributes();
+  options.attribute_fields.assign(request.attribute_fields().begin(),
+                                  request.attribute_fields().end());
+  return options;
+}
+
+void ScrollPageToProto(ScrollPage page, v1::ScrollResponse* out) {
+  for (ScrolledDocument& document : page.documents) {
+    v1::ScrolledDocument* d = out->add_documents();
+    d->set_id(std::move(document.id));
+    d->set_version(document.version);
+    for (const auto& [name, value] : document.attributes) {
+      AttributeToProto(value, &(*d->mutable_attributes())[name]);
+    }
+  }
+  out->set_next_after(std::move(page.next_after));
 }
 
 absl::StatusOr<Document> DocumentFromProto(const v1::Document& proto, int64_t dim, int index) {
@@ -431,18 +533,11 @@ void StoredDocumentToProto(StoredDocument document, v1::GetResponse* out) {
 }
 
 void SearchResultToProto(const SearchResult& result, v1::SearchResponse* out) {
-  for (const SearchHit& hit : result.hits) {
-    v1::Hit* h = out->add_hits();
-    h->set_id(hit.id);
-    h->set_score(hit.score);
-    h->set_version(hit.version);
-    for (const TokenMatch& match : hit.explanation) {
-      v1::TokenMatch* m = h->add_explanation();
-      m->set_query_token(match.query_token);
-      m->set_document_vector(match.document_vector);
-      m->set_similarity(match.similarity);
-      for (int32_t token : match.covered_tokens) m->add_covered_tokens(token);
-    }
+  for (const SearchHit& hit : result.hits) HitToProto(hit, out->add_hits());
+  for (const SearchGroup& group : result.groups) {
+    v1::HitGroup* g = out->add_groups();
+    AttributeToProto(group.value, g->mutable_value());
+    for (const SearchHit& hit : group.hits) HitToProto(hit, g->add_hits());
   }
   v1::Timings* timings = out->mutable_timings();
   timings->set_candidates_ms(result.timings.candidates_ms);
@@ -464,20 +559,14 @@ SearchResult SearchResultFromShardProto(v1::ShardSearchResponse* proto) {
   SearchResult result;
   v1::SearchResponse& search = *proto->mutable_search();
   for (int i = 0; i < search.hits_size(); ++i) {
-    v1::Hit& h = *search.mutable_hits(i);
-    SearchHit hit;
-    hit.id = std::move(*h.mutable_id());
-    hit.score = h.score();
-    hit.version = h.version();
-    for (const v1::TokenMatch& m : h.explanation()) {
-      TokenMatch match;
-      match.query_token = m.query_token();
-      match.document_vector = m.document_vector();
-      match.similarity = m.similarity();
-      match.covered_tokens.assign(m.covered_tokens().begin(), m.covered_tokens().end());
-      hit.explanation.push_back(std::move(match));
-    }
-    result.hits.push_back(std::move(hit));
+    result.hits.push_back(HitFromProto(search.mutable_hits(i)));
+  }
+  for (int i = 0; i < search.groups_size(); ++i) {
+    v1::HitGroup& g = *search.mutable_groups(i);
+    SearchGroup group;
+    group.value = AttributeFromProto(g.value());
+    for (int j = 0; j < g.hits_size(); ++j) group.hits.push_back(HitFromProto(g.mutable_hits(j)));
+    result.groups.push_back(std::move(group));
   }
   result.timings.candidates_ms = search.timings().candidates_ms();
   result.timings.fetch_ms = search.timings().fetch_ms();

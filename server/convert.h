@@ -30,6 +30,12 @@ void SchemaToProto(const CollectionSchema& schema, v1::CollectionSchema* out);
 void StatsToProto(const CollectionStats& stats, v1::CollectionStats* out);
 
 absl::StatusOr<Filter> FilterFromProto(const v1::Filter& proto);
+// INVALID_ARGUMENT for a delete by filter that also names ids.
+absl::Status CheckDeleteByFilter(const v1::DeleteRequest& request);
+// ScrollRequest → ScrollOptions (limit 0 = 100; the collection checks the rest).
+absl::StatusOr<ScrollOptions> ScrollOptionsFromProto(const v1::ScrollRequest& request);
+// A page of Collection::Scroll onto the wire.
+void ScrollPageToProto(ScrollPage page, v1::ScrollResponse* out);
 AttributeValue AttributeFromProto(const v1::AttributeValue& proto);
 void AttributeToProto(const AttributeValue& value, v1::AttributeValue* out);
 

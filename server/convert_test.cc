@@ -248,5 +248,58 @@ TEST(Convert, StoredVectorBytesGoOutAsTheyAre) {
   EXPECT_EQ((*decoded)[2], HalfToFloat(FloatToHalf(1e-3f)));
 }
 
+// Nested filters decode to the same tree; one nested deeper than kMaxFilterDepth is refused while
+// decoding, naming where, so that no request recurses past the bound.
+TEST(Convert, NestedFiltersDecodeAndTooDeepIsRefused) {
+  v1::Filter proto;
+  v1::Condition* exists = proto.add_all_of();
+  exists->set_field("lang");
+  exists->set_op(v1::Condition::OP_EXISTS);
+  v1::Filter* alternative = proto.add_any_of();
+  v1::Condition* prefix = alternative->add_all_of();
+  prefix->set_field("lang");
+  prefix->set_op(v1::Condition::OP_PREFIX);
+  prefix->add_values()->set_string_value("en");
+  v1::Condition* missing = proto.add_none_of()->add_all_of();
+  missing->set_field("year");
+  missing->set_op(v1::Condition::OP_MISSING);
+  absl::StatusOr<Filter> filter = FilterFromProto(proto);
+  ASSERT_TRUE(filter.ok()) << filter.status();
+  ASSERT_EQ(filter->all_of.size(), 1u);
+  EXPECT_EQ(filter->all_of[0].op, FilterCondition::Op::kExists);
+  ASSERT_EQ(filter->any_of.size(), 1u);
+  EXPECT_EQ(filter->any_of[0].all_of[0].op, FilterCondition::Op::kPrefix);
+  ASSERT_EQ(filter->none_of.size(), 1u);
+  EXPECT_EQ(filter->none_of[0].all_of[0].op, FilterCondition::Op::kMissing);
+  EXPECT_TRUE(FilterMatches(*filter, {{"lang", std::string("en-GB")}, {"year", int64_t{1}}}));
+  EXPECT_FALSE(FilterMatches(*filter, {{"lang", std::string("en-GB")}}));
+  EXPECT_FALSE(FilterMatches(*filter, {{"lang", std::string("de")}, {"year", int64_t{1}}}));
+
+  v1::Filter deep;
+  v1::Filter* at = &deep;
+  for (int depth = 1; depth < kMaxFilterDepth; ++depth) at = at->add_none_of();
+  EXPECT_TRUE(FilterFromProto(deep).ok());
+  at->add_any_of();
+  const absl::Status status = FilterFromProto(deep).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "filter.none_of[0].none_of[0].none_of[0].none_of[0].none_of[0].none_of[0]."
+            "none_of[0].any_of[0]: nested 9 deep, expected at most 8 (any_of / none_of inside "
+            "each other)");
+}
+
+TEST(Convert, DeleteTakesIdsOrAFilter) {
+  v1::DeleteRequest request;
+  request.add_ids("a");
+  EXPECT_TRUE(CheckDeleteByFilter(request).ok());
+  request.add_ids("b");
+  request.mutable_filter();
+  const absl::Status status = CheckDeleteByFilter(request);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(), "filter: set with 2 ids, expected ids or a filter, not both");
+  request.clear_ids();
+  EXPECT_TRUE(CheckDeleteByFilter(request).ok());
+}
+
 }  // namespace
 }  // namespace tessera::server

@@ -63,9 +63,39 @@ absl::Status EngineBackend::Upsert(const v1::UpsertRequest& request, v1::UpsertR
 absl::Status EngineBackend::Delete(const v1::DeleteRequest& request, v1::DeleteResponse* response) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
                            context_->engine->GetCollection(request.collection()));
+  if (request.has_filter()) {
+    TESSERA_RETURN_IF_ERROR(CheckDeleteByFilter(request));
+    TESSERA_ASSIGN_OR_RETURN(const Filter filter, FilterFromProto(request.filter()));
+    TESSERA_ASSIGN_OR_RETURN(const int64_t deleted, collection->DeleteMatching(filter));
+    response->set_deleted(static_cast<uint64_t>(deleted));
+    return absl::OkStatus();
+  }
   const std::vector<std::string> ids(request.ids().begin(), request.ids().end());
   TESSERA_ASSIGN_OR_RETURN(const std::vector<bool> existed, collection->Delete(ids));
-  for (bool e : existed) response->add_existed(e);
+  uint64_t deleted = 0;
+  for (bool e : existed) {
+    response->add_existed(e);
+    deleted += e ? 1 : 0;
+  }
+  response->set_deleted(deleted);
+  return absl::OkStatus();
+}
+
+absl::Status EngineBackend::Count(const v1::CountRequest& request, v1::CountResponse* response) {
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
+                           context_->engine->GetCollection(request.collection()));
+  TESSERA_ASSIGN_OR_RETURN(const Filter filter, FilterFromProto(request.filter()));
+  TESSERA_ASSIGN_OR_RETURN(const int64_t count, collection->Count(filter));
+  response->set_count(static_cast<uint64_t>(count));
+  return absl::OkStatus();
+}
+
+absl::Status EngineBackend::Scroll(const v1::ScrollRequest& request, v1::ScrollResponse* response) {
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
+                           context_->engine->GetCollection(request.collection()));
+  TESSERA_ASSIGN_OR_RETURN(const ScrollOptions options, ScrollOptionsFromProto(request));
+  TESSERA_ASSIGN_OR_RETURN(ScrollPage page, collection->Scroll(options));
+  ScrollPageToProto(std::move(page), response);
   return absl::OkStatus();
 }
 

@@ -23,6 +23,8 @@ class EngineBackend final : public Backend {
   absl::Status Flush(const std::string& name) override;
   absl::Status Upsert(const v1::UpsertRequest& request, v1::UpsertResponse* response) override;
   absl::Status Delete(const v1::DeleteRequest& request, v1::DeleteResponse* response) override;
+  absl::Status Count(const v1::CountRequest& request, v1::CountResponse* response) override;
+  absl::Status Scroll(const v1::ScrollRequest& request, v1::ScrollResponse* response) override;
   absl::Status Get(const v1::GetRequest& request, v1::GetResponse* response) override;
   absl::Status Search(const grpc::CallbackServerContext& call, const v1::SearchRequest& request,
                       v1::SearchResponse* response) override;

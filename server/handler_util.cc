@@ -89,6 +89,12 @@ absl::StatusOr<SearchResult> SearchCollection(const ServiceContext* context,
   options.explain = request.explain();
   options.deadline = DeadlineOf(call);
   options.whole_shards = whole_shards;
+  options.with_attributes = request.with_attributes();
+  options.attribute_fields.assign(request.attribute_fields().begin(),
+                                  request.attribute_fields().end());
+  options.group_by = request.group_by();
+  options.group_size = request.group_size();
+  options.groups = request.groups();
   const FloatMatrixView view{query.data(), request.query().rows(), request.query().cols()};
   TESSERA_ASSIGN_OR_RETURN(SearchResult result, collection.Search(view, options));
   context->metrics->RecordSearchStages(result.timings.candidates_ms, result.timings.fetch_ms,

@@ -209,4 +209,24 @@ grpc::ServerUnaryReactor* QueryServiceImpl::SearchBatch(grpc::CallbackServerCont
       std::max<int64_t>(searches, 1));
 }
 
+grpc::ServerUnaryReactor* QueryServiceImpl::Count(grpc::CallbackServerContext* call,
+                                                  const v1::CountRequest* request,
+                                                  v1::CountResponse* response) {
+  return Serve(context_, call, "Count", static_cast<int64_t>(request->ByteSizeLong()),
+               [this, request, response]() -> absl::Status {
+                 TESSERA_RETURN_IF_ERROR(CheckCollectionName(request->collection()));
+                 return context_->backend->Count(*request, response);
+               });
+}
+
+grpc::ServerUnaryReactor* QueryServiceImpl::Scroll(grpc::CallbackServerContext* call,
+                                                   const v1::ScrollRequest* request,
+                                                   v1::ScrollResponse* response) {
+  return Serve(context_, call, "Scroll", static_cast<int64_t>(request->ByteSizeLong()),
+               [this, request, response]() -> absl::Status {
+                 TESSERA_RETURN_IF_ERROR(CheckCollectionName(request->collection()));
+                 return context_->backend->Scroll(*request, response);
+               });
+}
+
 }  // namespace tessera::server

@@ -77,6 +77,12 @@ class QueryServiceImpl final : public v1::QueryService::CallbackService {
   grpc::ServerUnaryReactor* SearchBatch(grpc::CallbackServerContext* call,
                                         const v1::SearchBatchRequest* request,
                                         v1::SearchBatchResponse* response) override;
+  grpc::ServerUnaryReactor* Count(grpc::CallbackServerContext* call,
+                                  const v1::CountRequest* request,
+                                  v1::CountResponse* response) override;
+  grpc::ServerUnaryReactor* Scroll(grpc::CallbackServerContext* call,
+                                   const v1::ScrollRequest* request,
+                                   v1::ScrollResponse* response) override;
 
  private:
   const ServiceContext* context_;

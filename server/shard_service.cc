@@ -187,6 +187,14 @@ grpc::ServerUnaryReactor* ShardServiceImpl::Delete(grpc::CallbackServerContext* 
                                           FindReplica(context_, replica));
                  TESSERA_RETURN_IF_ERROR(gate_.BeginWrite(replica.local, replica.collection));
                  absl::Cleanup end_write = [&] { gate_.EndWrite(replica.local); };
+                 if (request->has_filter()) {
+                   TESSERA_ASSIGN_OR_RETURN(const Filter filter,
+                                            FilterFromProto(request->filter()));
+                   absl::StatusOr<int64_t> deleted = collection->DeleteMatching(filter);
+                   if (!deleted.ok()) return replica.Rewrite(deleted.status());
+                   response->set_deleted(static_cast<uint64_t>(*deleted));
+                   return absl::OkStatus();
+                 }
                  const std::vector<std::string> ids(request->ids().begin(), request->ids().end());
                  absl::StatusOr<std::vector<bool>> existed = collection->Delete(ids);
                  if (!existed.ok()) return replica.Rewrite(existed.status());
@@ -210,6 +218,41 @@ grpc::ServerUnaryReactor* ShardServiceImpl::Get(grpc::CallbackServerContext* cal
     StoredDocumentToProto(*std::move(document), response);
     return absl::OkStatus();
   });
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Count(grpc::CallbackServerContext* call,
+                                                  const v1::ShardCountRequest* request,
+                                                  v1::CountResponse* response) {
+  return Serve(context_, call, "ShardService/Count", 0,
+               [this, request, response]() -> absl::Status {
+                 TESSERA_ASSIGN_OR_RETURN(const Replica replica,
+                                          ReplicaOf(request->collection(), request->shard()));
+                 TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
+                                          FindReplica(context_, replica));
+                 TESSERA_ASSIGN_OR_RETURN(const Filter filter, FilterFromProto(request->filter()));
+                 absl::StatusOr<int64_t> count = collection->Count(filter);
+                 if (!count.ok()) return replica.Rewrite(count.status());
+                 response->set_count(static_cast<uint64_t>(*count));
+                 return absl::OkStatus();
+               });
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::Scroll(grpc::CallbackServerContext* call,
+                                                   const v1::ShardScrollRequest* request,
+                                                   v1::ScrollResponse* response) {
+  return Serve(
+      context_, call, "ShardService/Scroll", 0, [this, request, response]() -> absl::Status {
+        TESSERA_ASSIGN_OR_RETURN(const Replica replica,
+                                 ReplicaOf(request->scroll().collection(), request->shard()));
+        TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
+                                 FindReplica(context_, replica));
+        TESSERA_ASSIGN_OR_RETURN(const ScrollOptions options,
+                                 ScrollOptionsFromProto(request->scroll()));
+        absl::StatusOr<ScrollPage> page = collection->Scroll(options);
+        if (!page.ok()) return replica.Rewrite(page.status());
+        ScrollPageToProto(*std::move(page), response);
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* ShardServiceImpl::Search(grpc::CallbackServerContext* call,

@@ -66,6 +66,12 @@ class ShardServiceImpl final : public v1::ShardService::CallbackService {
   grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* call,
                                 const v1::ShardGetRequest* request,
                                 v1::GetResponse* response) override;
+  grpc::ServerUnaryReactor* Count(grpc::CallbackServerContext* call,
+                                  const v1::ShardCountRequest* request,
+                                  v1::CountResponse* response) override;
+  grpc::ServerUnaryReactor* Scroll(grpc::CallbackServerContext* call,
+                                   const v1::ShardScrollRequest* request,
+                                   v1::ScrollResponse* response) override;
   grpc::ServerUnaryReactor* Search(grpc::CallbackServerContext* call,
                                    const v1::ShardSearchRequest* request,
                                    v1::ShardSearchResponse* response) override;

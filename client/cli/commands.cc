@@ -71,6 +71,15 @@ constexpr FlagSpec kFlags[] = {
     {"exhaustive", false},
     {"explain", false},
     {"filter", true},
+    {"any-of", true},
+    {"none-of", true},
+    {"with-attributes", false},
+    {"attributes", true},
+    {"group-by", true},
+    {"group-size", true},
+    {"groups", true},
+    {"after", true},
+    {"limit", true},
     {"vectors", false},
 };
 
@@ -101,9 +110,14 @@ const std::vector<CommandSpec>& Commands() {
       {"search",
        1,
        {"query", "k", "num-candidates", "per-token-candidates", "nprobe", "exhaustive", "explain",
-        "filter", "allow-partial", "json"}},
+        "filter", "any-of", "none-of", "allow-partial", "with-attributes", "attributes", "group-by",
+        "group-size", "groups", "json"}},
       {"get", 2, {"vectors", "json"}},
-      {"delete", -1, {"json"}},
+      {"delete", -1, {"filter", "any-of", "none-of", "json"}},
+      {"count", 1, {"filter", "any-of", "none-of", "json"}},
+      {"scroll",
+       1,
+       {"filter", "any-of", "none-of", "after", "limit", "with-attributes", "attributes", "json"}},
       {"stats", 1, {"json"}},
       {"flush", 1, {}},
   };
@@ -391,20 +405,40 @@ class Cli {
                                                    summary.documents, " documents failed"));
   }
 
-  absl::Status Search(const std::string& collection, const std::string& query_path,
-                      SearchOptions options, const std::vector<std::string>& filters) {
-    TESSERA_ASSIGN_OR_RETURN(TokenMatrix query, LoadQuery(query_path));
-    if (!filters.empty()) {
-      // Filter values take the types the schema declares.
-      TESSERA_ASSIGN_OR_RETURN(CollectionInfo info, client_->GetCollection(collection));
-      const std::map<std::string, v1::AttributeType> fields(info.schema.attributes().begin(),
-                                                            info.schema.attributes().end());
-      for (const std::string& expression : filters) {
-        TESSERA_ASSIGN_OR_RETURN(FilterCondition condition,
-                                 internal::ParseFilterExpression(expression, fields));
-        options.filter.all_of.push_back(std::move(condition));
-      }
+  // The filter of --filter (each a condition, all of them must hold), --any-of (each an
+  // alternative: conditions joined by " && "; at least one must match) and --none-of (each an
+  // alternative that must not match). Values take the types the schema declares.
+  absl::StatusOr<Filter> FilterFromFlags(const std::string& collection) {
+    Filter filter;
+    const std::vector<std::string> all = args_.GetAll("filter");
+    const std::vector<std::string> any = args_.GetAll("any-of");
+    const std::vector<std::string> none = args_.GetAll("none-of");
+    if (all.empty() && any.empty() && none.empty()) return filter;
+    TESSERA_ASSIGN_OR_RETURN(CollectionInfo info, client_->GetCollection(collection));
+    const std::map<std::string, v1::AttributeType> fields(info.schema.attributes().begin(),
+                                                          info.schema.attributes().end());
+    for (const std::string& expression : all) {
+      TESSERA_ASSIGN_OR_RETURN(FilterCondition condition,
+                               internal::ParseFilterExpression(expression, fields));
+      filter.all_of.push_back(std::move(condition));
     }
+    for (const std::string& alternative : any) {
+      TESSERA_ASSIGN_OR_RETURN(Filter parsed,
+                               internal::ParseFilterConjunction(alternative, fields));
+      filter.any_of.push_back(std::move(parsed));
+    }
+    for (const std::string& alternative : none) {
+      TESSERA_ASSIGN_OR_RETURN(Filter parsed,
+                               internal::ParseFilterConjunction(alternative, fields));
+      filter.none_of.push_back(std::move(parsed));
+    }
+    return filter;
+  }
+
+  absl::Status Search(const std::string& collection, const std::string& query_path,
+                      SearchOptions options) {
+    TESSERA_ASSIGN_OR_RETURN(TokenMatrix query, LoadQuery(query_path));
+    TESSERA_ASSIGN_OR_RETURN(options.filter, FilterFromFlags(collection));
     TESSERA_ASSIGN_OR_RETURN(SearchResult result, client_->Search(collection, query, options));
     if (json_) {
       out_ << internal::SearchResultToJson(result, options.explain).Dump() << "\n";
@@ -422,6 +456,65 @@ class Cli {
       return absl::OkStatus();
     }
     out_ << internal::StoredDocumentToText(document, vectors);
+    return absl::OkStatus();
+  }
+
+  absl::Status DeleteMatching(const std::string& collection) {
+    TESSERA_ASSIGN_OR_RETURN(const Filter filter, FilterFromFlags(collection));
+    TESSERA_ASSIGN_OR_RETURN(const uint64_t deleted, client_->DeleteMatching(collection, filter));
+    if (json_) {
+      Json json = Json::Object();
+      json.Set("deleted", deleted);
+      out_ << json.Dump() << "\n";
+    } else {
+      out_ << "deleted " << deleted << " documents\n";
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Count(const std::string& collection) {
+    TESSERA_ASSIGN_OR_RETURN(const Filter filter, FilterFromFlags(collection));
+    TESSERA_ASSIGN_OR_RETURN(const uint64_t count, client_->Count(collection, filter));
+    if (json_) {
+      Json json = Json::Object();
+      json.Set("count", count);
+      out_ << json.Dump() << "\n";
+    } else {
+      out_ << count << "\n";
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Scroll(const std::string& collection, ScrollOptions options) {
+    TESSERA_ASSIGN_OR_RETURN(options.filter, FilterFromFlags(collection));
+    TESSERA_ASSIGN_OR_RETURN(const ScrollPage page, client_->Scroll(collection, options));
+    if (json_) {
+      Json documents = Json::Array();
+      for (const ScrolledDocument& document : page.documents) {
+        Json entry = Json::Object();
+        entry.Set("id", document.id);
+        entry.Set("version", document.version);
+        if (options.with_attributes) {
+          entry.Set("attributes", internal::AttributesToJson(document.attributes));
+        }
+        documents.Push(std::move(entry));
+      }
+      Json json = Json::Object();
+      json.Set("documents", std::move(documents));
+      json.Set("next_after", page.next_after);
+      out_ << json.Dump() << "\n";
+      return absl::OkStatus();
+    }
+    for (const ScrolledDocument& document : page.documents) {
+      out_ << TerminalSafe(document.id) << "  " << document.version;
+      for (const auto& [name, value] : document.attributes) {
+        out_ << "  " << TerminalSafe(name) << "=" << AttributeValueToString(value);
+      }
+      out_ << "\n";
+    }
+    if (!page.next_after.empty()) {
+      out_ << "more after " << TerminalSafe(page.next_after) << " (--after)\n";
+    }
     return absl::OkStatus();
   }
 
@@ -555,6 +648,29 @@ absl::StatusOr<SearchOptions> SearchOptionsFromArgs(const ParsedArgs& args) {
   options.exhaustive = args.Has("exhaustive");
   options.explain = args.Has("explain");
   options.allow_partial_results = args.Has("allow-partial");
+  options.with_attributes = args.Has("with-attributes") || args.Has("attributes");
+  if (auto v = args.Get("attributes")) options.attribute_fields = absl::StrSplit(*v, ',');
+  if (auto v = args.Get("group-by")) options.group_by = *v;
+  if (auto v = args.Get("group-size")) {
+    TESSERA_ASSIGN_OR_RETURN(options.group_size, ParseUint32Flag("group-size", *v, 1));
+  }
+  if (auto v = args.Get("groups")) {
+    TESSERA_ASSIGN_OR_RETURN(options.groups, ParseUint32Flag("groups", *v, 1));
+  }
+  if ((args.Has("group-size") || args.Has("groups")) && options.group_by.empty()) {
+    return absl::InvalidArgumentError("--group-size and --groups need --group-by FIELD");
+  }
+  return options;
+}
+
+absl::StatusOr<ScrollOptions> ScrollOptionsFromArgs(const ParsedArgs& args) {
+  ScrollOptions options;
+  if (auto v = args.Get("after")) options.after = *v;
+  if (auto v = args.Get("limit")) {
+    TESSERA_ASSIGN_OR_RETURN(options.limit, ParseUint32Flag("limit", *v, 1));
+  }
+  options.with_attributes = args.Has("with-attributes") || args.Has("attributes");
+  if (auto v = args.Get("attributes")) options.attribute_fields = absl::StrSplit(*v, ',');
   return options;
 }
 
@@ -595,9 +711,21 @@ Commands:
       refused from the archive's headers, before anything is inflated.
   search NAME --query Q.npy [--k K] [--num-candidates N] [--per-token-candidates N]
           [--nprobe P] [--exhaustive] [--explain] [--filter EXPR ...] [--allow-partial] [--json]
-      EXPR: FIELD==V, FIELD!=V, FIELD<V, FIELD<=V, FIELD>V, FIELD>=V, or "FIELD in V1,V2,…"
+          [--any-of 'EXPR && EXPR…' ...] [--none-of 'EXPR && EXPR…' ...]
+          [--with-attributes | --attributes F1,F2] [--group-by FIELD [--group-size N] [--groups G]]
+      EXPR: FIELD==V, FIELD!=V, FIELD<V, FIELD<=V, FIELD>V, FIELD>=V, "FIELD in V1,V2,…",
+      "FIELD exists", "FIELD missing" or "FIELD prefix V". A document matches every --filter,
+      at least one --any-of alternative (when given) and no --none-of alternative.
+      --group-by: the best G groups (default k) of hits sharing FIELD's value, N hits each
+      (default 1).
   get NAME ID [--vectors] [--json]
   delete NAME ID... [--json]
+  delete NAME (--filter EXPR | --any-of … | --none-of …)... [--json]
+                                                 every document matching, durably
+  count NAME [--filter EXPR ...] [--any-of …] [--none-of …] [--json]
+  scroll NAME [--filter EXPR ...] [--any-of …] [--none-of …] [--after ID] [--limit N]
+          [--with-attributes | --attributes F1,F2] [--json]
+                                                 ids in ascending order, a page at a time
   stats NAME [--json]
   flush NAME                                     snapshot the collection's candidate indexes
 
@@ -642,7 +770,11 @@ int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, 
     return usage_error(
         absl::StrCat("'", name, "' takes ", command->positionals, " argument(s), got ", given));
   }
-  if (command->positionals < 0 && given < 2) {
+  const bool by_filter = args.Has("filter") || args.Has("any-of") || args.Has("none-of");
+  if (name == "delete" && by_filter && given != 1) {
+    return usage_error("'delete' takes a collection and ids, or a collection and filter flags");
+  }
+  if (command->positionals < 0 && given < 2 && !(name == "delete" && by_filter)) {
     return usage_error(absl::StrCat("'", name, "' takes a collection and one or more ids"));
   }
   for (const auto& [flag, values] : args.flags) {
@@ -681,6 +813,12 @@ int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, 
     if (!options.ok()) return usage_error(options.status().message());
     search = *std::move(options);
   }
+  ScrollOptions scroll;
+  if (name == "scroll") {
+    absl::StatusOr<ScrollOptions> options = ScrollOptionsFromArgs(args);
+    if (!options.ok()) return usage_error(options.status().message());
+    scroll = *std::move(options);
+  }
 
   Cli cli(args, out, err);
   absl::Status status = cli.Connect();
@@ -696,7 +834,13 @@ int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, 
     } else if (name == "ingest") {
       status = cli.Ingest(ingest);
     } else if (name == "search") {
-      status = cli.Search(operands[0], *args.Get("query"), search, args.GetAll("filter"));
+      status = cli.Search(operands[0], *args.Get("query"), search);
+    } else if (name == "delete" && by_filter) {
+      status = cli.DeleteMatching(operands[0]);
+    } else if (name == "count") {
+      status = cli.Count(operands[0]);
+    } else if (name == "scroll") {
+      status = cli.Scroll(operands[0], scroll);
     } else if (name == "get") {
       status = cli.Get(operands[0], operands[1]);
     } else if (name == "delete") {
@@ -883,6 +1027,40 @@ absl::StatusOr<FilterCondition> ParseFilterExpression(
   FilterCondition condition;
   absl::string_view field;
   absl::string_view rest;
+  // "FIELD exists", "FIELD missing", "FIELD prefix V".
+  const absl::string_view trimmed = absl::StripAsciiWhitespace(expression);
+  for (const auto& [suffix, op] :
+       {std::pair{absl::string_view(" exists"), FilterCondition::Op::kExists},
+        std::pair{absl::string_view(" missing"), FilterCondition::Op::kMissing}}) {
+    if (absl::EndsWith(trimmed, suffix)) {
+      condition.field = std::string(
+          absl::StripAsciiWhitespace(trimmed.substr(0, trimmed.size() - suffix.size())));
+      condition.op = op;
+      if (condition.field.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--filter '", expression, "' names no field"));
+      }
+      return condition;
+    }
+  }
+  const size_t prefix_at = expression.find(" prefix ");
+  if (prefix_at != absl::string_view::npos &&
+      expression.find_first_of("=!<>") == absl::string_view::npos) {
+    field = absl::StripAsciiWhitespace(expression.substr(0, prefix_at));
+    if (field.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--filter '", expression, "' names no field"));
+    }
+    condition.field = std::string(field);
+    condition.op = FilterCondition::Op::kPrefix;
+    // A prefix is a string whatever the field's type (the server refuses it on a number field).
+    absl::string_view text = absl::StripAsciiWhitespace(expression.substr(prefix_at + 8));
+    if (text.size() >= 2 && (text.front() == '"' || text.front() == '\'') &&
+        text.back() == text.front()) {
+      text = text.substr(1, text.size() - 2);
+    }
+    condition.values.push_back(std::string(text));
+    return condition;
+  }
   const size_t op_at = expression.find_first_of("=!<>");
   const size_t in_at = expression.find(" in ");
   if (in_at != absl::string_view::npos && (op_at == absl::string_view::npos || in_at < op_at)) {
@@ -940,9 +1118,29 @@ absl::StatusOr<FilterCondition> ParseFilterExpression(
   return condition;
 }
 
+absl::StatusOr<Filter> ParseFilterConjunction(
+    absl::string_view expressions, const std::map<std::string, v1::AttributeType>& fields) {
+  Filter filter;
+  for (absl::string_view expression : absl::StrSplit(expressions, "&&")) {
+    TESSERA_ASSIGN_OR_RETURN(FilterCondition condition,
+                             ParseFilterExpression(absl::StripAsciiWhitespace(expression), fields));
+    filter.all_of.push_back(std::move(condition));
+  }
+  return filter;
+}
+
 std::string SearchResultToText(const SearchResult& result) {
   std::string text;
-  if (result.hits.empty()) text += "no results\n";
+  // A grouped search: each group's value, then its hits' table.
+  for (const SearchGroup& group : result.groups) {
+    absl::StrAppend(&text, "group ", AttributeValueToString(group.value), "\n");
+    SearchResult members;
+    members.hits = group.hits;
+    std::string table = SearchResultToText(members);
+    table.erase(table.rfind('\n', table.size() - 2) + 1);  // its timings line
+    text += table;
+  }
+  if (result.hits.empty() && result.groups.empty()) text += "no results\n";
   // Ids escaped for the terminal: a newline or an escape sequence in an id cannot forge a row.
   std::vector<std::string> ids;
   size_t id_width = 2;
@@ -956,8 +1154,12 @@ std::string SearchResultToText(const SearchResult& result) {
   }
   for (size_t i = 0; i < result.hits.size(); ++i) {
     const SearchHit& hit = result.hits[i];
-    text += absl::StrFormat("%4d  %-*s  %12.6f  %d\n", i + 1, static_cast<int>(id_width), ids[i],
+    text += absl::StrFormat("%4d  %-*s  %12.6f  %d", i + 1, static_cast<int>(id_width), ids[i],
                             hit.score, hit.version);
+    for (const auto& [name, value] : hit.attributes) {
+      absl::StrAppend(&text, "  ", TerminalSafe(name), "=", AttributeValueToString(value));
+    }
+    text += "\n";
     for (const TokenMatch& match : hit.explanation) {
       text += absl::StrFormat("        query token %d -> vector %d (tokens %s)  %.4f\n",
                               match.query_token, match.document_vector,
@@ -1017,8 +1219,27 @@ Json AttributesToJson(const Attributes& attributes) {
   return json;
 }
 
+namespace {
+
+Json AttributeValueToJson(const AttributeValue& value) {
+  if (const auto* i = std::get_if<int64_t>(&value)) return Json(*i);
+  if (const auto* d = std::get_if<double>(&value)) return Json(*d);
+  return Json(std::get<std::string>(value));
+}
+
+}  // namespace
+
 Json SearchResultToJson(const SearchResult& result, bool explain) {
   Json results = Json::Array();
+  Json groups = Json::Array();
+  for (const SearchGroup& group : result.groups) {
+    SearchResult members;
+    members.hits = group.hits;
+    Json entry = Json::Object();
+    entry.Set("value", AttributeValueToJson(group.value));
+    entry.Set("results", *SearchResultToJson(members, explain).Find("results"));
+    groups.Push(std::move(entry));
+  }
   for (const SearchHit& hit : result.hits) {
     Json entry = Json::Object();
     entry.Set("id", hit.id);
@@ -1038,6 +1259,7 @@ Json SearchResultToJson(const SearchResult& result, bool explain) {
       }
       entry.Set("explanation", std::move(matches));
     }
+    if (!hit.attributes.empty()) entry.Set("attributes", AttributesToJson(hit.attributes));
     results.Push(std::move(entry));
   }
   Json timings = Json::Object();
@@ -1048,6 +1270,7 @@ Json SearchResultToJson(const SearchResult& result, bool explain) {
   if (result.timings.fanout_ms > 0) timings.Set("fanout", result.timings.fanout_ms);
   Json json = Json::Object();
   json.Set("results", std::move(results));
+  if (!result.groups.empty()) json.Set("groups", std::move(groups));
   json.Set("timings_ms", std::move(timings));
   json.Set("documents_scored", result.documents_scored);
   json.Set("exhaustive", result.exhaustive);

@@ -44,6 +44,11 @@ absl::StatusOr<v1::CollectionSchema> SchemaFromArgs(const std::string& name,
 absl::StatusOr<FilterCondition> ParseFilterExpression(
     absl::string_view expression, const std::map<std::string, v1::AttributeType>& fields);
 
+// Conditions joined by "&&" (each as ParseFilterExpression reads it), as one filter: an
+// alternative of --any-of / --none-of.
+absl::StatusOr<Filter> ParseFilterConjunction(
+    absl::string_view expressions, const std::map<std::string, v1::AttributeType>& fields);
+
 // --json outputs.
 // {"results":[{"id","score","version"[,"explanation":[{"query_token","document_vector",
 //  "similarity","covered_tokens"}]]}],"timings_ms":{"candidates","fetch","rerank","total"},

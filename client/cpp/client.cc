@@ -97,6 +97,12 @@ v1::Condition::Op OpToProto(FilterCondition::Op op) {
       return v1::Condition::OP_GE;
     case FilterCondition::Op::kIn:
       return v1::Condition::OP_IN;
+    case FilterCondition::Op::kExists:
+      return v1::Condition::OP_EXISTS;
+    case FilterCondition::Op::kMissing:
+      return v1::Condition::OP_MISSING;
+    case FilterCondition::Op::kPrefix:
+      return v1::Condition::OP_PREFIX;
   }
   return v1::Condition::OP_UNSPECIFIED;
 }
@@ -252,6 +258,10 @@ v1::Filter FilterToProto(const Filter& filter) {
       *out->add_values() = AttributeToProto(value);
     }
   }
+  for (const Filter& alternative : filter.any_of) *proto.add_any_of() = FilterToProto(alternative);
+  for (const Filter& alternative : filter.none_of) {
+    *proto.add_none_of() = FilterToProto(alternative);
+  }
   return proto;
 }
 
@@ -284,6 +294,13 @@ v1::SearchRequest BuildSearchRequest(const std::string& collection, const TokenM
   request.set_exhaustive(options.exhaustive);
   request.set_explain(options.explain);
   request.set_allow_partial_results(options.allow_partial_results);
+  request.set_with_attributes(options.with_attributes);
+  for (const std::string& field : options.attribute_fields) request.add_attribute_fields(field);
+  request.set_group_by(options.group_by);
+  if (!options.group_by.empty()) {
+    request.set_group_size(options.group_size);
+    request.set_groups(options.groups);
+  }
   return request;
 }
 
@@ -334,20 +351,40 @@ absl::StatusOr<StoredDocument> DecodeGetResponse(v1::GetResponse&& response) {
   return document;
 }
 
+// Attributes off the wire; a value with none set (which no server sends) is left out.
+Attributes DecodeAttributes(const google::protobuf::Map<std::string, v1::AttributeValue>& map) {
+  Attributes attributes;
+  for (const auto& [name, value] : map) {
+    absl::StatusOr<AttributeValue> decoded = AttributeFromProto(value);
+    if (decoded.ok()) attributes.emplace(name, *std::move(decoded));
+  }
+  return attributes;
+}
+
+SearchHit DecodeHit(const v1::Hit& proto) {
+  SearchHit hit;
+  hit.id = proto.id();
+  hit.score = proto.score();
+  hit.version = proto.version();
+  for (const v1::TokenMatch& match : proto.explanation()) {
+    hit.explanation.push_back(TokenMatch{
+        match.query_token(), match.document_vector(), match.similarity(),
+        std::vector<uint32_t>(match.covered_tokens().begin(), match.covered_tokens().end())});
+  }
+  hit.attributes = DecodeAttributes(proto.attributes());
+  return hit;
+}
+
 SearchResult DecodeSearchResponse(const v1::SearchResponse& response) {
   SearchResult result;
   result.hits.reserve(response.hits_size());
-  for (const v1::Hit& proto : response.hits()) {
-    SearchHit hit;
-    hit.id = proto.id();
-    hit.score = proto.score();
-    hit.version = proto.version();
-    for (const v1::TokenMatch& match : proto.explanation()) {
-      hit.explanation.push_back(TokenMatch{
-          match.query_token(), match.document_vector(), match.similarity(),
-          std::vector<uint32_t>(match.covered_tokens().begin(), match.covered_tokens().end())});
-    }
-    result.hits.push_back(std::move(hit));
+  for (const v1::Hit& proto : response.hits()) result.hits.push_back(DecodeHit(proto));
+  for (const v1::HitGroup& proto : response.groups()) {
+    SearchGroup group;
+    absl::StatusOr<AttributeValue> value = AttributeFromProto(proto.value());
+    if (value.ok()) group.value = *std::move(value);
+    for (const v1::Hit& hit : proto.hits()) group.hits.push_back(DecodeHit(hit));
+    result.groups.push_back(std::move(group));
   }
   result.timings.candidates_ms = response.timings().candidates_ms();
   result.timings.fetch_ms = response.timings().fetch_ms();
@@ -632,6 +669,48 @@ absl::StatusOr<std::vector<bool>> Client::Delete(const std::string& collection,
                                             " ids with ", response.existed_size(), " flags"));
   }
   return std::vector<bool>(response.existed().begin(), response.existed().end());
+}
+
+absl::StatusOr<uint64_t> Client::DeleteMatching(const std::string& collection,
+                                                const Filter& filter) {
+  v1::DeleteRequest request;
+  request.set_collection(collection);
+  *request.mutable_filter() = internal::FilterToProto(filter);
+  v1::DeleteResponse response;
+  auto context = MakeContext(options_.timeout);
+  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(ingest_->Delete(context.get(), request, &response)));
+  return response.deleted();
+}
+
+absl::StatusOr<uint64_t> Client::Count(const std::string& collection, const Filter& filter) {
+  v1::CountRequest request;
+  request.set_collection(collection);
+  *request.mutable_filter() = internal::FilterToProto(filter);
+  v1::CountResponse response;
+  auto context = MakeContext(options_.timeout);
+  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(query_->Count(context.get(), request, &response)));
+  return response.count();
+}
+
+absl::StatusOr<ScrollPage> Client::Scroll(const std::string& collection,
+                                          const ScrollOptions& options) {
+  v1::ScrollRequest request;
+  request.set_collection(collection);
+  *request.mutable_filter() = internal::FilterToProto(options.filter);
+  request.set_after(options.after);
+  request.set_limit(options.limit);
+  request.set_with_attributes(options.with_attributes);
+  for (const std::string& field : options.attribute_fields) request.add_attribute_fields(field);
+  v1::ScrollResponse response;
+  auto context = MakeContext(options_.timeout);
+  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(query_->Scroll(context.get(), request, &response)));
+  ScrollPage page;
+  for (const v1::ScrolledDocument& proto : response.documents()) {
+    page.documents.push_back(ScrolledDocument{proto.id(), proto.version(),
+                                              internal::DecodeAttributes(proto.attributes())});
+  }
+  page.next_after = response.next_after();
+  return page;
 }
 
 absl::StatusOr<StoredDocument> Client::Get(const std::string& collection, const std::string& id) {

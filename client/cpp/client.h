@@ -141,6 +141,15 @@ struct SearchOptions {
   // Router: when a shard has no replica that answers, return the other shards' hits (listed in
   // SearchResult::missing_shards) instead of failing with UNAVAILABLE.
   bool allow_partial_results = false;
+  // Each hit's attributes (SearchHit::attributes): all, or only attribute_fields.
+  bool with_attributes = false;
+  std::vector<std::string> attribute_fields;
+  // Grouped results: with group_by set, SearchResult::groups holds the best `groups` groups
+  // (0 = k) of documents sharing a value of that attribute, each with its best group_size hits
+  // (1 … 100).
+  std::string group_by;
+  uint32_t group_size = 1;
+  uint32_t groups = 0;
 };
 
 struct TokenMatch {
@@ -155,6 +164,12 @@ struct SearchHit {
   float score = 0;
   uint64_t version = 0;
   std::vector<TokenMatch> explanation;  // with SearchOptions::explain
+  Attributes attributes;                // with SearchOptions::with_attributes
+};
+
+struct SearchGroup {
+  AttributeValue value;         // of the group_by attribute
+  std::vector<SearchHit> hits;  // best first
 };
 
 struct SearchTimings {
@@ -166,11 +181,31 @@ struct SearchTimings {
 };
 
 struct SearchResult {
-  std::vector<SearchHit> hits;  // best first
+  std::vector<SearchHit> hits;      // best first
+  std::vector<SearchGroup> groups;  // with SearchOptions::group_by: best first (hits empty)
   SearchTimings timings;
   uint64_t documents_scored = 0;
   bool exhaustive = false;
   std::vector<uint32_t> missing_shards;  // with allow_partial_results
+};
+
+struct ScrollOptions {
+  Filter filter;
+  std::string after;     // the previous page's next_after; empty: from the first id
+  uint32_t limit = 100;  // 1 … 10000
+  bool with_attributes = false;
+  std::vector<std::string> attribute_fields;  // with_attributes: only these; empty: all
+};
+
+struct ScrolledDocument {
+  std::string id;
+  uint64_t version = 0;
+  Attributes attributes;
+};
+
+struct ScrollPage {
+  std::vector<ScrolledDocument> documents;  // ascending id
+  std::string next_after;                   // empty: the last page
 };
 
 // One search of a SearchBatch.
@@ -266,6 +301,8 @@ class Client {
   // For each id, whether it existed.
   absl::StatusOr<std::vector<bool>> Delete(const std::string& collection,
                                            const std::vector<std::string>& ids);
+  // Deletes every document matching `filter` (not empty), durably; returns how many.
+  absl::StatusOr<uint64_t> DeleteMatching(const std::string& collection, const Filter& filter);
   // NOT_FOUND for an unknown id.
   absl::StatusOr<StoredDocument> Get(const std::string& collection, const std::string& id);
 
@@ -274,6 +311,10 @@ class Client {
                                       const SearchOptions& options = {});
   // One result per query, in order.
   absl::StatusOr<std::vector<SearchResult>> SearchBatch(const std::vector<SearchQuery>& queries);
+  // Documents matching `filter` (empty: all).
+  absl::StatusOr<uint64_t> Count(const std::string& collection, const Filter& filter = {});
+  // One page of the documents matching options.filter, ascending by id, after options.after.
+  absl::StatusOr<ScrollPage> Scroll(const std::string& collection, const ScrollOptions& options);
 
  private:
   Client(ClientOptions options, std::shared_ptr<grpc::Channel> channel);
@@ -306,6 +347,7 @@ absl::StatusOr<std::vector<DocumentResult>> DecodeUpsertResponse(const v1::Upser
                                                                  size_t expected_results);
 absl::StatusOr<StoredDocument> DecodeGetResponse(v1::GetResponse&& response);
 SearchResult DecodeSearchResponse(const v1::SearchResponse& response);
+Attributes DecodeAttributes(const google::protobuf::Map<std::string, v1::AttributeValue>& map);
 // Splits `documents` into batches by UpsertOptions' document and byte limits, keeping order.
 std::vector<std::vector<DocumentInput>> SplitIntoBatches(std::vector<DocumentInput> documents,
                                                          const UpsertOptions& options);

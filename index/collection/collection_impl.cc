@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <optional>
 #include <utility>
 
@@ -107,6 +108,26 @@ absl::Status CheckVectorValues(const float* values, int64_t n, int64_t cols,
   return absl::OkStatus();
 }
 
+// Orders attribute values of one field (one type): int64 exactly, doubles, strings bytewise.
+struct AttributeLess {
+  bool operator()(const AttributeValue& a, const AttributeValue& b) const { return a < b; }
+};
+
+bool BetterHit(float a_score, const std::string& a_id, float b_score, const std::string& b_id) {
+  return a_score != b_score ? a_score > b_score : a_id < b_id;
+}
+
+// Only `fields` of `attributes` (all when empty).
+Attributes SelectAttributes(Attributes attributes, const std::vector<std::string>& fields) {
+  if (fields.empty()) return attributes;
+  Attributes selected;
+  for (const std::string& field : fields) {
+    auto it = attributes.find(field);
+    if (it != attributes.end()) selected.insert(std::move(*it));
+  }
+  return selected;
+}
+
 }  // namespace
 
 struct CollectionImpl::Scored {
@@ -117,6 +138,7 @@ struct CollectionImpl::Scored {
   uint64_t version = 0;
   std::vector<int32_t> best_tokens;  // when explaining
   std::vector<float> vectors;        // when explaining: the rerank vectors, fp32
+  Attributes attributes;             // with_attributes or group_by: read with id and version
 };
 
 CollectionImpl::CollectionImpl(std::string dir, CollectionSchema schema, CollectionContext context)
@@ -387,6 +409,83 @@ absl::StatusOr<std::vector<bool>> CollectionImpl::Delete(const std::vector<std::
   return existed;
 }
 
+absl::StatusOr<int64_t> CollectionImpl::DeleteMatching(const Filter& filter) {
+  if (filter.empty()) {
+    return absl::InvalidArgumentError(
+        "filter: empty, expected at least one condition (deleting every document is dropping "
+        "the collection)");
+  }
+  TESSERA_RETURN_IF_ERROR(ValidateFilter(filter, schema_.attributes));
+  int64_t deleted = 0;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    std::vector<std::string> ids;
+    shards_[s]->ForEachLive(filter, [&ids](uint64_t, const LiveDocument& document) {
+      ids.push_back(document.external_id);
+    });
+    if (ids.empty()) continue;
+    absl::StatusOr<WriteResult> result = shards_[s]->Apply({}, ids);
+    if (!result.ok()) {
+      LogWriteFailure(s, "delete by filter", ids.size(), result.status());
+      return result.status();
+    }
+    for (uint64_t iid : result->deleted_iids) deleted += iid != 0 ? 1 : 0;
+  }
+  return deleted;
+}
+
+absl::StatusOr<int64_t> CollectionImpl::Count(const Filter& filter) const {
+  TESSERA_RETURN_IF_ERROR(ValidateFilter(filter, schema_.attributes));
+  int64_t count = 0;
+  for (const auto& shard : shards_) {
+    if (filter.empty()) {
+      count += shard->num_documents();
+      continue;
+    }
+    shard->ForEachLive(filter, [&count](uint64_t, const LiveDocument&) { ++count; });
+  }
+  return count;
+}
+
+absl::StatusOr<ScrollPage> CollectionImpl::Scroll(const ScrollOptions& options) const {
+  TESSERA_RETURN_IF_ERROR(ValidateFilter(options.filter, schema_.attributes));
+  TESSERA_RETURN_IF_ERROR(ValidateAttributeFields(options.attribute_fields));
+  if (options.limit < 1 || options.limit > context_.limits.max_scroll_limit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("limit ", options.limit, ", expected 1 … ", context_.limits.max_scroll_limit));
+  }
+  // The first limit + 1 ids after the cursor over all shards (one more tells whether the page
+  // reached the end); a heap of the smallest keeps memory at the page's size.
+  const auto keep = static_cast<size_t>(options.limit) + 1;
+  auto by_id = [](const ScrolledDocument& a, const ScrolledDocument& b) { return a.id < b.id; };
+  std::vector<ScrolledDocument> page;
+  for (const auto& shard : shards_) {
+    shard->ForEachLive(options.filter, [&](uint64_t, const LiveDocument& document) {
+      if (document.external_id <= options.after && !options.after.empty()) return;
+      if (page.size() == keep && !(document.external_id < page.front().id)) return;
+      ScrolledDocument entry;
+      entry.id = document.external_id;
+      entry.version = document.version;
+      if (options.with_attributes) {
+        entry.attributes = SelectAttributes(document.attributes, options.attribute_fields);
+      }
+      page.push_back(std::move(entry));
+      std::push_heap(page.begin(), page.end(), by_id);
+      if (page.size() > keep) {
+        std::pop_heap(page.begin(), page.end(), by_id);
+        page.pop_back();
+      }
+    });
+  }
+  std::sort_heap(page.begin(), page.end(), by_id);
+  ScrollPage result;
+  if (page.size() == keep) {
+    page.pop_back();
+    result.next_after = page.back().id;
+  }
+  result.documents = std::move(page);
+  return result;
+}
+
 absl::StatusOr<StoredDocument> CollectionImpl::Get(const std::string& id,
                                                    const GetOptions& options) const {
   TESSERA_RETURN_IF_ERROR(ValidateId(id));
@@ -478,12 +577,51 @@ absl::Status CollectionImpl::ValidateQuery(FloatMatrixView query,
                                                    ", expected 0 or ", schema_.num_shards, " … ",
                                                    kMaxShards));
   }
-  return ValidateFilter(options.filter, schema_.attributes);
+  TESSERA_RETURN_IF_ERROR(ValidateFilter(options.filter, schema_.attributes));
+  TESSERA_RETURN_IF_ERROR(ValidateAttributeFields(options.attribute_fields));
+  if (!options.group_by.empty()) {
+    if (schema_.attributes.count(options.group_by) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("group_by: unknown field ", QuotedForMessage(options.group_by),
+                       ", expected one of the collection's attribute fields"));
+    }
+    if (options.group_size < 1 || options.group_size > limits.max_group_size) {
+      return absl::InvalidArgumentError(absl::StrCat("group_size ", options.group_size,
+                                                     ", expected 1 … ", limits.max_group_size));
+    }
+    if (options.groups < 0 || options.groups > limits.max_k) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("groups ", options.groups, ", expected 1 … ", limits.max_k, " or 0 (k)"));
+    }
+    if (options.explain) {
+      return absl::InvalidArgumentError(
+          "explain with group_by: explain is for a plain search, expected one of the two");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CollectionImpl::ValidateAttributeFields(const std::vector<std::string>& fields) const {
+  for (size_t i = 0; i < fields.size(); ++i) {
+    if (schema_.attributes.count(fields[i]) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attribute_fields[", i, "]: unknown field ", QuotedForMessage(fields[i]),
+                       ", expected one of the collection's attribute fields"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t CollectionImpl::HitsWanted(const SearchOptions& options) {
+  if (options.group_by.empty()) return options.k;
+  return (options.groups > 0 ? options.groups : options.k) * options.group_size;
 }
 
 CollectionImpl::SearchPlan CollectionImpl::Plan(const SearchOptions& options) const {
-  // ValidateQuery has bounded k, N, k′ and nprobe by the (int) limits.
-  const int k = static_cast<int>(options.k);
+  // ValidateQuery has bounded k, N, k′ and nprobe by the (int) limits; a grouped search's hits
+  // by max_k × max_group_size.
+  const int k =
+      static_cast<int>(std::min<int64_t>(HitsWanted(options), context_.limits.max_num_candidates));
   const int64_t whole_shards =
       options.whole_shards > 0 ? options.whole_shards : static_cast<int64_t>(shards_.size());
   SearchPlan plan;
@@ -524,7 +662,7 @@ absl::StatusOr<std::optional<std::vector<uint64_t>>> CollectionImpl::NominateCan
   // Too few nominees (a selective filter): the caller scores every matching document of the
   // shard, so that k matching documents always yield k results.
   if (static_cast<int64_t>(nominees.size()) <
-      std::min<int64_t>(options.k, shards_[s]->num_documents())) {
+      std::min<int64_t>(HitsWanted(options), shards_[s]->num_documents())) {
     return std::nullopt;
   }
   const auto keep = static_cast<size_t>(shard_plan.share);
@@ -566,6 +704,7 @@ absl::StatusOr<std::optional<std::vector<uint64_t>>> CollectionImpl::NominateCan
 }
 
 absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_best_tokens,
+                                            bool want_attributes,
                                             const std::vector<std::pair<int, uint64_t>>& documents,
                                             std::vector<Scored>* scored,
                                             SearchTimings* timings) const {
@@ -605,7 +744,10 @@ absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_bes
     entry->score = score;
     entry->shard = shard;
     entry->iid = iid;
-    if (!shards_[shard]->Describe(iid, &entry->id, &entry->version)) return;
+    if (!shards_[shard]->Describe(iid, &entry->id, &entry->version,
+                                  want_attributes ? &entry->attributes : nullptr)) {
+      return;
+    }
     scored->push_back(std::move(*entry));
   };
   if (!matrices.empty()) {
@@ -657,7 +799,8 @@ absl::StatusOr<std::vector<CollectionImpl::Scored>> CollectionImpl::RankExactly(
     }
     const std::vector<std::pair<int, uint64_t>> chunk(
         selected.begin() + begin, selected.begin() + std::min(selected.size(), begin + kChunk));
-    TESSERA_RETURN_IF_ERROR(ScoreDocuments(query, options.explain, chunk, &top, &result->timings));
+    TESSERA_RETURN_IF_ERROR(ScoreDocuments(query, options.explain, options.with_attributes, chunk,
+                                           &top, &result->timings));
     result->documents_scored += static_cast<int64_t>(chunk.size());
     if (top.size() > static_cast<size_t>(options.k)) {
       std::partial_sort(top.begin(), top.begin() + options.k, top.end(), better);
@@ -667,6 +810,58 @@ absl::StatusOr<std::vector<CollectionImpl::Scored>> CollectionImpl::RankExactly(
   std::sort(top.begin(), top.end(), better);
   if (top.size() > static_cast<size_t>(options.k)) top.resize(options.k);
   return top;
+}
+
+absl::StatusOr<std::vector<CollectionImpl::ScoredGroup>> CollectionImpl::RankGroups(
+    FloatMatrixView query, const std::vector<std::pair<int, uint64_t>>& selected,
+    const SearchOptions& options, SearchResult* result) const {
+  auto better = [](const Scored& a, const Scored& b) {
+    return BetterHit(a.score, a.id, b.score, b.id);
+  };
+  const auto group_size = static_cast<size_t>(options.group_size);
+  // Every group's best group_size so far, by value (bounded memory: each chunk's hits are folded
+  // in before the next is scored).
+  std::map<AttributeValue, std::vector<Scored>, AttributeLess> by_value;
+  constexpr size_t kChunk = 4096;
+  std::vector<Scored> scored;
+  for (size_t begin = 0; begin < selected.size(); begin += kChunk) {
+    if (Clock::now() > options.deadline) {
+      return absl::DeadlineExceededError("search deadline passed during exact scoring");
+    }
+    const std::vector<std::pair<int, uint64_t>> chunk(
+        selected.begin() + begin, selected.begin() + std::min(selected.size(), begin + kChunk));
+    scored.clear();
+    TESSERA_RETURN_IF_ERROR(ScoreDocuments(query, /*want_best_tokens=*/false,
+                                           /*want_attributes=*/true, chunk, &scored,
+                                           &result->timings));
+    result->documents_scored += static_cast<int64_t>(chunk.size());
+    for (Scored& entry : scored) {
+      const auto value = entry.attributes.find(options.group_by);
+      if (value == entry.attributes.end()) continue;  // in no group
+      std::vector<Scored>& members = by_value[value->second];
+      members.push_back(std::move(entry));
+      if (members.size() > 2 * group_size) {
+        std::partial_sort(members.begin(), members.begin() + group_size, members.end(), better);
+        members.resize(group_size);
+      }
+    }
+  }
+  std::vector<ScoredGroup> groups;
+  groups.reserve(by_value.size());
+  for (auto& [value, members] : by_value) {
+    std::sort(members.begin(), members.end(), better);
+    if (members.size() > group_size) members.resize(group_size);
+    groups.push_back(ScoredGroup{value, std::move(members)});
+  }
+  // The best groups by their best hit; a part of a collection returns them all (MergeGroups).
+  std::sort(groups.begin(), groups.end(), [&](const ScoredGroup& a, const ScoredGroup& b) {
+    return better(a.hits[0], b.hits[0]);
+  });
+  const int64_t wanted = options.groups > 0 ? options.groups : options.k;
+  if (options.whole_shards == 0 && static_cast<int64_t>(groups.size()) > wanted) {
+    groups.resize(static_cast<size_t>(wanted));
+  }
+  return groups;
 }
 
 absl::StatusOr<std::vector<TokenMatch>> CollectionImpl::Explain(FloatMatrixView query,
@@ -738,15 +933,36 @@ absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
   result.documents = total_documents;
   TESSERA_ASSIGN_OR_RETURN(const std::vector<Candidate> selected,
                            SelectForRanking(query, plan, options, &result));
-  TESSERA_ASSIGN_OR_RETURN(std::vector<Scored> top, RankExactly(query, selected, options, &result));
-  for (Scored& entry : top) {
+  auto to_hit = [&options](Scored& entry) {
     SearchHit hit;
-    if (options.explain) {
-      TESSERA_ASSIGN_OR_RETURN(hit.explanation, Explain(query, entry));
-    }
     hit.id = std::move(entry.id);
     hit.score = entry.score;
     hit.version = entry.version;
+    if (options.with_attributes) {
+      hit.attributes = SelectAttributes(std::move(entry.attributes), options.attribute_fields);
+    }
+    return hit;
+  };
+  if (!options.group_by.empty()) {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<ScoredGroup> groups,
+                             RankGroups(query, selected, options, &result));
+    for (ScoredGroup& group : groups) {
+      SearchGroup out;
+      out.value = std::move(group.value);
+      for (Scored& entry : group.hits) out.hits.push_back(to_hit(entry));
+      result.groups.push_back(std::move(out));
+    }
+    result.timings.total_ms = MillisecondsSince(search_start);
+    return result;
+  }
+  TESSERA_ASSIGN_OR_RETURN(std::vector<Scored> top, RankExactly(query, selected, options, &result));
+  for (Scored& entry : top) {
+    std::vector<TokenMatch> explanation;
+    if (options.explain) {
+      TESSERA_ASSIGN_OR_RETURN(explanation, Explain(query, entry));
+    }
+    SearchHit hit = to_hit(entry);
+    hit.explanation = std::move(explanation);
     result.hits.push_back(std::move(hit));
   }
   result.timings.total_ms = MillisecondsSince(search_start);

@@ -61,6 +61,9 @@ class CollectionImpl : public Collection {
   const std::string& directory() const { return dir_; }
   std::vector<UpsertOutcome> Upsert(std::vector<Document> documents) override;
   absl::StatusOr<std::vector<bool>> Delete(const std::vector<std::string>& ids) override;
+  absl::StatusOr<int64_t> DeleteMatching(const Filter& filter) override;
+  absl::StatusOr<int64_t> Count(const Filter& filter) const override;
+  absl::StatusOr<ScrollPage> Scroll(const ScrollOptions& options) const override;
   using Collection::Get;
   absl::StatusOr<StoredDocument> Get(const std::string& id,
                                      const GetOptions& options) const override;
@@ -85,6 +88,11 @@ class CollectionImpl : public Collection {
 
  private:
   struct Scored;
+  // A group of a grouped search: its value and best hits, best first.
+  struct ScoredGroup {
+    AttributeValue value;
+    std::vector<Scored> hits;
+  };
   CollectionImpl(std::string dir, CollectionSchema schema, CollectionContext context);
 
   // The one check of a document id, for Upsert, Get and Delete alike: INVALID_ARGUMENT unless it
@@ -98,6 +106,11 @@ class CollectionImpl : public Collection {
   // Pools a valid document into its store write.
   absl::StatusOr<DocumentWrite> PrepareWrite(const Document& document) const;
   absl::Status ValidateQuery(FloatMatrixView query, const SearchOptions& options) const;
+  // INVALID_ARGUMENT naming the first field that is not an attribute field of the schema.
+  absl::Status ValidateAttributeFields(const std::vector<std::string>& fields) const;
+  // The hits a search asks for: k, or a grouped search's groups × group_size (what stage 1's N
+  // is sized for).
+  static int64_t HitsWanted(const SearchOptions& options);
 
   // A search's options with their defaults resolved, per shard.
   struct ShardPlan {
@@ -133,14 +146,21 @@ class CollectionImpl : public Collection {
   absl::StatusOr<std::vector<Scored>> RankExactly(
       FloatMatrixView query, const std::vector<std::pair<int, uint64_t>>& selected,
       const SearchOptions& options, SearchResult* result) const;
+  // Stage 2 of a grouped search: exact MaxSim over `selected`, folded into groups by the
+  // group_by field's value; the best options.groups (all of them for a part of a collection,
+  // options.whole_shards > 0), each with its best options.group_size, best group first.
+  absl::StatusOr<std::vector<ScoredGroup>> RankGroups(
+      FloatMatrixView query, const std::vector<std::pair<int, uint64_t>>& selected,
+      const SearchOptions& options, SearchResult* result) const;
   // Per query token, the best document vector of a scored hit and the tokens it covers. For a
   // hit scored from its codes (no best_tokens), the best vectors among the decoded ones: their
   // similarities sum to the hit's score within CompactQuery::ErrorBound.
   absl::StatusOr<std::vector<TokenMatch>> Explain(FloatMatrixView query, const Scored& entry) const;
-  // MaxSim of the query against the given (shard, iid) documents, appended to `scored`: exact
+  // MaxSim of the query against the given (shard, iid) documents, appended to `scored` (with
+  // their attributes when want_attributes, read with their id and version): exact
   // (fp32) over stored rerank vectors, from the codes (Shard::ScoreCodes, within its error bound)
   // for documents stored as codes only; the latter carry no best_tokens.
-  absl::Status ScoreDocuments(FloatMatrixView query, bool want_best_tokens,
+  absl::Status ScoreDocuments(FloatMatrixView query, bool want_best_tokens, bool want_attributes,
                               const std::vector<std::pair<int, uint64_t>>& documents,
                               std::vector<Scored>* scored, SearchTimings* timings) const;
 

@@ -1,6 +1,7 @@
 #include "tessera/merge.h"
 
 #include <algorithm>
+#include <map>
 #include <utility>
 
 namespace tessera {
@@ -14,7 +15,44 @@ void KeepSlowest(const SearchTimings& part, SearchTimings* merged) {
   merged->total_ms = std::max(merged->total_ms, part.total_ms);
 }
 
+bool Better(const SearchHit& a, const SearchHit& b) {
+  return a.score != b.score ? a.score > b.score : a.id < b.id;
+}
+
+// The fields every merge sums or keeps the slowest of.
+void MergeCounts(const SearchResult& part, SearchResult* merged) {
+  merged->documents += part.documents;
+  merged->documents_scored += part.documents_scored;
+  merged->num_candidates = std::max(merged->num_candidates, part.num_candidates);
+  merged->exhaustive = merged->exhaustive && part.exhaustive;
+  KeepSlowest(part.timings, &merged->timings);
+}
+
 }  // namespace
+
+SearchResult MergeGroups(std::vector<SearchResult> parts, int64_t groups, int64_t group_size) {
+  SearchResult merged;
+  merged.exhaustive = !parts.empty();
+  std::map<AttributeValue, std::vector<SearchHit>> by_value;
+  for (SearchResult& part : parts) {
+    MergeCounts(part, &merged);
+    for (SearchGroup& group : part.groups) {
+      std::vector<SearchHit>& hits = by_value[group.value];
+      for (SearchHit& hit : group.hits) hits.push_back(std::move(hit));
+    }
+  }
+  for (auto& [value, hits] : by_value) {
+    if (hits.empty()) continue;
+    std::sort(hits.begin(), hits.end(), Better);
+    if (static_cast<int64_t>(hits.size()) > group_size) hits.resize(group_size);
+    merged.groups.push_back(SearchGroup{value, std::move(hits)});
+  }
+  std::sort(
+      merged.groups.begin(), merged.groups.end(),
+      [](const SearchGroup& a, const SearchGroup& b) { return Better(a.hits[0], b.hits[0]); });
+  if (static_cast<int64_t>(merged.groups.size()) > groups) merged.groups.resize(groups);
+  return merged;
+}
 
 SearchResult MergeTopK(std::vector<SearchResult> parts, int64_t k) {
   SearchResult merged;

@@ -1075,11 +1075,17 @@ absl::StatusOr<DocumentRecord> Shard::GetRecord(uint64_t iid) const {
 }
 
 bool Shard::Describe(uint64_t iid, std::string* external_id, uint64_t* version) const {
+  return Describe(iid, external_id, version, nullptr);
+}
+
+bool Shard::Describe(uint64_t iid, std::string* external_id, uint64_t* version,
+                     Attributes* attributes) const {
   ReaderMutexLock lock(&table_mu_);
   const auto it = live_.find(iid);
   if (it == live_.end()) return false;
   *external_id = it->second.external_id;
   *version = it->second.version;
+  if (attributes != nullptr) *attributes = it->second.attributes;
   return true;
 }
 

@@ -175,6 +175,10 @@ class Shard {
                    const std::function<void(uint64_t, const LiveDocument&)>& fn) const;
   // The live document's external id and version; false if iid is no longer live.
   bool Describe(uint64_t iid, std::string* external_id, uint64_t* version) const;
+  // Describe, and the document's attributes (copied) in the same lookup: consistent with the id
+  // and version.
+  bool Describe(uint64_t iid, std::string* external_id, uint64_t* version,
+                Attributes* attributes) const;
   // The rerank vectors of each iid: resident ones from memory, the others read from the store,
   // decoded from the centroid codes for documents stored without them (rerank_from_codes); null
   // for an iid that is no longer stored.

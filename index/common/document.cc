@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "tessera/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -39,6 +41,10 @@ bool Holds(FilterCondition::Op op, const T& a, const T& b) {
       return a > b;
     case Op::kGe:
       return a >= b;
+    case Op::kExists:
+    case Op::kMissing:
+    case Op::kPrefix:
+      break;  // not comparisons (ConditionMatches)
   }
   return false;
 }
@@ -52,6 +58,16 @@ bool Holds(FilterCondition::Op op, const AttributeValue& a, const AttributeValue
 }
 
 bool ConditionMatches(const FilterCondition& condition, const AttributeValue& value) {
+  if (condition.op == FilterCondition::Op::kExists) return true;
+  if (condition.op == FilterCondition::Op::kMissing) return false;
+  if (condition.op == FilterCondition::Op::kPrefix) {
+    if (condition.values.empty() || !std::holds_alternative<std::string>(value) ||
+        !std::holds_alternative<std::string>(condition.values[0])) {
+      return false;
+    }
+    return absl::StartsWith(std::get<std::string>(value),
+                            std::get<std::string>(condition.values[0]));
+  }
   if (condition.op == FilterCondition::Op::kIn) {
     return std::any_of(condition.values.begin(), condition.values.end(),
                        [&value](const AttributeValue& v) {
@@ -95,46 +111,92 @@ const char* AttributeTypeName(AttributeType type) {
 bool FilterMatches(const Filter& filter, const Attributes& attributes) {
   for (const FilterCondition& condition : filter.all_of) {
     const auto it = attributes.find(condition.field);
-    if (it == attributes.end() || !ConditionMatches(condition, it->second)) return false;
+    if (it == attributes.end()) {
+      if (condition.op == FilterCondition::Op::kMissing) continue;
+      return false;
+    }
+    if (!ConditionMatches(condition, it->second)) return false;
   }
-  return true;
+  if (!filter.any_of.empty() &&
+      std::none_of(filter.any_of.begin(), filter.any_of.end(),
+                   [&](const Filter& f) { return FilterMatches(f, attributes); })) {
+    return false;
+  }
+  return std::none_of(filter.none_of.begin(), filter.none_of.end(),
+                      [&](const Filter& f) { return FilterMatches(f, attributes); });
 }
 
-absl::Status ValidateFilter(const Filter& filter,
-                            const std::map<std::string, AttributeType>& fields) {
+namespace {
+
+// `path` names the filter inside the top-level one: "" for the top level, "any_of[1].none_of[0]"
+// inside alternatives.
+absl::Status ValidateFilterAt(const Filter& filter,
+                              const std::map<std::string, AttributeType>& fields,
+                              const std::string& path, int depth) {
+  const std::string where = path.empty() ? "filter" : absl::StrCat("filter ", path);
+  if (depth > kMaxFilterDepth) {
+    return absl::InvalidArgumentError(absl::StrCat(where, ": nested ", depth,
+                                                   " deep, expected at most ", kMaxFilterDepth,
+                                                   " (any_of / none_of inside each other)"));
+  }
+  using Op = FilterCondition::Op;
   for (size_t i = 0; i < filter.all_of.size(); ++i) {
     const FilterCondition& condition = filter.all_of[i];
     const auto field = fields.find(condition.field);
     if (field == fields.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "filter condition ", i, ": unknown field ", QuotedForMessage(condition.field),
+          where, " condition ", i, ": unknown field ", QuotedForMessage(condition.field),
           ", expected one of the collection's attribute fields"));
     }
-    const bool is_in = condition.op == FilterCondition::Op::kIn;
-    if (is_in ? condition.values.empty() : condition.values.size() != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "filter condition ", i, " on '", condition.field, "': ", condition.values.size(),
-          " values, expected ", is_in ? "at least 1" : "exactly 1"));
+    const std::string at =
+        absl::StrCat(where, " condition ", i, " on ", QuotedForMessage(condition.field));
+    const bool is_in = condition.op == Op::kIn;
+    const bool no_value = condition.op == Op::kExists || condition.op == Op::kMissing;
+    const size_t n = condition.values.size();
+    if (no_value ? n != 0 : is_in ? n == 0 : n != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ": ", n, " values, expected ",
+                                                     no_value ? "none (exists / missing)"
+                                                     : is_in  ? "at least 1"
+                                                              : "exactly 1"));
+    }
+    if (condition.op == Op::kPrefix && field->second != AttributeType::kString) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ": prefix on the ",
+                                                     AttributeTypeName(field->second),
+                                                     " field, expected a string field"));
     }
     const bool field_is_number = field->second != AttributeType::kString;
-    for (size_t v = 0; v < condition.values.size(); ++v) {
+    for (size_t v = 0; v < n; ++v) {
       const AttributeValue& value = condition.values[v];
       if (IsNumber(value) != field_is_number) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("filter condition ", i, " on '", condition.field, "': a ",
-                         AttributeTypeName(TypeOf(value)), " value, but the field is ",
-                         AttributeTypeName(field->second)));
+        return absl::InvalidArgumentError(absl::StrCat(at, ": a ", AttributeTypeName(TypeOf(value)),
+                                                       " value, but the field is ",
+                                                       AttributeTypeName(field->second)));
       }
       // NaN equals nothing and orders with nothing: every comparison with it is vacuous.
       if (std::holds_alternative<double>(value) && std::isnan(std::get<double>(value))) {
         return absl::InvalidArgumentError(
-            absl::StrCat("filter condition ", i, " on '", condition.field, "': value nan",
-                         is_in ? absl::StrCat(" (values[", v, "])") : "",
+            absl::StrCat(at, ": value nan", is_in ? absl::StrCat(" (values[", v, "])") : "",
                          ", expected a number (±inf are allowed as bounds)"));
       }
     }
   }
+  const std::string prefix = path.empty() ? "" : absl::StrCat(path, ".");
+  for (size_t i = 0; i < filter.any_of.size(); ++i) {
+    TESSERA_RETURN_IF_ERROR(ValidateFilterAt(filter.any_of[i], fields,
+                                             absl::StrCat(prefix, "any_of[", i, "]"), depth + 1));
+  }
+  for (size_t i = 0; i < filter.none_of.size(); ++i) {
+    TESSERA_RETURN_IF_ERROR(ValidateFilterAt(filter.none_of[i], fields,
+                                             absl::StrCat(prefix, "none_of[", i, "]"), depth + 1));
+  }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateFilter(const Filter& filter,
+                            const std::map<std::string, AttributeType>& fields) {
+  return ValidateFilterAt(filter, fields, "", 1);
 }
 
 }  // namespace tessera

@@ -14,7 +14,9 @@ using ::testing::HasSubstr;
 using Op = FilterCondition::Op;
 
 Filter One(std::string field, Op op, std::vector<AttributeValue> values) {
-  return Filter{{FilterCondition{std::move(field), op, std::move(values)}}};
+  Filter filter;
+  filter.all_of.push_back(FilterCondition{std::move(field), op, std::move(values)});
+  return filter;
 }
 
 TEST(Filter, ComparesNumbersAcrossIntAndDouble) {

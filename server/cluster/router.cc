@@ -1004,6 +1004,15 @@ absl::Status Router::Delete(const v1::DeleteRequest& request, v1::DeleteResponse
   const uint32_t shards = ShardCount(entry.collection);
   std::vector<v1::ShardDeleteRequest> parts(shards);
   std::vector<std::vector<int>> positions(shards);
+  if (request.has_filter()) {
+    TESSERA_RETURN_IF_ERROR(server::CheckDeleteByFilter(request));
+    // Checked here too, so that a bad filter is the caller's error before any shard is called.
+    TESSERA_RETURN_IF_ERROR(server::FilterFromProto(request.filter()).status());
+    for (uint32_t s = 0; s < shards; ++s) {
+      *parts[s].mutable_filter() = request.filter();
+      positions[s].push_back(0);  // one answer per shard: its count
+    }
+  }
   for (int i = 0; i < request.ids_size(); ++i) {
     const auto s = static_cast<uint32_t>(ShardOf(request.ids(i), static_cast<int>(shards)));
     parts[s].add_ids(request.ids(i));
@@ -1015,7 +1024,13 @@ absl::Status Router::Delete(const v1::DeleteRequest& request, v1::DeleteResponse
       [](v1::ShardService::Stub* stub, grpc::ClientContext* context,
          const v1::ShardDeleteRequest& part,
          v1::DeleteResponse* answer) { return stub->Delete(context, part, answer); },
-      [](const v1::DeleteResponse& answer) { return answer.existed_size(); }, &down);
+      [&request](const v1::DeleteResponse& answer) {
+        return request.has_filter() ? 1 : answer.existed_size();
+      },
+      &down);
+  // By filter: each shard's count of deleted documents, from its first replica that answered
+  // (replicas hold the same documents).
+  std::vector<std::optional<uint64_t>> deleted_by_shard(shards);
   std::vector<bool> existed(static_cast<size_t>(request.ids_size()), false);
   std::map<uint32_t, ShardWrite> writes;
   std::vector<std::vector<std::string>> failures(shards);
@@ -1032,6 +1047,12 @@ absl::Status Router::Delete(const v1::DeleteRequest& request, v1::DeleteResponse
       continue;
     }
     write.stored.push_back(call.node);
+    if (request.has_filter()) {
+      if (!deleted_by_shard[call.shard].has_value()) {
+        deleted_by_shard[call.shard] = call.response.deleted();
+      }
+      continue;
+    }
     for (size_t j = 0; j < positions[call.shard].size(); ++j) {
       if (call.response.existed(static_cast<int>(j))) {
         existed[static_cast<size_t>(positions[call.shard][j])] = true;
@@ -1046,7 +1067,91 @@ absl::Status Router::Delete(const v1::DeleteRequest& request, v1::DeleteResponse
     return absl::UnavailableError(absl::StrCat(ShardName(name, shard), " unavailable (",
                                                absl::StrJoin(failures[shard], "; "), ")"));
   }
-  for (bool e : existed) response->add_existed(e);
+  uint64_t deleted = 0;
+  for (bool e : existed) {
+    response->add_existed(e);
+    deleted += e ? 1 : 0;
+  }
+  for (const std::optional<uint64_t>& d : deleted_by_shard) deleted += d.value_or(0);
+  response->set_deleted(deleted);
+  return absl::OkStatus();
+}
+
+absl::Status Router::Count(const v1::CountRequest& request, v1::CountResponse* response) {
+  TESSERA_ASSIGN_OR_RETURN(const CollectionEntry entry, ReadyCollection(request.collection()));
+  TESSERA_RETURN_IF_ERROR(server::FilterFromProto(request.filter()).status());
+  const uint32_t shards = ShardCount(entry.collection);
+  const absl::Time deadline = absl::Now() + options_.shard_call_timeout;
+  std::vector<absl::Status> statuses(shards);
+  std::vector<uint64_t> counts(shards, 0);
+  RunParallel(shards, [&](size_t i) {
+    const auto s = static_cast<uint32_t>(i);
+    v1::ShardCountRequest part;
+    part.set_collection(request.collection());
+    part.set_shard(s);
+    *part.mutable_filter() = request.filter();
+    statuses[i] = TryReplicas(
+        ShardName(request.collection(), s), ReadOrder(entry.collection.shards(static_cast<int>(s))),
+        deadline, [&](const std::string& node, absl::Time attempt_deadline) -> absl::Status {
+          TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
+          auto context = ShardCall(attempt_deadline);
+          v1::CountResponse answer;
+          TESSERA_RETURN_IF_ERROR(FromGrpc(stub->Count(context.get(), part, &answer)));
+          counts[i] = answer.count();
+          return absl::OkStatus();
+        });
+  });
+  uint64_t total = 0;
+  for (uint32_t s = 0; s < shards; ++s) {
+    TESSERA_RETURN_IF_ERROR(statuses[s]);
+    total += counts[s];
+  }
+  response->set_count(total);
+  return absl::OkStatus();
+}
+
+absl::Status Router::Scroll(const v1::ScrollRequest& request, v1::ScrollResponse* response) {
+  TESSERA_ASSIGN_OR_RETURN(const CollectionEntry entry, ReadyCollection(request.collection()));
+  TESSERA_RETURN_IF_ERROR(server::ScrollOptionsFromProto(request).status());
+  const uint32_t shards = ShardCount(entry.collection);
+  const absl::Time deadline = absl::Now() + options_.shard_call_timeout;
+  std::vector<absl::Status> statuses(shards);
+  std::vector<v1::ScrollResponse> pages(shards);
+  RunParallel(shards, [&](size_t i) {
+    const auto s = static_cast<uint32_t>(i);
+    v1::ShardScrollRequest part;
+    part.set_shard(s);
+    *part.mutable_scroll() = request;
+    statuses[i] = TryReplicas(
+        ShardName(request.collection(), s), ReadOrder(entry.collection.shards(static_cast<int>(s))),
+        deadline, [&](const std::string& node, absl::Time attempt_deadline) -> absl::Status {
+          TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
+          auto context = ShardCall(attempt_deadline);
+          pages[i].Clear();
+          return FromGrpc(stub->Scroll(context.get(), part, &pages[i]));
+        });
+  });
+  std::vector<v1::ScrolledDocument> documents;
+  bool more = false;
+  for (uint32_t s = 0; s < shards; ++s) {
+    TESSERA_RETURN_IF_ERROR(statuses[s]);
+    more = more || !pages[s].next_after().empty();
+    for (v1::ScrolledDocument& document : *pages[s].mutable_documents()) {
+      documents.push_back(std::move(document));
+    }
+  }
+  std::sort(
+      documents.begin(), documents.end(),
+      [](const v1::ScrolledDocument& a, const v1::ScrolledDocument& b) { return a.id() < b.id(); });
+  const size_t limit = request.limit() == 0 ? 100 : request.limit();
+  if (documents.size() > limit) {
+    documents.resize(limit);
+    more = true;
+  }
+  if (more && !documents.empty()) response->set_next_after(documents.back().id());
+  for (v1::ScrolledDocument& document : documents) {
+    *response->add_documents() = std::move(document);
+  }
   return absl::OkStatus();
 }
 
@@ -1149,7 +1254,12 @@ absl::Status Router::Search(const grpc::CallbackServerContext& call,
   std::set<uint32_t> missing;
   std::vector<SearchResult> parts;
   TESSERA_RETURN_IF_ERROR(Gather(&answers, request, &missing, &parts));
-  const SearchResult merged = MergeTopK(std::move(parts), k);
+  // A grouped search's parts hold every group among what they scored (SearchOptions::group_by).
+  const SearchResult merged =
+      request.group_by().empty()
+          ? MergeTopK(std::move(parts), k)
+          : MergeGroups(std::move(parts), request.groups() == 0 ? k : request.groups(),
+                        request.group_size());
   const double fanout_ms =
       std::chrono::duration<double, std::milli>(Clock::now() - fanout_start).count();
   server::SearchResultToProto(merged, response);

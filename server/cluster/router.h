@@ -99,7 +99,14 @@ class Router final : public server::Backend {
   absl::Status GetCollection(const std::string& name, v1::GetCollectionResponse* response) override;
   absl::Status Flush(const std::string& name) override;
   absl::Status Upsert(const v1::UpsertRequest& request, v1::UpsertResponse* response) override;
+  // By ids, or by filter: every shard's live replicas delete their matches (acknowledged as a
+  // delete by ids is: a replica that missed it is marked stale).
   absl::Status Delete(const v1::DeleteRequest& request, v1::DeleteResponse* response) override;
+  // One serving replica per shard (as Search): the sum of the shards' counts.
+  absl::Status Count(const v1::CountRequest& request, v1::CountResponse* response) override;
+  // One serving replica per shard, each asked for a page as large as the caller's: the first
+  // `limit` ids of their answers are the collection's page.
+  absl::Status Scroll(const v1::ScrollRequest& request, v1::ScrollResponse* response) override;
   absl::Status Get(const v1::GetRequest& request, v1::GetResponse* response) override;
   absl::Status Search(const grpc::CallbackServerContext& call, const v1::SearchRequest& request,
                       v1::SearchResponse* response) override;

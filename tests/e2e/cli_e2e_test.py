@@ -262,6 +262,64 @@ class CliEndToEndTest(unittest.TestCase):
         self.cli("collections", "drop", "papers")
         self.assertNotIn("papers", self.cli_json("collections", "list")["collections"])
 
+    def test_filters_count_scroll_groups_delete(self):
+        """count, scroll, search --group-by / --attributes and delete by filter, with nested
+        alternatives (--any-of, --none-of) and exists / prefix conditions, against the values the
+        generator wrote (doc i: group i % 3, title "document i", weight i / 10)."""
+        self.create("facets")
+        self.cli_json("ingest", "facets", os.path.join(self.work, "docs.npz"), "--meta",
+                      os.path.join(self.work, "docs.jsonl"), "--no-resume", "--journal",
+                      os.path.join(self.work, "facets.journal"))
+        ids = [f"doc-{i:03d}" for i in range(NUM_DOCS)]
+
+        def count(*flags):
+            return self.cli_json("count", "facets", *flags)["count"]
+
+        self.assertEqual(count(), NUM_DOCS)
+        self.assertEqual(count("--filter", "group==1"), sum(i % 3 == 1 for i in range(NUM_DOCS)))
+        self.assertEqual(count("--any-of", "group==0 && weight<5", "--any-of", "group==2"),
+                         sum((i % 3 == 0 and i / 10 < 5) or i % 3 == 2 for i in range(NUM_DOCS)))
+        self.assertEqual(count("--filter", "title prefix document 1", "--none-of", "group==0"),
+                         sum(str(i).startswith("1") and i % 3 != 0 for i in range(NUM_DOCS)))
+        self.assertEqual(count("--filter", "title exists"), NUM_DOCS)
+        self.assertEqual(count("--filter", "title missing"), 0)
+
+        scrolled, after = [], []
+        while True:
+            page = self.cli_json("scroll", "facets", "--filter", "group==1", "--limit", "40",
+                                 "--attributes", "group", *after)
+            scrolled += [d["id"] for d in page["documents"]]
+            self.assertTrue(all(d["attributes"] == {"group": 1} for d in page["documents"]))
+            if not page["next_after"]:
+                break
+            after = ["--after", page["next_after"]]
+        self.assertEqual(scrolled, [i for n, i in enumerate(ids) if n % 3 == 1])
+
+        grouped = self.cli_json("search", "facets", "--query", self.query_file("doc-017"),
+                                "--group-by", "group", "--group-size", "2", "--groups", "3",
+                                "--exhaustive", "--attributes", "group")
+        self.assertEqual(grouped["results"], [])
+        self.assertEqual(len(grouped["groups"]), 3)
+        self.assertEqual(grouped["groups"][0]["value"], 2)  # doc-017 is in group 2
+        self.assertEqual(grouped["groups"][0]["results"][0]["id"], "doc-017")
+        self.assertEqual(sorted(g["value"] for g in grouped["groups"]), [0, 1, 2])
+        for group in grouped["groups"]:
+            self.assertEqual(len(group["results"]), 2)
+            for hit in group["results"]:
+                self.assertEqual(hit["attributes"], {"group": group["value"]})
+        human = self.cli("search", "facets", "--query", self.query_file("doc-017"),
+                         "--group-by", "group", "--exhaustive").stdout
+        self.assertTrue(human.startswith("group 2\n"), human)
+
+        deleted = self.cli_json("delete", "facets", "--filter", "group==2")
+        self.assertEqual(deleted["deleted"], NUM_DOCS // 3)
+        self.assertEqual(count(), NUM_DOCS - NUM_DOCS // 3)
+        self.assertEqual(count("--filter", "group==2"), 0)
+        bad = self.cli("count", "facets", "--filter", "group prefix 1", expect=1)
+        self.assertIn("INVALID_ARGUMENT: filter condition 0 on 'group': prefix on the int64 "
+                      "field, expected a string field", bad.stderr)
+        self.cli("collections", "drop", "facets")
+
     def test_killed_ingest_resumes_without_duplicates(self):
         self.create("resume")
         npz = os.path.join(self.work, "docs.npz")

@@ -126,6 +126,79 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(result.returncode, 0, result.stderr)
         return result
 
+    def test_attributes_groups_counts_through_the_router(self):
+        """Count, scroll, delete by filter, attributes in hits and grouped results through the
+        router answer as the standalone server does (ids, order, scores, values)."""
+        router = self.router.client()
+        standalone = self.standalone.client()
+        self.addCleanup(router.close)
+        self.addCleanup(standalone.close)
+        name = "facets"
+        attributes = {"doc": "string", "page": "int64", "lang": "string"}
+        router.create_collection(name, DIM, attributes=attributes, num_shards=SHARDS, replicas=2)
+        standalone.create_collection(name, DIM, attributes=attributes, num_shards=SHARDS)
+        rng = np.random.default_rng(34)
+        docs = []
+        for i in range(300):
+            attrs = {"doc": f"pdf-{i // 6:02d}", "page": i % 6}
+            if i % 5:
+                attrs["lang"] = ["en", "en-GB", "de"][i % 3]
+            docs.append({"id": f"p-{i:04d}", "tokens": e2e_util.normalized(rng, 12, DIM),
+                         "attributes": attrs})
+        self.assertTrue(all(r.ok for r in router.upsert(name, docs, batch_size=50)))
+        self.assertTrue(all(r.ok for r in standalone.upsert(name, docs, batch_size=50)))
+        filters = [None, [("lang", "prefix", "en")], [("lang", "missing")],
+                   {"any_of": [[("page", "==", 0)], [("lang", "==", "de"), ("page", ">", 3)]]},
+                   [("page", "<", 4), {"none_of": [[("doc", "in", ["pdf-01", "pdf-02"])]]}]]
+
+        def same_hits(got, want):
+            self.assertEqual([h.id for h in got], [h.id for h in want])
+            self.assertEqual([h.score for h in got], [h.score for h in want])
+            self.assertEqual([h.attributes for h in got], [h.attributes for h in want])
+
+        def same_answers():
+            for filter_ in filters:
+                self.assertEqual(router.count(name, filter=filter_),
+                                 standalone.count(name, filter=filter_))
+                after = None
+                while True:
+                    got = router.scroll(name, filter=filter_, after=after, limit=7,
+                                        with_attributes=True)
+                    want = standalone.scroll(name, filter=filter_, after=after, limit=7,
+                                             with_attributes=True)
+                    self.assertEqual(got, want, (filter_, after))
+                    if want.next_after is None:
+                        break
+                    after = want.next_after
+            for query in self.queries[:4]:
+                for options in ({"exhaustive": True}, {}, {"num_candidates": 30}):
+                    for group_by, group_size, groups in (("doc", 3, 5), ("lang", 4, 3)):
+                        got = router.search(name, query, group_by=group_by,
+                                            group_size=group_size, groups=groups,
+                                            with_attributes=True, **options)
+                        want = standalone.search(name, query, group_by=group_by,
+                                                 group_size=group_size, groups=groups,
+                                                 with_attributes=True, **options)
+                        self.assertEqual([g.value for g in got.groups],
+                                         [g.value for g in want.groups])
+                        self.assertEqual(len(want.groups), groups)
+                        for g, w in zip(got.groups, want.groups):
+                            same_hits(g.hits, w.hits)
+                    same_hits(router.search(name, query, k=10, with_attributes=["doc"], **options),
+                              standalone.search(name, query, k=10, with_attributes=["doc"],
+                                                **options))
+
+        same_answers()
+        gone = {"any_of": [[("doc", "prefix", "pdf-1")], [("lang", "==", "de"), ("page", "==", 5)]]}
+        deleted = standalone.delete(name, filter=gone)
+        self.assertGreater(deleted, 0)
+        self.assertEqual(router.delete(name, filter=gone), deleted)
+        self.assertEqual(router.count(name), 300 - deleted)
+        self.assertEqual(router.count(name, filter=gone), 0)
+        same_answers()
+        router.drop_collection(name)
+        standalone.drop_collection(name)
+
     def test_cli_ingest_through_the_router(self):
         """`tessera ingest` against a router: same summary, journal and resume as standalone."""
         work = self.router.work_dir

@@ -1,7 +1,8 @@
 // Crash safety of the whole write path (validate → pool → RocksDB → FAISS): a child process ingests
 // through the Engine API and reports every acknowledged write on a pipe; the parent SIGKILLs it at
 // a random moment, reopens the engine and checks that every acknowledged document is present and
-// byte-identical to what pooling its content gives, that acknowledged deletes stuck, that nothing
+// byte-identical to what pooling its content gives, that acknowledged deletes (by id, and by
+// filter: Collection::DeleteMatching) stuck, that nothing
 // half-written is visible, and that searches find the documents: 20 trials at random moments, and
 // 6 more killed inside a background training of the centroid index.
 //
@@ -44,7 +45,7 @@ CollectionSchema Schema() {
   schema.name = "crash";
   schema.dim = kDim;
   schema.num_shards = 2;
-  schema.attributes = {{"generation", AttributeType::kInt64}};
+  schema.attributes = {{"generation", AttributeType::kInt64}, {"key", AttributeType::kInt64}};
   return schema;
 }
 
@@ -81,6 +82,7 @@ Document MakeDocument(int id, int64_t generation) {
     for (int64_t k = 0; k < kDim; ++k) document.tokens[i * kDim + k] /= std::sqrt(norm);
   }
   document.attributes["generation"] = generation;
+  document.attributes["key"] = int64_t{id};
   return document;
 }
 
@@ -143,8 +145,21 @@ int RunChild(const std::string& dir, const std::string& name, int seed, int anno
         return 7;
       }
       report.clear();
-      auto existed = (*collection)->Delete({absl::StrCat("doc-", id)});
-      if (!existed.ok()) return 6;
+      // Every other delete by filter (DeleteMatching: acknowledged as Delete is), nested as a
+      // client would write "key == id, or a key no document has, and not a missing key".
+      if (round % 10 == 4) {
+        Filter filter;
+        filter.any_of.resize(2);
+        filter.any_of[0].all_of.push_back({"key", FilterCondition::Op::kEq, {int64_t{id}}});
+        filter.any_of[1].all_of.push_back({"key", FilterCondition::Op::kLt, {int64_t{-1}}});
+        filter.none_of.resize(1);
+        filter.none_of[0].all_of.push_back({"key", FilterCondition::Op::kMissing, {}});
+        auto deleted = (*collection)->DeleteMatching(filter);
+        if (!deleted.ok() || *deleted != 1) return 6;
+      } else {
+        auto existed = (*collection)->Delete({absl::StrCat("doc-", id)});
+        if (!existed.ok()) return 6;
+      }
       generation.erase(id);
       absl::StrAppend(&report, "D ", id, "\n");
     }

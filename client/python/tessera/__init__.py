@@ -13,12 +13,13 @@ and their *_pb2_grpc services) for callers who want the raw messages.
 import sys as _sys
 
 from tessera import _proto as pb
-from tessera.client import (Client, DocumentResult, Hit, IngestSummary, SearchResult,
-                            TesseraError, TokenMatch, decode_matrix, encode_document,
-                            encode_filter, encode_matrix, message_to_dict)
+from tessera.client import (Client, DocumentResult, Group, Hit, IngestSummary, ScrollPage,
+                            SearchResult, TesseraError, TokenMatch, decode_matrix,
+                            encode_document, encode_filter, encode_matrix, message_to_dict)
 
 __all__ = [
-    "Client", "DocumentResult", "Hit", "IngestSummary", "SearchResult", "TesseraError",
+    "Client", "DocumentResult", "Group", "Hit", "IngestSummary", "ScrollPage", "SearchResult",
+    "TesseraError",
     "TokenMatch", "decode_matrix", "encode_document", "encode_filter", "encode_matrix",
     "message_to_dict", "pb",
 ]

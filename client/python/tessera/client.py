@@ -26,7 +26,7 @@ from tessera._proto.tessera.v1 import query_pb2, query_pb2_grpc
 
 __all__ = [
     "Client", "TesseraError", "DocumentResult", "Hit", "TokenMatch", "SearchResult",
-    "IngestSummary",
+    "IngestSummary", "Group", "ScrollPage",
 ]
 
 # google.rpc.Code number → grpc.StatusCode.
@@ -81,6 +81,24 @@ class Hit:
     score: float
     version: int
     explanation: List[TokenMatch] = dataclasses.field(default_factory=list)
+    # With search(with_attributes=…): the document's attributes (all, or the fields named).
+    attributes: Dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Group:
+    """One group of a grouped search (search(group_by=FIELD)): the field's value and the best
+    hits sharing it, best first."""
+    value: Any
+    hits: List[Hit]
+
+
+@dataclasses.dataclass
+class ScrollPage:
+    """One page of scroll(): documents as {id, version, attributes}, ascending by id, and the
+    `after` of the next page (None when this page reached the end)."""
+    documents: List[Dict[str, Any]]
+    next_after: Optional[str]
 
 
 class SearchResult(list):
@@ -95,6 +113,8 @@ class SearchResult(list):
         self.documents_scored: int = documents_scored
         self.exhaustive: bool = exhaustive
         self.missing_shards: List[int] = list(missing_shards)
+        # A grouped search (group_by): its groups, best first; the list of hits is then empty.
+        self.groups: List[Group] = []
 
     @property
     def ids(self) -> List[str]:
@@ -155,7 +175,11 @@ _OPS = {
     "!=": common_pb2.Condition.OP_NE, "<": common_pb2.Condition.OP_LT,
     "<=": common_pb2.Condition.OP_LE, ">": common_pb2.Condition.OP_GT,
     ">=": common_pb2.Condition.OP_GE, "in": common_pb2.Condition.OP_IN,
+    "exists": common_pb2.Condition.OP_EXISTS, "missing": common_pb2.Condition.OP_MISSING,
+    "prefix": common_pb2.Condition.OP_PREFIX,
 }
+_NO_VALUE_OPS = (common_pb2.Condition.OP_EXISTS, common_pb2.Condition.OP_MISSING)
+_FILTER_KEYS = frozenset(("all_of", "any_of", "none_of"))
 
 
 def _lookup(table: Mapping, key, what: str):
@@ -380,28 +404,74 @@ def encode_document(doc, dtype=None) -> ingest_pb2.Document:
     return _encode_document(doc, dtype)
 
 
+def _encode_filter_into(conditions, result: common_pb2.Filter) -> None:
+    if isinstance(conditions, Mapping) and conditions and set(conditions) <= _FILTER_KEYS:
+        # {"any_of": [A, B, …], "none_of": [C, …], "all_of": [conditions]}: each alternative is
+        # itself a filter.
+        if "all_of" in conditions:
+            _encode_filter_into(conditions["all_of"], result)
+        for key in ("any_of", "none_of"):
+            alternatives = conditions.get(key)
+            if alternatives is None:
+                continue
+            if isinstance(alternatives, (str, bytes, Mapping)) or not isinstance(
+                    alternatives, Iterable):
+                raise TypeError(f"filter {key}: expected a list of filters, got "
+                                f"{_short_repr(alternatives)}")
+            for alternative in alternatives:
+                _encode_filter_into(alternative, getattr(result, key).add())
+        return
+    if isinstance(conditions, Mapping):
+        conditions = [(field, "==", value) for field, value in conditions.items()]
+    elif isinstance(conditions, tuple) and conditions and isinstance(conditions[0], str):
+        conditions = [conditions]
+    for condition in conditions:
+        if isinstance(condition, Mapping):  # a nested any_of / none_of beside the conditions
+            _encode_filter_into(condition, result)
+            continue
+        if not isinstance(condition, tuple) or len(condition) not in (2, 3):
+            raise TypeError(f"filter condition: expected (field, op, value), (field, 'exists') "
+                            f"or (field, 'missing'), got {_short_repr(condition)}")
+        field, op = condition[0], condition[1]
+        op_number = _lookup(_OPS, op, "filter op")
+        if op_number in _NO_VALUE_OPS:
+            values = []
+        elif len(condition) != 3:
+            raise TypeError(f"filter condition on {field!r}: op {op!r} needs a value")
+        elif op_number == common_pb2.Condition.OP_IN and not isinstance(condition[2],
+                                                                        (str, bytes)):
+            values = list(condition[2])
+        else:
+            values = [condition[2]]
+        result.all_of.add(field=field, op=op_number,
+                          values=[_attribute_value(v, f"filter value for {field!r}")
+                                  for v in values])
+
+
 def encode_filter(conditions) -> Optional[common_pb2.Filter]:
-    """[(field, op, value or values), ...] with op among ==, !=, <, <=, >, >=, in (or a dict
-    {field: value} meaning equality) → Filter. None or empty → no filter."""
+    """[(field, op, value or values), ...] with op among ==, !=, <, <=, >, >=, in, prefix, and
+    (field, "exists") / (field, "missing") (or a dict {field: value} meaning equality) → Filter.
+    {"any_of": [A, B, …]} and {"none_of": [A, B, …]}, alone or as items of the list beside the
+    conditions, nest: each alternative is itself a filter (a list of conditions or a nested
+    any_of / none_of), up to 8 deep. None or empty → no filter."""
     if conditions is None:
         return None
     if isinstance(conditions, common_pb2.Filter):
         return conditions
-    if isinstance(conditions, Mapping):
-        conditions = [(field, "==", value) for field, value in conditions.items()]
-    elif isinstance(conditions, tuple) and len(conditions) == 3 and isinstance(conditions[0], str):
-        conditions = [conditions]
     result = common_pb2.Filter()
-    for field, op, value in conditions:
-        op_number = _lookup(_OPS, op, "filter op")
-        if op_number == common_pb2.Condition.OP_IN and not isinstance(value, (str, bytes)):
-            values = list(value)
-        else:
-            values = [value]
-        result.all_of.add(field=field, op=op_number,
-                          values=[_attribute_value(v, f"filter value for {field!r}")
-                                  for v in values])
+    _encode_filter_into(conditions, result)
     return result
+
+
+def _set_with_attributes(request, with_attributes) -> None:
+    """with_attributes: False, True (all fields) or a list of field names."""
+    if with_attributes is True:
+        request.with_attributes = True
+    elif with_attributes:
+        if isinstance(with_attributes, str):
+            with_attributes = [with_attributes]
+        request.with_attributes = True
+        request.attribute_fields.extend(with_attributes)
 
 
 def _enum_label(enum_type, number: int):
@@ -840,9 +910,19 @@ class Client:
                                "documents")
         return IngestSummary(documents, stored, failed, time.monotonic() - start)
 
-    def delete(self, collection: str, ids: Union[str, Sequence[str]],
-               timeout: Optional[float] = None) -> List[bool]:
-        """Deletes documents; returns, per id, whether it existed."""
+    def delete(self, collection: str, ids: Union[str, Sequence[str], None] = None,
+               timeout: Optional[float] = None, filter=None):
+        """Deletes documents by id, returning per id whether it existed; or, with `filter` (as
+        for search, not empty) instead of ids, every document matching it, returning how many.
+        Acknowledged (durable) when it returns, either way."""
+        if filter is not None:
+            if ids is not None:
+                raise TypeError("delete: give ids or filter, not both")
+            request = ingest_pb2.DeleteRequest(collection=collection)
+            request.filter.CopyFrom(encode_filter(filter))
+            return self._call(self.ingest_stub.Delete, request, timeout).deleted
+        if ids is None:
+            raise TypeError("delete: give ids or filter")
         if isinstance(ids, str):
             ids = [ids]
         response = self._call(self.ingest_stub.Delete,
@@ -869,11 +949,39 @@ class Client:
             "members": np.array(response.members, dtype=np.int64),
         }
 
+    def count(self, collection: str, filter=None, timeout: Optional[float] = None) -> int:
+        """The number of documents matching `filter` (as for search; None: all)."""
+        request = query_pb2.CountRequest(collection=collection)
+        encoded_filter = encode_filter(filter)
+        if encoded_filter is not None:
+            request.filter.CopyFrom(encoded_filter)
+        return self._call(self.query_stub.Count, request, timeout).count
+
+    def scroll(self, collection: str, filter=None, after: Optional[str] = None,
+               limit: int = 100, with_attributes=False,
+               timeout: Optional[float] = None) -> ScrollPage:
+        """One page of the documents matching `filter`, ascending by id, with ids after `after`
+        (the previous page's next_after). with_attributes: True for all attributes, or a list of
+        field names."""
+        request = query_pb2.ScrollRequest(collection=collection, limit=limit,
+                                          after=_wire_id(after) if after else b"")
+        encoded_filter = encode_filter(filter)
+        if encoded_filter is not None:
+            request.filter.CopyFrom(encoded_filter)
+        _set_with_attributes(request, with_attributes)
+        response = self._call(self.query_stub.Scroll, request, timeout)
+        documents = [{"id": _python_id(d.id), "version": d.version,
+                      "attributes": {k: _python_value(v) for k, v in d.attributes.items()}}
+                     for d in response.documents]
+        return ScrollPage(documents, _python_id(response.next_after) if response.next_after
+                          else None)
+
     # Search --------------------------------------------------------------------------------
 
     def _search_request(self, collection, query, k, num_candidates, filter, exhaustive, explain,
-                        per_token_candidates, dtype, nprobe=0,
-                        allow_partial_results=False) -> query_pb2.SearchRequest:
+                        per_token_candidates, dtype, nprobe=0, allow_partial_results=False,
+                        with_attributes=False, group_by=None, group_size=None,
+                        groups=None) -> query_pb2.SearchRequest:
         request = query_pb2.SearchRequest(
             collection=collection, query=encode_matrix(query, dtype), k=k,
             num_candidates=num_candidates, per_token_candidates=per_token_candidates,
@@ -882,37 +990,59 @@ class Client:
         encoded_filter = encode_filter(filter)
         if encoded_filter is not None:
             request.filter.CopyFrom(encoded_filter)
+        _set_with_attributes(request, with_attributes)
+        if group_by is not None:
+            request.group_by = group_by
+            request.group_size = 1 if group_size is None else group_size
+            request.groups = 0 if groups is None else groups
+        elif group_size is not None or groups is not None:
+            raise TypeError("search: group_size and groups need group_by")
         return request
 
     @staticmethod
+    def _hit(h: query_pb2.Hit) -> Hit:
+        return Hit(_python_id(h.id), h.score, h.version,
+                   [TokenMatch(m.query_token, m.document_vector, m.similarity,
+                               list(m.covered_tokens)) for m in h.explanation],
+                   {k: _python_value(v) for k, v in h.attributes.items()})
+
+    @staticmethod
     def _search_result(response: query_pb2.SearchResponse) -> SearchResult:
-        hits = [Hit(_python_id(h.id), h.score, h.version,
-                    [TokenMatch(m.query_token, m.document_vector, m.similarity,
-                                list(m.covered_tokens)) for m in h.explanation])
-                for h in response.hits]
+        hits = [Client._hit(h) for h in response.hits]
         timings = {"candidates_ms": response.timings.candidates_ms,
                    "fetch_ms": response.timings.fetch_ms,
                    "rerank_ms": response.timings.rerank_ms,
                    "total_ms": response.timings.total_ms}
         if response.timings.fanout_ms:
             timings["fanout_ms"] = response.timings.fanout_ms
-        return SearchResult(hits, timings, response.documents_scored, response.exhaustive,
-                            response.missing_shards)
+        result = SearchResult(hits, timings, response.documents_scored, response.exhaustive,
+                              response.missing_shards)
+        result.groups = [Group(_python_value(g.value), [Client._hit(h) for h in g.hits])
+                         for g in response.groups]
+        return result
 
     def search(self, collection: str, query, k: int = 10, num_candidates: int = 0, filter=None,
                exhaustive: bool = False, explain: bool = False, per_token_candidates: int = 0,
                dtype=None, timeout: Optional[float] = None, nprobe: int = 0,
-               allow_partial_results: bool = False) -> SearchResult:
+               allow_partial_results: bool = False, with_attributes=False,
+               group_by: Optional[str] = None, group_size: Optional[int] = None,
+               groups: Optional[int] = None) -> SearchResult:
         """Top-k documents by MaxSim for a query (n_query_tokens × dim). num_candidates: N
         documents scored exactly (0 = server default); filter: [(field, op, value(s))] with op
         among ==, !=, <, <=, >, >=, in; exhaustive: score every document exactly; explain: per hit
         and query token, the best document vector and the original tokens it covers; nprobe:
         centroids probed per query token when stage 1 is the centroid index (0 = server
         default); allow_partial_results (a router): when a shard has no replica that answers,
-        return the other shards' hits with `missing_shards` set instead of raising UNAVAILABLE."""
+        return the other shards' hits with `missing_shards` set instead of raising UNAVAILABLE.
+        Filters nest: {"any_of": [A, B]}, {"none_of": [A]} (each alternative a filter), and
+        conditions (field, "exists"), (field, "missing"), (field, "prefix", "abc").
+        with_attributes: True (all) or a list of fields: each Hit carries `.attributes`.
+        group_by=FIELD: the result's `.groups` holds the best `groups` groups (default k) of
+        hits sharing FIELD's value, each with its best `group_size` hits (default 1)."""
         request = self._search_request(collection, query, k, num_candidates, filter, exhaustive,
                                        explain, per_token_candidates, dtype, nprobe,
-                                       allow_partial_results)
+                                       allow_partial_results, with_attributes, group_by,
+                                       group_size, groups)
         return self._search_result(self._call(self.query_stub.Search, request, timeout))
 
     def search_batch(self, collection: str, queries: Sequence, timeout: Optional[float] = None,
@@ -920,7 +1050,8 @@ class Client:
         """Several queries of one collection in one call; `options` as for `search`."""
         settings = dict(k=10, num_candidates=0, filter=None, exhaustive=False, explain=False,
                         per_token_candidates=0, dtype=None, nprobe=0,
-                        allow_partial_results=False)
+                        allow_partial_results=False, with_attributes=False, group_by=None,
+                        group_size=None, groups=None)
         unknown = set(options) - set(settings)
         if unknown:
             raise TypeError(f"unknown search options {sorted(unknown)}")

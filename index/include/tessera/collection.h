@@ -101,6 +101,8 @@ struct CollectionLimits {
   int max_k = 1000;
   int max_num_candidates = 10000;
   int max_query_tokens = 1024;
+  int max_group_size = 100;      // SearchOptions::group_size
+  int max_scroll_limit = 10000;  // ScrollOptions::limit
 };
 
 struct SearchOptions {
@@ -139,6 +141,25 @@ struct SearchOptions {
   // instead of ⌈N / num_shards⌉, so that the parts' answers merge (tessera/merge.h) into the
   // whole collection's. 0: this collection is the whole; else num_shards … kMaxShards.
   int64_t whole_shards = 0;
+  // Return each hit's attributes (SearchHit::attributes), read from the shard's table of live
+  // documents together with the hit's id and version (no read per hit). attribute_fields: only
+  // these fields (each a schema field); empty: all of them.
+  bool with_attributes = false;
+  std::vector<std::string> attribute_fields;
+  // Grouped results (Qdrant's query_groups): when group_by names an attribute field, the answer is
+  // SearchResult::groups — the best `groups` groups of documents with equal values of the field,
+  // ranked by their best hit, each with its best `group_size` hits (score desc, id asc; groups tied
+  // on their best score by that hit's id asc). Documents without the field are in no group. Exact
+  // under the cascade: every document stage 2 scores is scored exactly (its exact MaxSim decides
+  // its group's rank), but only the documents stage 1 nominates are scored — the N of
+  // num_candidates, sized here for groups × group_size hits — so a group sees only its members
+  // among them; exhaustive (or a collection no bigger than N) sees every member. groups: 1 …
+  // CollectionLimits::max_k, 0 = k; group_size: 1 … CollectionLimits::max_group_size. With
+  // whole_shards set (a part of a collection), every group among the scored documents comes back,
+  // so that the parts merge exactly (tessera/merge.h: MergeGroups).
+  std::string group_by;
+  int64_t group_size = 1;
+  int64_t groups = 0;
 };
 
 struct TokenMatch {
@@ -153,6 +174,13 @@ struct SearchHit {
   float score = 0.0f;  // exact MaxSim over the stored rerank vectors
   uint64_t version = 0;
   std::vector<TokenMatch> explanation;  // when asked; one entry per query token
+  Attributes attributes;                // SearchOptions::with_attributes
+};
+
+// One group of a grouped search (SearchOptions::group_by).
+struct SearchGroup {
+  AttributeValue value;         // the group_by field's value its documents share
+  std::vector<SearchHit> hits;  // best first
 };
 
 struct SearchTimings {
@@ -163,8 +191,10 @@ struct SearchTimings {
 };
 
 struct SearchResult {
-  // Best first; equal scores ordered by ascending id.
+  // Best first; equal scores ordered by ascending id. Empty for a grouped search.
   std::vector<SearchHit> hits;
+  // A grouped search's groups, best first (SearchOptions::group_by).
+  std::vector<SearchGroup> groups;
   SearchTimings timings;
   int64_t documents_scored = 0;  // exact MaxSim evaluations
   // Stage 1 was skipped: asked, N ≥ the collection's size, or every shard small enough for the
@@ -207,6 +237,29 @@ struct GetOptions {
   // decoded to fp32 (StoredDocument::vectors): for a caller that passes them on as they are, as
   // the server does onto the wire, with no fp16 → fp32 → fp16 round trip.
   bool stored_bytes = false;
+};
+
+// One page of Collection::Scroll.
+struct ScrollOptions {
+  Filter filter;
+  // Documents with ids strictly greater than this (bytewise); empty: from the first.
+  std::string after;
+  int64_t limit = 100;  // 1 … CollectionLimits::max_scroll_limit
+  // Attributes of each document (all, or attribute_fields), as SearchOptions::with_attributes.
+  bool with_attributes = false;
+  std::vector<std::string> attribute_fields;
+};
+
+struct ScrolledDocument {
+  std::string id;
+  uint64_t version = 0;
+  Attributes attributes;  // when asked
+};
+
+struct ScrollPage {
+  std::vector<ScrolledDocument> documents;  // ascending id
+  // The `after` of the next page; empty when this page reached the end.
+  std::string next_after;
 };
 
 struct UpsertOutcome {
@@ -259,6 +312,19 @@ class Collection {
   // that Upsert would refuse (empty, over CollectionLimits::max_id_bytes, not UTF-8): nothing is
   // deleted then.
   virtual absl::StatusOr<std::vector<bool>> Delete(const std::vector<std::string>& ids) = 0;
+  // Deletes every document matching `filter` (ValidateFilter: INVALID_ARGUMENT), acknowledged as
+  // Delete is: durably written when it returns, in one WriteBatch per shard. Returns how many it
+  // deleted. Each shard takes its matching ids, then deletes them by id: a document whose upsert
+  // runs concurrently (not acknowledged before this call began) may be deleted although its new
+  // version does not match. An empty filter is refused (INVALID_ARGUMENT): deleting everything is
+  // dropping the collection.
+  virtual absl::StatusOr<int64_t> DeleteMatching(const Filter& filter) = 0;
+  // The number of live documents matching `filter` (empty: all). INVALID_ARGUMENT for a bad one.
+  virtual absl::StatusOr<int64_t> Count(const Filter& filter) const = 0;
+  // The live documents matching options.filter with ids after options.after, ascending by id, at
+  // most options.limit. INVALID_ARGUMENT for a bad filter, limit or attribute field. A document
+  // written after a page was taken shows up in a later page when its id comes after that page's.
+  virtual absl::StatusOr<ScrollPage> Scroll(const ScrollOptions& options) const = 0;
   // NOT_FOUND for an unknown id, INVALID_ARGUMENT for one that Upsert would refuse. The rerank
   // vectors come decoded to fp32 unless options.stored_bytes asks for them as stored.
   virtual absl::StatusOr<StoredDocument> Get(const std::string& id,

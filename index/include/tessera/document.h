@@ -51,30 +51,43 @@ struct Document {
   Attributes attributes;  // doubles finite (a collection refuses NaN and ±inf)
 };
 
-// One condition on an attribute. kIn matches any of `values`; the others compare with values[0].
-// Integers and doubles compare numerically with each other (IEEE 754 comparisons: a NaN, which
-// ValidateFilter refuses and a collection does not store, would match only kNe); strings compare
-// lexicographically. ±inf are valid bounds (`< inf` matches every finite value).
+// One condition on an attribute. kIn matches any of `values`; kExists and kMissing take no values
+// (the field is present / absent); kPrefix (string fields) matches a value that starts with
+// values[0]; the others compare with values[0]. Integers and doubles compare numerically with each
+// other (IEEE 754 comparisons: a NaN, which ValidateFilter refuses and a collection does not
+// store, would match only kNe); strings compare lexicographically, bytewise. ±inf are valid
+// bounds (`< inf` matches every finite value).
 struct FilterCondition {
-  enum class Op { kEq, kNe, kLt, kLe, kGt, kGe, kIn };
+  enum class Op { kEq, kNe, kLt, kLe, kGt, kGe, kIn, kExists, kMissing, kPrefix };
   std::string field;
   Op op = Op::kEq;
   std::vector<AttributeValue> values;
 };
 
-// A conjunction of conditions; empty matches every document. A document without the field does
-// not match a condition on it (not even kNe).
+// The deepest a filter may nest (ValidateFilter): the top-level filter is depth 1, each any_of /
+// none_of alternative one deeper. Bounds the recursion of evaluation and of the wire decoding.
+inline constexpr int kMaxFilterDepth = 8;
+
+// A document matches when every condition of all_of holds, at least one alternative of any_of
+// matches (when any_of is not empty), and no alternative of none_of matches. Each alternative is
+// itself a filter. An empty filter matches every document. A document without the field does not
+// match a condition on it (not even kNe), except kMissing.
 struct Filter {
   std::vector<FilterCondition> all_of;
+  std::vector<Filter> any_of;
+  std::vector<Filter> none_of;
 
-  bool empty() const { return all_of.empty(); }
+  bool empty() const { return all_of.empty() && any_of.empty() && none_of.empty(); }
 };
 
 bool FilterMatches(const Filter& filter, const Attributes& attributes);
 
-// INVALID_ARGUMENT unless every condition names a field of `fields`, has a value of a comparable
-// type (numbers with numbers, strings with strings) that is not NaN, exactly one value for ops
-// other than kIn and at least one for kIn.
+// INVALID_ARGUMENT unless the filter nests at most kMaxFilterDepth deep and every condition names
+// a field of `fields`, has a value of a comparable type (numbers with numbers, strings with
+// strings) that is not NaN, exactly one value for ops other than kIn, kExists and kMissing, at
+// least one for kIn, none for kExists and kMissing, and kPrefix is on a string field. Messages
+// name where the condition sits: "filter condition 2 …" at the top level, "filter
+// any_of[1].none_of[0] condition 0 …" inside alternatives.
 absl::Status ValidateFilter(const Filter& filter,
                             const std::map<std::string, AttributeType>& fields);
 

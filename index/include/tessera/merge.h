@@ -22,6 +22,12 @@ namespace tessera {
 // was.
 SearchResult MergeTopK(std::vector<SearchResult> parts, int64_t k);
 
+// The grouped answer of the one collection from its parts' grouped answers, each searched with
+// whole_shards (so each holds every group among the documents it scored, with its best
+// group_size): per value, the best group_size of the parts' hits; the best `groups` groups by
+// their best hit (score desc, id asc). The other fields as MergeTopK's.
+SearchResult MergeGroups(std::vector<SearchResult> parts, int64_t groups, int64_t group_size);
+
 }  // namespace tessera
 
 #endif  // TESSERA_MERGE_H_
