@@ -73,6 +73,8 @@ Scope RequiredScope(absl::string_view method) {
       {"/tessera.v1.IngestService/Get", Scope::kRead},
       {"/tessera.v1.QueryService/Search", Scope::kRead},
       {"/tessera.v1.QueryService/SearchBatch", Scope::kRead},
+      {"/tessera.v1.QueryService/Count", Scope::kRead},
+      {"/tessera.v1.QueryService/Scroll", Scope::kRead},
       {"/grpc.health.v1.Health/Check", Scope::kRead},
       {"/grpc.health.v1.Health/Watch", Scope::kRead},
       {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", Scope::kRead},

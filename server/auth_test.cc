@@ -115,6 +115,8 @@ TEST(RequiredScope, NamesEveryMethodOfEveryService) {
       {"/tessera.v1.IngestService/Get", Scope::kRead},
       {"/tessera.v1.QueryService/Search", Scope::kRead},
       {"/tessera.v1.QueryService/SearchBatch", Scope::kRead},
+      {"/tessera.v1.QueryService/Count", Scope::kRead},
+      {"/tessera.v1.QueryService/Scroll", Scope::kRead},
   };
   int methods = 0;
   for (const google::protobuf::FileDescriptor* file :
