@@ -14,9 +14,8 @@ from unittest import mock
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "client", "python"))
-import e2e_util  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_util  # noqa: E402  (puts client/python on the path unless TESSERA_PYTHON_INSTALLED=1)
 import tessera  # noqa: E402
 from tessera import _ingest  # noqa: E402
 from tessera.pb import admin_pb2, common_pb2  # noqa: E402
