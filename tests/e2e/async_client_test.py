@@ -90,6 +90,43 @@ class AsyncClientValidationTest(python_client_test.ClientValidationTest):
     client_class = BlockingAsyncClient
 
 
+class ParityTest(unittest.TestCase):
+    """AsyncClient has every public method of Client, as a coroutine (upsert_stream: an async
+    generator), with the same parameters and defaults; the only extras are the async ingest's
+    `max_in_flight` and `on_progress`. A method added to Client alone fails here."""
+
+    ASYNC_ONLY = {"max_in_flight", "on_progress"}
+
+    def test_same_methods_and_parameters(self):
+        methods = [name for name, value in vars(tessera.Client).items()
+                   if callable(value) and not name.startswith("_") and name != "close"]
+        self.assertIn("search", methods)
+        for name in methods + ["__init__"]:
+            with self.subTest(method=name):
+                self.assertTrue(hasattr(tessera.AsyncClient, name), f"AsyncClient has no {name}")
+                blocking = getattr(tessera.Client, name)
+                asynchronous = getattr(tessera.AsyncClient, name)
+                if name == "upsert_stream":
+                    self.assertTrue(inspect.isasyncgenfunction(asynchronous))
+                elif name != "__init__":
+                    self.assertTrue(inspect.iscoroutinefunction(asynchronous))
+                ours = inspect.signature(blocking).parameters
+                theirs = inspect.signature(asynchronous).parameters
+                self.assertEqual(set(theirs) - set(ours), set(theirs) & self.ASYNC_ONLY)
+                for parameter in ours.values():
+                    self.assertIn(parameter.name, theirs)
+                    if name == "__init__" and parameter.name == "retry":
+                        continue  # AsyncClient retries by default, Client does not
+                    self.assertEqual(theirs[parameter.name].default, parameter.default,
+                                     parameter.name)
+                    self.assertEqual(theirs[parameter.name].kind, parameter.kind,
+                                     parameter.name)
+        self.assertIsNone(inspect.signature(tessera.Client).parameters["retry"].default)
+        self.assertEqual(inspect.signature(tessera.AsyncClient).parameters["retry"].default,
+                         tessera.RetryPolicy())
+        self.assertEqual(tessera.AsyncClient.search.__doc__, tessera.Client.search.__doc__)
+
+
 class AsyncOnlyTest(e2e_util.ServerTestCase):
 
     DIM = 16
@@ -114,6 +151,11 @@ class AsyncOnlyTest(e2e_util.ServerTestCase):
                 together = await asyncio.gather(*[
                     client.search("concurrent", q, k=5, exhaustive=True) for q in queries])
                 gets = await asyncio.gather(*[client.get("concurrent", d[0]) for d in docs[:20]])
+                # A deadline already past fails at once, retry policy or not (bad_input_test's
+                # case for the blocking client).
+                with self.assertRaises(tessera.TesseraError) as context:
+                    await client.search("concurrent", queries[0], timeout=-1)
+                self.assertEqual(context.exception.code, grpc.StatusCode.DEADLINE_EXCEEDED)
                 return sequential, together, gets
 
         sequential, together, gets = self.run_async(scenario())

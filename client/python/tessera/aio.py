@@ -82,7 +82,9 @@ class AsyncClient:
         deadline = None if timeout is None else time.monotonic() + timeout
         retry = 0
         while True:
-            remaining = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+            # The caller's timeout as given on the first try (gRPC fails a negative one at
+            # once); what is left of it on a retry (retry_delay leaves some).
+            remaining = timeout if retry == 0 or deadline is None else deadline - time.monotonic()
             try:
                 return await method(request, metadata=self.metadata, timeout=remaining)
             except grpc.RpcError as error:
