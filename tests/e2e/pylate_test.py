@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import unittest
 
 import numpy as np
@@ -80,6 +81,12 @@ class PyLateBackendTest(e2e_util.ServerTestCase):
         embeddings = [torch.from_numpy(d) if i % 2 else d for i, d in enumerate(self.docs)]
         self.assertIs(index.add_documents(documents_ids=self.ids,
                                           documents_embeddings=embeddings), index)
+        # Past centroid_min_training_vectors the server trains its candidate index in the
+        # background and then switches to it: compare answers once it has.
+        deadline = time.monotonic() + 120
+        while self.client.collection_info(collection)["stats"]["training_shards"]:
+            self.assertLess(time.monotonic(), deadline, "candidate index still training")
+            time.sleep(0.1)
         return index
 
     def direct(self, collection, k, **options):
