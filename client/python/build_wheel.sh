@@ -36,5 +36,6 @@ for needed in ("tessera/py.typed", "tessera/aio.py", "tessera/pylate.py", "tesse
 PY
 cd "$OUT" && "$OUT/venv/bin/python" -c "
 import os, tessera
-assert os.path.realpath(tessera.__file__).startswith(os.path.realpath('$OUT/venv')), tessera.__file__
+where = os.path.realpath(tessera.__file__)
+assert where.startswith(os.path.realpath('$OUT/venv')), where
 print('installed', tessera.__version__, 'from', os.path.basename('$WHEEL'), 'in $OUT/venv')"

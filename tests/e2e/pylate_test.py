@@ -18,7 +18,6 @@ import json
 import os
 import sys
 import time
-import unittest
 
 import numpy as np
 

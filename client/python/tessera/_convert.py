@@ -1,6 +1,6 @@
 """Request building and response conversion for both clients (`Client`, `AsyncClient`): numpy and
-Python values → the protocol's messages, and messages → numpy arrays, dicts and the result types of
-`tessera.types`. One function per RPC builds its request (`*_request`) and one converts its
+Python values → the protocol's messages, and messages → numpy arrays, dicts and the result types
+of `tessera.types`. One function per RPC builds its request (`*_request`) and one converts its
 response; the clients only add the transport (a blocking or an asyncio gRPC channel). A feature
 added here reaches both clients.
 
@@ -10,7 +10,7 @@ row-major).
 
 import os
 import time
-from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
+from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
                     TypeVar, Union)
 
 import grpc

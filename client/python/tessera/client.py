@@ -94,7 +94,8 @@ class Client:
             try:
                 return method(request, metadata=self.metadata, timeout=remaining)
             except grpc.RpcError as error:
-                delay = _convert.retry_delay(self.retry if idempotent else None, error, retry, deadline)
+                delay = _convert.retry_delay(self.retry if idempotent else None, error, retry,
+                                             deadline)
                 if delay is None:
                     raise TesseraError.from_rpc_error(error) from None
             time.sleep(delay)
