@@ -219,8 +219,9 @@ class AsyncOnlyTest(e2e_util.ServerTestCase):
 
 class RetryTest(unittest.TestCase):
     """A key limited to 5 calls per second: a burst of reads fails with RESOURCE_EXHAUSTED
-    without retries (the blocking client's default, or retry=None) and succeeds with the async
-    client's default RetryPolicy; a write over the rate is not retried."""
+    without retries (the blocking client's default, or retry=None) and succeeds with a
+    RetryPolicy; a write over the rate is not retried. And UNAVAILABLE while a server
+    restarts."""
 
     KEY = "rate-limited-key"
 
@@ -279,6 +280,35 @@ class RetryTest(unittest.TestCase):
             return codes
         codes = _LoopThread.run(writes())
         self.assertIn("RESOURCE_EXHAUSTED", codes)  # not retried: the burst outruns the bucket
+
+    def test_reads_wait_out_a_restart_and_writes_do_not(self):
+        """UNAVAILABLE: the server stops and comes back on the same port. A read with the retry
+        policy waits it out; without one, or for a write, the call fails at once."""
+        port = e2e_util.free_port()
+        server = e2e_util.Server("--listen", f"127.0.0.1:{port}")  # the last --listen wins
+        self.addCleanup(server.cleanup)
+        server.start()
+        policy = tessera.RetryPolicy(attempts=1000, initial_backoff=0.05, max_backoff=0.2)
+
+        async def scenario():
+            async with tessera.AsyncClient(server.address, retry=policy) as client, \
+                    tessera.AsyncClient(server.address, retry=None) as impatient:
+                await client.create_collection("kept", dim=4)
+                self.assertEqual(server.stop(), 0)
+                for call in (impatient.list_collections(timeout=30),
+                             client.create_collection("new", dim=4, timeout=30)):
+                    with self.assertRaises(tessera.TesseraError) as context:
+                        await call
+                    self.assertEqual(context.exception.code, grpc.StatusCode.UNAVAILABLE)
+                restart = threading.Timer(0.5, server.start)
+                restart.start()
+                try:
+                    return await client.list_collections(timeout=60)
+                finally:
+                    restart.join()
+
+        self.assertEqual(_LoopThread.run(scenario()), ["kept"])
+        self.assertEqual(server.address, f"127.0.0.1:{port}")
 
     def test_policy_arguments_are_checked(self):
         with self.assertRaises(ValueError):
