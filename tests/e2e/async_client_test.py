@@ -25,6 +25,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import e2e_util  # noqa: E402
 from e2e_util import grpc, tessera  # noqa: E402
+import filters_test  # noqa: E402
 import lifecycle_test  # noqa: E402
 import python_client_test  # noqa: E402
 
@@ -87,6 +88,12 @@ class AsyncLifecycleTest(lifecycle_test.LifecycleTest):
 class AsyncClientValidationTest(python_client_test.ClientValidationTest):
     """python_client_test.ClientValidationTest (documents that do not encode), through
     tessera.AsyncClient."""
+    client_class = BlockingAsyncClient
+
+
+class AsyncFiltersTest(filters_test.FiltersTest):
+    """filters_test.FiltersTest (nested filters, count, scroll, delete by filter, attributes in
+    hits, grouped results), every call through tessera.AsyncClient."""
     client_class = BlockingAsyncClient
 
 
@@ -279,6 +286,34 @@ class RetryTest(unittest.TestCase):
                         codes.append(error.code.name)
             return codes
         codes = _LoopThread.run(writes())
+        self.assertIn("RESOURCE_EXHAUSTED", codes)  # not retried: the burst outruns the bucket
+
+    def test_count_and_scroll_are_retried_and_delete_by_filter_is_not(self):
+        policy = tessera.RetryPolicy(attempts=30, initial_backoff=0.05, max_backoff=0.4)
+
+        async def scenario():
+            async with tessera.AsyncClient(self.server.address, api_key=self.KEY,
+                                           retry=policy) as client:
+                for _ in range(40):  # a write is not retried: wait for the bucket to refill
+                    try:
+                        await client.create_collection("rc", dim=4, attributes={"n": "int64"})
+                        break
+                    except tessera.TesseraError as error:
+                        self.assertEqual(error.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+                        await asyncio.sleep(0.25)
+                reads = [await client.count("rc", [("n", "exists")])
+                         for _ in range(15)]
+                reads += [len((await client.scroll("rc")).documents)
+                          for _ in range(15)]
+                codes = []
+                for _ in range(30):
+                    try:
+                        codes.append(await client.delete("rc", filter=[("n", "==", 1)]))
+                    except tessera.TesseraError as error:
+                        codes.append(error.code.name)
+                return reads, codes
+        reads, codes = _LoopThread.run(scenario())
+        self.assertEqual(reads, [0] * 30)  # every read retried until it got through
         self.assertIn("RESOURCE_EXHAUSTED", codes)  # not retried: the burst outruns the bucket
 
     def test_reads_wait_out_a_restart_and_writes_do_not(self):
