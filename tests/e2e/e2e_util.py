@@ -26,10 +26,18 @@ import urllib.request
 import numpy as np
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-sys.path.insert(0, os.path.join(REPO_ROOT, "client", "python"))
+# TESSERA_PYTHON_INSTALLED=1 (the tests that run in the venv where the wheel is installed): import
+# the installed package, not the source tree's.
+INSTALLED = os.environ.get("TESSERA_PYTHON_INSTALLED") == "1"
+if not INSTALLED:
+    sys.path.insert(0, os.path.join(REPO_ROOT, "client", "python"))
 
 import grpc  # noqa: E402,F401  (re-exported to the test scripts)
 import tessera  # noqa: E402  (generates the stubs on first import from the source tree)
+
+if INSTALLED and os.path.abspath(tessera.__file__).startswith(
+        os.path.join(REPO_ROOT, "client", "python") + os.sep):
+    raise ImportError(f"TESSERA_PYTHON_INSTALLED=1 but tessera comes from {tessera.__file__}")
 
 SERVER_BINARY = None  # set by main()
 _RUNNING = set()  # servers to kill if the interpreter exits with them still up
@@ -89,7 +97,7 @@ class Server:
     server listens, without a health call (which a server with API keys would refuse)."""
 
     def __init__(self, *extra_args, data_dir=None, threads=2, client_options=None, binary=None,
-                 work_dir=None, metrics=True, wait_healthy=True):
+                 work_dir=None, metrics=True, wait_healthy=True, client_class=None):
         self.binary = binary or SERVER_BINARY or _default_server()
         self._own_work_dir = work_dir is None
         self.work_dir = work_dir or tempfile.mkdtemp(prefix="tessera-e2e-")
@@ -98,6 +106,7 @@ class Server:
         self.threads = threads
         self._serve_metrics = metrics  # not self.metrics: that is the method that scrapes it
         self.client_options = dict(client_options or {})  # e.g. TLS settings for every client
+        self.client_class = client_class or tessera.Client
         self._wait_healthy = wait_healthy
         self.process = None
         self.address = None
@@ -209,7 +218,9 @@ class Server:
             return f.read().decode("utf-8", "replace")
 
     def client(self, **kwargs):
-        return tessera.Client(self.address, **{**self.client_options, **kwargs})
+        """A client of this server with `client_options` (`client_class`, default tessera.Client,
+        makes it: async_client_test runs the same scenarios through tessera.AsyncClient)."""
+        return self.client_class(self.address, **{**self.client_options, **kwargs})
 
     def healthz(self):
         """(HTTP status, body) of GET /healthz on the metrics port."""
@@ -239,11 +250,13 @@ class ServerTestCase(unittest.TestCase):
 
     server_args = ()
     client_options = {}
+    client_class = None  # tessera.Client
     server = None
 
     @classmethod
     def setUpClass(cls):
-        server = Server(*cls.server_args, client_options=cls.client_options)
+        server = Server(*cls.server_args, client_options=cls.client_options,
+                        client_class=cls.client_class)
         # Class cleanups run even when a subclass's setUpClass fails after this point.
         cls.addClassCleanup(cls._stop_server, server)
         cls.server = server.start()

@@ -14,11 +14,10 @@ from unittest import mock
 
 import numpy as np
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), "client", "python"))
-import e2e_util  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import e2e_util  # noqa: E402  (puts client/python on the path unless TESSERA_PYTHON_INSTALLED=1)
 import tessera  # noqa: E402
-from tessera import client as client_module  # noqa: E402
+from tessera import _ingest  # noqa: E402
 from tessera.pb import admin_pb2, common_pb2  # noqa: E402
 
 
@@ -192,18 +191,18 @@ class BatchingTest(unittest.TestCase):
     def test_batches_bound_documents_and_token_bytes(self):
         page = np.zeros((1030, 128), np.float32)  # a ColPali page: 527,360 bytes
         docs = [(f"p{i}", page) for i in range(20)]
-        sizes = [len(b) for b in client_module._batched(docs, 64, 4 << 20)]
+        sizes = [len(b) for b in _ingest.batched(docs, 64, 4 << 20)]
         self.assertEqual(sizes, [7, 7, 6])  # 7 pages = 3.7 MB ≤ 4 MiB < 8 pages
-        sizes = [len(b) for b in client_module._batched(docs, 5, 4 << 20)]
+        sizes = [len(b) for b in _ingest.batched(docs, 5, 4 << 20)]
         self.assertEqual(sizes, [5, 5, 5, 5])
         # A document larger than the byte bound goes alone; without a bound, only the count.
         big = [("big", np.zeros((5000, 128), np.float32))] + docs[:2]
-        self.assertEqual([len(b) for b in client_module._batched(big, 64, 1 << 20)], [1, 1, 1])
-        self.assertEqual([len(b) for b in client_module._batched(docs, 64)], [20])
+        self.assertEqual([len(b) for b in _ingest.batched(big, 64, 1 << 20)], [1, 1, 1])
+        self.assertEqual([len(b) for b in _ingest.batched(docs, 64)], [20])
         dicts = [{"id": "a", "tokens": page}, {"id": "b", "tokens": page}]
-        self.assertEqual([len(b) for b in client_module._batched(dicts, 64, 600_000)], [1, 1])
-        messages = [client_module.encode_document(d) for d in dicts]
-        self.assertEqual([len(b) for b in client_module._batched(messages, 64, 600_000)], [1, 1])
+        self.assertEqual([len(b) for b in _ingest.batched(dicts, 64, 600_000)], [1, 1])
+        messages = [tessera.encode_document(d) for d in dicts]
+        self.assertEqual([len(b) for b in _ingest.batched(messages, 64, 600_000)], [1, 1])
 
 
 class ClientValidationTest(e2e_util.ServerTestCase):
@@ -277,7 +276,7 @@ class ProgressBarTest(unittest.TestCase):
         err = io.StringIO()
         with mock.patch.object(sys, "stderr", err), \
                 mock.patch.dict(sys.modules, {"tqdm": None}):
-            bar = client_module._ProgressBar(100, "ingest x", True)
+            bar = _ingest.ProgressBar(100, "ingest x", True)
             bar.update(50)
             bar.update(50, failed=2)
             bar.close()
@@ -291,7 +290,7 @@ class ProgressBarTest(unittest.TestCase):
     def test_disabled_bar_is_silent(self):
         err = io.StringIO()
         with mock.patch.object(sys, "stderr", err):
-            bar = client_module._ProgressBar(None, "x", False)
+            bar = _ingest.ProgressBar(None, "x", False)
             bar.update(5)
             bar.close()
         self.assertEqual(err.getvalue(), "")
