@@ -86,6 +86,8 @@ HttpServer::HttpServer(HttpServerOptions options, std::unique_ptr<httplib::Serve
                                                  request.path, " (see /openapi.json)"))
           : response.status == 413
               ? absl::ResourceExhaustedError("request body: larger than the server accepts")
+          : response.status == 414
+              ? absl::InvalidArgumentError("request line: longer than 8192 bytes")
               : absl::InvalidArgumentError(absl::StrCat("HTTP ", response.status));
       response.set_content(ErrorJson(status), "application/json");
     });

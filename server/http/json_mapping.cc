@@ -1,10 +1,13 @@
 #include "server/http/json_mapping.h"
 
+#include <google/protobuf/descriptor.pb.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -169,7 +172,73 @@ void FromProtoJson(const Descriptor& type, Value* value) {
   }
 }
 
+// A leaf (number, string, bool, null) as protobuf's printer writes it (escapes, shortest
+// round-trip numbers).
+void AppendLeaf(const Value& value, std::string* out) {
+  std::string text;
+  google::protobuf::util::MessageToJsonString(value, &text);
+  out->append(text);
+}
+
 }  // namespace
+
+void AppendJson(const Value& value, const Descriptor* type, std::string* out) {
+  if (value.kind_case() == Value::kListValue) {
+    out->push_back('[');
+    for (int i = 0; i < value.list_value().values_size(); ++i) {
+      if (i > 0) out->push_back(',');
+      AppendJson(value.list_value().values(i), type, out);
+    }
+    out->push_back(']');
+    return;
+  }
+  if (value.kind_case() != Value::kStructValue) return AppendLeaf(value, out);
+  const auto& fields = value.struct_value().fields();
+  // A message's fields in declaration order (as protobuf prints them), other keys sorted.
+  std::vector<std::pair<std::string, const Descriptor*>> keys;
+  if (type != nullptr && !type->options().map_entry()) {
+    for (int i = 0; i < type->field_count(); ++i) {
+      const FieldDescriptor& field = *type->field(i);
+      if (!fields.contains(field.json_name())) continue;
+      const Descriptor* child = nullptr;
+      if (field.is_map()) {
+        const FieldDescriptor& map_value = *field.message_type()->map_value();
+        // The map itself is an object of keys; its values are of the value's type.
+        child = map_value.type() == FieldDescriptor::TYPE_MESSAGE ? field.message_type() : nullptr;
+      } else if (field.type() == FieldDescriptor::TYPE_MESSAGE) {
+        child = field.message_type();
+      }
+      keys.emplace_back(field.json_name(), child);
+    }
+  }
+  if (keys.size() != static_cast<size_t>(fields.size())) {
+    std::vector<std::string> others;
+    for (const auto& [key, unused] : fields) {
+      bool listed = false;
+      for (const auto& [name, unused_type] : keys) listed = listed || name == key;
+      if (!listed) others.push_back(key);
+    }
+    std::sort(others.begin(), others.end());
+    // A map entry type's values: the map's value message.
+    const Descriptor* element = type != nullptr && type->options().map_entry() &&
+                                        type->map_value()->type() == FieldDescriptor::TYPE_MESSAGE
+                                    ? type->map_value()->message_type()
+                                    : nullptr;
+    for (std::string& key : others) keys.emplace_back(std::move(key), element);
+  }
+  out->push_back('{');
+  bool first = true;
+  for (const auto& [key, child] : keys) {
+    if (!first) out->push_back(',');
+    first = false;
+    Value name;
+    name.set_string_value(key);
+    AppendLeaf(name, out);
+    out->push_back(':');
+    AppendJson(fields.at(key), child, out);
+  }
+  out->push_back('}');
+}
 
 bool IsTextIdField(const FieldDescriptor& field) {
   return field.type() == FieldDescriptor::TYPE_BYTES && (field.name() == "id" || field.name() == "ids");
@@ -183,11 +252,11 @@ absl::Status JsonToMessage(absl::string_view json, google::protobuf::Message* me
       google::protobuf::StringPiece(json.data(), json.size()), &tree, options);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("request body: not JSON (", parsed.message().as_string(), ")"));
+        absl::StrCat("not JSON (", parsed.message().as_string(), ")"));
   }
   if (tree.kind_case() != Value::kStructValue) {
     return absl::InvalidArgumentError(
-        absl::StrCat("request body: ", KindName(tree), ", expected an object (",
+        absl::StrCat(KindName(tree), ", expected an object (",
                      message->GetDescriptor()->full_name(), ")"));
   }
   const absl::Status rewritten = ToProtoJson(*message->GetDescriptor(), "", &tree);
@@ -196,8 +265,8 @@ absl::Status JsonToMessage(absl::string_view json, google::protobuf::Message* me
   google::protobuf::util::MessageToJsonString(tree, &proto_json);
   const auto status = google::protobuf::util::JsonStringToMessage(proto_json, message, options);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "request body (", message->GetDescriptor()->full_name(), "): ", status.message().as_string()));
+    return absl::InvalidArgumentError(absl::StrCat(message->GetDescriptor()->full_name(), ": ",
+                                                   status.message().as_string()));
   }
   return absl::OkStatus();
 }
@@ -211,7 +280,7 @@ std::string MessageToJson(const google::protobuf::Message& message) {
   if (!google::protobuf::util::JsonStringToMessage(proto_json, &tree).ok()) return proto_json;
   FromProtoJson(*message.GetDescriptor(), &tree);
   std::string json;
-  google::protobuf::util::MessageToJsonString(tree, &json);
+  AppendJson(tree, message.GetDescriptor(), &json);
   return json;
 }
 

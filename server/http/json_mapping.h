@@ -10,6 +10,7 @@
 
 #include <google/protobuf/descriptor.h>
 #include <google/protobuf/message.h>
+#include <google/protobuf/struct.pb.h>
 
 #include <string>
 
@@ -24,8 +25,14 @@ bool IsTextIdField(const google::protobuf::FieldDescriptor& field);
 
 // Parses `json` into `message` (cleared first). Unknown fields are refused. INVALID_ARGUMENT
 // naming the field (e.g. "searches[1].query: row 2 holds 31 numbers, row 0 holds 32") or
-// quoting the JSON parser for anything malformed.
+// quoting the JSON parser for anything malformed ("not JSON (...)", "tessera.v1.SearchRequest:
+// ...").
 absl::Status JsonToMessage(absl::string_view json, google::protobuf::Message* message);
+
+// `value` as compact JSON: the fields of an object of message `type` (may be null) in
+// declaration order, as protobuf prints them, any other keys sorted.
+void AppendJson(const google::protobuf::Value& value, const google::protobuf::Descriptor* type,
+                std::string* out);
 
 // `message` as JSON: lowerCamelCase names, every field printed (defaults too), ids as text.
 std::string MessageToJson(const google::protobuf::Message& message);

@@ -256,10 +256,8 @@ std::string OpenApiDocument(const std::vector<RestRoute>& routes) {
   plain("/metrics", "Metrics", "Prometheus metrics (a read key when --api_keys is set)", false);
   At(&At(&paths, "/metrics"), "get").mutable_struct_value()->mutable_fields()->erase("security");
 
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
   std::string json;
-  google::protobuf::util::MessageToJsonString(document, &json, options);
+  AppendJson(document, nullptr, &json);
   return json;
 }
 

@@ -6,6 +6,7 @@
 #include <grpcpp/generic/generic_stub.h>
 
 #include <chrono>
+#include <cmath>
 #include <future>
 #include <regex>
 #include <utility>
@@ -60,10 +61,13 @@ std::string PathRegex(const std::string& path, std::vector<std::string>* fields)
     at = close + 1;
   }
   regex += path.substr(at);
-  // The last parameter takes the rest when nothing follows it.
+  // A document id takes the rest of the path when nothing follows it.
   const size_t last = regex.rfind("(\\x01)");
-  if (last != std::string::npos && last + 6 == regex.size()) regex.replace(last, 6, "(.+)");
-  return absl::StrReplaceAll(regex, {{"(\\x01)", "([^/]+)"}});
+  if (last != std::string::npos && last + 6 == regex.size() && fields->back() == "id") {
+    regex.replace(last, 6, "(.*)");
+  }
+  // Empty values match too, so that the services name an empty name as they do over gRPC.
+  return absl::StrReplaceAll(regex, {{"(\\x01)", "([^/]*)"}});
 }
 
 absl::Status FromGrpc(const grpc::Status& status) {
@@ -84,9 +88,10 @@ absl::Status SetDeadline(const httplib::Request& request, grpc::ClientContext* c
   if (!request.has_header("X-Server-Timeout")) return absl::OkStatus();
   const std::string text = request.get_header_value("X-Server-Timeout");
   double seconds = 0;
-  if (!absl::SimpleAtod(text, &seconds) || !(seconds > 0) || seconds > 1e9) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "X-Server-Timeout: '", text.substr(0, 40), "', expected seconds (a positive number)"));
+  // As a gRPC deadline, one already past fails the call with DEADLINE_EXCEEDED.
+  if (!absl::SimpleAtod(text, &seconds) || !std::isfinite(seconds) || seconds > 1e9) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("X-Server-Timeout: '", text.substr(0, 40), "', expected seconds"));
   }
   context->set_deadline(std::chrono::system_clock::now() +
                         std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -214,16 +219,15 @@ int HttpStatusOf(absl::StatusCode code) {
 }
 
 std::string ErrorJson(const absl::Status& status) {
-  google::protobuf::Value body;
-  google::protobuf::Struct* error =
-      (*body.mutable_struct_value()->mutable_fields())["error"].mutable_struct_value();
-  auto& fields = *error->mutable_fields();
-  fields["code"].set_number_value(HttpStatusOf(status.code()));
-  fields["message"].set_string_value(std::string(status.message()));
-  fields["status"].set_string_value(absl::StatusCodeToString(status.code()));
-  fields["details"].mutable_list_value();
-  std::string json;
-  google::protobuf::util::MessageToJsonString(body, &json);
+  google::protobuf::Value message, name;
+  message.set_string_value(std::string(status.message()));
+  name.set_string_value(absl::StatusCodeToString(status.code()));
+  std::string json = absl::StrCat(R"({"error":{"code":)", HttpStatusOf(status.code()),
+                                  R"(,"message":)");
+  AppendJson(message, nullptr, &json);
+  json += R"(,"status":)";
+  AppendJson(name, nullptr, &json);
+  json += R"(,"details":[]}})";
   return json;
 }
 
@@ -253,7 +257,12 @@ void RestGateway::ServeUnary(const RestRoute& route, const httplib::Request& req
   google::protobuf::MessageFactory* factory = google::protobuf::MessageFactory::generated_factory();
   std::unique_ptr<Message> call_request(factory->GetPrototype(method.input_type())->New());
   std::unique_ptr<Message> call_response(factory->GetPrototype(method.output_type())->New());
-  if (!request.body.empty()) status = JsonToMessage(request.body, call_request.get());
+  if (!request.body.empty()) {
+    status = JsonToMessage(request.body, call_request.get());
+    if (!status.ok()) {
+      status = absl::Status(status.code(), absl::StrCat("request body: ", status.message()));
+    }
+  }
   std::vector<std::string> fields;
   PathRegex(route.path, &fields);
   if (status.ok()) status = SetPathFields(fields, request, call_request.get());

@@ -89,7 +89,7 @@ TEST(JsonMapping, BadMatricesNameTheField) {
   status = JsonToMessage("[1]", &request);
   EXPECT_THAT(status.message(), HasSubstr("an array, expected an object"));
   status = JsonToMessage("{", &request);
-  EXPECT_THAT(status.message(), HasSubstr("request body: not JSON"));
+  EXPECT_THAT(status.message(), HasSubstr("not JSON"));
 }
 
 TEST(JsonMapping, IdsAreText) {
