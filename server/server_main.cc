@@ -457,8 +457,8 @@ int Run(const ServerConfig& config) {
     auto started = HttpServer::Start(std::move(options));
     if (!started.ok()) {
       server->Shutdown(std::chrono::system_clock::now());
-      return Fail(absl::Status(started.status().code(), absl::StrCat("--metrics_listen ",
-                                                                    started.status().message())));
+      return Fail(absl::Status(started.status().code(),
+                               absl::StrCat("--metrics_listen ", started.status().message())));
     }
     http = std::move(*started);
   }
@@ -500,9 +500,10 @@ int Run(const ServerConfig& config) {
       {{"listen", absl::StrCat(host, ":", port)},
        {"tls", config.tls_cert.empty() ? "off" : (config.tls_client_ca.empty() ? "on" : "mutual")},
        {"auth", keys != nullptr ? absl::StrCat(keys->size(), " api keys") : "off"},
-       {"http", rest_http ? absl::StrCat(config.http_listen.substr(0, config.http_listen.rfind(':')),
-                                         ":", rest_http->port())
-                          : "off"},
+       {"http", rest_http
+                    ? absl::StrCat(config.http_listen.substr(0, config.http_listen.rfind(':')), ":",
+                                   rest_http->port())
+                    : "off"},
        {"role", config.role}});
   std::unique_ptr<NodeRegistration> registration;
   if (shard_role) {

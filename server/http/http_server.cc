@@ -15,8 +15,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
   int port = -1;
   if (colon == std::string::npos || !absl::SimpleAtoi(options.address.substr(colon + 1), &port) ||
       port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", options.address, "', expected HOST:PORT"));
+    return absl::InvalidArgumentError(absl::StrCat("'", options.address, "', expected HOST:PORT"));
   }
   std::string host = options.address.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
@@ -44,7 +43,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
   server->set_keep_alive_max_count(10000);
   server->set_read_timeout(30);
   server->set_write_timeout(30);
-  const int bound = port == 0 ? server->bind_to_any_port(host) : (server->bind_to_port(host, port) ? port : -1);
+  const int bound =
+      port == 0 ? server->bind_to_any_port(host) : (server->bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options.address,
                                                ": the port is in use or the host is not an "
@@ -63,32 +63,34 @@ HttpServer::HttpServer(HttpServerOptions options, std::unique_ptr<httplib::Serve
     response.status = serving ? 200 : 503;
     response.set_content(serving ? "ok\n" : "draining\n", "text/plain");
   });
-  server_->Get("/metrics", [this, rest](const httplib::Request& request,
-                                        httplib::Response& response) {
-    if (rest != nullptr) {
-      const absl::Status allowed = rest->Authorize(request, "GET /metrics");
-      if (!allowed.ok()) {
-        response.status = HttpStatusOf(allowed.code());
-        response.set_content(ErrorJson(allowed), "application/json");
-        return;
-      }
-    }
-    response.set_content(options_.render_metrics ? options_.render_metrics() : "",
-                         "text/plain; version=0.0.4");
-  });
+  server_->Get("/metrics",
+               [this, rest](const httplib::Request& request, httplib::Response& response) {
+                 if (rest != nullptr) {
+                   const absl::Status allowed = rest->Authorize(request, "GET /metrics");
+                   if (!allowed.ok()) {
+                     response.status = HttpStatusOf(allowed.code());
+                     response.set_content(ErrorJson(allowed), "application/json");
+                     return;
+                   }
+                 }
+                 response.set_content(options_.render_metrics ? options_.render_metrics() : "",
+                                      "text/plain; version=0.0.4");
+               });
   if (rest != nullptr) {
     rest->Register(server_.get());
     server_->set_error_handler([](const httplib::Request& request, httplib::Response& response) {
       if (!response.body.empty()) return;
       const absl::Status status =
           response.status == 404
-              ? absl::NotFoundError(absl::StrCat("no route for ", request.method, " ",
-                                                 request.path, " (see /openapi.json)"))
+              ? absl::NotFoundError(absl::StrCat("no route for ", request.method, " ", request.path,
+                                                 " (see /openapi.json)"))
           : response.status == 413
               ? absl::ResourceExhaustedError("request body: larger than the server accepts")
           : response.status == 414
               ? absl::InvalidArgumentError("request line: longer than 8192 bytes")
               : absl::InvalidArgumentError(absl::StrCat("HTTP ", response.status));
+      // The status of the error's code, as every other error of this port answers.
+      if (response.status != 404) response.status = HttpStatusOf(status.code());
       response.set_content(ErrorJson(status), "application/json");
     });
   } else {

@@ -30,8 +30,8 @@ struct HttpServerOptions {
   std::string address;  // HOST:PORT; port 0 picks one
   TlsFiles tls;         // no cert: plaintext
   std::function<std::string()> render_metrics;
-  const RestGateway* rest = nullptr;  // null: /metrics and /healthz only
-  int threads = 16;                   // connections served at once (each holds one)
+  const RestGateway* rest = nullptr;          // null: /metrics and /healthz only
+  int threads = 16;                           // connections served at once (each holds one)
   size_t max_body_bytes = size_t{256} << 20;  // larger request bodies get 413
 };
 

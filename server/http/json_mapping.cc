@@ -4,8 +4,8 @@
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -56,15 +56,15 @@ absl::Status PackMatrix(const ListValue& rows, const std::string& where, Value* 
     const ListValue& numbers = row.list_value();
     if (r == 0) cols = numbers.values_size();
     if (static_cast<size_t>(numbers.values_size()) != cols) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": row ", r, " holds ",
-                                                     numbers.values_size(), " numbers, row 0 holds ",
-                                                     cols, " (every row has the same length)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": row ", r, " holds ", numbers.values_size(),
+                       " numbers, row 0 holds ", cols, " (every row has the same length)"));
     }
     for (int c = 0; c < numbers.values_size(); ++c) {
       const Value& number = numbers.values(c);
       if (number.kind_case() != Value::kNumberValue) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "[", r, "][", c, "]: ",
-                                                       KindName(number), ", expected a number"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "[", r, "][", c, "]: ", KindName(number), ", expected a number"));
       }
       // Out-of-range values become ±inf here and are refused by the server's own check.
       values.push_back(static_cast<float>(number.number_value()));
@@ -149,7 +149,8 @@ void FromProtoJson(const Descriptor& type, Value* value) {
       const auto decode = [](Value* id) {
         std::string text;
         // An id that is not valid UTF-8 (the server refuses those) stays base64.
-        if (id->kind_case() == Value::kStringValue && absl::Base64Unescape(id->string_value(), &text) &&
+        if (id->kind_case() == Value::kStringValue &&
+            absl::Base64Unescape(id->string_value(), &text) &&
             google::protobuf::internal::IsStructurallyValidUTF8(text)) {
           id->set_string_value(text);
         }
@@ -241,7 +242,8 @@ void AppendJson(const Value& value, const Descriptor* type, std::string* out) {
 }
 
 bool IsTextIdField(const FieldDescriptor& field) {
-  return field.type() == FieldDescriptor::TYPE_BYTES && (field.name() == "id" || field.name() == "ids");
+  return field.type() == FieldDescriptor::TYPE_BYTES &&
+         (field.name() == "id" || field.name() == "ids");
 }
 
 absl::Status JsonToMessage(absl::string_view json, google::protobuf::Message* message) {
@@ -255,9 +257,8 @@ absl::Status JsonToMessage(absl::string_view json, google::protobuf::Message* me
         absl::StrCat("not JSON (", parsed.message().as_string(), ")"));
   }
   if (tree.kind_case() != Value::kStructValue) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(KindName(tree), ", expected an object (",
-                     message->GetDescriptor()->full_name(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(KindName(tree), ", expected an object (",
+                                                   message->GetDescriptor()->full_name(), ")"));
   }
   const absl::Status rewritten = ToProtoJson(*message->GetDescriptor(), "", &tree);
   if (!rewritten.ok()) return rewritten;
@@ -265,8 +266,8 @@ absl::Status JsonToMessage(absl::string_view json, google::protobuf::Message* me
   google::protobuf::util::MessageToJsonString(tree, &proto_json);
   const auto status = google::protobuf::util::JsonStringToMessage(proto_json, message, options);
   if (!status.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(message->GetDescriptor()->full_name(), ": ",
-                                                   status.message().as_string()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(message->GetDescriptor()->full_name(), ": ", status.message().as_string()));
   }
   return absl::OkStatus();
 }

@@ -141,11 +141,11 @@ std::string OpenApiDocument(const std::vector<RestRoute>& routes) {
   Value& info = At(&document, "info");
   At(&info, "title") = String("Tessera REST API");
   At(&info, "version") = String(VersionString());
-  At(&info, "description") =
-      String("The public gRPC API of tessera-server (tessera.v1) over HTTP/JSON, in protobuf's JSON "
-             "mapping: document ids as text, a matrix as base64 packed bytes or nested arrays of "
-             "numbers. Errors: {\"error\": {code, message, status, details}} with the HTTP status "
-             "of the gRPC code. X-Server-Timeout: SECONDS sets a call's deadline.");
+  At(&info, "description") = String(
+      "The public gRPC API of tessera-server (tessera.v1) over HTTP/JSON, in protobuf's JSON "
+      "mapping: document ids as text, a matrix as base64 packed bytes or nested arrays of "
+      "numbers. Errors: {\"error\": {code, message, status, details}} with the HTTP status "
+      "of the gRPC code. X-Server-Timeout: SECONDS sets a call's deadline.");
   Value& components = At(&document, "components");
   Value& schemas = At(&components, "schemas");
   schemas.mutable_struct_value();
@@ -174,8 +174,7 @@ std::string OpenApiDocument(const std::vector<RestRoute>& routes) {
 
   Value& paths = At(&document, "paths");
   for (const RestRoute& route : routes) {
-    const google::protobuf::MethodDescriptor* method =
-        FindRpc(route.rpc);
+    const google::protobuf::MethodDescriptor* method = FindRpc(route.rpc);
     if (method == nullptr) continue;
     const bool ndjson = route.kind == RestRouteKind::kUpsertNdjson;
     Value operation;
@@ -218,17 +217,16 @@ std::string OpenApiDocument(const std::vector<RestRoute>& routes) {
     if (std::string(route.verb) == "POST") {
       Value& body = At(&operation, "requestBody");
       At(&body, "required").set_bool_value(!ndjson && path.find('{') == std::string::npos);
-      At(&body, "content") =
-          ndjson ? JsonContent(Ref(builder.Add(*v1::Document::descriptor())), "application/x-ndjson")
-                 : JsonContent(Ref(input));
+      At(&body, "content") = ndjson ? JsonContent(Ref(builder.Add(*v1::Document::descriptor())),
+                                                  "application/x-ndjson")
+                                    : JsonContent(Ref(input));
     }
     Value& responses = At(&operation, "responses");
     Value& ok = At(&responses, "200");
     At(&ok, "description") = String(ndjson ? "One DocumentResult per line, in order" : "OK");
-    At(&ok, "content") =
-        ndjson ? JsonContent(Ref(builder.Add(*v1::DocumentResult::descriptor())),
-                             "application/x-ndjson")
-               : JsonContent(Ref(output));
+    At(&ok, "content") = ndjson ? JsonContent(Ref(builder.Add(*v1::DocumentResult::descriptor())),
+                                              "application/x-ndjson")
+                                : JsonContent(Ref(output));
     Value& failed = At(&responses, "default");
     At(&failed, "description") = String("The call failed: its gRPC code as an HTTP status");
     At(&failed, "content") = JsonContent(Ref("Error"));
@@ -244,8 +242,8 @@ std::string OpenApiDocument(const std::vector<RestRoute>& routes) {
     At(&operation, "security").mutable_list_value();
     Value& ok = At(&At(&operation, "responses"), "200");
     At(&ok, "description") = String("OK");
-    At(&ok, "content") = json ? JsonContent(Schema("object"))
-                              : JsonContent(Schema("string"), "text/plain");
+    At(&ok, "content") =
+        json ? JsonContent(Schema("object")) : JsonContent(Schema("string"), "text/plain");
     if (std::string(path) == "/healthz") {
       At(&At(&At(&operation, "responses"), "503"), "description") = String("draining");
     }

@@ -159,8 +159,8 @@ const MethodDescriptor* FindRpc(absl::string_view rpc) {
 
 const std::vector<RestRoute>& RestRoutes() {
   static const auto* const kRoutes = new std::vector<RestRoute>{
-      {"POST", "/v1/collections", "tessera.v1.AdminService.CreateCollection",
-       RestRouteKind::kUnary, "CreateCollection", "Create a collection"},
+      {"POST", "/v1/collections", "tessera.v1.AdminService.CreateCollection", RestRouteKind::kUnary,
+       "CreateCollection", "Create a collection"},
       {"GET", "/v1/collections", "tessera.v1.AdminService.ListCollections", RestRouteKind::kUnary,
        "ListCollections", "List the collections"},
       {"GET", "/v1/collections/{name}", "tessera.v1.AdminService.GetCollection",
@@ -178,6 +178,9 @@ const std::vector<RestRoute>& RestRoutes() {
        RestRouteKind::kUnary, "Delete", "Delete documents by id"},
       {"GET", "/v1/collections/{collection}/documents/{id}", "tessera.v1.IngestService.Get",
        RestRouteKind::kUnary, "Get", "Read a stored document"},
+      {"POST", "/v1/collections/{collection}/documents:get", "tessera.v1.IngestService.Get",
+       RestRouteKind::kUnary, "GetByBody",
+       "Read a stored document named in the body (ids too long for a URL)"},
       {"POST", "/v1/collections/{collection}:search", "tessera.v1.QueryService.Search",
        RestRouteKind::kUnary, "Search", "Search a collection"},
       {"POST", "/v1/search:batch", "tessera.v1.QueryService.SearchBatch", RestRouteKind::kUnary,
@@ -222,8 +225,8 @@ std::string ErrorJson(const absl::Status& status) {
   google::protobuf::Value message, name;
   message.set_string_value(std::string(status.message()));
   name.set_string_value(absl::StatusCodeToString(status.code()));
-  std::string json = absl::StrCat(R"({"error":{"code":)", HttpStatusOf(status.code()),
-                                  R"(,"message":)");
+  std::string json =
+      absl::StrCat(R"({"error":{"code":)", HttpStatusOf(status.code()), R"(,"message":)");
   AppendJson(message, nullptr, &json);
   json += R"(,"status":)";
   AppendJson(name, nullptr, &json);
@@ -314,10 +317,10 @@ void RestGateway::ServeUpsertNdjson(const RestRoute& route, const httplib::Reque
   v1::UpsertRequest batch;
   batch.set_collection(collection);
   size_t batch_bytes = 0;
-  std::string out;           // the NDJSON answer so far
-  absl::Status failure;      // what ended the stream early
+  std::string out;       // the NDJSON answer so far
+  absl::Status failure;  // what ended the stream early
   int64_t line_number = 0;
-  std::string pending;       // the body's bytes after the last newline
+  std::string pending;  // the body's bytes after the last newline
 
   const auto send = [&]() -> bool {
     if (lines.empty()) return true;
@@ -394,11 +397,11 @@ void RestGateway::Register(httplib::Server* server) const {
     const std::string pattern = PathRegex(route.path, &fields);
     const std::string verb = route.verb;
     if (route.kind == RestRouteKind::kUpsertNdjson) {
-      server->Post(pattern, [this, &route](const httplib::Request& request,
-                                           httplib::Response& response,
-                                           const httplib::ContentReader& content_reader) {
-        ServeUpsertNdjson(route, request, &response, content_reader);
-      });
+      server->Post(pattern,
+                   [this, &route](const httplib::Request& request, httplib::Response& response,
+                                  const httplib::ContentReader& content_reader) {
+                     ServeUpsertNdjson(route, request, &response, content_reader);
+                   });
       continue;
     }
     auto handler = [this, &route](const httplib::Request& request, httplib::Response& response) {

@@ -1,8 +1,8 @@
 #include "server/http/rest_gateway.h"
 
+#include <gmock/gmock.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
-#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -75,8 +75,7 @@ TEST(JsonMapping, MatrixAsNestedArraysEqualsPackedBytes) {
 
 TEST(JsonMapping, BadMatricesNameTheField) {
   v1::SearchBatchRequest request;
-  absl::Status status =
-      JsonToMessage(R"({"searches": [{}, {"query": [[1, 2], [3]]}]})", &request);
+  absl::Status status = JsonToMessage(R"({"searches": [{}, {"query": [[1, 2], [3]]}]})", &request);
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(),
               HasSubstr("searches[1].query: row 1 holds 1 numbers, row 0 holds 2"));
@@ -115,8 +114,7 @@ TEST(OpenApi, EveryRouteHasAnOperationOnAKnownRpc) {
   const auto& schemas =
       fields.at("components").struct_value().fields().at("schemas").struct_value().fields();
   for (const RestRoute& route : RestRoutes()) {
-    const auto* method =
-        FindRpc(route.rpc);
+    const auto* method = FindRpc(route.rpc);
     ASSERT_NE(method, nullptr) << route.rpc;
     ASSERT_TRUE(paths.contains(route.path)) << route.path;
     std::string verb = route.verb;
