@@ -53,8 +53,10 @@ ENV DEBIAN_FRONTEND=noninteractive LANG=C.UTF-8
 RUN apt-get update -qq \
  && apt-get install -y -qq --no-install-recommends \
       libabsl20220623 \
+      libbrotli1 \
       libbz2-1.0 \
       libc-ares2 \
+      libcpp-httplib0.11 \
       libgcc-s1 \
       libgfortran5 \
       libgomp1 \
@@ -94,7 +96,8 @@ USER tessera:tessera
 WORKDIR /data
 VOLUME /data
 # gRPC (IngestService, QueryService, AdminService, grpc.health.v1, reflection) and
-# Prometheus /metrics + /healthz over HTTP.
+# Prometheus /metrics + /healthz over HTTP. The REST API is off by default: add
+# `--http_listen 0.0.0.0:8080` (with --tls_cert/--tls_key, or --insecure) and publish that port.
 EXPOSE 50051 9464
 # tessera-server drains in-flight calls on SIGTERM (up to shutdown_grace_seconds, default 10 s),
 # flushes and exits 0: give `docker/podman stop -t` (and Kubernetes' grace period) more than that.

@@ -5,7 +5,7 @@
 # - gRPC 1.51's grpc_cpp_plugin comes from protobuf-compiler-grpc.
 # - Protobuf 3.21 is found through CMake's FindProtobuf.
 # - Abseil 20220623 has no absl/log and no status macros (see tessera/status_macros.h).
-# - OpenBLAS is found through pkg-config.
+# - OpenBLAS and cpp-httplib 0.11 are found through pkg-config.
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 find_package(ZLIB REQUIRED)
@@ -27,6 +27,9 @@ find_package(gRPC REQUIRED CONFIG)
 find_package(OpenSSL REQUIRED)  # SHA-256 of API keys (libssl-dev, which libgrpc-dev requires)
 find_program(TESSERA_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 find_package(yaml-cpp REQUIRED CONFIG)
+# The HTTP listeners (server/http): Debian builds cpp-httplib 0.11 as a shared library with
+# OpenSSL, zlib and brotli; its pkg-config flags define the matching CPPHTTPLIB_*_SUPPORT macros.
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 message(STATUS "Tessera dependencies: absl ${absl_VERSION}, OpenBLAS ${OpenBLAS_VERSION}, "
                "faiss ${faiss_VERSION}, RocksDB ${RocksDB_VERSION}, Protobuf ${Protobuf_VERSION}, "

@@ -76,6 +76,7 @@ Scope RequiredScope(absl::string_view method) {
       {"/tessera.v1.QueryService/Count", Scope::kRead},
       {"/tessera.v1.QueryService/Scroll", Scope::kRead},
       {"/grpc.health.v1.Health/Check", Scope::kRead},
+      {"GET /metrics", Scope::kRead},  // the REST port's (server/http/http_server.h)
       {"/grpc.health.v1.Health/Watch", Scope::kRead},
       {"/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", Scope::kRead},
       {"/grpc.reflection.v1.ServerReflection/ServerReflectionInfo", Scope::kRead},

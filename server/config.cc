@@ -114,6 +114,14 @@ std::map<std::string, Setter> Settings(ServerConfig* config, std::set<std::strin
     config->metrics_listen = value;
     return absl::OkStatus();
   };
+  settings["http_listen"] = [config](const std::string& value) {
+    if (!value.empty() && !IsHostPort(value)) {
+      return Bad("http_listen", value,
+                 "HOST:PORT with a port 0-65535 (e.g. 127.0.0.1:8080), or \"\" for none");
+    }
+    config->http_listen = value;
+    return absl::OkStatus();
+  };
   text("api_keys", &config->api_keys);
   text("cluster_key_file", &config->cluster_key_file);
   text("tls_cert", &config->tls_cert);
@@ -290,6 +298,13 @@ absl::StatusOr<ServerConfig> ParseServerConfig(const std::vector<std::string>& a
         " accepts connections from other machines: serve TLS (--tls_cert and --tls_key) or "
         "allow plaintext with --insecure"));
   }
+  if (!config.http_listen.empty() && config.tls_cert.empty() && !config.insecure &&
+      !IsLoopbackAddress(config.http_listen)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--http_listen ", config.http_listen,
+        " accepts connections from other machines: serve TLS (--tls_cert and --tls_key) or "
+        "allow plaintext with --insecure"));
+  }
   return config;
 }
 
@@ -315,6 +330,8 @@ std::string ServerUsage() {
                                  (DIR/LOCK) while this process runs: one server per data dir
   --listen HOST:PORT             gRPC address (default 127.0.0.1:50051; port 0 picks one)
   --metrics_listen HOST:PORT     Prometheus /metrics and /healthz (default 127.0.0.1:9464; "" off)
+  --http_listen HOST:PORT        REST/JSON API, /openapi.json, /metrics and /healthz over HTTP/1.1
+                                 (default "": off), with the same TLS and API keys as gRPC
   --api_keys FILE                "sha256:HASH SCOPES [name=NAME] [rate=N]" lines: enables auth
                                  (HASH: printf %s KEY | sha256sum; scopes: read, write, admin)
   --cluster_key_file FILE        the API key (first line) routers present to shard nodes and

@@ -30,6 +30,9 @@ struct ServerConfig {
   std::string data_dir = "./tessera-data";
   std::string listen = "127.0.0.1:50051";
   std::string metrics_listen = "127.0.0.1:9464";  // "" disables the metrics endpoint
+  // REST/JSON beside gRPC (server/http/rest_gateway.h), with /openapi.json, /metrics and
+  // /healthz, under the same TLS and API keys; "" (the default) serves none.
+  std::string http_listen;
   std::string api_keys;  // file of hashed keys (server/auth.h); empty: no authentication
   // File holding the API key (admin scope on the shard nodes' --api_keys) that routers present
   // to shard nodes and shard nodes to each other; empty: none sent.

@@ -106,6 +106,23 @@ TEST(ServerConfig, NamesWhatIsWrongWithAFlag) {
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->metrics_listen, "");  // no metrics endpoint
 
+  // REST: off by default; a flag or a YAML key; beyond loopback only with TLS or --insecure.
+  EXPECT_EQ(ParseServerConfig({"s"})->http_listen, "");
+  status = ParseServerConfig({"s", "--http_listen", "nowhere"}).status();
+  EXPECT_THAT(status.message(), HasSubstr("--http_listen 'nowhere', expected HOST:PORT"));
+  config = ParseServerConfig({"s", "--http_listen", "127.0.0.1:0"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->http_listen, "127.0.0.1:0");
+  status = ParseServerConfig({"s", "--http_listen", "0.0.0.0:8080"}).status();
+  EXPECT_THAT(status.message(),
+              HasSubstr("--http_listen 0.0.0.0:8080 accepts connections from other machines"));
+  EXPECT_TRUE(ParseServerConfig({"s", "--http_listen", "0.0.0.0:8080", "--insecure"}).ok());
+  const std::string http_yaml = ::testing::TempDir() + "/server_config_http.yaml";
+  std::ofstream(http_yaml) << "http_listen: 127.0.0.1:8080\n";
+  config = ParseServerConfig({"s", "--config", http_yaml});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->http_listen, "127.0.0.1:8080");
+
   // A missing file and a directory: the path and the OS's reason.
   const std::string missing = ::testing::TempDir() + "/server_config_missing.yaml";
   status = ParseServerConfig({"s", "--config", missing}).status();

@@ -1,11 +1,5 @@
 #include "server/metrics.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <charconv>
 #include <cmath>
@@ -218,77 +212,6 @@ std::string Metrics::Render() const {
          "How long the collection's most recent training ran (0: none since it opened).",
          [](const CollectionStats& s) { return s.last_training_seconds; });
   return out;
-}
-
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
-    const std::string& address, Renderer render) {
-  const size_t colon = address.rfind(':');
-  int port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics_listen '", address, "', expected HOST:PORT"));
-  }
-  const std::string host = address.substr(0, colon);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (::inet_pton(AF_INET, host == "localhost" ? "127.0.0.1" : host.c_str(), &addr.sin_addr) != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("metrics_listen host '", host, "', expected an IPv4 address"));
-  }
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  const int one = 1;
-  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(fd, 16) != 0) {
-    const std::string error = std::strerror(errno);
-    ::close(fd);
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", error));
-  }
-  socklen_t length = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length);
-  return std::unique_ptr<MetricsHttpServer>(
-      new MetricsHttpServer(fd, ntohs(addr.sin_port), std::move(render)));
-}
-
-MetricsHttpServer::MetricsHttpServer(int fd, int port, Renderer render)
-    : fd_(fd), port_(port), render_(std::move(render)), thread_([this] { Serve(); }) {}
-
-MetricsHttpServer::~MetricsHttpServer() {
-  stopping_ = true;
-  thread_.join();
-  ::close(fd_);
-}
-
-void MetricsHttpServer::Serve() {
-  while (!stopping_) {
-    pollfd pfd{fd_, POLLIN, 0};
-    if (::poll(&pfd, 1, 200) <= 0) continue;
-    const int client = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (client < 0) continue;
-    timeval timeout{2, 0};
-    ::setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    char buffer[2048];
-    const ssize_t n = ::recv(client, buffer, sizeof(buffer) - 1, 0);
-    std::string status = "404 Not Found", body = "not found\n", type = "text/plain";
-    if (n > 0) {
-      buffer[n] = '\0';
-      const std::string request(buffer);
-      if (request.rfind("GET /metrics", 0) == 0) {
-        status = "200 OK";
-        body = render_();
-        type = "text/plain; version=0.0.4";
-      } else if (request.rfind("GET /healthz", 0) == 0) {
-        const bool serving = serving_.load(std::memory_order_relaxed);
-        status = serving ? "200 OK" : "503 Service Unavailable";
-        body = serving ? "ok\n" : "draining\n";
-      }
-    }
-    const std::string response =
-        absl::StrCat("HTTP/1.0 ", status, "\r\nContent-Type: ", type,
-                     "\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
-    ::send(client, response.data(), response.size(), MSG_NOSIGNAL);
-    ::close(client);
-  }
 }
 
 }  // namespace tessera::server

@@ -1,5 +1,5 @@
-// Prometheus metrics (text exposition format 0.0.4, as `promtool check metrics` accepts it) and
-// the small HTTP endpoint that serves them with /healthz. Counters and histograms are lock-free to
+// Prometheus metrics (text exposition format 0.0.4, as `promtool check metrics` accepts it),
+// served over HTTP by server/http/http_server.h. Counters and histograms are lock-free to
 // update. Each family is rendered once, with its # HELP and # TYPE, all its samples together;
 // integers are printed exactly.
 #ifndef TESSERA_SERVER_METRICS_H_
@@ -75,31 +75,6 @@ class Metrics {
   std::atomic<uint64_t> documents_accepted_{0}, documents_rejected_{0};
   std::atomic<uint64_t> original_tokens_{0}, stored_vectors_{0};
   std::atomic<uint64_t> rerank_fallbacks_{0};
-};
-
-// Serves GET /metrics (render() output) and GET /healthz over HTTP/1.0 on one thread: 200 "ok"
-// while serving, 503 "draining" after SetServing(false) (as gRPC health's NOT_SERVING).
-class MetricsHttpServer {
- public:
-  using Renderer = std::function<std::string()>;
-  // Binds host:port (port 0 picks one). INVALID_ARGUMENT / UNAVAILABLE when it cannot.
-  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& address,
-                                                                  Renderer render);
-  ~MetricsHttpServer();
-  int port() const { return port_; }
-  // What /healthz answers from now on. Thread-safe.
-  void SetServing(bool serving) { serving_.store(serving, std::memory_order_relaxed); }
-
- private:
-  MetricsHttpServer(int fd, int port, Renderer render);
-  void Serve();
-
-  const int fd_;
-  const int port_;
-  const Renderer render_;
-  std::atomic<bool> stopping_{false};
-  std::atomic<bool> serving_{true};
-  std::thread thread_;
 };
 
 }  // namespace tessera::server

@@ -33,6 +33,8 @@
 #include "server/config.h"
 #include "server/credentials.h"
 #include "server/engine_backend.h"
+#include "server/http/http_server.h"
+#include "server/http/rest_gateway.h"
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/services.h"
@@ -296,17 +298,19 @@ int Run(const ServerConfig& config) {
     keys = std::move(*loaded);
   }
   Metrics metrics;
-  auto credentials = NewServerCredentials(
-      TlsFiles{config.tls_cert, config.tls_key, config.tls_client_ca}, keys.get(),
-      [&metrics](absl::string_view method, const absl::Status& status) {
-        const absl::string_view name = method.substr(method.rfind('/') + 1);
-        metrics.RecordRpc(std::string(name), absl::StatusCodeToString(status.code()), 0);
-        Log("warning", "rpc refused",
-            {{"method", std::string(method)},
-             {"code", absl::StatusCodeToString(status.code())},
-             {"message", std::string(status.message())}});
-      },
-      config.tls_reload_seconds);
+  // Of every call the key check refused, over gRPC or REST alike.
+  const RefusalObserver on_refused = [&metrics](absl::string_view method,
+                                                const absl::Status& status) {
+    const absl::string_view name = method.substr(method.rfind('/') + 1);
+    metrics.RecordRpc(std::string(name), absl::StatusCodeToString(status.code()), 0);
+    Log("warning", "rpc refused",
+        {{"method", std::string(method)},
+         {"code", absl::StatusCodeToString(status.code())},
+         {"message", std::string(status.message())}});
+  };
+  const TlsFiles tls_files{config.tls_cert, config.tls_key, config.tls_client_ca};
+  auto credentials =
+      NewServerCredentials(tls_files, keys.get(), on_refused, config.tls_reload_seconds);
   if (!credentials.ok()) return Fail(credentials.status());
   // A router holds no data: its backend is the cluster (server/cluster/router.h).
   const bool router_role = config.role == "router";
@@ -436,26 +440,70 @@ int Run(const ServerConfig& config) {
                      ": the port is in use (by another process) or the host is not an address "
                      "of this machine")));
   }
-  std::unique_ptr<MetricsHttpServer> http;
+  const auto render_metrics = [&] {
+    if (engine != nullptr) metrics.SetCollections(*engine);
+    metrics.SetGauge("tessera_queued_requests", "Requests waiting for an admission worker.",
+                     admission->queued());
+    metrics.SetGauge("tessera_inflight_request_bytes", "Bytes of the requests queued or running.",
+                     admission->inflight_bytes());
+    return metrics.Render();
+  };
+  std::unique_ptr<HttpServer> http;
   if (!config.metrics_listen.empty()) {
-    auto started = MetricsHttpServer::Start(config.metrics_listen, [&] {
-      if (engine != nullptr) metrics.SetCollections(*engine);
-      metrics.SetGauge("tessera_queued_requests", "Requests waiting for an admission worker.",
-                       admission->queued());
-      metrics.SetGauge("tessera_inflight_request_bytes", "Bytes of the requests queued or running.",
-                       admission->inflight_bytes());
-      return metrics.Render();
-    });
-    if (!started.ok()) return Fail(started.status());
+    HttpServerOptions options;
+    options.address = config.metrics_listen;
+    options.render_metrics = render_metrics;
+    options.threads = 4;
+    auto started = HttpServer::Start(std::move(options));
+    if (!started.ok()) {
+      server->Shutdown(std::chrono::system_clock::now());
+      return Fail(absl::Status(started.status().code(),
+                               absl::StrCat("--metrics_listen ", started.status().message())));
+    }
     http = std::move(*started);
+  }
+  // REST beside gRPC: the same services, called through the in-process channel (a shard node
+  // has no public API to serve).
+  std::unique_ptr<RestGateway> rest;
+  std::unique_ptr<HttpServer> rest_http;
+  if (!config.http_listen.empty() && !shard_role) {
+    grpc::ChannelArguments channel_args;
+    channel_args.SetMaxReceiveMessageSize(-1);
+    channel_args.SetMaxSendMessageSize(-1);
+    RestGatewayOptions rest_options;
+    rest_options.keys = keys.get();
+    rest_options.on_refused = on_refused;
+    rest_options.max_documents_per_batch = config.max_documents_per_batch;
+    rest = std::make_unique<RestGateway>(server->InProcessChannel(channel_args), rest_options);
+    HttpServerOptions options;
+    options.address = config.http_listen;
+    options.tls = tls_files;
+    options.render_metrics = render_metrics;
+    options.rest = rest.get();
+    options.threads = std::max(16, 2 * static_cast<int>(std::thread::hardware_concurrency()));
+    // JSON spells a request's bytes out at most ~10× (a float as decimal digits).
+    options.max_body_bytes = static_cast<size_t>(config.max_message_bytes) * 10;
+    auto started = HttpServer::Start(std::move(options));
+    if (!started.ok()) {
+      server->Shutdown(std::chrono::system_clock::now());
+      return Fail(absl::Status(started.status().code(),
+                               absl::StrCat("--http_listen ", started.status().message())));
+    }
+    rest_http = std::move(*started);
   }
   const std::string host = config.listen.substr(0, config.listen.rfind(':'));
   std::cerr << "tessera-server listening on " << host << ":" << port
-            << (http ? absl::StrCat(" (metrics on port ", http->port(), ")") : "") << std::endl;
+            << (http ? absl::StrCat(" (metrics on port ", http->port(), ")") : "")
+            << (rest_http ? absl::StrCat(" (http on port ", rest_http->port(), ")") : "")
+            << std::endl;
   Log("info", "serving",
       {{"listen", absl::StrCat(host, ":", port)},
        {"tls", config.tls_cert.empty() ? "off" : (config.tls_client_ca.empty() ? "on" : "mutual")},
        {"auth", keys != nullptr ? absl::StrCat(keys->size(), " api keys") : "off"},
+       {"http", rest_http
+                    ? absl::StrCat(config.http_listen.substr(0, config.http_listen.rfind(':')), ":",
+                                   rest_http->port())
+                    : "off"},
        {"role", config.role}});
   std::unique_ptr<NodeRegistration> registration;
   if (shard_role) {
@@ -472,7 +520,9 @@ int Run(const ServerConfig& config) {
   const int signal_number = WaitForStopSignal();
   // Later signals only write to the pipe: the drain below runs to its end.
   Log("info", "draining", {{"signal", strsignal(signal_number)}});
-  if (http != nullptr) http->SetServing(false);  // /healthz: 503 from now on
+  // /healthz: 503 from now on.
+  if (http != nullptr) http->SetServing(false);
+  if (rest_http != nullptr) rest_http->SetServing(false);
   // Routers stop choosing this node before it stops taking calls.
   registration.reset();
   // New calls are refused (UNAVAILABLE, health NOT_SERVING); open ones get the grace period.
@@ -485,8 +535,11 @@ int Run(const ServerConfig& config) {
     Log("warning", "grace period over; cancelling open calls",
         {{"calls", std::to_string(still_open)}});
   }
+  // REST requests still open end with the gRPC calls they wait on (UNAVAILABLE or CANCELLED).
   server->Shutdown(std::chrono::system_clock::now());
   server->Wait();  // every call has finished
+  rest_http.reset();
+  rest.reset();
   http.reset();
   admission.reset();
   backend.reset();

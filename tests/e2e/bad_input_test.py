@@ -378,6 +378,8 @@ class BadInputTest(e2e_util.ServerTestCase):
             error = self.fails(f"{what}: collection name of 1000000 characters", call, NOT_FOUND,
                                cut, "not found")
             self.assertShort(error, 200)
+
+    def test_long_values_are_cut_short_in_messages(self):
         error = self.create_error("CreateCollection: name of 5000 characters", INVALID,
                                   "(5000 bytes)", "expected 1-128 characters", name="c" * 5000)
         self.assertShort(error, 200)

@@ -41,7 +41,8 @@ if INSTALLED and os.path.abspath(tessera.__file__).startswith(
 
 SERVER_BINARY = None  # set by main()
 _RUNNING = set()  # servers to kill if the interpreter exits with them still up
-_LISTENING = re.compile(r"tessera-server listening on (\S+):(\d+)(?: \(metrics on port (\d+)\))?")
+_LISTENING = re.compile(r"tessera-server listening on (\S+):(\d+)(?: \(metrics on port (\d+)\))?"
+                        r"(?: \(http on port (\d+)\))?")
 
 
 @atexit.register
@@ -111,6 +112,7 @@ class Server:
         self.process = None
         self.address = None
         self.metrics_port = None
+        self.http_port = None  # with --http_listen: the REST port
         self.started_at = None  # time.monotonic() of the last start
         self.starts = 0
         self._log_path = None
@@ -155,6 +157,7 @@ class Server:
             time.sleep(0.05)
         self.address = f"{match.group(1)}:{match.group(2)}"
         self.metrics_port = int(match.group(3)) if match.group(3) else None
+        self.http_port = int(match.group(4)) if match.group(4) else None
         if self._wait_healthy:
             self.wait_healthy(deadline - time.monotonic())
         return self

@@ -33,6 +33,7 @@ std::vector<std::string> AsFlags(const server::ServerConfig& c) {
       "--data_dir=" + c.data_dir,
       "--listen=" + c.listen,
       "--metrics_listen=" + c.metrics_listen,
+      "--http_listen=" + c.http_listen,
       "--api_keys=" + c.api_keys,
       "--tls_cert=" + c.tls_cert,
       "--tls_key=" + c.tls_key,
@@ -55,11 +56,11 @@ std::vector<std::string> AsFlags(const server::ServerConfig& c) {
 bool Same(const server::ServerConfig& a, const server::ServerConfig& b) {
   return a.role == b.role && a.node_id == b.node_id && a.etcd == b.etcd &&
          a.advertise_address == b.advertise_address && a.data_dir == b.data_dir &&
-         a.listen == b.listen && a.metrics_listen == b.metrics_listen && a.api_keys == b.api_keys &&
-         a.tls_cert == b.tls_cert && a.tls_key == b.tls_key && a.tls_client_ca == b.tls_client_ca &&
-         a.threads == b.threads && a.resident_rerank_bytes == b.resident_rerank_bytes &&
-         a.sync_writes == b.sync_writes && a.rerank_device == b.rerank_device &&
-         a.max_message_bytes == b.max_message_bytes &&
+         a.listen == b.listen && a.metrics_listen == b.metrics_listen &&
+         a.http_listen == b.http_listen && a.api_keys == b.api_keys && a.tls_cert == b.tls_cert &&
+         a.tls_key == b.tls_key && a.tls_client_ca == b.tls_client_ca && a.threads == b.threads &&
+         a.resident_rerank_bytes == b.resident_rerank_bytes && a.sync_writes == b.sync_writes &&
+         a.rerank_device == b.rerank_device && a.max_message_bytes == b.max_message_bytes &&
          a.max_tokens_per_document == b.max_tokens_per_document &&
          a.max_documents_per_batch == b.max_documents_per_batch && a.max_k == b.max_k &&
          a.max_num_candidates == b.max_num_candidates && a.max_query_tokens == b.max_query_tokens &&
