@@ -39,7 +39,7 @@
 #include "benchmark/benchmark.h"
 #include "index/centroid/code_maxsim.h"
 #include "index/centroid/residual_codec.h"
-#include "index/rerank/cpu_maxsim_scorer.h"
+#include "index/kernels/cpu_kernels.h"
 #include "tessera/maxsim.h"
 
 namespace tessera::internal {

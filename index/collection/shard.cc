@@ -17,7 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "index/common/file_io.h"
 #include "index/common/thread_pool.h"
-#include "index/rerank/cpu_maxsim_scorer.h"
+#include "index/kernels/query_similarity.h"
 #include "index/storage/record_codec.h"
 #include "tessera/status_macros.h"
 
