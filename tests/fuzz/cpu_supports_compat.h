@@ -1,6 +1,6 @@
 // Forced into every file of the fuzz build (-include) when the compiler is clang older than 15,
 // whose __builtin_cpu_supports does not know "f16c" (index/common/float16.cc and
-// index/rerank/cpu_maxsim_scorer.cc ask for it; GCC and clang ≥ 15 do know it). The builtin is
+// index/kernels/cpu_kernels.cc ask for it; GCC and clang ≥ 15 do know it). The builtin is
 // replaced by a CPUID/XGETBV check of the features the code base asks for, so that the fuzzers run
 // the same per-ISA kernels as the release build. Unknown names are reported as unsupported.
 #ifndef TESSERA_TESTS_FUZZ_CPU_SUPPORTS_COMPAT_H_
