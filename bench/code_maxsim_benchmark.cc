@@ -40,7 +40,7 @@
 #include "index/centroid/code_maxsim.h"
 #include "index/centroid/residual_codec.h"
 #include "index/common/cpu_features.h"
-#include "index/rerank/cpu_maxsim_scorer.h"
+#include "index/kernels/cpu_kernels.h"
 #include "tessera/maxsim.h"
 
 namespace tessera::internal {

@@ -2,7 +2,7 @@
 can use on it. Every benchmark script records these beside its figures, because machines of one kind
 differ (Zen 4 with AVX-512, Zen 3 AVX2-only) and a speed means little without them.
 
-The ISA rule is the C++ scorer's (index/rerank/cpu_maxsim_scorer.cc, CpuSupportsIsa): "avx512" needs
+The ISA rule is the C++ kernels' (index/kernels/cpu_kernels.cc, CpuSupportsIsa): "avx512" needs
 AVX-512 F/BW/VL/DQ with FMA and F16C, "avx2" needs AVX2 with FMA and F16C, else "portable".
 """
 import os

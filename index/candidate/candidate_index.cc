@@ -50,7 +50,7 @@
 #include "index/common/file_io.h"
 #include "index/common/omp_threads.h"
 #include "index/common/thread_pool.h"
-#include "index/rerank/cpu_maxsim_scorer.h"
+#include "index/kernels/query_similarity.h"
 #include "tessera/base/mutex.h"
 #include "tessera/status_macros.h"
 

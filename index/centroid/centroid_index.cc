@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "index/centroid/code_scan.h"
 #include "index/common/thread_pool.h"
-#include "index/rerank/cpu_maxsim_scorer.h"
+#include "index/kernels/query_similarity.h"
 
 namespace tessera::internal {
 namespace {

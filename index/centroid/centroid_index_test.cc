@@ -19,7 +19,7 @@
 #include "index/centroid/code_scan.h"
 #include "index/common/crc32.h"
 #include "index/common/thread_pool.h"
-#include "index/rerank/cpu_maxsim_scorer.h"
+#include "index/kernels/query_similarity.h"
 
 namespace tessera::internal {
 namespace {

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "index/centroid/code_scan.h"
 #include "index/centroid/code_scan_kernels.h"
-#include "index/rerank/cpu_maxsim_scorer.h"
+#include "index/kernels/cpu_kernels.h"
 
 namespace tessera::internal {
 

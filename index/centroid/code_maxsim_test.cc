@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "index/centroid/code_scan.h"
 #include "index/centroid/residual_codec.h"
-#include "index/rerank/cpu_maxsim_scorer.h"
+#include "index/kernels/cpu_kernels.h"
 
 namespace tessera::internal {
 namespace {

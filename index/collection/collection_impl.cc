@@ -60,33 +60,6 @@ bool IsValidUtf8(const std::string& text) {
   return true;
 }
 
-// The candidate vectors of a document from its rerank vectors (fp32, as pooled), L2-normalised.
-absl::StatusOr<std::vector<float>> CandidateVectors(const PooledMatrix& rerank,
-                                                    const CandidateSpec& spec, int64_t* rows) {
-  const int64_t dim = rerank.dim;
-  if (spec.kind == CandidateSpec::Kind::kGlobalMean) {
-    std::vector<double> sum(dim, 0.0);
-    for (int64_t v = 0; v < rerank.num_vectors(); ++v) {
-      for (int64_t k = 0; k < dim; ++k) sum[k] += rerank.vectors[v * dim + k];
-    }
-    double norm = 0.0;
-    for (double x : sum) norm += x * x;
-    const double scale = norm > 0.0 ? 1.0 / std::sqrt(norm) : 0.0;
-    std::vector<float> out(dim);
-    for (int64_t k = 0; k < dim; ++k) out[k] = static_cast<float>(sum[k] * scale);
-    *rows = 1;
-    return out;
-  }
-  TokenPoolingOptions options;
-  options.pool_factor = spec.pool_factor;
-  options.renormalize = true;
-  TESSERA_ASSIGN_OR_RETURN(
-      PooledMatrix pooled,
-      PoolTokens(FloatMatrixView{rerank.vectors.data(), rerank.num_vectors(), dim}, options));
-  *rows = pooled.num_vectors();
-  return std::move(pooled.vectors);
-}
-
 // The one check of vector values, for documents' tokens and queries alike: each of the `n` values
 // (rows of `cols`) finite and within ±kMaxVectorValue, so that no MaxSim score can overflow.
 // INVALID_ARGUMENT naming the value, its token and dimension, after the prefix `what`.
@@ -283,7 +256,7 @@ absl::Status CollectionImpl::ValidateDocument(const Document& document) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<DocumentWrite> CollectionImpl::PrepareWrite(const Document& document) const {
+absl::StatusOr<ShardWrite> CollectionImpl::PrepareWrite(const Document& document) const {
   const FloatMatrixView tokens{document.tokens.data(), document.num_tokens, document.dim};
   absl::StatusOr<PooledMatrix> pooled = PoolDocument(tokens, document.layout, schema_.pooling);
   if (!pooled.ok()) {
@@ -295,14 +268,8 @@ absl::StatusOr<DocumentWrite> CollectionImpl::PrepareWrite(const Document& docum
     return absl::InvalidArgumentError(
         absl::StrCat("document ", QuotedForMessage(document.id), ": pooling left no vectors"));
   }
-  // A shard whose stage 1 is the centroid index encodes the rerank vectors themselves.
-  int64_t candidate_rows = 0;
-  std::vector<float> candidates;
-  if (shards_[ShardOf(document.id, schema_.num_shards)]->NeedsCandidateVectors()) {
-    TESSERA_ASSIGN_OR_RETURN(candidates,
-                             CandidateVectors(*pooled, schema_.candidates, &candidate_rows));
-  }
-  DocumentWrite write;
+  ShardWrite shard_write;
+  DocumentWrite& write = shard_write.document;
   write.record.external_id = document.id;
   write.record.num_tokens = document.num_tokens;
   write.record.layout = document.layout;
@@ -317,23 +284,23 @@ absl::StatusOr<DocumentWrite> CollectionImpl::PrepareWrite(const Document& docum
   write.record.members = std::move(pooled->members);
   write.rerank =
       MatrixFromFloat(pooled->vectors, pooled->num_vectors(), pooled->dim, schema_.dtype);
-  write.candidates =
-      MatrixFromFloat(candidates, candidate_rows, schema_.dim, VectorDtype::kFloat32);
-  return write;
+  // The shard's stage 1 derives its payload from the vectors as pooled.
+  shard_write.pooled = std::move(pooled->vectors);
+  return shard_write;
 }
 
 std::vector<UpsertOutcome> CollectionImpl::Upsert(std::vector<Document> documents) {
   const int64_t n = static_cast<int64_t>(documents.size());
   std::vector<UpsertOutcome> outcomes(n);
-  std::vector<std::optional<DocumentWrite>> writes(n);
+  std::vector<std::optional<ShardWrite>> writes(n);
   // Validate and pool on the shared pool (pooling is the expensive part of ingest).
   context_.pool->ParallelFor(n, 1, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       absl::Status status = ValidateDocument(documents[i]);
       if (status.ok()) {
-        absl::StatusOr<DocumentWrite> write = PrepareWrite(documents[i]);
+        absl::StatusOr<ShardWrite> write = PrepareWrite(documents[i]);
         if (write.ok()) {
-          outcomes[i].num_vectors = write->rerank.rows;
+          outcomes[i].num_vectors = write->document.rerank.rows;
           writes[i] = std::move(*write);
         } else {
           status = write.status();
@@ -349,7 +316,7 @@ std::vector<UpsertOutcome> CollectionImpl::Upsert(std::vector<Document> document
   }
   for (size_t s = 0; s < shards_.size(); ++s) {
     if (by_shard[s].empty()) continue;
-    std::vector<DocumentWrite> shard_writes;
+    std::vector<ShardWrite> shard_writes;
     shard_writes.reserve(by_shard[s].size());
     for (int64_t i : by_shard[s]) shard_writes.push_back(std::move(*writes[i]));
     absl::StatusOr<WriteResult> result = shards_[s]->Apply(std::move(shard_writes), {});

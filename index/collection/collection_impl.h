@@ -103,8 +103,8 @@ class CollectionImpl : public Collection {
   void LogWriteFailure(size_t shard, const char* operation, size_t documents,
                        const absl::Status& status) const;
   absl::Status ValidateDocument(const Document& document) const;
-  // Pools a valid document into its store write.
-  absl::StatusOr<DocumentWrite> PrepareWrite(const Document& document) const;
+  // Pools a valid document into its shard write.
+  absl::StatusOr<ShardWrite> PrepareWrite(const Document& document) const;
   absl::Status ValidateQuery(FloatMatrixView query, const SearchOptions& options) const;
   // INVALID_ARGUMENT naming the first field that is not an attribute field of the schema.
   absl::Status ValidateAttributeFields(const std::vector<std::string>& fields) const;

@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "index/candidate/candidate_index.h"
 #include "index/centroid/centroid_codebook.h"
 #include "index/collection/collection_impl.h"
 #include "index/collection/schema_codec.h"

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <limits>
 #include <optional>
 #include <random>
 #include <utility>
@@ -17,7 +16,9 @@
 #include "absl/strings/str_split.h"
 #include "index/common/file_io.h"
 #include "index/common/thread_pool.h"
-#include "index/rerank/cpu_maxsim_scorer.h"
+#include "index/kernels/query_similarity.h"
+#include "index/stage1/candidate_stage1.h"
+#include "index/stage1/centroid_stage1.h"
 #include "index/storage/record_codec.h"
 #include "tessera/status_macros.h"
 
@@ -92,21 +93,6 @@ absl::Status CheckStoredValues(const StoredMatrix& matrix, const std::string& wh
                        " is not finite as stored (",
                        matrix.dtype == VectorDtype::kFloat16 ? "fp16, |x| ≤ 65504" : "fp32", ")"));
     }
-  }
-  return absl::OkStatus();
-}
-
-// What CentroidIndex::Add checks, so that it cannot fail after the write. A mismatch is a bug in
-// the encoder, caught before anything is written.
-absl::Status CheckCodes(const DocumentCodes& codes, int64_t rows, const CentroidCodebook& codebook,
-                        const std::string& what) {
-  const int64_t code_bytes = codebook.codec().code_bytes();
-  bool valid = codes.size() == rows && rows >= 1 &&
-               static_cast<int64_t>(codes.codes.size()) == rows * code_bytes;
-  for (uint32_t id : codes.centroids) valid = valid && id < codebook.num_centroids();
-  if (!valid) {
-    return absl::InternalError(absl::StrCat(what, ": encoding gave ", codes.size(), " codes of ",
-                                            codes.codes.size(), " bytes for ", rows, " vectors"));
   }
   return absl::OkStatus();
 }
@@ -231,9 +217,7 @@ std::vector<uint64_t> Shard::LiveIidsAbove(uint64_t after) const {
 
 absl::Status Shard::LoadStage1() {
   absl::StatusOr<std::string> generation = store_->GetMeta(kGenerationKey);
-  if (absl::IsNotFound(generation.status())) {
-    return LoadOrRebuildCandidates(CandidateOptions(schema_));
-  }
+  if (absl::IsNotFound(generation.status())) return LoadOrRebuildCandidates();
   TESSERA_RETURN_IF_ERROR(generation.status());
   const std::vector<std::string> fields = absl::StrSplit(*generation, ' ');
   uint32_t number = 0;
@@ -298,26 +282,29 @@ absl::Status Shard::LoadCentroids(uint32_t generation) {
   std::error_code ignored;
   std::filesystem::remove(dir_ + "/" + kSnapshotFile, ignored);
   MutexLock lock(&stage1_mu_);
-  stage1_ = Stage1{nullptr, std::move(index), generation};
+  stage1_ = Stage1{std::make_shared<CentroidStage1>(index, generation), index->shared_codebook(),
+                   generation};
   return absl::OkStatus();
 }
 
-absl::Status Shard::RebuildCandidates(const CandidateIndexOptions& options) {
-  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<CandidateIndex> index, CandidateIndex::Create(options));
-  max_indexed_iid_ = 0;
+absl::Status Shard::RebuildCandidates() {
+  TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<CandidateIndex> index,
+                           CandidateIndex::Create(CandidateOptions(schema_)));
+  uint64_t max_iid = 0;
   TESSERA_RETURN_IF_ERROR(
-      store_->ForEachCandidates(0, [this, &index](uint64_t iid, const StoredMatrix& vectors) {
-        apply_mu_.AssertHeld();
-        max_indexed_iid_ = std::max(max_indexed_iid_, iid);
+      store_->ForEachCandidates(0, [&](uint64_t iid, const StoredMatrix& vectors) {
+        max_iid = std::max(max_iid, iid);
         return index->Add(iid, View(vectors));
       }));
   MutexLock lock(&stage1_mu_);
-  stage1_ = Stage1{std::move(index), nullptr, 0};
+  stage1_ = Stage1{
+      std::make_shared<CandidateStage1>(std::move(index), schema_.dim, schema_.candidates, max_iid),
+      nullptr, 0};
   return absl::OkStatus();
 }
 
-absl::Status Shard::LoadOrRebuildCandidates(const CandidateIndexOptions& options) {
-  auto loaded = CandidateIndex::Load(dir_ + "/" + kSnapshotFile, options);
+absl::Status Shard::LoadOrRebuildCandidates() {
+  auto loaded = CandidateIndex::Load(dir_ + "/" + kSnapshotFile, CandidateOptions(schema_));
   if (!loaded.ok()) {
     // Only an acceleration: rebuilt from the store. A missing one is normal (a new shard, a
     // crash before the first snapshot); a corrupt one is worth a line in the log.
@@ -326,9 +313,9 @@ absl::Status Shard::LoadOrRebuildCandidates(const CandidateIndexOptions& options
                  "rebuilding the candidate index",
                  {{"directory", dir_}, {"error", std::string(loaded.status().message())}}});
     }
-    return RebuildCandidates(options);
+    return RebuildCandidates();
   }
-  std::shared_ptr<CandidateIndex> index = std::move(loaded->first);
+  std::unique_ptr<CandidateIndex> index = std::move(loaded->first);
   const uint64_t covered = loaded->second;
   // Reconcile with the store: drop documents deleted since, and check that every live document
   // the snapshot claims to cover is in it; anything else means a stale or foreign snapshot.
@@ -346,16 +333,17 @@ absl::Status Shard::LoadOrRebuildCandidates(const CandidateIndexOptions& options
       }
     }
   }
-  if (!consistent) return RebuildCandidates(options);
-  max_indexed_iid_ = covered;
+  if (!consistent) return RebuildCandidates();
+  uint64_t max_iid = covered;
   TESSERA_RETURN_IF_ERROR(
-      store_->ForEachCandidates(covered + 1, [this, &index](uint64_t iid, const StoredMatrix& v) {
-        apply_mu_.AssertHeld();
-        max_indexed_iid_ = std::max(max_indexed_iid_, iid);
+      store_->ForEachCandidates(covered + 1, [&](uint64_t iid, const StoredMatrix& v) {
+        max_iid = std::max(max_iid, iid);
         return index->Add(iid, View(v));
       }));
   MutexLock lock(&stage1_mu_);
-  stage1_ = Stage1{std::move(index), nullptr, 0};
+  stage1_ = Stage1{
+      std::make_shared<CandidateStage1>(std::move(index), schema_.dim, schema_.candidates, max_iid),
+      nullptr, 0};
   return absl::OkStatus();
 }
 
@@ -364,34 +352,35 @@ Shard::Stage1 Shard::CurrentStage1() const {
   return stage1_;
 }
 
-bool Shard::NeedsCandidateVectors() const { return CurrentStage1().centroids == nullptr; }
-
 int Shard::DefaultNumCandidates(int k) const {
-  if (NeedsCandidateVectors()) return std::max(10 * k, 100);
+  const Stage1 stage1 = CurrentStage1();
   ReaderMutexLock lock(&table_mu_);
-  return internal::DefaultNumCandidates(k, rerank_vectors_);
+  return stage1.index->DefaultNumDocuments(k, rerank_vectors_);
 }
 
-absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
+absl::StatusOr<WriteResult> Shard::Apply(std::vector<ShardWrite> upserts,
                                          const std::vector<std::string>& deletes) {
   TESSERA_RETURN_IF_ERROR(FailedStatus());
   // What indexing needs, kept before the store takes ownership of the writes.
   std::vector<LiveDocument> documents;
-  std::vector<StoredMatrix> candidates;
-  std::vector<DocumentCodes> codes;
+  std::vector<Stage1Payload> payloads;
   documents.reserve(upserts.size());
-  candidates.reserve(upserts.size());
-  codes.reserve(upserts.size());
   WriteResult result;
   Stage1 stage1;
   {
+    // Held until the write commits: the stage 1 that derives the payloads is the one that indexes
+    // them (a training swaps its index in only with this held exclusively).
     ReaderMutexLock encoding(&encode_mu_);
     stage1 = CurrentStage1();
-    for (DocumentWrite& write : upserts) {
+    std::vector<std::string> whats;
+    whats.reserve(upserts.size());
+    for (ShardWrite& upsert : upserts) {
+      DocumentWrite& write = upsert.document;
       const DocumentRecord& record = write.record;
-      // Everything indexing checks, checked before the durable write (what CandidateIndex::Add
-      // and CentroidIndex::Add would otherwise refuse after it).
-      const std::string what = absl::StrCat("document '", record.external_id, "'");
+      // Everything indexing checks, checked before the durable write (what stage 1 would
+      // otherwise refuse after it; Derive checks its payloads).
+      whats.push_back(absl::StrCat("document '", record.external_id, "'"));
+      const std::string& what = whats.back();
       if (write.rerank.rows < 1 || write.rerank.cols != schema_.dim) {
         return absl::InvalidArgumentError(
             absl::StrCat(what, ": ", write.rerank.rows, " × ", write.rerank.cols,
@@ -399,18 +388,6 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
       }
       TESSERA_RETURN_IF_ERROR(
           CheckStoredValues(write.rerank, absl::StrCat(what, ": rerank vectors")));
-      if (stage1.centroids == nullptr) {
-        if (write.candidates.rows < 1 || write.candidates.rows > kMaxCandidateVectorsPerDocument ||
-            write.candidates.cols != schema_.dim ||
-            write.candidates.dtype != VectorDtype::kFloat32) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(what, ": ", write.candidates.rows, " × ", write.candidates.cols,
-                           " candidate vectors, expected 1 … ", kMaxCandidateVectorsPerDocument,
-                           " fp32 rows of dim ", schema_.dim));
-        }
-        TESSERA_RETURN_IF_ERROR(
-            CheckStoredValues(write.candidates, absl::StrCat(what, ": candidate vectors")));
-      }
       documents.push_back(LiveDocument{record.external_id, 0, record.attributes, record.num_tokens,
                                        static_cast<int64_t>(record.member_offsets.size()) - 1,
                                        nullptr});
@@ -418,34 +395,32 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
       if (resident_budget_ > 0) {
         documents.back().rerank = std::make_shared<const StoredMatrix>(write.rerank);
       }
-      if (stage1.centroids != nullptr) {
-        write.candidates = StoredMatrix{VectorDtype::kFloat32, 0, schema_.dim, {}};
-        candidates.emplace_back();
-      } else {
-        candidates.push_back(write.candidates);
+    }
+    std::vector<Stage1Source> sources(upserts.size());
+    for (size_t i = 0; i < upserts.size(); ++i) {
+      const ShardWrite& upsert = upserts[i];
+      sources[i].what = whats[i];
+      sources[i].stored = &upsert.document.rerank;
+      if (!upsert.pooled.empty()) {
+        sources[i].pooled = FloatMatrixView{upsert.pooled.data(), upsert.document.rerank.rows,
+                                            upsert.document.rerank.cols};
       }
     }
-    codes.resize(upserts.size());
-    if (stage1.centroids != nullptr) {
-      std::vector<const StoredMatrix*> stored(upserts.size());
-      for (size_t i = 0; i < upserts.size(); ++i) stored[i] = &upserts[i].rerank;
-      codes = EncodeOnPool(*stage1.centroids, stored);
-      for (size_t i = 0; i < upserts.size(); ++i) {
-        TESSERA_RETURN_IF_ERROR(
-            CheckCodes(codes[i], upserts[i].rerank.rows, stage1.centroids->codebook(),
-                       absl::StrCat("document '", upserts[i].record.external_id, "'")));
+    TESSERA_ASSIGN_OR_RETURN(payloads, stage1.index->Derive(sources, pool_.get()));
+    std::vector<DocumentWrite> writes;
+    writes.reserve(upserts.size());
+    for (size_t i = 0; i < upserts.size(); ++i) {
+      DocumentWrite& write = upserts[i].document;
+      stage1.index->Persist(payloads[i], &write);
+      if (schema_.candidates.rerank_from_codes && stage1.codebook != nullptr) {
+        // No rows: FetchRerank decodes the codes instead.
+        write.rerank = StoredMatrix{schema_.dtype, 0, schema_.dim, {}};
+        documents[i].rerank.reset();
       }
-      for (size_t i = 0; i < upserts.size(); ++i) {
-        upserts[i].codes = SerializeDocumentCodes(codes[i]);
-        upserts[i].code_generation = stage1.generation;
-        if (schema_.candidates.rerank_from_codes) {
-          // No rows: FetchRerank decodes the codes instead.
-          upserts[i].rerank = StoredMatrix{schema_.dtype, 0, schema_.dim, {}};
-          documents[i].rerank.reset();
-        }
-      }
+      writes.push_back(std::move(write));
     }
-    TESSERA_ASSIGN_OR_RETURN(result, store_->Write(std::move(upserts), deletes));
+    upserts.clear();
+    TESSERA_ASSIGN_OR_RETURN(result, store_->Write(std::move(writes), deletes));
     uint64_t seen = max_commit_seen_.load(std::memory_order_relaxed);
     while (seen < result.commit_index &&
            !max_commit_seen_.compare_exchange_weak(seen, result.commit_index)) {
@@ -457,7 +432,7 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<DocumentWrite> upserts,
   // `stage1` is still the index in use.
   MutexLock lock(&apply_mu_);
   while (next_commit_ != result.commit_index) applied_.Wait(&apply_mu_);
-  const absl::Status status = ApplyDerived(stage1, std::move(documents), candidates, codes, result);
+  const absl::Status status = ApplyDerived(*stage1.index, std::move(documents), payloads, result);
   ++next_commit_;
   applied_.SignalAll();
   if (!status.ok()) {
@@ -486,9 +461,8 @@ void Shard::FailNextIndexUpdateForTesting(absl::Status status) {
   index_fault_ = std::move(status);
 }
 
-absl::Status Shard::ApplyDerived(const Stage1& stage1, std::vector<LiveDocument> documents,
-                                 const std::vector<StoredMatrix>& candidates,
-                                 const std::vector<DocumentCodes>& codes,
+absl::Status Shard::ApplyDerived(Stage1Index& index, std::vector<LiveDocument> documents,
+                                 const std::vector<Stage1Payload>& payloads,
                                  const WriteResult& result) {
   // Every step is attempted and the table always follows the store; the first index error is
   // returned (the caller fails the shard).
@@ -497,22 +471,11 @@ absl::Status Shard::ApplyDerived(const Stage1& stage1, std::vector<LiveDocument>
   for (size_t i = 0; i < documents.size(); ++i) {
     const uint64_t replaced = result.replaced_iids[i];
     const uint64_t iid = result.upserted_iids[i];
-    if (stage1.centroids != nullptr) {
-      if (replaced != 0) stage1.centroids->Remove(replaced);
-      status.Update(stage1.centroids->Add(iid, codes[i]));
-    } else {
-      if (replaced != 0) status.Update(stage1.candidates->Remove(replaced));
-      status.Update(stage1.candidates->Add(iid, View(candidates[i])));
-    }
-    max_indexed_iid_ = std::max(max_indexed_iid_, iid);
+    if (replaced != 0) status.Update(index.Remove(replaced));
+    status.Update(index.Add(iid, payloads[i]));
   }
   for (uint64_t deleted : result.deleted_iids) {
-    if (deleted == 0) continue;
-    if (stage1.centroids != nullptr) {
-      stage1.centroids->Remove(deleted);
-    } else {
-      status.Update(stage1.candidates->Remove(deleted));
-    }
+    if (deleted != 0) status.Update(index.Remove(deleted));
   }
   MutexLock lock(&table_mu_);
   for (size_t i = 0; i < documents.size(); ++i) {
@@ -570,28 +533,6 @@ void Shard::TrainingThread() {
   }
 }
 
-std::vector<DocumentCodes> Shard::EncodeOnPool(
-    const CentroidIndex& index, absl::Span<const StoredMatrix* const> matrices) const {
-  std::vector<DocumentCodes> codes(matrices.size());
-  // A few chunks per thread, each encoded in one call (the assignment wants many rows at once).
-  const int64_t n = static_cast<int64_t>(matrices.size());
-  const int64_t grain = std::max<int64_t>(1, n / (2 * pool_->num_threads()));
-  pool_->ParallelFor(n, grain, [&](int64_t begin, int64_t end) {
-    std::vector<std::vector<float>> vectors;
-    std::vector<FloatMatrixView> views;
-    std::vector<int64_t> which;
-    for (int64_t i = begin; i < end; ++i) {
-      if (matrices[i] == nullptr) continue;
-      vectors.push_back(MatrixToFloat(*matrices[i]));
-      views.push_back(FloatMatrixView{vectors.back().data(), matrices[i]->rows, matrices[i]->cols});
-      which.push_back(i);
-    }
-    std::vector<DocumentCodes> encoded = index.Encode(views);
-    for (size_t k = 0; k < which.size(); ++k) codes[which[k]] = std::move(encoded[k]);
-  });
-  return codes;
-}
-
 absl::Status Shard::EncodeDocuments(absl::Span<const uint64_t> iids, CentroidIndex* index,
                                     std::vector<std::pair<uint64_t, std::string>>* codes) const {
   for (size_t start = 0; start < iids.size(); start += kReadBatch) {
@@ -603,7 +544,7 @@ absl::Status Shard::EncodeDocuments(absl::Span<const uint64_t> iids, CentroidInd
                              FetchRerank(batch));
     std::vector<const StoredMatrix*> stored(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) stored[i] = matrices[i].get();
-    const std::vector<DocumentCodes> encoded = EncodeOnPool(*index, stored);
+    const std::vector<DocumentCodes> encoded = EncodeOnPool(*index, stored, pool_.get());
     for (size_t i = 0; i < batch.size(); ++i) {
       if (matrices[i] == nullptr) continue;  // removed since
       TESSERA_RETURN_IF_ERROR(index->Add(batch[i], encoded[i]));
@@ -743,7 +684,8 @@ absl::Status Shard::Train(TrainingRun* run) {
   trained_vectors_ = total_vectors;
   {
     MutexLock swap(&stage1_mu_);
-    stage1_ = Stage1{nullptr, index, generation};
+    stage1_ = Stage1{std::make_shared<CentroidStage1>(index, generation), index->shared_codebook(),
+                     generation};
   }
   store_->SetCodeGenerations({generation});
   // What the old stage 1 left on disk: its codes, the candidate vectors, the candidate index
@@ -762,78 +704,16 @@ absl::Status Shard::Train(TrainingRun* run) {
 absl::StatusOr<std::vector<Stage1Hit>> Shard::SearchCandidates(const Stage1Request& request) const {
   TESSERA_RETURN_IF_ERROR(FailedStatus());
   const Stage1 stage1 = CurrentStage1();
-  if (stage1.centroids == nullptr) return SearchCandidateIndex(*stage1.candidates, request);
-  CentroidSearchOptions options;
-  options.nprobe = request.nprobe;
-  options.num_documents = request.num_documents;
-  absl::StatusOr<std::vector<CentroidHit>> hits;
   if (request.filter == nullptr || request.filter->empty()) {
-    hits = stage1.centroids->Search(request.query, options, nullptr, pool_.get());
-  } else {
-    ReaderMutexLock lock(&table_mu_);
-    const std::function<bool(uint64_t)> accept = [this, &request](uint64_t iid) {
-      table_mu_.AssertReaderHeld();
-      const auto it = live_.find(iid);
-      return it != live_.end() && FilterMatches(*request.filter, it->second.attributes);
-    };
-    hits = stage1.centroids->Search(request.query, options, &accept, pool_.get());
+    return stage1.index->Search(request, nullptr, pool_.get());
   }
-  TESSERA_RETURN_IF_ERROR(hits.status());
-  std::vector<Stage1Hit> out;
-  out.reserve(hits->size());
-  for (const CentroidHit& hit : *hits) out.push_back(Stage1Hit{hit.doc, hit.score});
-  return out;
-}
-
-absl::StatusOr<std::vector<Stage1Hit>> Shard::SearchCandidateIndex(
-    const CandidateIndex& index, const Stage1Request& request) const {
-  // Per query token, the k′ most similar candidate vectors; a document's approximate score sums,
-  // over query tokens, its best candidate similarity, or — when none of its vectors made the
-  // token's top k′ — that token's k′-th similarity (an upper bound on what it missed).
-  const FloatMatrixView query = request.query;
-  absl::StatusOr<std::vector<std::vector<CandidateHit>>> hits;
-  if (request.filter == nullptr || request.filter->empty()) {
-    hits = index.Search(query, request.per_token, nullptr, pool_.get());
-  } else {
-    ReaderMutexLock lock(&table_mu_);
-    const std::function<bool(uint64_t)> accept = [this, &request](uint64_t iid) {
-      table_mu_.AssertReaderHeld();
-      const auto it = live_.find(iid);
-      return it != live_.end() && FilterMatches(*request.filter, it->second.attributes);
-    };
-    hits = index.Search(query, request.per_token, &accept, pool_.get());
-  }
-  TESSERA_RETURN_IF_ERROR(hits.status());
-  absl::flat_hash_map<uint64_t, std::vector<float>> best;  // doc → per-token best
-  std::vector<float> floor(query.rows, 0.0f);
-  for (int64_t i = 0; i < query.rows; ++i) {
-    const std::vector<CandidateHit>& token = (*hits)[i];
-    if (token.empty()) continue;
-    floor[i] = token.back().similarity;
-    for (const CandidateHit& hit : token) {
-      std::vector<float>& per_token_best = best[hit.doc];
-      if (per_token_best.empty()) {
-        per_token_best.assign(query.rows, -std::numeric_limits<float>::infinity());
-      }
-      per_token_best[i] = std::max(per_token_best[i], hit.similarity);
-    }
-  }
-  std::vector<Stage1Hit> out;
-  out.reserve(best.size());
-  for (const auto& [iid, per_token_best] : best) {
-    float score = 0.0f;
-    for (int64_t i = 0; i < query.rows; ++i) {
-      score += std::isinf(per_token_best[i]) ? floor[i] : per_token_best[i];
-    }
-    out.push_back(Stage1Hit{iid, score});
-  }
-  const size_t keep = std::min<size_t>(std::max(request.num_documents, 0), out.size());
-  std::partial_sort(out.begin(), out.begin() + keep, out.end(),
-                    [](const Stage1Hit& a, const Stage1Hit& b) {
-                      return a.score != b.score ? a.score > b.score : a.iid < b.iid;
-                    });
-  out.resize(keep);
-  return out;
+  ReaderMutexLock lock(&table_mu_);
+  const std::function<bool(uint64_t)> accept = [this, &request](uint64_t iid) {
+    table_mu_.AssertReaderHeld();
+    const auto it = live_.find(iid);
+    return it != live_.end() && FilterMatches(*request.filter, it->second.attributes);
+  };
+  return stage1.index->Search(request, &accept, pool_.get());
 }
 
 void Shard::ForEachLive(const Filter& filter,
@@ -899,11 +779,11 @@ absl::StatusOr<Shard::CodedDocuments> Shard::FetchCodes(absl::Span<const uint64_
   documents.requested = iids.size();
   if (iids.empty()) return documents;
   const Stage1 stage1 = CurrentStage1();
-  if (stage1.centroids == nullptr) {
+  if (stage1.codebook == nullptr) {
     return absl::DataLossError(absl::StrCat("shard '", dir_, "': iid ", iids[0],
                                             " has no rerank vectors and the shard no codebook"));
   }
-  documents.codebook = stage1.centroids->shared_codebook();
+  documents.codebook = stage1.codebook;
   const int64_t code_bytes = documents.codebook->codec().code_bytes();
   const int64_t num_centroids = documents.codebook->num_centroids();
   const int64_t parts = ReadParts(iids.size(), pool_->num_threads());
@@ -1038,11 +918,11 @@ absl::Status Shard::DecodeRerankFromCodes(
   // Only rerank_from_codes writes documents without rows, and only once the centroid index (whose
   // codebook then never changes) is in use.
   const Stage1 stage1 = CurrentStage1();
-  if (stage1.centroids == nullptr) {
+  if (stage1.codebook == nullptr) {
     return absl::DataLossError(absl::StrCat("shard '", dir_, "': iid ", coded[0],
                                             " has no rerank vectors and the shard no codebook"));
   }
-  const CentroidCodebook& codebook = stage1.centroids->codebook();
+  const CentroidCodebook& codebook = *stage1.codebook;
   const int64_t code_bytes = codebook.codec().code_bytes();
   TESSERA_ASSIGN_OR_RETURN(std::vector<std::optional<std::string>> stored,
                            store_->MultiGetCodes(stage1.generation, coded));
@@ -1103,20 +983,10 @@ ShardStats Shard::Stats() const {
     stats.rerank_vectors = rerank_vectors_;
     stats.resident_bytes = resident_bytes_;
   }
-  const Stage1 stage1 = CurrentStage1();
-  if (stage1.centroids != nullptr) {
-    const CentroidIndexStats centroids = stage1.centroids->Stats();
-    const CentroidCodebook& codebook = stage1.centroids->codebook();
-    stats.candidate_vectors = centroids.vectors;
-    stats.candidate_bytes = centroids.memory_bytes;
-    stats.candidate_index = absl::StrCat("Centroid", codebook.num_centroids(), ",Residual",
-                                         codebook.codec().nbits(), "bit");
-  } else {
-    const CandidateIndexStats candidates = stage1.candidates->Stats();
-    stats.candidate_vectors = candidates.vectors;
-    stats.candidate_bytes = candidates.memory_bytes;
-    stats.candidate_index = candidates.description;
-  }
+  Stage1Stats stage1 = CurrentStage1().index->Stats();
+  stats.candidate_vectors = stage1.vectors;
+  stats.candidate_bytes = stage1.memory_bytes;
+  stats.candidate_index = std::move(stage1.name);
   // The database and the candidate index snapshot, preallocated space included.
   stats.disk_bytes = AllocatedBytes(dir_);
   stats.training = training_.load(std::memory_order_relaxed);
@@ -1130,12 +1000,9 @@ ShardStats Shard::Stats() const {
 absl::Status Shard::Snapshot() const {
   TESSERA_RETURN_IF_ERROR(store_->Flush());
   MutexLock lock(&apply_mu_);
-  const Stage1 stage1 = CurrentStage1();
-  // The centroid index needs no snapshot: its codes are in the store. A failed shard's index is
-  // not saved: it misses documents.
-  if (stage1.candidates == nullptr) return absl::OkStatus();
+  // A failed shard's index is not saved: it misses documents.
   TESSERA_RETURN_IF_ERROR(FailedStatus());
-  return stage1.candidates->Save(dir_ + "/" + kSnapshotFile, max_indexed_iid_);
+  return CurrentStage1().index->Save(dir_ + "/" + kSnapshotFile);
 }
 
 absl::Status Shard::Checkpoint(const std::string& dir) const {
@@ -1155,8 +1022,7 @@ void Shard::WaitForTrainingForTesting() const {
 uint32_t Shard::CentroidGenerationForTesting() const { return CurrentStage1().generation; }
 
 std::shared_ptr<const CentroidCodebook> Shard::CodebookForTesting() const {
-  const Stage1 stage1 = CurrentStage1();
-  return stage1.centroids == nullptr ? nullptr : stage1.centroids->shared_codebook();
+  return CurrentStage1().codebook;
 }
 
 void Shard::SetTrainingHookForTesting(std::function<void()> hook) {

@@ -1,18 +1,25 @@
 // One shard of a collection: its ShardStore (RocksDB), its stage-1 index and an in-memory table of
 // its live documents (external id, attributes, sizes) used for filtering and statistics.
 //
-// Stage 1 is one of two indexes (DESIGN §5):
-// - the exact/FAISS CandidateIndex over each document's candidate vectors, while the shard is
-//   small (or when the schema names a FAISS factory);
-// - the CentroidIndex over the rerank vectors themselves (centroid id + residual code each), once
-//   the shard holds CandidateSpec::centroid_min_vectors rerank vectors (factory "auto"). Training
-//   runs on a background thread: it trains a codebook on a sample, encodes every live document
-//   into a new index while writes go on, then — holding the write path for the few documents
-//   written meanwhile — catches up and swaps the new index in. The shard retrains the same way
-//   once it holds kRetrainGrowth (4) times the vectors its codebook was trained on, or once its
-//   size calls for more centroids than its codebook has (DefaultNumCentroids). A shard never
-//   goes back to the candidate index; documents written with the centroid index carry codes and no
-//   candidate vectors, and the switch deletes those of the documents written before.
+// Stage 1 is one Stage1Index (index/stage1/stage1_index.h, DESIGN §5), held through the interface:
+// the shard derives each written document's stage-1 payload with it, stores the payload in the
+// document's WriteBatch, indexes it, and searches, snapshots and reports it, without asking which
+// implementation it has. It is one of two:
+// - CandidateStage1, the exact/FAISS CandidateIndex over each document's candidate vectors, while
+//   the shard is small (or when the schema names a FAISS factory);
+// - CentroidStage1, the CentroidIndex over the rerank vectors themselves (centroid id + residual
+//   code each), once the shard holds CandidateSpec::centroid_min_vectors rerank vectors (factory
+//   "auto"). Training runs on a background thread: it trains a codebook on a sample, encodes every
+//   live document into a new index while writes go on, then — holding the write path for the few
+//   documents written meanwhile — catches up and swaps the new index in. The shard retrains the
+//   same way once it holds kRetrainGrowth (4) times the vectors its codebook was trained on, or
+//   once its size calls for more centroids than its codebook has (DefaultNumCentroids). A shard
+//   never goes back to the candidate index; documents written with the centroid index carry codes
+//   and no candidate vectors, and the switch deletes those of the documents written before.
+// Which one a shard opens with, and the training that replaces it, are the only places that name
+// an implementation. A write derives its payload while it holds the write path shared (encode_mu_),
+// which a training's swap takes exclusively, so a payload is always indexed by the stage 1 that
+// derived it.
 //
 // Durability of the centroid index: each trained codebook is generation g (meta keys
 // "centroid_generation" and "codebook/<g>"), and every document's codes are stored under g in
@@ -25,14 +32,14 @@
 // then updates the stage-1 index and the table in the store's commit order (commit_index), so the
 // derived state always equals replaying the store. A write is visible to searches once Apply()
 // returns. Atomicity: everything that can reject a write (shapes, finite values as stored, the
-// centroid codes) runs before the durable write; after it only in-memory structures change, and
-// nothing in the input can fail them. Should the index fail anyway (a FAISS error, an
-// allocation), the table still follows the store and the shard is *failed*: Apply and
-// SearchCandidates return INTERNAL until the shard is reopened (which rebuilds the index from the
-// store), while reads of stored documents (LookupId, GetRecord, FetchRerank, Describe) go on. The
-// candidate index is rebuildable: Open() loads its snapshot and adds documents newer than the
-// snapshot and drops deleted ones, or rebuilds it from the store when the snapshot is missing,
-// stale or corrupt.
+// stage-1 payload: Stage1Index::Derive) runs before the durable write; after it only in-memory
+// structures change, and nothing in the input can fail them. Should the index fail anyway (a
+// FAISS error, an allocation), the table still follows the store and the shard is *failed*: Apply,
+// SearchCandidates and Snapshot return INTERNAL until the shard is reopened (which rebuilds the
+// index from the store), while reads of stored documents (LookupId, GetRecord, FetchRerank,
+// Describe) go on. The candidate index is rebuildable: Open() loads its snapshot and adds
+// documents newer than the snapshot and drops deleted ones, or rebuilds it from the store when
+// the snapshot is missing, stale or corrupt.
 //
 // Resident rerank vectors: up to a byte budget, the table also holds each live document's rerank
 // vectors (shared, immutable), loaded at Open() and replaced or dropped with the document in
@@ -63,9 +70,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "index/candidate/candidate_index.h"
 #include "index/centroid/centroid_index.h"
 #include "index/centroid/code_maxsim.h"
+#include "index/stage1/stage1_index.h"
 #include "index/storage/shard_store.h"
 #include "tessera/base/mutex.h"
 #include "tessera/collection.h"
@@ -105,19 +112,20 @@ struct ShardStats {
   int64_t last_training_end = 0;
 };
 
-// Stage 1 of one query on one shard.
-struct Stage1Request {
-  FloatMatrixView query;    // nq × dim fp32
-  int num_documents = 100;  // N: documents nominated
-  int per_token = 100;      // k′: candidate vectors per query token (candidate index)
-  int nprobe = 0;           // centroids probed per query token; 0: DefaultNprobe(centroids)
+// Stage 1 of one query on one shard: the query and, when not null or empty, the filter the
+// documents must match.
+struct Stage1Request : Stage1Query {
   const Filter* filter = nullptr;
 };
 
-// A nominated document and its approximate MaxSim.
-struct Stage1Hit {
-  uint64_t iid = 0;
-  float score = 0.0f;
+// One document for Shard::Apply to upsert.
+struct ShardWrite {
+  // What the store writes; its stage-1 fields (candidates, codes) are the shard's to fill.
+  DocumentWrite document;
+  // The rerank vectors as pooling left them, before the storage rounding (document.rerank's
+  // rows × dim, fp32), which stage 1 may derive its payload from (Stage1Source::pooled); empty:
+  // document.rerank's values.
+  std::vector<float> pooled;
 };
 
 // A shard retrains once it holds this many times the vectors its codebook was trained on. The
@@ -146,23 +154,20 @@ class Shard {
   absl::Status PutMeta(const std::string& key, const std::string& value);
   absl::StatusOr<std::string> GetMeta(const std::string& key) const;
 
-  // Whether documents written now need candidate vectors (false once stage 1 is the centroid
-  // index; it never goes back).
-  bool NeedsCandidateVectors() const;
-  // N for k hits when a search leaves it at 0: max(10·k, 100) while stage 1 is the candidate
-  // index, DefaultNumCandidates(k, the shard's rerank vectors) once it is the centroid index.
+  // N for k hits when a search leaves it at 0: stage 1's Stage1Index::DefaultNumDocuments for the
+  // shard's rerank vectors.
   int DefaultNumCandidates(int k) const;
 
-  // Checks, then durably writes upserts and deletes, then indexes them. Returns the store's
-  // result, or:
-  // - INVALID_ARGUMENT naming the document when a check fails (rerank or candidate vectors of the
-  //   wrong shape, or with a value that is not finite as stored: fp16 holds |x| ≤ 65504); nothing
-  //   is written;
+  // Checks, derives each upsert's stage-1 payload, then durably writes upserts and deletes, then
+  // indexes them. Returns the store's result, or:
+  // - INVALID_ARGUMENT naming the document when a check fails (rerank vectors of the wrong shape,
+  //   or with a value that is not finite as stored: fp16 holds |x| ≤ 65504; a payload stage 1
+  //   refuses, see Stage1Index::Derive); nothing is written;
   // - the store's error when the write fails (RESOURCE_EXHAUSTED "disk full: …", UNAVAILABLE for
   //   other I/O errors; see ShardStore::Write); nothing a reader sees is written;
   // - INTERNAL when the index failed after the durable write (see the class comment), and from
   //   then on for every call until the shard is reopened.
-  absl::StatusOr<WriteResult> Apply(std::vector<DocumentWrite> upserts,
+  absl::StatusOr<WriteResult> Apply(std::vector<ShardWrite> upserts,
                                     const std::vector<std::string>& deletes);
 
   // Stage 1: up to request.num_documents live documents matching the filter, best approximate
@@ -219,8 +224,9 @@ class Shard {
   int64_t num_documents() const;
 
   ShardStats Stats() const;
-  // Flushes the store's memtables, then saves the candidate index (when in use) with the iid it
-  // covers (not when the shard is failed: INTERNAL).
+  // Flushes the store's memtables, then saves stage 1 beside the store (Stage1Index::Save: the
+  // candidate index with the iid it covers; nothing for the centroid index). INTERNAL when the
+  // shard is failed.
   absl::Status Snapshot() const;
   // A consistent copy of the shard's database in `dir` (must not exist), as Open expects it;
   // no candidate snapshot (Open rebuilds the index from the database).
@@ -241,11 +247,13 @@ class Shard {
   void FailNextIndexUpdateForTesting(absl::Status status);
 
  private:
-  // The stage-1 index in use (a consistent pair: exactly one is set).
+  // The stage-1 index in use, and what the store keeps of the centroid codes for stage 2
+  // (rerank_from_codes) and the next training: the codebook (null with the candidate index) and
+  // the generation of the codes (0 with the candidate index).
   struct Stage1 {
-    std::shared_ptr<CandidateIndex> candidates;
-    std::shared_ptr<CentroidIndex> centroids;
-    uint32_t generation = 0;  // of the centroid codes; 0 with the candidate index
+    std::shared_ptr<Stage1Index> index;
+    std::shared_ptr<const CentroidCodebook> codebook;
+    uint32_t generation = 0;
   };
 
   // What a training works on, for its log lines and the shard's statistics.
@@ -263,18 +271,16 @@ class Shard {
   // Opens the centroid index of the stored generation, or else the candidate index.
   absl::Status LoadStage1() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status LoadCentroids(uint32_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
-  absl::Status LoadOrRebuildCandidates(const CandidateIndexOptions& options)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
-  absl::Status RebuildCandidates(const CandidateIndexOptions& options)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  absl::Status LoadOrRebuildCandidates() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  absl::Status RebuildCandidates() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   Stage1 CurrentStage1() const;
   // OK, or the INTERNAL error a failed shard answers with.
   absl::Status FailedStatus() const ABSL_LOCKS_EXCLUDED(failed_mu_);
-  // Applies one committed write to the stage-1 index and the table. Every step runs; the table
-  // always ends up matching the store. Returns the first error of the index.
-  absl::Status ApplyDerived(const Stage1& stage1, std::vector<LiveDocument> documents,
-                            const std::vector<StoredMatrix>& candidates,
-                            const std::vector<DocumentCodes>& codes, const WriteResult& result)
+  // Applies one committed write to the stage-1 index (the upserts' payloads, which `index`
+  // derived) and the table. Every step runs; the table always ends up matching the store. Returns
+  // the first error of the index.
+  absl::Status ApplyDerived(Stage1Index& index, std::vector<LiveDocument> documents,
+                            const std::vector<Stage1Payload>& payloads, const WriteResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   void AddLive(uint64_t iid, LiveDocument document) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_mu_);
   void RemoveLive(uint64_t iid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_mu_);
@@ -293,12 +299,6 @@ class Shard {
   absl::Status TrainAndReport();
   // Logs "training started" once it knows the sizes, which it sets in *run.
   absl::Status Train(TrainingRun* run);
-  // The codes of each stored matrix (empty for null), encoded on the pool: the nearest-centroid
-  // search is most of a write's indexing and of a training's time. The index holds the vectors
-  // as stored (fp16-rounded when the schema stores fp16), so a document encodes the same on the
-  // write path as in a training.
-  std::vector<DocumentCodes> EncodeOnPool(const CentroidIndex& index,
-                                          absl::Span<const StoredMatrix* const> matrices) const;
   // Encodes the given live documents (read from memory or the store) into `index`, and their
   // codes into `codes`; documents no longer stored are skipped.
   absl::Status EncodeDocuments(absl::Span<const uint64_t> iids, CentroidIndex* index,
@@ -311,8 +311,6 @@ class Shard {
   absl::Status DecodeRerankFromCodes(
       absl::Span<const uint64_t> iids,
       std::vector<std::shared_ptr<const StoredMatrix>>* matrices) const;
-  absl::StatusOr<std::vector<Stage1Hit>> SearchCandidateIndex(const CandidateIndex& index,
-                                                              const Stage1Request& request) const;
 
   const std::string dir_;
   const CollectionSchema schema_;
@@ -330,8 +328,6 @@ class Shard {
   mutable Mutex apply_mu_;
   mutable CondVar applied_;  // signalled after each ApplyDerived and when a training ends
   uint64_t next_commit_ ABSL_GUARDED_BY(apply_mu_) = 1;
-  // The highest iid the candidate index reflects (what a snapshot covers).
-  uint64_t max_indexed_iid_ ABSL_GUARDED_BY(apply_mu_) = 0;
   // Set and cleared under apply_mu_; atomic so that Stats() reads it without waiting for a
   // training's catch-up, which holds apply_mu_.
   std::atomic<bool> training_{false};

@@ -49,16 +49,16 @@ std::vector<float> Vectors(int seed, int64_t rows) {
   return Normalized(values, kDim);
 }
 
-DocumentWrite Write(const std::string& id, int seed, VectorDtype dtype = VectorDtype::kFloat32) {
+ShardWrite Write(const std::string& id, int seed, VectorDtype dtype = VectorDtype::kFloat32) {
   constexpr int64_t kRows = 3;
-  const std::vector<float> vectors = Vectors(seed, kRows);
-  DocumentWrite write;
-  write.record.external_id = id;
-  write.record.num_tokens = kRows;
-  for (int32_t r = 0; r <= kRows; ++r) write.record.member_offsets.push_back(r);
-  for (int32_t r = 0; r < kRows; ++r) write.record.members.push_back(r);
-  write.rerank = MatrixFromFloat(vectors, kRows, kDim, dtype);
-  write.candidates = MatrixFromFloat(vectors, kRows, kDim, VectorDtype::kFloat32);
+  ShardWrite write;
+  write.pooled = Vectors(seed, kRows);
+  DocumentRecord& record = write.document.record;
+  record.external_id = id;
+  record.num_tokens = kRows;
+  for (int32_t r = 0; r <= kRows; ++r) record.member_offsets.push_back(r);
+  for (int32_t r = 0; r < kRows; ++r) record.members.push_back(r);
+  write.document.rerank = MatrixFromFloat(write.pooled, kRows, kDim, dtype);
   return write;
 }
 
@@ -119,21 +119,20 @@ class ShardTest : public ::testing::Test {
   std::unique_ptr<Shard> shard_;
 };
 
-// A candidate vector with a NaN passes the shape checks; the candidate index refuses it. Before
-// this was checked ahead of the write, the document was durable when Apply failed, and every
-// later open failed while rebuilding the candidate index from the store.
+// Candidate vectors with a NaN (here derived from pooled vectors with one) pass the shape checks;
+// the candidate index refuses them. Before this was checked ahead of the write, the document was
+// durable when Apply failed, and every later open failed while rebuilding the candidate index from
+// the store.
 TEST_F(ShardTest, NonFiniteCandidateVectorsAreRejectedBeforeTheWrite) {
   Open();
-  std::vector<DocumentWrite> good;
+  std::vector<ShardWrite> good;
   good.push_back(Write("a", 0));
   ASSERT_TRUE(shard_->Apply(std::move(good), {}).ok());
 
-  std::vector<DocumentWrite> batch;
+  std::vector<ShardWrite> batch;
   batch.push_back(Write("b", 1));
   batch.push_back(Write("bad", 2));
-  std::vector<float> candidates = MatrixToFloat(batch.back().candidates);
-  candidates[kDim + 3] = std::numeric_limits<float>::quiet_NaN();
-  batch.back().candidates = MatrixFromFloat(candidates, 3, kDim, VectorDtype::kFloat32);
+  batch.back().pooled[kDim + 3] = std::numeric_limits<float>::quiet_NaN();
   const absl::StatusOr<WriteResult> result = shard_->Apply(std::move(batch), {});
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
@@ -141,7 +140,7 @@ TEST_F(ShardTest, NonFiniteCandidateVectorsAreRejectedBeforeTheWrite) {
   EXPECT_THAT(result.status().message(), HasSubstr("not finite"));
   // Nothing of the batch was written, and the shard still takes writes.
   EXPECT_EQ(Stored(), (std::set<std::string>{"a"}));
-  std::vector<DocumentWrite> after;
+  std::vector<ShardWrite> after;
   after.push_back(Write("c", 3));
   ASSERT_TRUE(shard_->Apply(std::move(after), {}).ok());
 
@@ -158,11 +157,11 @@ TEST_F(ShardTest, NonFiniteCandidateVectorsAreRejectedBeforeTheWrite) {
 // score against the document. Refused before the write as well.
 TEST_F(ShardTest, RerankVectorsThatOverflowFp16AreRejectedBeforeTheWrite) {
   Open(VectorDtype::kFloat16);
-  std::vector<DocumentWrite> batch;
+  std::vector<ShardWrite> batch;
   batch.push_back(Write("big", 0, VectorDtype::kFloat16));
   std::vector<float> vectors = Vectors(0, 3);
   vectors[5] = 1e6f;
-  batch.back().rerank = MatrixFromFloat(vectors, 3, kDim, VectorDtype::kFloat16);
+  batch.back().document.rerank = MatrixFromFloat(vectors, 3, kDim, VectorDtype::kFloat16);
   const absl::StatusOr<WriteResult> result = shard_->Apply(std::move(batch), {});
   ASSERT_FALSE(result.ok());
   EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
@@ -177,12 +176,12 @@ TEST_F(ShardTest, RerankVectorsThatOverflowFp16AreRejectedBeforeTheWrite) {
 // stored document, while Get-style reads of the store go on; reopening rebuilds it.
 TEST_F(ShardTest, IndexFailureAfterTheWriteFailsTheShardUntilReopened) {
   Open();
-  std::vector<DocumentWrite> first;
+  std::vector<ShardWrite> first;
   first.push_back(Write("a", 0));
   ASSERT_TRUE(shard_->Apply(std::move(first), {}).ok());
 
   shard_->FailNextIndexUpdateForTesting(absl::ResourceExhaustedError("injected: out of memory"));
-  std::vector<DocumentWrite> second;
+  std::vector<ShardWrite> second;
   second.push_back(Write("b", 1));
   const absl::StatusOr<WriteResult> failed = shard_->Apply(std::move(second), {});
   ASSERT_FALSE(failed.ok());
@@ -196,7 +195,7 @@ TEST_F(ShardTest, IndexFailureAfterTheWriteFailsTheShardUntilReopened) {
   const absl::StatusOr<std::set<std::string>> search = Search(1);
   ASSERT_FALSE(search.ok());
   EXPECT_EQ(search.status().code(), absl::StatusCode::kInternal);
-  std::vector<DocumentWrite> third;
+  std::vector<ShardWrite> third;
   third.push_back(Write("c", 2));
   const absl::StatusOr<WriteResult> refused = shard_->Apply(std::move(third), {});
   ASSERT_FALSE(refused.ok());
@@ -212,7 +211,7 @@ TEST_F(ShardTest, IndexFailureAfterTheWriteFailsTheShardUntilReopened) {
   const absl::StatusOr<std::set<std::string>> found = Search(1);
   ASSERT_TRUE(found.ok()) << found.status();
   EXPECT_EQ(*found, (std::set<std::string>{"a", "b"}));
-  std::vector<DocumentWrite> fourth;
+  std::vector<ShardWrite> fourth;
   fourth.push_back(Write("d", 3));
   EXPECT_TRUE(shard_->Apply(std::move(fourth), {}).ok());
 }
@@ -225,7 +224,7 @@ TEST_F(ShardTest, IndexFailureAfterTheWriteFailsTheShardUntilReopened) {
 // grows.
 TEST_F(ShardTest, TrainingOnTooFewVectorsForTheCodebookRunsOnce) {
   Open(TrainsAtOnce());
-  std::vector<DocumentWrite> batch;
+  std::vector<ShardWrite> batch;
   batch.push_back(Write("a", 0));
   batch.push_back(Write("b", 1));
   ASSERT_TRUE(shard_->Apply(std::move(batch), {}).ok());
@@ -247,7 +246,7 @@ TEST_F(ShardTest, TrainingOnTooFewVectorsForTheCodebookRunsOnce) {
   EXPECT_EQ(*found, (std::set<std::string>{"a", "b"}));
 
   // Grown kRetrainGrowth times (6 → 24 vectors), it trains again, once.
-  std::vector<DocumentWrite> more;
+  std::vector<ShardWrite> more;
   for (int i = 0; i < 6; ++i) more.push_back(Write(absl::StrCat("c", i), 2 + i));
   ASSERT_TRUE(shard_->Apply(std::move(more), {}).ok());
   ASSERT_TRUE(TrainingSettles()) << "still training after growing, centroid generation "

@@ -1,17 +1,14 @@
-// CPU MaxSim backend: run-time ISA selection, query preparation (transpose + padding, once per
-// call) and the split of documents over the thread pool. The kernels are in cpu_maxsim_*.cc.
+// CPU MaxSim backend: the query prepared once per call and the split of documents over the thread
+// pool. The kernels and their run-time selection are in index/kernels/.
 #include "index/rerank/cpu_maxsim_scorer.h"
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
-#include <new>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "index/common/cpu_features.h"
 
 namespace tessera {
 namespace internal {
@@ -25,83 +22,7 @@ constexpr int64_t kChunksPerThread = 4;
 
 int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-const MaxSimKernels& KernelsFor(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kAvx512:
-      return kAvx512Kernels;
-    case CpuIsa::kAvx2:
-      return kAvx2Kernels;
-    default:
-      return kPortableKernels;
-  }
-}
-
-// query_t[k * lanes + i] = query[i][k], padding lanes zero: a tile of query rows at one dimension
-// is one aligned vector load in the kernels.
-AlignedBuffer TransposeQuery(FloatMatrixView query, int64_t lanes) {
-  const int64_t nq = query.rows;
-  const int64_t dim = query.cols;
-  AlignedBuffer buffer = AllocateAligned(dim * lanes * int64_t{sizeof(float)});
-  float* query_t = static_cast<float*>(buffer.get());
-  std::memset(query_t, 0, static_cast<size_t>(dim * lanes) * sizeof(float));
-  for (int64_t i = 0; i < nq; ++i) {
-    const float* row = query.data + i * dim;
-    for (int64_t k = 0; k < dim; ++k) query_t[k * lanes + i] = row[k];
-  }
-  return buffer;
-}
-
 }  // namespace
-
-void AlignedFree::operator()(void* p) const {
-  ::operator delete(p, std::align_val_t(kMaxSimAlignment));
-}
-
-AlignedBuffer AllocateAligned(int64_t bytes) {
-  return AlignedBuffer(
-      ::operator new(static_cast<size_t>(std::max<int64_t>(bytes, kMaxSimAlignment)),
-                     std::align_val_t(kMaxSimAlignment)));
-}
-
-QuerySimilarity::QuerySimilarity(FloatMatrixView queries, CpuIsa isa) {
-  if (isa == CpuIsa::kAuto) isa = DetectCpuIsa();
-  dim_ = queries.cols;
-  const MaxSimKernels& kernels = KernelsFor(isa);
-  lanes_ = RoundUp(queries.rows, kernels.lanes);
-  query_t_ = TransposeQuery(queries, lanes_);
-  kernel_ = kernels.similarity;
-}
-
-void QuerySimilarity::Compute(const float* vectors, int64_t n, float* out) const {
-  kernel_(static_cast<const float*>(query_t_.get()), lanes_, dim_, vectors, n, out);
-}
-
-bool CpuSupportsIsa(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kAvx512:
-      return Cpu().Avx512() && Cpu().f16c;
-    case CpuIsa::kAvx2:
-      return Cpu().Avx2Fma() && Cpu().f16c;
-    case CpuIsa::kAuto:
-    case CpuIsa::kPortable:
-      return true;
-  }
-  return false;
-}
-
-const char* CpuIsaName(CpuIsa isa) {
-  switch (isa) {
-    case CpuIsa::kAuto:
-      return "auto";
-    case CpuIsa::kAvx512:
-      return "avx512";
-    case CpuIsa::kAvx2:
-      return "avx2";
-    case CpuIsa::kPortable:
-      return "portable";
-  }
-  return "unknown";
-}
 
 CpuMaxSimScorer::CpuMaxSimScorer(CpuIsa isa, int num_threads)
     : isa_(isa),
@@ -150,15 +71,6 @@ absl::Status CpuMaxSimScorer::ScoreImpl(FloatMatrixView query, const DocumentBat
 }
 
 }  // namespace internal
-
-CpuIsa DetectCpuIsa() {
-  static const CpuIsa kBest = [] {
-    if (internal::CpuSupportsIsa(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
-    if (internal::CpuSupportsIsa(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
-    return CpuIsa::kPortable;
-  }();
-  return kBest;
-}
 
 absl::StatusOr<std::unique_ptr<MaxSimScorer>> NewCpuMaxSimScorer(const CpuMaxSimOptions& options) {
   if (options.num_threads < 0) {

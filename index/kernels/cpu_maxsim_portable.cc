@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "index/rerank/cpu_maxsim_kernels.h"
+#include "index/kernels/cpu_maxsim_kernels.h"
 #include "tessera/float16.h"
 
 namespace tessera {

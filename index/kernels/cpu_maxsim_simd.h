@@ -43,15 +43,15 @@
 //   void ConvertHalfTail(const uint16_t* src, int64_t count, float* dst)
 //                                                          0 < count < kLanes values, reading and
 //                                                          writing nothing past them
-#ifndef TESSERA_INDEX_RERANK_CPU_MAXSIM_SIMD_H_
-#define TESSERA_INDEX_RERANK_CPU_MAXSIM_SIMD_H_
+#ifndef TESSERA_INDEX_KERNELS_CPU_MAXSIM_SIMD_H_
+#define TESSERA_INDEX_KERNELS_CPU_MAXSIM_SIMD_H_
 
 #include <immintrin.h>
 
 #include <cstdint>
 #include <utility>  // std::integer_sequence: types only, no code
 
-#include "index/rerank/cpu_maxsim_kernels.h"
+#include "index/kernels/cpu_maxsim_kernels.h"
 
 namespace tessera {
 namespace internal {
@@ -286,4 +286,4 @@ void SimilarityBlock(const float* query_t, int64_t lanes, int64_t dim, const flo
 }  // namespace internal
 }  // namespace tessera
 
-#endif  // TESSERA_INDEX_RERANK_CPU_MAXSIM_SIMD_H_
+#endif  // TESSERA_INDEX_KERNELS_CPU_MAXSIM_SIMD_H_

@@ -17,8 +17,8 @@
 
 #include <cstdint>
 
-#include "index/rerank/cpu_maxsim_kernels.h"
-#include "index/rerank/cpu_maxsim_simd.h"
+#include "index/kernels/cpu_maxsim_kernels.h"
+#include "index/kernels/cpu_maxsim_simd.h"
 
 namespace tessera {
 namespace internal {

@@ -4,8 +4,8 @@
 // templates from shared headers (std::, absl::): a COMDAT copy compiled with AVX-512 could be
 // picked by the linker for the whole program. That is why this header is plain data and
 // declarations only, and why cpu_maxsim_simd.h instantiates everything with internal linkage.
-#ifndef TESSERA_INDEX_RERANK_CPU_MAXSIM_KERNELS_H_
-#define TESSERA_INDEX_RERANK_CPU_MAXSIM_KERNELS_H_
+#ifndef TESSERA_INDEX_KERNELS_CPU_MAXSIM_KERNELS_H_
+#define TESSERA_INDEX_KERNELS_CPU_MAXSIM_KERNELS_H_
 
 #include <cstdint>
 
@@ -66,4 +66,4 @@ constexpr int64_t kMaxSimPanelTokens = 16;
 }  // namespace internal
 }  // namespace tessera
 
-#endif  // TESSERA_INDEX_RERANK_CPU_MAXSIM_KERNELS_H_
+#endif  // TESSERA_INDEX_KERNELS_CPU_MAXSIM_KERNELS_H_
