@@ -666,7 +666,7 @@ absl::Status ShardStore::Impl::Open() {
   }
   live_documents_snapshot_.store(live_documents_, std::memory_order_relaxed);
   TESSERA_RETURN_IF_ERROR(OpenRerankSegments());
-  if (options_.rerank_flush_bytes > 0) {
+  if (options_.rerank_segments && options_.rerank_flush_bytes > 0) {
     maintainer_ = std::thread([this] { MaintainLoop(); });
     bool due = false;
     {
@@ -1309,6 +1309,7 @@ void ShardStore::Impl::MaintainLoop() {
 }
 
 absl::Status ShardStore::Impl::MaintainRerank(bool force) {
+  if (!options_.rerank_segments) return absl::OkStatus();
   bool flush = false;
   {
     ReaderMutexLock lock(&rerank_mu_);

@@ -147,6 +147,10 @@ struct ShardStoreOptions {
   // Where the store's log lines go (LogToStderr when empty). RocksDB's own info log is a file in
   // the database directory (see Open).
   LogSink log;
+  // Whether rerank rows move into segment files at all (false: they stay in RocksDB, read as
+  // before segments existed, and FlushRerank does nothing; segments already written are still
+  // read). The benchmark of the read paths compares the two.
+  bool rerank_segments = true;
   // A background thread moves committed rerank rows from RocksDB into segment files once this many
   // bytes of them wait in RocksDB (and rewrites segments, see below); 0: no thread, only
   // FlushRerank() and Flush() move them.
