@@ -1207,16 +1207,19 @@ absl::Status ShardStore::Impl::OpenRerankSegments() {
           absl::StrCat("shard '", dir_, "': rerank CF has a key of ", it->key().size(), " bytes"));
     }
     const absl::string_view value(it->value().data(), it->value().size());
+    // A value that fails its checksum does not fail the open: reading it does (DATA_LOSS), as
+    // before segments existed, and the flush leaves it where it is.
     if (!IsRerankPointer(value)) {
-      TESSERA_ASSIGN_OR_RETURN(const StoredMatrix matrix,
-                               Codec(DecodeStoredMatrix(value, kRerankCf, iid)));
-      if (matrix.rows > 0) {
-        unflushed_[iid] = static_cast<int64_t>(matrix.bytes.size());
-        unflushed_bytes_ += static_cast<int64_t>(matrix.bytes.size());
+      const absl::StatusOr<StoredMatrix> matrix = DecodeStoredMatrix(value, kRerankCf, iid);
+      if (matrix.ok() && matrix->rows > 0) {
+        unflushed_[iid] = static_cast<int64_t>(matrix->bytes.size());
+        unflushed_bytes_ += static_cast<int64_t>(matrix->bytes.size());
       }
       continue;
     }
-    TESSERA_ASSIGN_OR_RETURN(const RerankPointer pointer, Codec(DecodeRerankPointer(value, iid)));
+    const absl::StatusOr<RerankPointer> decoded = DecodeRerankPointer(value, iid);
+    if (!decoded.ok()) continue;
+    const RerankPointer& pointer = *decoded;
     const auto segment = segments_.find(pointer.segment);
     if (segment == segments_.end()) {
       return absl::DataLossError(absl::StrCat("shard '", dir_, "': rerank iid ", iid,
@@ -1373,11 +1376,8 @@ absl::Status ShardStore::Impl::FlushRowsToSegments() {
       const absl::string_view value(values[i].data(), values[i].size());
       if (IsRerankPointer(value)) continue;
       absl::StatusOr<StoredMatrix> matrix = Codec(DecodeStoredMatrix(value, kRerankCf, iid));
-      if (!matrix.ok()) {
-        status = matrix.status();
-        break;
-      }
-      if (matrix->rows == 0) continue;
+      // A corrupt value stays in RocksDB, where reading it is DATA_LOSS naming it.
+      if (!matrix.ok() || matrix->rows == 0) continue;
       if (!entries.empty() &&
           bytes + static_cast<int64_t>(matrix->bytes.size()) > options_.rerank_segment_bytes) {
         status = commit();
