@@ -81,7 +81,8 @@ std::unique_ptr<ShardStore> Build(const std::string& dir, bool segments, int64_t
       DocumentWrite w;
       w.record.external_id = absl::StrCat("doc-", i);
       w.record.num_tokens = kRows * 2;
-      for (int64_t r = 0; r <= kRows; ++r) w.record.member_offsets.push_back(static_cast<int32_t>(r));
+      for (int64_t r = 0; r <= kRows; ++r)
+        w.record.member_offsets.push_back(static_cast<int32_t>(r));
       for (int64_t r = 0; r < kRows; ++r) w.record.members.push_back(static_cast<int32_t>(r));
       w.rerank.dtype = VectorDtype::kFloat16;
       w.rerank.rows = kRows;
@@ -109,8 +110,8 @@ Fixture& GetFixture() {
   static Fixture* fixture = [] {
     auto* f = new Fixture;
     const char* tmp = getenv("TMPDIR");
-    f->root = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/tessera-bench-rerank-fetch.",
-                           ::getpid());
+    f->root =
+        absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/tessera-bench-rerank-fetch.", ::getpid());
     std::filesystem::create_directories(f->root);
     const int64_t docs = NumDocs();
     std::vector<uint64_t> iids;
@@ -131,9 +132,10 @@ Fixture& GetFixture() {
       }
     }
     const ShardStoreStats stats = f->segments->Stats();
-    std::cerr << docs << " documents of " << kRows << " × " << kCols << " fp16; segments store: "
-              << stats.rerank_segments << " segments, " << stats.rerank_segment_bytes
-              << " bytes, " << stats.rerank_unflushed_bytes << " bytes left in RocksDB\n";
+    std::cerr << docs << " documents of " << kRows << " × " << kCols
+              << " fp16; segments store: " << stats.rerank_segments << " segments, "
+              << stats.rerank_segment_bytes << " bytes, " << stats.rerank_unflushed_bytes
+              << " bytes left in RocksDB\n";
     return f;
   }();
   return *fixture;

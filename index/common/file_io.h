@@ -33,7 +33,7 @@ class MappedFile {
   // Maps `path`; `populate` maps every page now (MAP_POPULATE), so that first reads take no page
   // fault. ErrnoStatus on failure, naming the file. An empty file maps to no bytes.
   static absl::StatusOr<std::shared_ptr<const MappedFile>> Open(const std::string& path,
-                                                               bool populate);
+                                                                bool populate);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

@@ -404,8 +404,8 @@ std::string EncodeRerankPointer(const RerankPointer& pointer) {
 }
 
 bool IsRerankPointer(absl::string_view value) {
-  return value.size() >= 2 && static_cast<uint8_t>(value[1]) ==
-                                  static_cast<uint8_t>(RecordKind::kRerankPointer);
+  return value.size() >= 2 &&
+         static_cast<uint8_t>(value[1]) == static_cast<uint8_t>(RecordKind::kRerankPointer);
 }
 
 absl::StatusOr<RerankPointer> DecodeRerankPointer(absl::string_view value, uint64_t iid) {

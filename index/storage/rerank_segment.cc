@@ -4,9 +4,9 @@
 #include <utility>
 
 #include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
 #include "index/common/crc32.h"
 #include "tessera/status_macros.h"
 
@@ -112,8 +112,8 @@ absl::StatusOr<int64_t> WriteRerankSegment(const std::string& path, uint32_t num
 }
 
 absl::StatusOr<std::shared_ptr<const RerankSegment>> RerankSegment::Open(const std::string& path,
-                                                                        uint32_t number,
-                                                                        int64_t expected_size) {
+                                                                         uint32_t number,
+                                                                         int64_t expected_size) {
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<const MappedFile> file,
                            MappedFile::Open(path, /*populate=*/true));
   const absl::string_view bytes = file->bytes();
@@ -160,7 +160,8 @@ absl::StatusOr<std::shared_ptr<const RerankSegment>> RerankSegment::Open(const s
     entry.crc = LoadU32(p + 28);
     if (entry.offset < kHeaderBytes || entry.offset > table_offset ||
         static_cast<uint64_t>(entry.bytes()) > table_offset - entry.offset) {
-      return Corrupt(path, absl::StrCat("entry ", i, " (iid ", entry.iid, ") lies outside the rows"));
+      return Corrupt(path,
+                     absl::StrCat("entry ", i, " (iid ", entry.iid, ") lies outside the rows"));
     }
   }
   return std::shared_ptr<const RerankSegment>(

@@ -58,11 +58,11 @@ class RerankSegment {
  public:
   // Maps `path` and checks it whole: its size (`expected_size`, as committed, or -1 for any), the
   // header's number, the trailer, the CRC-32 of every byte, and that every table entry lies within
-  // the rows. DATA_LOSS naming the file for a torn, truncated or corrupt segment; ErrnoStatus naming
-  // it when it cannot be opened (NOT_FOUND when it does not exist).
+  // the rows. DATA_LOSS naming the file for a torn, truncated or corrupt segment; ErrnoStatus
+  // naming it when it cannot be opened (NOT_FOUND when it does not exist).
   static absl::StatusOr<std::shared_ptr<const RerankSegment>> Open(const std::string& path,
-                                                                  uint32_t number,
-                                                                  int64_t expected_size);
+                                                                   uint32_t number,
+                                                                   int64_t expected_size);
 
   uint32_t number() const { return number_; }
   const std::string& path() const { return file_->path(); }
@@ -78,7 +78,10 @@ class RerankSegment {
  private:
   RerankSegment(uint32_t number, std::shared_ptr<const MappedFile> file,
                 std::vector<RerankSegmentEntry> entries, uint64_t rows_end)
-      : number_(number), file_(std::move(file)), entries_(std::move(entries)), rows_end_(rows_end) {}
+      : number_(number),
+        file_(std::move(file)),
+        entries_(std::move(entries)),
+        rows_end_(rows_end) {}
 
   const uint32_t number_;
   const std::shared_ptr<const MappedFile> file_;

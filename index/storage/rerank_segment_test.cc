@@ -152,7 +152,8 @@ TEST(RerankSegmentFileName, RoundTripsAndRejectsOtherNames) {
   EXPECT_EQ(RerankSegmentFileName(12), "rerank-00000012.seg");
   EXPECT_TRUE(ParseRerankSegmentFileName("rerank-00000012.seg", &number));
   EXPECT_EQ(number, 12u);
-  for (const char* name : {"rerank-00000012.seg.tmp", "rerank-12.seg", "000012.sst", "rerank-0000001x.seg"}) {
+  for (const char* name :
+       {"rerank-00000012.seg.tmp", "rerank-12.seg", "000012.sst", "rerank-0000001x.seg"}) {
     EXPECT_FALSE(ParseRerankSegmentFileName(name, &number)) << name;
   }
 }

@@ -451,8 +451,8 @@ class ShardStore::Impl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_);
   bool SegmentWantsRewrite(const SegmentState& segment) const {
     const int64_t dead = segment.row_bytes - segment.live_bytes;
-    return dead > 0 && static_cast<double>(dead) >=
-                           options_.rerank_rewrite_dead_fraction * segment.row_bytes;
+    return dead > 0 &&
+           static_cast<double>(dead) >= options_.rerank_rewrite_dead_fraction * segment.row_bytes;
   }
   void SignalMaintenance() ABSL_LOCKS_EXCLUDED(maintain_mu_);
   void MaintainLoop() ABSL_LOCKS_EXCLUDED(maintain_mu_);
@@ -730,7 +730,8 @@ absl::StatusOr<WriteResult> ShardStore::Impl::Write(std::vector<DocumentWrite> u
     if (write.candidates.rows > 0) EncodeStoredMatrix(write.candidates, &prepared.candidates_value);
     if (!write.codes.empty()) prepared.codes_value = EncodeCodesValue(write.codes);
     prepared.code_generation = write.code_generation;
-    prepared.rerank_bytes = write.rerank.rows > 0 ? static_cast<int64_t>(write.rerank.bytes.size()) : 0;
+    prepared.rerank_bytes =
+        write.rerank.rows > 0 ? static_cast<int64_t>(write.rerank.bytes.size()) : 0;
     std::string().swap(write.rerank.bytes);
     std::string().swap(write.candidates.bytes);
     std::string().swap(write.codes);
@@ -1010,10 +1011,9 @@ absl::StatusOr<std::vector<std::optional<StoredMatrix>>> ShardStore::Impl::Multi
   for (uint64_t iid : iids) keys.push_back(EncodeIidKey(iid));
   absl::StatusOr<std::vector<std::optional<StoredMatrix>>> out;
   for (int attempt = 0; attempt <= kSegmentRetries; ++attempt) {
-    out = MultiGetDecoded<StoredMatrix>(rerank_, iids, keys, "rerank vectors",
-                                        [this](absl::string_view value, uint64_t iid) {
-                                          return DecodeRerank(value, iid);
-                                        });
+    out = MultiGetDecoded<StoredMatrix>(
+        rerank_, iids, keys, "rerank vectors",
+        [this](absl::string_view value, uint64_t iid) { return DecodeRerank(value, iid); });
     if (out.status().code() != kSegmentGone) break;
   }
   return out;
@@ -1034,8 +1034,9 @@ absl::StatusOr<StoredMatrix> ShardStore::Impl::DecodeRerank(absl::string_view va
                                                    pointer.segment, " was replaced meanwhile"));
   }
   StoredMatrix matrix{pointer.dtype, pointer.rows, pointer.cols, {}};
-  const absl::string_view rows = segment->Rows(
-      pointer.offset, static_cast<uint64_t>(pointer.rows * pointer.cols) * DtypeSize(pointer.dtype));
+  const absl::string_view rows =
+      segment->Rows(pointer.offset,
+                    static_cast<uint64_t>(pointer.rows * pointer.cols) * DtypeSize(pointer.dtype));
   if (rows.empty()) {
     return absl::DataLossError(absl::StrCat("rerank segment '", segment->path(), "': rows of iid ",
                                             iid, " at offset ", pointer.offset,
@@ -1114,9 +1115,9 @@ absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ShardStore:
         again.push_back(i);
         continue;
       }
-      const absl::string_view rows = it->second.file->Rows(
-          pointer.offset,
-          static_cast<uint64_t>(pointer.rows * pointer.cols) * DtypeSize(pointer.dtype));
+      const absl::string_view rows =
+          it->second.file->Rows(pointer.offset, static_cast<uint64_t>(pointer.rows * pointer.cols) *
+                                                    DtypeSize(pointer.dtype));
       if (rows.empty()) {
         return absl::DataLossError(absl::StrCat("rerank segment '", it->second.file->path(),
                                                 "': rows of iid ", iids[i], " at offset ",
@@ -1156,8 +1157,8 @@ absl::Status ShardStore::Impl::OpenRerankSegments() {
       }
       TESSERA_ASSIGN_OR_RETURN(
           const uint64_t size,
-          Codec(DecodeCounterValue(absl::string_view(it->value().data(), it->value().size()),
-                                   key)));
+          Codec(
+              DecodeCounterValue(absl::string_view(it->value().data(), it->value().size()), key)));
       committed[number] = static_cast<int64_t>(size);
     }
     TESSERA_RETURN_IF_ERROR(Rocks(it->status(), "listing rerank segments"));
@@ -1223,8 +1224,7 @@ absl::Status ShardStore::Impl::OpenRerankSegments() {
     const auto segment = segments_.find(pointer.segment);
     if (segment == segments_.end()) {
       return absl::DataLossError(absl::StrCat("shard '", dir_, "': rerank iid ", iid,
-                                              " points to segment '",
-                                              SegmentPath(pointer.segment),
+                                              " points to segment '", SegmentPath(pointer.segment),
                                               "', which is not committed"));
     }
     RowsLocation location;
@@ -1235,8 +1235,8 @@ absl::Status ShardStore::Impl::OpenRerankSegments() {
     const absl::string_view rows = segment->second.file->Rows(pointer.offset, location.bytes());
     if (rows.empty()) {
       return absl::DataLossError(absl::StrCat("rerank segment '", segment->second.file->path(),
-                                              "': rows of iid ", iid, " at offset ",
-                                              pointer.offset, " lie outside the file"));
+                                              "': rows of iid ", iid, " at offset ", pointer.offset,
+                                              " lie outside the file"));
     }
     location.data = rows.data();
     segment->second.live_bytes += location.bytes();
@@ -1316,9 +1316,8 @@ absl::Status ShardStore::Impl::MaintainRerank(bool force) {
   bool flush = false;
   {
     ReaderMutexLock lock(&rerank_mu_);
-    flush = !unflushed_.empty() &&
-            (force || (options_.rerank_flush_bytes > 0 &&
-                       unflushed_bytes_ >= options_.rerank_flush_bytes));
+    flush = !unflushed_.empty() && (force || (options_.rerank_flush_bytes > 0 &&
+                                              unflushed_bytes_ >= options_.rerank_flush_bytes));
   }
   if (flush) TESSERA_RETURN_IF_ERROR(FlushRowsToSegments());
   return RewriteSegments();
@@ -1482,8 +1481,9 @@ absl::Status ShardStore::Impl::WriteSegmentAndCommit(std::vector<RerankSegmentEn
       const RerankSegmentEntry& e = entries[i];
       row_bytes += e.bytes();
       if (removed_while_tracking_.contains(e.iid)) continue;
-      batch.Put(rerank_, EncodeIidKey(e.iid),
-                EncodeRerankPointer(RerankPointer{number, e.offset, e.dtype, e.rows, e.cols, e.crc}));
+      batch.Put(
+          rerank_, EncodeIidKey(e.iid),
+          EncodeRerankPointer(RerankPointer{number, e.offset, e.dtype, e.rows, e.cols, e.crc}));
       kept.push_back(i);
     }
     if (!kept.empty()) batch.Put(meta_, SegmentKey(number), EncodeCounterValue(size));
@@ -1664,7 +1664,8 @@ ShardStoreStats ShardStore::Impl::Stats() const {
   stats.disk_bytes = AllocatedBytes(dir_);
   ReaderMutexLock lock(&rerank_mu_);
   stats.rerank_segments = static_cast<int64_t>(segments_.size());
-  for (const auto& [number, segment] : segments_) stats.rerank_segment_bytes += segment.file->size();
+  for (const auto& [number, segment] : segments_)
+    stats.rerank_segment_bytes += segment.file->size();
   stats.rerank_unflushed_bytes = unflushed_bytes_;
   return stats;
 }

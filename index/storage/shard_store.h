@@ -4,7 +4,8 @@
 //   docs        iid (8-byte big-endian) → DocumentRecord (external id, version, attributes, layout,
 //               pooled-vector coverage)
 //   ids         external id → iid
-//   rerank      iid → StoredMatrix (the pooled rerank vectors, fp16 or fp32), or, once they moved to
+//   rerank      iid → StoredMatrix (the pooled rerank vectors, fp16 or fp32), or, once they moved
+//   to
 //               a rerank segment file, a pointer to them there (see below)
 //   candidates  iid → StoredMatrix (the candidate vectors, fp32; absent for documents written
 //               while stage 1 was a centroid index, and deleted when it becomes one)

@@ -284,11 +284,12 @@ void ScanAllColumnFamilies(const std::string& dir, Scanned* out) {
     auto pointer = DecodeRerankPointer(value, iid);
     if (!pointer.ok()) return pointer.status();
     std::string key = "s/rerank_segment/";
-    for (int shift = 24; shift >= 0; shift -= 8) key.push_back(static_cast<char>(pointer->segment >> shift));
+    for (int shift = 24; shift >= 0; shift -= 8)
+      key.push_back(static_cast<char>(pointer->segment >> shift));
     std::string committed;
     if (!db->Get(rocksdb::ReadOptions(), cf.at("meta"), key, &committed).ok()) {
-      return absl::DataLossError(absl::StrCat("iid ", iid, ": segment ", pointer->segment,
-                                              " is not committed"));
+      return absl::DataLossError(
+          absl::StrCat("iid ", iid, ": segment ", pointer->segment, " is not committed"));
     }
     auto file = ReadWholeFile(absl::StrCat(dir, "/", RerankSegmentFileName(pointer->segment)));
     if (!file.ok()) return file.status();
@@ -419,8 +420,7 @@ int64_t RunChains(int64_t flush_bytes) {
           EXPECT_TRUE(copy.ok() && copy->bytes == want.rerank.bytes) << r.external_id;
           const uint64_t iid = r.iid;
           auto view = (*store)->ReadRerank(absl::MakeConstSpan(&iid, 1));
-          EXPECT_TRUE(view.ok() && (*view)[0] != nullptr &&
-                      (*view)[0]->bytes == want.rerank.bytes)
+          EXPECT_TRUE(view.ok() && (*view)[0] != nullptr && (*view)[0]->bytes == want.rerank.bytes)
               << r.external_id;
           return absl::OkStatus();
         });
@@ -496,10 +496,9 @@ TEST(ShardStoreCrash, AcknowledgedWritesSurviveSigkillDuringSegmentFlush) {
 
 int main(int argc, char** argv) {
   if (argc == 7 && std::strcmp(argv[1], "--crash_child") == 0) {
-    return tessera::internal::RunChild(argv[2], std::strtoull(argv[3], nullptr, 10),
-                                       std::strtoll(argv[4], nullptr, 10),
-                                       static_cast<int>(std::strtol(argv[5], nullptr, 10)),
-                                       std::strtoll(argv[6], nullptr, 10));
+    return tessera::internal::RunChild(
+        argv[2], std::strtoull(argv[3], nullptr, 10), std::strtoll(argv[4], nullptr, 10),
+        static_cast<int>(std::strtol(argv[5], nullptr, 10)), std::strtoll(argv[6], nullptr, 10));
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
