@@ -681,7 +681,7 @@ absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_bes
   Clock::time_point start = Clock::now();
   std::vector<std::vector<uint64_t>> by_shard(shards_.size());
   for (const auto& [shard, iid] : documents) by_shard[shard].push_back(iid);
-  std::vector<std::shared_ptr<const StoredMatrix>> matrices;
+  std::vector<std::shared_ptr<const StoredMatrixView>> matrices;
   std::vector<std::pair<int, uint64_t>> fetched;
   matrices.reserve(documents.size());
   fetched.reserve(documents.size());
@@ -689,7 +689,7 @@ absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_bes
   std::vector<Shard::CodedDocuments> coded(shards_.size());
   for (size_t s = 0; s < shards_.size(); ++s) {
     if (by_shard[s].empty()) continue;
-    TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> batch,
+    TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrixView>> batch,
                              shards_[s]->FetchStoredRerank(by_shard[s]));
     for (size_t j = 0; j < batch.size(); ++j) {
       if (batch[j] == nullptr) continue;

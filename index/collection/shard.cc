@@ -726,14 +726,6 @@ void Shard::ForEachLive(const Filter& filter,
 
 absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> Shard::FetchRerank(
     absl::Span<const uint64_t> iids) const {
-  TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> matrices,
-                           FetchStoredRerank(iids));
-  TESSERA_RETURN_IF_ERROR(DecodeRerankFromCodes(iids, &matrices));
-  return matrices;
-}
-
-absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> Shard::FetchStoredRerank(
-    absl::Span<const uint64_t> iids) const {
   std::vector<std::shared_ptr<const StoredMatrix>> matrices(iids.size());
   std::vector<uint64_t> missing;
   std::vector<size_t> missing_at;
@@ -771,7 +763,43 @@ absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> Shard::FetchSto
     }
   });
   for (const absl::Status& status : statuses) TESSERA_RETURN_IF_ERROR(status);
+  TESSERA_RETURN_IF_ERROR(DecodeRerankFromCodes(iids, &matrices));
   return matrices;
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> Shard::FetchStoredRerank(
+    absl::Span<const uint64_t> iids) const {
+  // Resident documents are viewed in their table entries (kept alive with the views), the others
+  // in place in the store: one lookup per document, no copy, so no split over the pool.
+  struct Resident {
+    std::vector<StoredMatrixView> views;
+    std::vector<std::shared_ptr<const StoredMatrix>> matrices;
+  };
+  auto resident = std::make_shared<Resident>();
+  resident->views.resize(iids.size());
+  std::vector<std::shared_ptr<const StoredMatrixView>> views(iids.size());
+  std::vector<uint64_t> missing;
+  std::vector<size_t> missing_at;
+  {
+    ReaderMutexLock lock(&table_mu_);
+    for (size_t i = 0; i < iids.size(); ++i) {
+      const auto it = live_.find(iids[i]);
+      if (it != live_.end() && it->second.rerank != nullptr) {
+        resident->views[i] = ViewOf(*it->second.rerank);
+        resident->matrices.push_back(it->second.rerank);
+        views[i] = std::shared_ptr<const StoredMatrixView>(resident, &resident->views[i]);
+      } else {
+        missing.push_back(iids[i]);
+        missing_at.push_back(i);
+      }
+    }
+  }
+  if (missing.empty()) return views;
+  TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrixView>> stored,
+                           store_->ReadRerank(missing));
+  // Absent: removed since; left null.
+  for (size_t j = 0; j < missing.size(); ++j) views[missing_at[j]] = std::move(stored[j]);
+  return views;
 }
 
 absl::StatusOr<Shard::CodedDocuments> Shard::FetchCodes(absl::Span<const uint64_t> iids) const {

@@ -184,14 +184,17 @@ class Shard {
   // and version.
   bool Describe(uint64_t iid, std::string* external_id, uint64_t* version,
                 Attributes* attributes) const;
-  // The rerank vectors of each iid: resident ones from memory, the others read from the store,
-  // decoded from the centroid codes for documents stored without them (rerank_from_codes); null
-  // for an iid that is no longer stored.
+  // The rerank vectors of each iid, copied: resident ones from memory, the others read from the
+  // store and checked against their checksums (Get, explain, training), decoded from the
+  // centroid codes for documents stored without them (rerank_from_codes); null for an iid that is
+  // no longer stored.
   absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> FetchRerank(
       absl::Span<const uint64_t> iids) const;
-  // FetchRerank without the decoding: a document stored as codes only comes back as a matrix
-  // without rows (its codes are for FetchCodes).
-  absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> FetchStoredRerank(
+  // The search's read: views of each iid's rerank vectors, resident ones in memory, the others in
+  // place in the store's mapped segments (ShardStore::ReadRerank: no copy, no checksum pass), each
+  // view keeping what it points into alive; null for an iid that is no longer stored. A document
+  // stored as codes only comes back as a view without rows (its codes are for FetchCodes).
+  absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> FetchStoredRerank(
       absl::Span<const uint64_t> iids) const;
 
   // Documents stored as codes only (rerank_from_codes), read for ScoreCodes: immutable once read.

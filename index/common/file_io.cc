@@ -1,6 +1,7 @@
 #include "index/common/file_io.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -85,6 +86,35 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   ::close(fd);
   bytes.resize(done);
   return bytes;
+}
+
+absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::string& path,
+                                                                   bool populate) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const absl::Status status = ErrnoStatus(errno, "cannot stat", path);
+    ::close(fd);
+    return status;
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  void* data = nullptr;
+  if (size > 0) {
+    data = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
+    if (data == MAP_FAILED) {
+      const absl::Status status = ErrnoStatus(errno, "cannot map", path);
+      ::close(fd);
+      return status;
+    }
+  }
+  ::close(fd);  // the mapping keeps the file open
+  return std::shared_ptr<const MappedFile>(
+      new MappedFile(path, static_cast<const char*>(data), size));
+}
+
+MappedFile::~MappedFile() {
+  if (size_ > 0) ::munmap(const_cast<char*>(data_), size_);
 }
 
 int64_t AllocatedBytes(const std::string& path) {

@@ -4,7 +4,9 @@
 #define TESSERA_INDEX_COMMON_FILE_IO_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -22,6 +24,30 @@ absl::Status WriteFileAtomically(const std::string& path,
 
 // The file's bytes. ErrnoStatus on failure, naming the file (NOT_FOUND when it does not exist).
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+
+// A whole file mapped read-only (MAP_SHARED: its pages are the page cache's, read in place, never
+// copied), unmapped when the last reference goes. The file may be unlinked meanwhile: the mapping
+// stays valid. Immutable, so thread-safe; the file must not be written while mapped.
+class MappedFile {
+ public:
+  // Maps `path`; `populate` maps every page now (MAP_POPULATE), so that first reads take no page
+  // fault. ErrnoStatus on failure, naming the file. An empty file maps to no bytes.
+  static absl::StatusOr<std::shared_ptr<const MappedFile>> Open(const std::string& path,
+                                                                bool populate);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  absl::string_view bytes() const { return absl::string_view(data_, size_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  MappedFile(std::string path, const char* data, size_t size)
+      : path_(std::move(path)), data_(data), size_(size) {}
+  const std::string path_;
+  const char* const data_;
+  const size_t size_;
+};
 
 // The bytes the regular files under `path` (a file, or a directory walked recursively, symbolic
 // links not followed) occupy on disk: their allocated blocks (st_blocks × 512), so space a file

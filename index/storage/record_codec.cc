@@ -390,6 +390,48 @@ absl::StatusOr<StoredMatrix> DecodeStoredMatrix(absl::string_view value, absl::s
   return matrix;
 }
 
+std::string EncodeRerankPointer(const RerankPointer& pointer) {
+  std::string out;
+  const size_t start = BeginEnvelope(RecordKind::kRerankPointer, &out);
+  PutU32(&out, pointer.segment);
+  PutU64(&out, pointer.offset);
+  PutU8(&out, pointer.dtype == VectorDtype::kFloat16 ? kDtypeFloat16 : kDtypeFloat32);
+  PutI64(&out, pointer.rows);
+  PutI64(&out, pointer.cols);
+  PutU32(&out, pointer.crc);
+  FinishEnvelope(start, &out);
+  return out;
+}
+
+bool IsRerankPointer(absl::string_view value) {
+  return value.size() >= 2 &&
+         static_cast<uint8_t>(value[1]) == static_cast<uint8_t>(RecordKind::kRerankPointer);
+}
+
+absl::StatusOr<RerankPointer> DecodeRerankPointer(absl::string_view value, uint64_t iid) {
+  const std::string what = IidWhat("rerank", iid);
+  TESSERA_ASSIGN_OR_RETURN(absl::string_view payload,
+                           OpenEnvelope(value, RecordKind::kRerankPointer, what));
+  Reader in(payload);
+  RerankPointer pointer;
+  uint8_t dtype = 0;
+  if (!in.ReadU32(&pointer.segment) || !in.ReadU64(&pointer.offset) || !in.ReadU8(&dtype) ||
+      !in.ReadI64(&pointer.rows) || !in.ReadI64(&pointer.cols) || !in.ReadU32(&pointer.crc)) {
+    return Truncated(what, "rerank pointer");
+  }
+  if (in.left() != 0) return Corrupt(what, absl::StrCat(in.left(), " trailing bytes"));
+  if (dtype != kDtypeFloat16 && dtype != kDtypeFloat32) {
+    return Corrupt(what, absl::StrCat("unknown dtype ", dtype));
+  }
+  pointer.dtype = dtype == kDtypeFloat16 ? VectorDtype::kFloat16 : VectorDtype::kFloat32;
+  // Rows and columns bounded so that their product times the item size cannot overflow.
+  if (pointer.rows < 1 || pointer.cols < 1 || pointer.rows > (int64_t{1} << 31) ||
+      pointer.cols > (int64_t{1} << 20)) {
+    return Corrupt(what, absl::StrCat("shape ", pointer.rows, " × ", pointer.cols));
+  }
+  return pointer;
+}
+
 std::string EncodeIdValue(uint64_t iid) {
   std::string out;
   const size_t start = BeginEnvelope(RecordKind::kId, &out);
@@ -477,7 +519,7 @@ absl::StatusOr<std::string> DecodeCodesValue(absl::string_view value, uint32_t g
   return std::string(payload);
 }
 
-std::vector<float> MatrixToFloat(const StoredMatrix& matrix) {
+std::vector<float> MatrixToFloat(const StoredMatrixView& matrix) {
   std::vector<float> values(matrix.rows * matrix.cols);
   if (matrix.dtype == VectorDtype::kFloat32) {
     std::memcpy(values.data(), matrix.bytes.data(), values.size() * sizeof(float));

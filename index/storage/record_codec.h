@@ -31,6 +31,9 @@
 //   kCounter    u64 value
 //   kMeta       the caller's opaque bytes
 //   kCodes      a document's centroid codes, opaque here (see index/centroid/centroid_index.h)
+//   kRerankPointer  (rerank CF, in place of a kMatrix once the rows moved to a segment file, see
+//               rerank_segment.h) u32 segment number, u64 offset of the rows in it, u8 dtype,
+//               i64 rows, i64 cols, u32 CRC-32 of the rows' rows·cols·itemsize bytes
 #ifndef TESSERA_INDEX_STORAGE_RECORD_CODEC_H_
 #define TESSERA_INDEX_STORAGE_RECORD_CODEC_H_
 
@@ -56,6 +59,18 @@ enum class RecordKind : uint8_t {
   kCounter = 4,
   kMeta = 5,
   kCodes = 6,
+  kRerankPointer = 7,
+};
+
+// Where a document's rerank rows live once moved out of RocksDB: rows·cols values of dtype at
+// `offset` in segment file `segment`, whose bytes have CRC-32 `crc`.
+struct RerankPointer {
+  uint32_t segment = 0;
+  uint64_t offset = 0;
+  VectorDtype dtype = VectorDtype::kFloat16;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  uint32_t crc = 0;
 };
 
 // Bytes per value of `dtype` (4 or 2).
@@ -83,6 +98,9 @@ std::string EncodeDocumentRecord(const DocumentRecord& record);
 // Precondition of the encoder: ValidateMatrix(matrix) is OK.
 void EncodeStoredMatrix(const StoredMatrix& matrix, std::string* out);
 std::string EncodeStoredMatrix(const StoredMatrix& matrix);
+std::string EncodeRerankPointer(const RerankPointer& pointer);
+// Whether a rerank CF value is a pointer (its kind byte says so; the decoder checks the rest).
+bool IsRerankPointer(absl::string_view value);
 std::string EncodeIdValue(uint64_t iid);
 std::string EncodeCounterValue(uint64_t value);
 std::string EncodeMetaValue(absl::string_view bytes);
@@ -92,6 +110,7 @@ std::string EncodeMetaValue(absl::string_view bytes);
 absl::StatusOr<DocumentRecord> DecodeDocumentRecord(absl::string_view value, uint64_t iid);
 absl::StatusOr<StoredMatrix> DecodeStoredMatrix(absl::string_view value, absl::string_view cf,
                                                 uint64_t iid);
+absl::StatusOr<RerankPointer> DecodeRerankPointer(absl::string_view value, uint64_t iid);
 absl::StatusOr<uint64_t> DecodeIdValue(absl::string_view value, absl::string_view external_id);
 absl::StatusOr<uint64_t> DecodeCounterValue(absl::string_view value, absl::string_view key);
 absl::StatusOr<std::string> DecodeMetaValue(absl::string_view value, absl::string_view key);

@@ -15,14 +15,20 @@
 #include <deque>
 #include <filesystem>
 #include <limits>
+#include <map>
 #include <system_error>
+#include <thread>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "index/common/crc32.h"
 #include "index/common/file_io.h"
 #include "index/storage/record_codec.h"
+#include "index/storage/rerank_segment.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/convenience.h"
 #include "rocksdb/db.h"
@@ -54,6 +60,13 @@ constexpr char kFormatVersionKey[] = "s/format_version";
 constexpr char kNextIidKey[] = "s/next_iid";
 constexpr char kLiveDocumentsKey[] = "s/live_documents";
 constexpr uint64_t kStoreFormatVersion = 1;
+// A committed rerank segment: "s/rerank_segment/" + its number as 4 bytes big-endian → its size.
+constexpr char kSegmentKeyPrefix[] = "s/rerank_segment/";
+std::string SegmentKey(uint32_t number) {
+  std::string key = kSegmentKeyPrefix;
+  for (int shift = 24; shift >= 0; shift -= 8) key.push_back(static_cast<char>(number >> shift));
+  return key;
+}
 
 // Group commit bounds: a leader stops adding queued requests once the group would exceed either
 // (its own request always goes in, however large).
@@ -235,7 +248,21 @@ struct PreparedUpsert {
   std::string candidates_value;  // empty: no candidates row
   std::string codes_value;       // empty: no codes row
   uint32_t code_generation = 0;
+  int64_t rerank_bytes = 0;  // the rows' bytes
 };
+
+// What ReadRerank hands out, shared by the views of one call: the views, and what they point
+// into (segments, values decoded from RocksDB).
+struct RerankReadBatch {
+  std::vector<StoredMatrixView> views;
+  std::vector<std::shared_ptr<const RerankSegment>> segments;
+  std::deque<StoredMatrix> decoded;
+};
+
+// Returned, internally, when a pointer names a segment that a rewrite has just replaced: the read
+// is retried from RocksDB, which by then holds the new pointer.
+constexpr absl::StatusCode kSegmentGone = absl::StatusCode::kAborted;
+constexpr int kSegmentRetries = 8;
 
 }  // namespace
 
@@ -272,6 +299,12 @@ class ShardStore::Impl {
   absl::StatusOr<StoredMatrix> GetRerank(uint64_t iid) const;
   absl::StatusOr<std::vector<std::optional<StoredMatrix>>> MultiGetRerank(
       absl::Span<const uint64_t> iids) const;
+  absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ReadRerank(
+      absl::Span<const uint64_t> iids) const;
+  absl::Status FlushRerank() ABSL_LOCKS_EXCLUDED(flush_mu_) {
+    MutexLock flush(&flush_mu_);
+    return MaintainRerank(/*force=*/true);
+  }
   absl::StatusOr<std::vector<std::optional<std::string>>> MultiGetCodes(
       uint32_t generation, absl::Span<const uint64_t> iids) const;
   absl::Status ForEachDocument(const std::function<absl::Status(const DocumentRecord&)>& fn) const;
@@ -371,9 +404,58 @@ class ShardStore::Impl {
   void DeleteRows(rocksdb::WriteBatch* batch, uint64_t iid,
                   const std::vector<uint32_t>& code_generations);
   // Every write to the database: resumes a database a full disk stopped (ResumeIfStopped), then
-  // writes `batch` (synced per options_.sync). Sets *attempted when it reached RocksDB.
+  // writes `batch` (synced per options_.sync, or always when `sync`). Sets *attempted when it
+  // reached RocksDB.
   absl::Status WriteToDb(rocksdb::WriteBatch* batch, absl::string_view context,
-                         bool* attempted = nullptr);
+                         bool* attempted = nullptr, bool sync = false);
+
+  // Rerank segments (see shard_store.h). Where a document's rows lie in a mapped segment.
+  struct RowsLocation {
+    const char* data = nullptr;
+    uint32_t segment = 0;
+    uint32_t rows = 0;
+    uint32_t cols = 0;
+    VectorDtype dtype = VectorDtype::kFloat16;
+    int64_t bytes() const { return int64_t{rows} * cols * static_cast<int64_t>(DtypeSize(dtype)); }
+  };
+  struct SegmentState {
+    std::shared_ptr<const RerankSegment> file;
+    int64_t row_bytes = 0;   // of every document written to it
+    int64_t live_bytes = 0;  // of those still pointing to it
+  };
+  std::string SegmentPath(uint32_t number) const {
+    return absl::StrCat(dir_, "/", RerankSegmentFileName(number));
+  }
+  // At Open: deletes uncommitted segment files, maps and verifies the committed ones, and loads
+  // the locations (pointers) and the rows still in RocksDB from the rerank CF.
+  absl::Status OpenRerankSegments();
+  // A rerank CF value as a matrix: decoded, or copied from its segment and checked against the
+  // pointer's CRC. kSegmentGone when the pointer names a segment no longer there.
+  absl::StatusOr<StoredMatrix> DecodeRerank(absl::string_view value, uint64_t iid) const;
+  // Flushes rows when forced or past options_.rerank_flush_bytes, then rewrites segments.
+  absl::Status MaintainRerank(bool force) ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
+  absl::Status FlushRowsToSegments() ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
+  absl::Status RewriteSegments() ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
+  // Writes a segment of `entries` (rows[i]: entry i's bytes), then commits, in one synced batch,
+  // pointers to it for the entries not removed meanwhile, its meta key, and the removal of the
+  // segments in `replaced`, whose files it then unlinks.
+  absl::Status WriteSegmentAndCommit(std::vector<RerankSegmentEntry> entries,
+                                     const std::vector<absl::string_view>& rows,
+                                     const std::vector<uint32_t>& replaced)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
+  // Starts (or stops) recording the iids that commits remove, for a flush or rewrite in progress.
+  void TrackRemovals(bool on) ABSL_LOCKS_EXCLUDED(commit_mu_);
+  // The leader's bookkeeping after a committed batch; true when maintenance is due.
+  bool ApplyRerankChanges(const std::vector<std::pair<uint64_t, int64_t>>& added,
+                          const std::vector<uint64_t>& removed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_);
+  bool SegmentWantsRewrite(const SegmentState& segment) const {
+    const int64_t dead = segment.row_bytes - segment.live_bytes;
+    return dead > 0 &&
+           static_cast<double>(dead) >= options_.rerank_rewrite_dead_fraction * segment.row_bytes;
+  }
+  void SignalMaintenance() ABSL_LOCKS_EXCLUDED(maintain_mu_);
+  void MaintainLoop() ABSL_LOCKS_EXCLUDED(maintain_mu_);
   // The status of a failed write or flush; remembers a full disk, and says for other I/O errors
   // that RocksDB refuses writes from then on.
   absl::Status WriteFailed(const rocksdb::Status& s, absl::string_view context);
@@ -415,9 +497,41 @@ class ShardStore::Impl {
   // cleared by ResumeIfStopped under resume_mu_.
   std::atomic<bool> stopped_by_full_disk_{false};
   Mutex resume_mu_;
+
+  // One flush or rewrite of rerank segments at a time; Checkpoint holds it too, so that the
+  // segments and the pointers it copies agree.
+  Mutex flush_mu_ ABSL_ACQUIRED_BEFORE(commit_mu_);
+  uint32_t next_segment_ ABSL_GUARDED_BY(flush_mu_) = 1;
+  // Held across every write that changes rerank pointers or removes documents (the leader's
+  // batch, a segment commit) and the bookkeeping after it, so that a flush or rewrite never
+  // commits a pointer for a document removed meanwhile.
+  Mutex commit_mu_ ABSL_ACQUIRED_BEFORE(rerank_mu_);
+  bool tracking_removals_ ABSL_GUARDED_BY(commit_mu_) = false;
+  absl::flat_hash_set<uint64_t> removed_while_tracking_ ABSL_GUARDED_BY(commit_mu_);
+  // What readers look up: the segments, the location of every document whose rows are in one,
+  // and the rows still in RocksDB (iid → bytes).
+  mutable Mutex rerank_mu_;
+  std::map<uint32_t, SegmentState> segments_ ABSL_GUARDED_BY(rerank_mu_);
+  absl::flat_hash_map<uint64_t, RowsLocation> locations_ ABSL_GUARDED_BY(rerank_mu_);
+  absl::flat_hash_map<uint64_t, int64_t> unflushed_ ABSL_GUARDED_BY(rerank_mu_);
+  int64_t unflushed_bytes_ ABSL_GUARDED_BY(rerank_mu_) = 0;
+  // The background maintenance thread (options_.rerank_flush_bytes > 0).
+  Mutex maintain_mu_;
+  CondVar maintain_cv_;
+  bool maintain_wanted_ ABSL_GUARDED_BY(maintain_mu_) = false;
+  bool maintain_stopping_ ABSL_GUARDED_BY(maintain_mu_) = false;
+  std::atomic<bool> stopping_{false};
+  std::thread maintainer_;
 };
 
 ShardStore::Impl::~Impl() {
+  stopping_.store(true, std::memory_order_release);
+  {
+    MutexLock lock(&maintain_mu_);
+    maintain_stopping_ = true;
+    maintain_cv_.SignalAll();
+  }
+  if (maintainer_.joinable()) maintainer_.join();
   if (db_ == nullptr) return;
   for (rocksdb::ColumnFamilyHandle* handle : handles_) db_->DestroyColumnFamilyHandle(handle);
   handles_.clear();
@@ -551,6 +665,17 @@ absl::Status ShardStore::Impl::Open() {
     TESSERA_RETURN_IF_ERROR(Rocks(s, "reading the document counter"));
   }
   live_documents_snapshot_.store(live_documents_, std::memory_order_relaxed);
+  TESSERA_RETURN_IF_ERROR(OpenRerankSegments());
+  if (options_.rerank_segments && options_.rerank_flush_bytes > 0) {
+    maintainer_ = std::thread([this] { MaintainLoop(); });
+    bool due = false;
+    {
+      ReaderMutexLock lock(&rerank_mu_);
+      due = unflushed_bytes_ >= options_.rerank_flush_bytes;
+      for (const auto& [number, segment] : segments_) due = due || SegmentWantsRewrite(segment);
+    }
+    if (due) SignalMaintenance();
+  }
   return absl::OkStatus();
 }
 
@@ -605,6 +730,8 @@ absl::StatusOr<WriteResult> ShardStore::Impl::Write(std::vector<DocumentWrite> u
     if (write.candidates.rows > 0) EncodeStoredMatrix(write.candidates, &prepared.candidates_value);
     if (!write.codes.empty()) prepared.codes_value = EncodeCodesValue(write.codes);
     prepared.code_generation = write.code_generation;
+    prepared.rerank_bytes =
+        write.rerank.rows > 0 ? static_cast<int64_t>(write.rerank.bytes.size()) : 0;
     std::string().swap(write.rerank.bytes);
     std::string().swap(write.candidates.bytes);
     std::string().swap(write.codes);
@@ -703,6 +830,9 @@ void ShardStore::Impl::CommitGroup(const std::vector<Writer*>& group) {
   int64_t live = live_documents_;
   std::vector<Writer*> batched;
   batched.reserve(group.size());
+  // For the rerank segments' bookkeeping: rows written (iid, bytes) and documents removed.
+  std::vector<std::pair<uint64_t, int64_t>> added_rows;
+  std::vector<uint64_t> removed_iids;
 
   for (Writer* w : group) {
     // Pass 1 (may fail, for this request only): read the ids the group has not seen yet.
@@ -755,6 +885,7 @@ void ShardStore::Impl::CommitGroup(const std::vector<Writer*>& group) {
       const uint64_t version = state.iid != 0 ? state.version + 1 : 1;
       if (state.iid != 0) {
         DeleteRows(&batch, state.iid, group_code_generations_);
+        removed_iids.push_back(state.iid);
       } else {
         ++live;
       }
@@ -763,6 +894,7 @@ void ShardStore::Impl::CommitGroup(const std::vector<Writer*>& group) {
       const std::string key = EncodeIidKey(iid);
       batch.Put(docs_, key, EncodeDocumentRecord(u.record));
       batch.Put(rerank_, key, u.rerank_value);
+      if (u.rerank_bytes > 0) added_rows.emplace_back(iid, u.rerank_bytes);
       if (!u.candidates_value.empty()) batch.Put(candidates_, key, u.candidates_value);
       if (!u.codes_value.empty()) {
         batch.Put(codes_, EncodeCodesKey(u.code_generation, iid), u.codes_value);
@@ -783,6 +915,7 @@ void ShardStore::Impl::CommitGroup(const std::vector<Writer*>& group) {
         result.deleted_iids.push_back(state.iid);
         if (state.iid == 0) continue;
         DeleteRows(&batch, state.iid, group_code_generations_);
+        removed_iids.push_back(state.iid);
         batch.Delete(ids_, id);
         --live;
         state = IdState{};
@@ -800,7 +933,14 @@ void ShardStore::Impl::CommitGroup(const std::vector<Writer*>& group) {
   next_iid_ = next_iid;
 
   bool attempted = false;
-  const absl::Status error = WriteToDb(&batch, "writing a batch", &attempted);
+  absl::Status error;
+  bool maintain = false;
+  {
+    MutexLock commit(&commit_mu_);
+    error = WriteToDb(&batch, "writing a batch", &attempted);
+    if (error.ok()) maintain = ApplyRerankChanges(added_rows, removed_iids);
+  }
+  if (maintain) SignalMaintenance();
   if (attempted && options_.sync) synced_writes_.fetch_add(1, std::memory_order_relaxed);
   if (!error.ok()) {
     for (Writer* w : batched) {
@@ -847,7 +987,21 @@ absl::StatusOr<StoredMatrix> ShardStore::Impl::GetRerank(uint64_t iid) const {
     return absl::NotFoundError(absl::StrCat("shard '", dir_, "': no rerank vectors for iid ", iid));
   }
   TESSERA_RETURN_IF_ERROR(Rocks(s, absl::StrCat("reading rerank iid ", iid)));
-  return Codec(DecodeStoredMatrix(absl::string_view(value.data(), value.size()), kRerankCf, iid));
+  absl::StatusOr<StoredMatrix> matrix =
+      Codec(DecodeRerank(absl::string_view(value.data(), value.size()), iid));
+  // A rewrite replaced the segment between the read and the copy: read the new pointer.
+  for (int retry = 0; retry < kSegmentRetries && matrix.status().code() == kSegmentGone; ++retry) {
+    value.Reset();
+    const rocksdb::Status again =
+        db_->Get(rocksdb::ReadOptions(), rerank_, EncodeIidKey(iid), &value);
+    if (again.IsNotFound()) {
+      return absl::NotFoundError(
+          absl::StrCat("shard '", dir_, "': no rerank vectors for iid ", iid));
+    }
+    TESSERA_RETURN_IF_ERROR(Rocks(again, absl::StrCat("reading rerank iid ", iid)));
+    matrix = Codec(DecodeRerank(absl::string_view(value.data(), value.size()), iid));
+  }
+  return matrix;
 }
 
 absl::StatusOr<std::vector<std::optional<StoredMatrix>>> ShardStore::Impl::MultiGetRerank(
@@ -855,10 +1009,520 @@ absl::StatusOr<std::vector<std::optional<StoredMatrix>>> ShardStore::Impl::Multi
   std::vector<std::string> keys;
   keys.reserve(iids.size());
   for (uint64_t iid : iids) keys.push_back(EncodeIidKey(iid));
-  return MultiGetDecoded<StoredMatrix>(rerank_, iids, keys, "rerank vectors",
-                                       [](absl::string_view value, uint64_t iid) {
-                                         return DecodeStoredMatrix(value, kRerankCf, iid);
-                                       });
+  absl::StatusOr<std::vector<std::optional<StoredMatrix>>> out;
+  for (int attempt = 0; attempt <= kSegmentRetries; ++attempt) {
+    out = MultiGetDecoded<StoredMatrix>(
+        rerank_, iids, keys, "rerank vectors",
+        [this](absl::string_view value, uint64_t iid) { return DecodeRerank(value, iid); });
+    if (out.status().code() != kSegmentGone) break;
+  }
+  return out;
+}
+
+absl::StatusOr<StoredMatrix> ShardStore::Impl::DecodeRerank(absl::string_view value,
+                                                            uint64_t iid) const {
+  if (!IsRerankPointer(value)) return DecodeStoredMatrix(value, kRerankCf, iid);
+  TESSERA_ASSIGN_OR_RETURN(const RerankPointer pointer, DecodeRerankPointer(value, iid));
+  std::shared_ptr<const RerankSegment> segment;
+  {
+    ReaderMutexLock lock(&rerank_mu_);
+    const auto it = segments_.find(pointer.segment);
+    if (it != segments_.end()) segment = it->second.file;
+  }
+  if (segment == nullptr) {
+    return absl::Status(kSegmentGone, absl::StrCat("rerank iid ", iid, ": segment ",
+                                                   pointer.segment, " was replaced meanwhile"));
+  }
+  StoredMatrix matrix{pointer.dtype, pointer.rows, pointer.cols, {}};
+  const absl::string_view rows =
+      segment->Rows(pointer.offset,
+                    static_cast<uint64_t>(pointer.rows * pointer.cols) * DtypeSize(pointer.dtype));
+  if (rows.empty()) {
+    return absl::DataLossError(absl::StrCat("rerank segment '", segment->path(), "': rows of iid ",
+                                            iid, " at offset ", pointer.offset,
+                                            " lie outside the file"));
+  }
+  matrix.bytes.assign(rows.data(), rows.size());
+  if (Crc32(matrix.bytes) != pointer.crc) {
+    return absl::DataLossError(absl::StrCat("rerank segment '", segment->path(), "': rows of iid ",
+                                            iid, " at offset ", pointer.offset,
+                                            " fail their checksum"));
+  }
+  return matrix;
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ShardStore::Impl::ReadRerank(
+    absl::Span<const uint64_t> iids) const {
+  const size_t n = iids.size();
+  auto batch = std::make_shared<RerankReadBatch>();
+  batch->views.resize(n);
+  std::vector<bool> found(n, false);
+  std::vector<size_t> missing;
+  {
+    ReaderMutexLock lock(&rerank_mu_);
+    uint32_t last = 0;  // segment numbers start at 1
+    for (size_t i = 0; i < n; ++i) {
+      const auto it = locations_.find(iids[i]);
+      if (it == locations_.end()) {
+        missing.push_back(i);
+        continue;
+      }
+      const RowsLocation& location = it->second;
+      if (location.segment != last) {
+        batch->segments.push_back(segments_.at(location.segment).file);
+        last = location.segment;
+      }
+      batch->views[i] = StoredMatrixView{location.dtype, location.rows, location.cols,
+                                         absl::string_view(location.data, location.bytes())};
+      found[i] = true;
+    }
+  }
+  // Rows still in RocksDB (or flushed since the lookup above).
+  for (int attempt = 0; !missing.empty(); ++attempt) {
+    std::vector<std::string> keys;
+    keys.reserve(missing.size());
+    for (size_t i : missing) keys.push_back(EncodeIidKey(iids[i]));
+    std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
+    std::vector<rocksdb::PinnableSlice> values(missing.size());
+    std::vector<rocksdb::Status> statuses(missing.size());
+    db_->MultiGet(rocksdb::ReadOptions(), rerank_, missing.size(), slices.data(), values.data(),
+                  statuses.data());
+    std::vector<size_t> again;
+    for (size_t j = 0; j < missing.size(); ++j) {
+      const size_t i = missing[j];
+      if (statuses[j].IsNotFound()) continue;
+      TESSERA_RETURN_IF_ERROR(
+          Rocks(statuses[j], absl::StrCat("reading rerank vectors iid ", iids[i])));
+      const absl::string_view value(values[j].data(), values[j].size());
+      if (!IsRerankPointer(value)) {
+        TESSERA_ASSIGN_OR_RETURN(StoredMatrix matrix,
+                                 Codec(DecodeStoredMatrix(value, kRerankCf, iids[i])));
+        batch->decoded.push_back(std::move(matrix));
+        batch->views[i] = ViewOf(batch->decoded.back());
+        found[i] = true;
+        continue;
+      }
+      TESSERA_ASSIGN_OR_RETURN(const RerankPointer pointer,
+                               Codec(DecodeRerankPointer(value, iids[i])));
+      ReaderMutexLock lock(&rerank_mu_);
+      const auto it = segments_.find(pointer.segment);
+      if (it == segments_.end()) {
+        if (attempt >= kSegmentRetries) {
+          return absl::InternalError(absl::StrCat("shard '", dir_, "': rerank iid ", iids[i],
+                                                  " points to segment ", pointer.segment,
+                                                  ", which keeps being replaced"));
+        }
+        again.push_back(i);
+        continue;
+      }
+      const absl::string_view rows =
+          it->second.file->Rows(pointer.offset, static_cast<uint64_t>(pointer.rows * pointer.cols) *
+                                                    DtypeSize(pointer.dtype));
+      if (rows.empty()) {
+        return absl::DataLossError(absl::StrCat("rerank segment '", it->second.file->path(),
+                                                "': rows of iid ", iids[i], " at offset ",
+                                                pointer.offset, " lie outside the file"));
+      }
+      batch->segments.push_back(it->second.file);
+      batch->views[i] = StoredMatrixView{pointer.dtype, pointer.rows, pointer.cols, rows};
+      found[i] = true;
+    }
+    missing = std::move(again);
+  }
+  std::vector<std::shared_ptr<const StoredMatrixView>> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    // Aliasing: each view shares the batch's ownership (no allocation per document).
+    if (found[i]) out[i] = std::shared_ptr<const StoredMatrixView>(batch, &batch->views[i]);
+  }
+  return out;
+}
+
+absl::Status ShardStore::Impl::OpenRerankSegments() {
+  namespace fs = std::filesystem;
+  // The committed segments (number → size), from meta.
+  std::map<uint32_t, int64_t> committed;
+  {
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_));
+    const absl::string_view prefix = kSegmentKeyPrefix;
+    for (it->Seek(rocksdb::Slice(prefix.data(), prefix.size())); it->Valid(); it->Next()) {
+      const absl::string_view key(it->key().data(), it->key().size());
+      if (!absl::StartsWith(key, prefix)) break;
+      if (key.size() != prefix.size() + 4) {
+        return absl::DataLossError(
+            absl::StrCat("shard '", dir_, "': meta key of ", key.size(), " bytes under ", prefix));
+      }
+      uint32_t number = 0;
+      for (size_t b = prefix.size(); b < key.size(); ++b) {
+        number = (number << 8) | static_cast<uint8_t>(key[b]);
+      }
+      TESSERA_ASSIGN_OR_RETURN(
+          const uint64_t size,
+          Codec(
+              DecodeCounterValue(absl::string_view(it->value().data(), it->value().size()), key)));
+      committed[number] = static_cast<int64_t>(size);
+    }
+    TESSERA_RETURN_IF_ERROR(Rocks(it->status(), "listing rerank segments"));
+  }
+  // Files of segments that were never committed (a crash before the commit, or after a rewrite's
+  // commit before the old file's unlink) and temporaries are deleted.
+  uint32_t max_number = 0;
+  std::error_code error;
+  for (const fs::directory_entry& entry : fs::directory_iterator(dir_, error)) {
+    const std::string name = entry.path().filename().string();
+    uint32_t number = 0;
+    const bool temporary = absl::StartsWith(name, "rerank-") && absl::EndsWith(name, ".seg.tmp");
+    const bool segment = ParseRerankSegmentFileName(name, &number);
+    if (segment) max_number = std::max(max_number, number);
+    if (temporary || (segment && committed.count(number) == 0)) {
+      Log(options_.log, {LogSeverity::kInfo,
+                         "deleting an uncommitted rerank segment file",
+                         {{"file", entry.path().string()}}});
+      fs::remove(entry.path(), error);
+    }
+  }
+  MutexLock lock(&rerank_mu_);
+  for (const auto& [number, size] : committed) {
+    max_number = std::max(max_number, number);
+    const std::string path = SegmentPath(number);
+    absl::StatusOr<std::shared_ptr<const RerankSegment>> segment =
+        RerankSegment::Open(path, number, size);
+    if (absl::IsNotFound(segment.status())) {
+      return absl::DataLossError(absl::StrCat("shard '", dir_, "': rerank segment '", path,
+                                              "' is committed but missing; its rows exist nowhere ",
+                                              "else"));
+    }
+    if (!segment.ok()) return InShard(segment.status(), dir_);
+    SegmentState state;
+    state.file = *std::move(segment);
+    for (const RerankSegmentEntry& e : state.file->entries()) state.row_bytes += e.bytes();
+    segments_[number] = std::move(state);
+  }
+  // Locations of the rows in segments, and the rows still in RocksDB.
+  rocksdb::ReadOptions scan;
+  scan.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, rerank_));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    uint64_t iid = 0;
+    if (!DecodeIidKey(absl::string_view(it->key().data(), it->key().size()), &iid)) {
+      return absl::DataLossError(
+          absl::StrCat("shard '", dir_, "': rerank CF has a key of ", it->key().size(), " bytes"));
+    }
+    const absl::string_view value(it->value().data(), it->value().size());
+    // A value that fails its checksum does not fail the open: reading it does (DATA_LOSS), as
+    // before segments existed, and the flush leaves it where it is.
+    if (!IsRerankPointer(value)) {
+      const absl::StatusOr<StoredMatrix> matrix = DecodeStoredMatrix(value, kRerankCf, iid);
+      if (matrix.ok() && matrix->rows > 0) {
+        unflushed_[iid] = static_cast<int64_t>(matrix->bytes.size());
+        unflushed_bytes_ += static_cast<int64_t>(matrix->bytes.size());
+      }
+      continue;
+    }
+    const absl::StatusOr<RerankPointer> decoded = DecodeRerankPointer(value, iid);
+    if (!decoded.ok()) continue;
+    const RerankPointer& pointer = *decoded;
+    const auto segment = segments_.find(pointer.segment);
+    if (segment == segments_.end()) {
+      return absl::DataLossError(absl::StrCat("shard '", dir_, "': rerank iid ", iid,
+                                              " points to segment '", SegmentPath(pointer.segment),
+                                              "', which is not committed"));
+    }
+    RowsLocation location;
+    location.segment = pointer.segment;
+    location.rows = static_cast<uint32_t>(pointer.rows);
+    location.cols = static_cast<uint32_t>(pointer.cols);
+    location.dtype = pointer.dtype;
+    const absl::string_view rows = segment->second.file->Rows(pointer.offset, location.bytes());
+    if (rows.empty()) {
+      return absl::DataLossError(absl::StrCat("rerank segment '", segment->second.file->path(),
+                                              "': rows of iid ", iid, " at offset ", pointer.offset,
+                                              " lie outside the file"));
+    }
+    location.data = rows.data();
+    segment->second.live_bytes += location.bytes();
+    locations_[iid] = location;
+  }
+  TESSERA_RETURN_IF_ERROR(Rocks(it->status(), "scanning rerank"));
+  next_segment_ = max_number + 1;
+  return absl::OkStatus();
+}
+
+void ShardStore::Impl::TrackRemovals(bool on) {
+  MutexLock commit(&commit_mu_);
+  tracking_removals_ = on;
+  removed_while_tracking_.clear();
+}
+
+bool ShardStore::Impl::ApplyRerankChanges(const std::vector<std::pair<uint64_t, int64_t>>& added,
+                                          const std::vector<uint64_t>& removed) {
+  if (tracking_removals_) removed_while_tracking_.insert(removed.begin(), removed.end());
+  MutexLock lock(&rerank_mu_);
+  for (const auto& [iid, bytes] : added) {
+    unflushed_[iid] = bytes;
+    unflushed_bytes_ += bytes;
+  }
+  bool due = options_.rerank_flush_bytes > 0 && unflushed_bytes_ >= options_.rerank_flush_bytes &&
+             !added.empty();
+  for (uint64_t iid : removed) {
+    if (const auto it = unflushed_.find(iid); it != unflushed_.end()) {
+      unflushed_bytes_ -= it->second;
+      unflushed_.erase(it);
+      continue;
+    }
+    const auto it = locations_.find(iid);
+    if (it == locations_.end()) continue;
+    SegmentState& segment = segments_.at(it->second.segment);
+    segment.live_bytes -= it->second.bytes();
+    due = due || (options_.rerank_flush_bytes > 0 && SegmentWantsRewrite(segment));
+    locations_.erase(it);
+  }
+  return due;
+}
+
+void ShardStore::Impl::SignalMaintenance() {
+  MutexLock lock(&maintain_mu_);
+  maintain_wanted_ = true;
+  maintain_cv_.Signal();
+}
+
+void ShardStore::Impl::MaintainLoop() {
+  for (;;) {
+    {
+      MutexLock lock(&maintain_mu_);
+      while (!maintain_wanted_ && !maintain_stopping_) maintain_cv_.Wait(&maintain_mu_);
+      if (maintain_stopping_) return;
+      maintain_wanted_ = false;
+    }
+    absl::Status status;
+    {
+      MutexLock flush(&flush_mu_);
+      status = MaintainRerank(/*force=*/false);
+    }
+    if (!status.ok() && !stopping_.load(std::memory_order_acquire)) {
+      Log(options_.log, {LogSeverity::kError,
+                         "moving rerank rows into segments failed; retrying on later writes",
+                         {{"directory", dir_},
+                          {"code", absl::StatusCodeToString(status.code())},
+                          {"error", std::string(status.message())}}});
+      // Not at once: the next write that finds maintenance due wakes the thread again.
+      MutexLock lock(&maintain_mu_);
+      maintain_cv_.WaitWithTimeout(&maintain_mu_, absl::Seconds(1));
+    }
+  }
+}
+
+absl::Status ShardStore::Impl::MaintainRerank(bool force) {
+  if (!options_.rerank_segments) return absl::OkStatus();
+  bool flush = false;
+  {
+    ReaderMutexLock lock(&rerank_mu_);
+    flush = !unflushed_.empty() && (force || (options_.rerank_flush_bytes > 0 &&
+                                              unflushed_bytes_ >= options_.rerank_flush_bytes));
+  }
+  if (flush) TESSERA_RETURN_IF_ERROR(FlushRowsToSegments());
+  return RewriteSegments();
+}
+
+absl::Status ShardStore::Impl::FlushRowsToSegments() {
+  // Removals committed from here on are recorded, and the snapshot holds every commit before.
+  const rocksdb::Snapshot* snapshot = nullptr;
+  std::vector<uint64_t> iids;
+  {
+    MutexLock commit(&commit_mu_);
+    tracking_removals_ = true;
+    removed_while_tracking_.clear();
+    snapshot = db_->GetSnapshot();
+    ReaderMutexLock lock(&rerank_mu_);
+    iids.reserve(unflushed_.size());
+    for (const auto& [iid, bytes] : unflushed_) iids.push_back(iid);
+  }
+  std::sort(iids.begin(), iids.end());
+  rocksdb::ReadOptions read_options;
+  read_options.snapshot = snapshot;
+  read_options.fill_cache = false;
+  absl::Status status;
+  std::vector<RerankSegmentEntry> entries;
+  std::deque<StoredMatrix> held;
+  std::vector<absl::string_view> rows;
+  int64_t bytes = 0;
+  auto commit = [&]() -> absl::Status {
+    if (entries.empty()) return absl::OkStatus();
+    absl::Status s = WriteSegmentAndCommit(std::move(entries), rows, {});
+    entries.clear();
+    rows.clear();
+    held.clear();
+    bytes = 0;
+    return s;
+  };
+  constexpr size_t kBatch = 256;
+  for (size_t start = 0; start < iids.size() && status.ok(); start += kBatch) {
+    if (stopping_.load(std::memory_order_acquire)) {
+      status = absl::CancelledError("the store is closing");
+      break;
+    }
+    const size_t count = std::min(kBatch, iids.size() - start);
+    std::vector<std::string> keys;
+    for (size_t i = 0; i < count; ++i) keys.push_back(EncodeIidKey(iids[start + i]));
+    std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
+    std::vector<rocksdb::PinnableSlice> values(count);
+    std::vector<rocksdb::Status> statuses(count);
+    db_->MultiGet(read_options, rerank_, count, slices.data(), values.data(), statuses.data());
+    for (size_t i = 0; i < count && status.ok(); ++i) {
+      const uint64_t iid = iids[start + i];
+      if (statuses[i].IsNotFound()) continue;  // removed since
+      status = Rocks(statuses[i], absl::StrCat("reading rerank vectors iid ", iid));
+      if (!status.ok()) break;
+      const absl::string_view value(values[i].data(), values[i].size());
+      if (IsRerankPointer(value)) continue;
+      absl::StatusOr<StoredMatrix> matrix = Codec(DecodeStoredMatrix(value, kRerankCf, iid));
+      // A corrupt value stays in RocksDB, where reading it is DATA_LOSS naming it.
+      if (!matrix.ok() || matrix->rows == 0) continue;
+      if (!entries.empty() &&
+          bytes + static_cast<int64_t>(matrix->bytes.size()) > options_.rerank_segment_bytes) {
+        status = commit();
+        if (!status.ok()) break;
+      }
+      RerankSegmentEntry entry;
+      entry.iid = iid;
+      entry.dtype = matrix->dtype;
+      entry.rows = matrix->rows;
+      entry.cols = matrix->cols;
+      bytes += static_cast<int64_t>(matrix->bytes.size());
+      held.push_back(*std::move(matrix));
+      rows.push_back(held.back().bytes);
+      entries.push_back(entry);
+    }
+  }
+  if (status.ok()) status = commit();
+  db_->ReleaseSnapshot(snapshot);
+  TrackRemovals(false);
+  TESSERA_RETURN_IF_ERROR(status);
+  if (iids.empty()) return absl::OkStatus();
+  // The values the pointers replaced are garbage now; compacting their range drops them from the
+  // SST files (a flush of the memtable drops those that never left it), so that the rows are
+  // stored once, in the segments.
+  const std::string begin = EncodeIidKey(iids.front());
+  const std::string end = EncodeIidKey(iids.back() + 1);
+  const rocksdb::Slice begin_key(begin), end_key(end);
+  rocksdb::CompactRangeOptions compact;
+  compact.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
+  return Rocks(db_->CompactRange(compact, rerank_, &begin_key, &end_key),
+               "compacting rerank rows moved to segments");
+}
+
+absl::Status ShardStore::Impl::RewriteSegments() {
+  std::vector<uint32_t> due;
+  {
+    ReaderMutexLock lock(&rerank_mu_);
+    for (const auto& [number, segment] : segments_) {
+      if (segment.live_bytes == 0 || SegmentWantsRewrite(segment)) due.push_back(number);
+    }
+  }
+  for (const uint32_t number : due) {
+    if (stopping_.load(std::memory_order_acquire)) return absl::CancelledError("closing");
+    TrackRemovals(true);
+    std::shared_ptr<const RerankSegment> old;
+    std::vector<RerankSegmentEntry> entries;
+    std::vector<absl::string_view> rows;
+    {
+      ReaderMutexLock lock(&rerank_mu_);
+      old = segments_.at(number).file;
+      for (const RerankSegmentEntry& entry : old->entries()) {
+        const auto it = locations_.find(entry.iid);
+        if (it == locations_.end() || it->second.segment != number) continue;
+        const absl::string_view bytes = old->Rows(entry.offset, entry.bytes());
+        entries.push_back(entry);
+        rows.push_back(bytes);
+      }
+    }
+    // The rows are copied from the mapping: check them, so that a page that went bad since the
+    // segment was verified is not carried into a new file under a fresh checksum.
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (Crc32(rows[i]) != entries[i].crc) {
+        TrackRemovals(false);
+        return absl::DataLossError(absl::StrCat("rerank segment '", old->path(), "': rows of iid ",
+                                                entries[i].iid, " fail their checksum"));
+      }
+    }
+    const absl::Status status = WriteSegmentAndCommit(std::move(entries), rows, {number});
+    TrackRemovals(false);
+    TESSERA_RETURN_IF_ERROR(status);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardStore::Impl::WriteSegmentAndCommit(std::vector<RerankSegmentEntry> entries,
+                                                     const std::vector<absl::string_view>& rows,
+                                                     const std::vector<uint32_t>& replaced) {
+  std::error_code ignored;
+  uint32_t number = 0;
+  std::string path;
+  std::shared_ptr<const RerankSegment> segment;
+  int64_t size = 0;
+  if (!entries.empty()) {
+    number = next_segment_++;
+    path = SegmentPath(number);
+    TESSERA_ASSIGN_OR_RETURN(size, WriteRerankSegment(path, number, absl::MakeSpan(entries), rows));
+    // Read back whole: what the pointers will name is exactly what was meant to be written.
+    absl::StatusOr<std::shared_ptr<const RerankSegment>> opened =
+        RerankSegment::Open(path, number, size);
+    if (!opened.ok()) {
+      std::filesystem::remove(path, ignored);
+      return InShard(opened.status(), dir_);
+    }
+    segment = *std::move(opened);
+  }
+  std::vector<size_t> kept;
+  {
+    MutexLock commit(&commit_mu_);
+    rocksdb::WriteBatch batch;
+    int64_t row_bytes = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const RerankSegmentEntry& e = entries[i];
+      row_bytes += e.bytes();
+      if (removed_while_tracking_.contains(e.iid)) continue;
+      batch.Put(
+          rerank_, EncodeIidKey(e.iid),
+          EncodeRerankPointer(RerankPointer{number, e.offset, e.dtype, e.rows, e.cols, e.crc}));
+      kept.push_back(i);
+    }
+    if (!kept.empty()) batch.Put(meta_, SegmentKey(number), EncodeCounterValue(size));
+    for (uint32_t old : replaced) batch.Delete(meta_, SegmentKey(old));
+    absl::Status status;
+    if (batch.Count() > 0) {
+      status = WriteToDb(&batch, "committing a rerank segment", nullptr, /*sync=*/true);
+    }
+    if (!status.ok()) {
+      if (!path.empty()) std::filesystem::remove(path, ignored);
+      return status;
+    }
+    MutexLock lock(&rerank_mu_);
+    if (!kept.empty()) {
+      SegmentState& state = segments_[number];
+      state.file = segment;
+      state.row_bytes = row_bytes;
+      for (size_t i : kept) {
+        const RerankSegmentEntry& e = entries[i];
+        RowsLocation location;
+        location.segment = number;
+        location.rows = static_cast<uint32_t>(e.rows);
+        location.cols = static_cast<uint32_t>(e.cols);
+        location.dtype = e.dtype;
+        location.data = segment->Rows(e.offset, e.bytes()).data();
+        state.live_bytes += e.bytes();
+        locations_[e.iid] = location;
+        if (const auto it = unflushed_.find(e.iid); it != unflushed_.end()) {
+          unflushed_bytes_ -= it->second;
+          unflushed_.erase(it);
+        }
+      }
+    }
+    for (uint32_t old : replaced) segments_.erase(old);
+  }
+  // Readers that still hold a replaced segment keep its mapping (and so its blocks) until done.
+  if (kept.empty() && !path.empty()) std::filesystem::remove(path, ignored);
+  for (uint32_t old : replaced) std::filesystem::remove(SegmentPath(old), ignored);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::optional<std::string>>> ShardStore::Impl::MultiGetCodes(
@@ -998,10 +1662,16 @@ ShardStoreStats ShardStore::Impl::Stats() const {
   ShardStoreStats stats;
   stats.documents = live_documents_snapshot_.load(std::memory_order_relaxed);
   stats.disk_bytes = AllocatedBytes(dir_);
+  ReaderMutexLock lock(&rerank_mu_);
+  stats.rerank_segments = static_cast<int64_t>(segments_.size());
+  for (const auto& [number, segment] : segments_)
+    stats.rerank_segment_bytes += segment.file->size();
+  stats.rerank_unflushed_bytes = unflushed_bytes_;
   return stats;
 }
 
 absl::Status ShardStore::Impl::Flush() {
+  TESSERA_RETURN_IF_ERROR(FlushRerank());
   TESSERA_RETURN_IF_ERROR(ResumeIfStopped(0));
   rocksdb::FlushOptions flush_options;
   flush_options.wait = true;
@@ -1011,6 +1681,8 @@ absl::Status ShardStore::Impl::Flush() {
 }
 
 absl::Status ShardStore::Impl::Checkpoint(const std::string& dir) {
+  // No segment is committed or replaced meanwhile: the copied pointers name the linked segments.
+  MutexLock flush(&flush_mu_);
   rocksdb::Checkpoint* raw = nullptr;
   rocksdb::Status s = rocksdb::Checkpoint::Create(db_.get(), &raw);
   std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
@@ -1019,15 +1691,40 @@ absl::Status ShardStore::Impl::Checkpoint(const std::string& dir) {
     return absl::InternalError(
         absl::StrCat("checkpoint of ", dir_, " into ", dir, ": ", s.ToString()));
   }
+  std::vector<uint32_t> numbers;
+  {
+    ReaderMutexLock lock(&rerank_mu_);
+    for (const auto& [number, segment] : segments_) numbers.push_back(number);
+  }
+  for (uint32_t number : numbers) {
+    const std::string target = absl::StrCat(dir, "/", RerankSegmentFileName(number));
+    std::error_code error;
+    std::filesystem::create_hard_link(SegmentPath(number), target, error);
+    if (error) {
+      error.clear();
+      std::filesystem::copy_file(SegmentPath(number), target, error);
+    }
+    if (error) {
+      return absl::InternalError(absl::StrCat("checkpoint of ", dir_, " into ", dir, ": copying ",
+                                              SegmentPath(number), ": ", error.message()));
+    }
+  }
+  if (!numbers.empty()) {
+    const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd >= 0) {
+      ::fsync(dir_fd);
+      ::close(dir_fd);
+    }
+  }
   return absl::OkStatus();
 }
 
 absl::Status ShardStore::Impl::WriteToDb(rocksdb::WriteBatch* batch, absl::string_view context,
-                                         bool* attempted) {
+                                         bool* attempted, bool sync) {
   TESSERA_RETURN_IF_ERROR(ResumeIfStopped(batch->GetDataSize()));
   if (attempted != nullptr) *attempted = true;
   rocksdb::WriteOptions write_options;
-  write_options.sync = options_.sync;
+  write_options.sync = options_.sync || sync;
   const rocksdb::Status s = db_->Write(write_options, batch);
   return s.ok() ? absl::OkStatus() : WriteFailed(s, context);
 }
@@ -1109,6 +1806,13 @@ absl::StatusOr<std::vector<std::optional<StoredMatrix>>> ShardStore::MultiGetRer
     absl::Span<const uint64_t> iids) const {
   return impl_->MultiGetRerank(iids);
 }
+
+absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ShardStore::ReadRerank(
+    absl::Span<const uint64_t> iids) const {
+  return impl_->ReadRerank(iids);
+}
+
+absl::Status ShardStore::FlushRerank() { return impl_->FlushRerank(); }
 
 absl::StatusOr<std::vector<std::optional<std::string>>> ShardStore::MultiGetCodes(
     uint32_t generation, absl::Span<const uint64_t> iids) const {

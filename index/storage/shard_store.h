@@ -4,7 +4,9 @@
 //   docs        iid (8-byte big-endian) → DocumentRecord (external id, version, attributes, layout,
 //               pooled-vector coverage)
 //   ids         external id → iid
-//   rerank      iid → StoredMatrix (the pooled rerank vectors, fp16 or fp32)
+//   rerank      iid → StoredMatrix (the pooled rerank vectors, fp16 or fp32), or, once they moved
+//   to
+//               a rerank segment file, a pointer to them there (see below)
 //   candidates  iid → StoredMatrix (the candidate vectors, fp32; absent for documents written
 //               while stage 1 was a centroid index, and deleted when it becomes one)
 //   codes       (generation, iid) → a document's centroid codes, opaque here: one generation per
@@ -14,6 +16,19 @@
 // Internal ids (iids) are assigned by the store, increase monotonically and are never reused: an
 // upsert of an existing external id writes a new iid and removes the old one in the same
 // WriteBatch.
+//
+// Rerank segments. A document's rerank rows are first written in its WriteBatch (the acknowledged,
+// durable write, as every other column). A background flush then moves committed rows into an
+// append-once segment file in the same directory (rerank_segment.h), fsyncs it and its directory,
+// and only then commits, in one synced WriteBatch, each document's rerank value replaced by a
+// pointer (segment, offset, shape, CRC-32 of the rows) and the segment's size under a meta key: the
+// rows are then stored once, in the segment, which searches read in place (ReadRerank). A crash
+// before that commit leaves the rows in RocksDB and an uncommitted segment that Open deletes.
+// Removed documents' rows are dead bytes of their segment; a segment whose dead bytes pass
+// rerank_rewrite_dead_fraction is rewritten with its live rows (new pointers committed the same
+// way) and its file unlinked (a reader still holding its mapping keeps reading it). Open maps and
+// verifies every committed segment whole (CRC-32), and fails with DATA_LOSS naming a segment that
+// is missing, truncated or corrupt: its rows exist nowhere else.
 //
 // Thread-safe. Writers queue up and a leader commits the queued requests as one WriteBatch with
 // one WAL sync (group commit, as leveldb's DBImpl::Write does); Write() returns only after its
@@ -46,8 +61,24 @@ struct StoredMatrix {
   std::string bytes;  // rows * cols * (2 or 4) bytes
 };
 
+// A stored matrix read in place: `bytes` (rows·cols·itemsize of them) lies in memory that whoever
+// handed the view out keeps alive with it (a segment's mapping, a value read from RocksDB), for as
+// long as the shared pointer to the view lives.
+struct StoredMatrixView {
+  VectorDtype dtype = VectorDtype::kFloat32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  absl::string_view bytes;
+};
+inline StoredMatrixView ViewOf(const StoredMatrix& matrix) {
+  return StoredMatrixView{matrix.dtype, matrix.rows, matrix.cols, matrix.bytes};
+}
+
 // fp32 from fp16/fp32 values (rows × cols), and back (fp16 rounds to nearest).
-std::vector<float> MatrixToFloat(const StoredMatrix& matrix);
+std::vector<float> MatrixToFloat(const StoredMatrixView& matrix);
+inline std::vector<float> MatrixToFloat(const StoredMatrix& matrix) {
+  return MatrixToFloat(ViewOf(matrix));
+}
 StoredMatrix MatrixFromFloat(const std::vector<float>& values, int64_t rows, int64_t cols,
                              VectorDtype dtype);
 
@@ -117,6 +148,19 @@ struct ShardStoreOptions {
   // Where the store's log lines go (LogToStderr when empty). RocksDB's own info log is a file in
   // the database directory (see Open).
   LogSink log;
+  // Whether rerank rows move into segment files at all (false: they stay in RocksDB, read as
+  // before segments existed, and FlushRerank does nothing; segments already written are still
+  // read). The benchmark of the read paths compares the two.
+  bool rerank_segments = true;
+  // A background thread moves committed rerank rows from RocksDB into segment files once this many
+  // bytes of them wait in RocksDB (and rewrites segments, see below); 0: no thread, only
+  // FlushRerank() and Flush() move them.
+  int64_t rerank_flush_bytes = int64_t{64} << 20;
+  // A segment is rewritten without its removed documents' rows once those are at least this
+  // fraction of its rows' bytes (a segment with no live rows is deleted).
+  double rerank_rewrite_dead_fraction = 0.5;
+  // Rows per segment file, in bytes, at most (a larger document is a segment of its own).
+  int64_t rerank_segment_bytes = int64_t{64} << 20;
 };
 
 struct ShardStoreStats {
@@ -124,6 +168,10 @@ struct ShardStoreStats {
   // What the database directory occupies on disk: the allocated blocks of every file in it (SST
   // files, write-ahead logs with their preallocated space, MANIFEST, OPTIONS, the info log).
   int64_t disk_bytes = 0;
+  // Rerank segment files, the bytes they occupy, and the bytes of rerank rows still in RocksDB.
+  int64_t rerank_segments = 0;
+  int64_t rerank_segment_bytes = 0;
+  int64_t rerank_unflushed_bytes = 0;
 };
 
 class ShardStore {
@@ -160,6 +208,8 @@ class ShardStore {
   absl::StatusOr<uint64_t> LookupId(const std::string& external_id) const;
   // NOT_FOUND for an unknown iid; DATA_LOSS when a stored value fails its checksum.
   absl::StatusOr<DocumentRecord> GetRecord(uint64_t iid) const;
+  // A copy of the rerank vectors, checked: a segment's rows against the CRC-32 in the pointer
+  // (DATA_LOSS naming the segment file on a mismatch).
   absl::StatusOr<StoredMatrix> GetRerank(uint64_t iid) const;
   // Batched GetRerank (one RocksDB MultiGet): one entry per iid, in order, std::nullopt for an
   // iid that has no rerank vectors (unknown, or removed meanwhile). Any other failure of any iid
@@ -167,6 +217,17 @@ class ShardStore {
   // status for a read error.
   absl::StatusOr<std::vector<std::optional<StoredMatrix>>> MultiGetRerank(
       absl::Span<const uint64_t> iids) const;
+  // The search's read: one view per iid, in order, null for an iid without rerank vectors. Rows in
+  // a segment are views into its mapping (no copy, no checksum pass: segments are verified whole
+  // at open and when written), taken from an in-memory table of locations; only rows still in
+  // RocksDB are read from it (one MultiGet, decoded and checked as MultiGetRerank does). The views
+  // keep what they point into alive. Fails as a whole as MultiGetRerank does.
+  absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ReadRerank(
+      absl::Span<const uint64_t> iids) const;
+  // Moves every committed document's rerank rows still in RocksDB into segment files and
+  // rewrites the segments that passed the dead fraction, now (see the file comment). Errors as
+  // Write's, or ErrnoStatus naming a segment file that cannot be written.
+  absl::Status FlushRerank();
   // The codes of each iid under `generation` (one MultiGet), in order; std::nullopt for an iid
   // without codes under it. Fails as a whole as MultiGetRerank does.
   absl::StatusOr<std::vector<std::optional<std::string>>> MultiGetCodes(
@@ -200,11 +261,12 @@ class ShardStore {
 
   uint64_t LatestSequence() const;
   ShardStoreStats Stats() const;
-  // Flushes memtables to SST files (not needed for durability: the WAL already has every write).
+  // FlushRerank, then flushes memtables to SST files (not needed for durability: the WAL already
+  // has every write).
   absl::Status Flush();
   // A consistent copy of the database in `dir` (which must not exist; its parent must), openable
-  // by Open: RocksDB's checkpoint, hard links to the SST files where the filesystem allows. A
-  // write racing with it may or may not be in the copy.
+  // by Open: RocksDB's checkpoint and the segment files it points to, hard links where the
+  // filesystem allows. A write racing with it may or may not be in the copy.
   absl::Status Checkpoint(const std::string& dir);
 
   // WAL-synced RocksDB writes so far (one per committed group when options.sync), so tests can

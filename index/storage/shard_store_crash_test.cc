@@ -5,8 +5,10 @@
 // consistent. Each of 4 chains crashes the same database 5 times, so that recovery of an already
 // recovered database and the iid counter across crashes are covered too.
 //
-// The binary has its own main(): `shard_store_crash_test --crash_child DIR SEED START FD` is the
-// child mode (re-executed, not forked alone, so that RocksDB's threads start fresh in the child).
+// The binary has its own main(): `shard_store_crash_test --crash_child DIR SEED START FD FLUSH` is
+// the child mode (re-executed, not forked alone, so that RocksDB's threads start fresh in the
+// child). FLUSH is the store's rerank_flush_bytes: the second test makes it small, so that the
+// background thread moves rows into rerank segments and rewrites them while the child is killed.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -29,7 +31,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "index/common/crc32.h"
+#include "index/common/file_io.h"
 #include "index/storage/record_codec.h"
+#include "index/storage/rerank_segment.h"
 #include "index/storage/rocksdb_tsan_suppressions.h"
 #include "index/storage/shard_store.h"
 #include "index/testing/temp_dir.h"
@@ -133,9 +138,18 @@ DocumentWrite Content(const std::string& id, uint64_t version) {
   return w;
 }
 
+ShardStoreOptions StoreOptions(int64_t flush_bytes) {
+  ShardStoreOptions options;
+  if (flush_bytes > 0) {
+    options.rerank_flush_bytes = flush_bytes;
+    options.rerank_segment_bytes = 4 * flush_bytes;
+  }
+  return options;
+}
+
 // Child mode: write batches START, START+1, ... and report each acknowledged one on FD.
-int RunChild(const std::string& dir, uint64_t seed, int64_t start, int fd) {
-  auto store = ShardStore::Open(dir, ShardStoreOptions());
+int RunChild(const std::string& dir, uint64_t seed, int64_t start, int fd, int64_t flush_bytes) {
+  auto store = ShardStore::Open(dir, StoreOptions(flush_bytes));
   if (!store.ok()) {
     std::cerr << "child: " << store.status() << "\n";
     return 3;
@@ -176,7 +190,7 @@ struct ChildRun {
 // Starts a child and SIGKILLs it `delay` after it has opened the store, or after it was started
 // when `from_start` (then the kill may land in RocksDB's recovery or database creation).
 ChildRun RunAndKill(const std::string& dir, uint64_t seed, int64_t start,
-                    std::chrono::milliseconds delay, bool from_start) {
+                    std::chrono::milliseconds delay, bool from_start, int64_t flush_bytes) {
   int fds[2];
   EXPECT_EQ(pipe(fds), 0);
   const pid_t pid = fork();
@@ -186,8 +200,10 @@ ChildRun RunAndKill(const std::string& dir, uint64_t seed, int64_t start,
     const std::string seed_arg = absl::StrCat(seed);
     const std::string start_arg = absl::StrCat(start);
     const std::string fd_arg = absl::StrCat(fds[1]);
+    const std::string flush_arg = absl::StrCat(flush_bytes);
     execl("/proc/self/exe", "shard_store_crash_test", "--crash_child", dir.c_str(),
-          seed_arg.c_str(), start_arg.c_str(), fd_arg.c_str(), static_cast<char*>(nullptr));
+          seed_arg.c_str(), start_arg.c_str(), fd_arg.c_str(), flush_arg.c_str(),
+          static_cast<char*>(nullptr));
     _exit(127);
   }
   close(fds[1]);
@@ -232,6 +248,7 @@ struct Scanned {
   std::map<uint64_t, StoredMatrix> rerank;
   std::map<uint64_t, StoredMatrix> candidates;
   uint64_t next_iid = 0;
+  int64_t rerank_pointers = 0;  // rerank values that point into a segment
 };
 
 void ScanAllColumnFamilies(const std::string& dir, Scanned* out) {
@@ -258,6 +275,31 @@ void ScanAllColumnFamilies(const std::string& dir, Scanned* out) {
       fn(it->key().ToString(), it->value().ToString());
     EXPECT_TRUE(it->status().ok()) << it->status().ToString();
   };
+  // Rerank values that point into a segment file are read from the file and checked against
+  // the pointer's CRC; every segment file present must be committed (Open deletes the others).
+  int64_t pointers = 0;
+  auto rerank_matrix = [&](const std::string& value, uint64_t iid) -> absl::StatusOr<StoredMatrix> {
+    if (!IsRerankPointer(value)) return DecodeStoredMatrix(value, "rerank", iid);
+    ++pointers;
+    auto pointer = DecodeRerankPointer(value, iid);
+    if (!pointer.ok()) return pointer.status();
+    std::string key = "s/rerank_segment/";
+    for (int shift = 24; shift >= 0; shift -= 8)
+      key.push_back(static_cast<char>(pointer->segment >> shift));
+    std::string committed;
+    if (!db->Get(rocksdb::ReadOptions(), cf.at("meta"), key, &committed).ok()) {
+      return absl::DataLossError(
+          absl::StrCat("iid ", iid, ": segment ", pointer->segment, " is not committed"));
+    }
+    auto file = ReadWholeFile(absl::StrCat(dir, "/", RerankSegmentFileName(pointer->segment)));
+    if (!file.ok()) return file.status();
+    StoredMatrix m{pointer->dtype, pointer->rows, pointer->cols, {}};
+    const size_t bytes = pointer->rows * pointer->cols * DtypeSize(pointer->dtype);
+    if (pointer->offset + bytes > file->size()) return absl::DataLossError("outside the file");
+    m.bytes = file->substr(pointer->offset, bytes);
+    if (Crc32(m.bytes) != pointer->crc) return absl::DataLossError("checksum");
+    return m;
+  };
   std::map<uint64_t, DocumentRecord> by_iid;
   scan("docs", [&](const std::string& key, const std::string& value) {
     uint64_t iid = 0;
@@ -270,7 +312,8 @@ void ScanAllColumnFamilies(const std::string& dir, Scanned* out) {
     scan(name, [&](const std::string& key, const std::string& value) {
       uint64_t iid = 0;
       ASSERT_TRUE(DecodeIidKey(key, &iid));
-      auto matrix = DecodeStoredMatrix(value, name, iid);
+      auto matrix = std::strcmp(name, "rerank") == 0 ? rerank_matrix(value, iid)
+                                                     : DecodeStoredMatrix(value, name, iid);
       ASSERT_TRUE(matrix.ok()) << matrix.status();
       EXPECT_EQ(by_iid.count(iid), 1u) << name << " row of iid " << iid << " without a docs row";
       (std::strcmp(name, "rerank") == 0 ? out->rerank : out->candidates)[iid] = *matrix;
@@ -307,6 +350,20 @@ void ScanAllColumnFamilies(const std::string& dir, Scanned* out) {
   } else {
     EXPECT_TRUE(by_iid.empty());
   }
+  std::set<uint32_t> committed;
+  scan("meta", [&](const std::string& key, const std::string&) {
+    if (key.rfind("s/rerank_segment/", 0) != 0 || key.size() != 21) return;
+    uint32_t number = 0;
+    for (size_t b = 17; b < 21; ++b) number = (number << 8) | static_cast<uint8_t>(key[b]);
+    committed.insert(number);
+  });
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    uint32_t number = 0;
+    if (ParseRerankSegmentFileName(entry.path().filename().string(), &number)) {
+      EXPECT_EQ(committed.count(number), 1u) << "uncommitted segment " << entry.path();
+    }
+  }
+  out->rerank_pointers = pointers;
   for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
 }
 
@@ -314,7 +371,10 @@ bool SameMatrix(const StoredMatrix& a, const StoredMatrix& b) {
   return a.dtype == b.dtype && a.rows == b.rows && a.cols == b.cols && a.bytes == b.bytes;
 }
 
-TEST(ShardStoreCrash, AcknowledgedWritesSurviveSigkill) {
+// Runs the chains with the store's rerank_flush_bytes = flush_bytes (0: the default); returns the
+// rerank pointers seen over all reopens.
+int64_t RunChains(int64_t flush_bytes) {
+  int64_t pointers_seen = 0;
   uint64_t master = std::random_device()();
   if (const char* env = getenv("TESSERA_CRASH_SEED")) master = std::strtoull(env, nullptr, 10);
   std::cout << "TESSERA_CRASH_SEED=" << master << "\n";
@@ -335,8 +395,9 @@ TEST(ShardStoreCrash, AcknowledgedWritesSurviveSigkill) {
       const auto delay = std::chrono::milliseconds(5 + rng() % 196);
       // One run in four may die while opening (creating or recovering) the database.
       const bool from_start = rng() % 4 == 0;
-      const ChildRun run = RunAndKill(dir, seed, applied, delay, from_start);
-      ASSERT_TRUE(run.killed) << "child exited with code " << run.exit_code;
+      const ChildRun run = RunAndKill(dir, seed, applied, delay, from_start, flush_bytes);
+      EXPECT_TRUE(run.killed) << "child exited with code " << run.exit_code;
+      if (!run.killed) return pointers_seen;
       const int64_t acked = run.last_acked < 0 ? applied : run.last_acked + 1;
       total_acked += acked - applied;
       if (acked > applied) ++trials_with_progress;
@@ -344,20 +405,33 @@ TEST(ShardStoreCrash, AcknowledgedWritesSurviveSigkill) {
       // Reopen through the store (this runs RocksDB's recovery) and read through its API.
       std::map<std::string, uint64_t> iids;
       {
-        auto store = ShardStore::Open(dir, ShardStoreOptions());
-        ASSERT_TRUE(store.ok()) << store.status();
+        ShardStoreOptions options;
+        options.rerank_flush_bytes = 0;  // nothing moves while the parent checks
+        auto store = ShardStore::Open(dir, options);
+        EXPECT_TRUE(store.ok()) << store.status();
+        if (!store.ok()) return pointers_seen;
         const absl::Status status = (*store)->ForEachDocument([&](const DocumentRecord& r) {
           iids[r.external_id] = r.iid;
           auto looked_up = (*store)->LookupId(r.external_id);
           EXPECT_TRUE(looked_up.ok() && *looked_up == r.iid) << r.external_id;
+          // The search's read and the checked copy agree with what was written.
+          const DocumentWrite want = Content(r.external_id, r.version);
+          auto copy = (*store)->GetRerank(r.iid);
+          EXPECT_TRUE(copy.ok() && copy->bytes == want.rerank.bytes) << r.external_id;
+          const uint64_t iid = r.iid;
+          auto view = (*store)->ReadRerank(absl::MakeConstSpan(&iid, 1));
+          EXPECT_TRUE(view.ok() && (*view)[0] != nullptr && (*view)[0]->bytes == want.rerank.bytes)
+              << r.external_id;
           return absl::OkStatus();
         });
-        ASSERT_TRUE(status.ok()) << status;
+        EXPECT_TRUE(status.ok()) << status;
+        if (!status.ok()) return pointers_seen;
         EXPECT_EQ((*store)->Stats().documents, static_cast<int64_t>(iids.size()));
       }
       Scanned scanned;
       ScanAllColumnFamilies(dir, &scanned);
-      if (HasFatalFailure()) return;
+      if (::testing::Test::HasFatalFailure()) return pointers_seen;
+      pointers_seen += scanned.rerank_pointers;
 
       // The state must be the one after `acked` batches, or after the next one (durable, killed
       // before it was reported).
@@ -367,8 +441,9 @@ TEST(ShardStoreCrash, AcknowledgedWritesSurviveSigkill) {
       for (int64_t k : {acked, acked + 1}) {
         if (StateAfter(seed, k) == actual) recovered = k;
       }
-      ASSERT_NE(recovered, -1) << "the recovered state is not the state after " << acked << " or "
+      EXPECT_NE(recovered, -1) << "the recovered state is not the state after " << acked << " or "
                                << acked + 1 << " batches (" << actual.size() << " documents)";
+      if (recovered == -1) return pointers_seen;
       for (const auto& [id, record] : scanned.docs) {
         const DocumentWrite want = Content(id, record.version);
         EXPECT_EQ(record.num_tokens, want.record.num_tokens) << id;
@@ -391,7 +466,8 @@ TEST(ShardStoreCrash, AcknowledgedWritesSurviveSigkill) {
       std::cout << "chain " << chain << " crash " << crash << ": killed " << delay.count()
                 << " ms after " << (from_start ? "start" : "open") << ", " << acked - applied
                 << " batches acknowledged, recovered " << recovered - applied << ", "
-                << actual.size() << " documents\n";
+                << actual.size() << " documents, " << scanned.rerank_pointers
+                << " in rerank segments\n";
       applied = recovered;
       previous_iids = iids;
       min_new_iid = std::max(min_new_iid, scanned.next_iid);
@@ -401,16 +477,28 @@ TEST(ShardStoreCrash, AcknowledgedWritesSurviveSigkill) {
             << kChains * kCrashesPerChain << " runs\n";
   // Most runs must have made progress, or the test tests nothing.
   EXPECT_GE(trials_with_progress, kChains * kCrashesPerChain / 2);
+  return pointers_seen;
+}
+
+TEST(ShardStoreCrash, AcknowledgedWritesSurviveSigkill) { RunChains(0); }
+
+// The same with the background flush moving rows into rerank segments (and rewriting segments as
+// deletes and replacements kill their rows) every few KiB: a kill lands before, during and after
+// segment commits, and every acknowledged document must still read back byte for byte.
+TEST(ShardStoreCrash, AcknowledgedWritesSurviveSigkillDuringSegmentFlush) {
+  const int64_t pointers = RunChains(16 << 10);
+  // Rows did move into segments, or the test tests nothing new.
+  EXPECT_GT(pointers, 0);
 }
 
 }  // namespace
 }  // namespace tessera::internal
 
 int main(int argc, char** argv) {
-  if (argc == 6 && std::strcmp(argv[1], "--crash_child") == 0) {
-    return tessera::internal::RunChild(argv[2], std::strtoull(argv[3], nullptr, 10),
-                                       std::strtoll(argv[4], nullptr, 10),
-                                       static_cast<int>(std::strtol(argv[5], nullptr, 10)));
+  if (argc == 7 && std::strcmp(argv[1], "--crash_child") == 0) {
+    return tessera::internal::RunChild(
+        argv[2], std::strtoull(argv[3], nullptr, 10), std::strtoll(argv[4], nullptr, 10),
+        static_cast<int>(std::strtol(argv[5], nullptr, 10)), std::strtoll(argv[6], nullptr, 10));
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();

@@ -48,12 +48,14 @@ std::map<std::string, std::map<std::string, Document>> Populate(
   return documents;
 }
 
-// The largest SST file of the collection's shard: its rerank vectors, mostly data blocks.
+// The largest data file of the collection's shard: its rerank vectors, mostly data blocks (an SST
+// file), or, once the snapshot's flush moved them there, a rerank segment file (.seg).
 fs::path LargestSst(const std::string& data_dir, const std::string& name) {
   fs::path largest;
   uintmax_t size = 0;
   for (const auto& entry : fs::directory_iterator(CollectionDir(data_dir, name) / "shard-000/db")) {
-    if (entry.path().extension() == ".sst" && entry.file_size() > size) {
+    const bool data = entry.path().extension() == ".sst" || entry.path().extension() == ".seg";
+    if (data && entry.file_size() > size) {
       size = entry.file_size();
       largest = entry.path();
     }
