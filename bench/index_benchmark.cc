@@ -14,7 +14,13 @@
 //                       [--nprobe P1,P2,...] [--num_candidates N1,N2,...]
 //                       [--exhaustive_queries R] [--exhaustive_timed T] [--reuse 0|1]
 //                       [--export_dir DIR] [--reference FILE]
+//                       [--centroid_sizing list_length|square_root]
 //
+// --centroid_sizing square_root sizes the centroid codebook and the default nprobe by the previous
+// √vectors rule (internal::CentroidSizing::kSquareRoot) instead of the default fixed average list
+// length, so that one binary measures both; the JSON reports it (centroid_sizing) beside the
+// shard's trainings (trainings_completed, last_training_s: the last one's seconds, its encoding
+// of every document included).
 // --rerank codes makes stage 2 score the vectors decoded from the centroid codes
 // (CandidateSpec::rerank_from_codes) instead of stored fp16 rerank vectors; --residual_bits sets
 // the codes' bits per dimension (default: the schema's).
@@ -73,6 +79,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/npy/npy.h"
+#include "index/centroid/centroid_codebook.h"
 #include "tessera/engine.h"
 #include "tessera/maxsim.h"
 #include "tessera/status_macros.h"
@@ -105,6 +112,7 @@ struct Flags {
   std::string export_dir;  // empty: no export
   std::string reference;   // empty: computed (or, with reuse, read from data_dir)
   bool reuse = false;
+  std::string centroid_sizing = "list_length";  // list_length | square_root
 };
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
@@ -160,6 +168,9 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       flags->export_dir = value;
     } else if (flag == "--reference") {
       flags->reference = value;
+    } else if (flag == "--centroid_sizing") {
+      flags->centroid_sizing = value;
+      ok = value == "list_length" || value == "square_root";
     } else if (flag == "--reuse") {
       ok = value == "0" || value == "1";
       flags->reuse = value == "1";
@@ -768,8 +779,11 @@ int main(int argc, char** argv) {
                  "[--nprobe P1,P2,...] [--num_candidates N1,N2,...] [--exhaustive_queries R] "
                  "[--exhaustive_timed T] "
                  "[--data_dir DIR] [--reuse 0|1] [--export_dir DIR] [--reference FILE] "
-                 "[--json FILE]\n";
+                 "[--centroid_sizing list_length|square_root] [--json FILE]\n";
     return 2;
   }
+  tessera::internal::SetCentroidSizingForTesting(
+      flags.centroid_sizing == "square_root" ? tessera::internal::CentroidSizing::kSquareRoot
+                                             : tessera::internal::CentroidSizing::kListLength);
   return tessera::Run(flags);
 }
