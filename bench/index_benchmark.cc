@@ -16,9 +16,9 @@
 //                       [--export_dir DIR] [--reference FILE]
 //                       [--centroid_sizing list_length|square_root]
 //
-// --centroid_sizing square_root sizes the centroid codebook and the default nprobe by the previous
-// √vectors rule (internal::CentroidSizing::kSquareRoot) instead of the default fixed average list
-// length, so that one binary measures both; the JSON reports it (centroid_sizing) beside the
+// --centroid_sizing list_length sizes the centroid codebook and the default nprobe by a fixed
+// average list length (internal::CentroidSizing::kListLength) instead of the default √vectors
+// rule, so that one binary measures both; the JSON reports it (centroid_sizing) beside the
 // shard's trainings (trainings_completed, last_training_s: the last one's seconds, its encoding
 // of every document included).
 // --rerank codes makes stage 2 score the vectors decoded from the centroid codes
@@ -112,7 +112,7 @@ struct Flags {
   std::string export_dir;  // empty: no export
   std::string reference;   // empty: computed (or, with reuse, read from data_dir)
   bool reuse = false;
-  std::string centroid_sizing = "list_length";  // list_length | square_root
+  std::string centroid_sizing = "square_root";  // square_root (the default) | list_length
 };
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
@@ -745,7 +745,10 @@ int Run(const Flags& flags) {
       ",\n  \"pooled_vectors\": ", stats.rerank_vectors,
       ",\n  \"vectors_per_document\": ", stats.vectors_per_document, ",\n  \"candidate_index\": \"",
       stats.candidate_indexes.empty() ? "" : stats.candidate_indexes[0],
-      "\",\n  \"build_s\": ", build_seconds, ",\n  \"ingest_s\": ", ingest_seconds,
+      "\",\n  \"centroid_sizing\": \"", flags.centroid_sizing,
+      "\",\n  \"trainings_completed\": ", stats.trainings_completed,
+      ",\n  \"last_training_s\": ", stats.last_training_seconds,
+      ",\n  \"build_s\": ", build_seconds, ",\n  \"ingest_s\": ", ingest_seconds,
       ",\n  \"generate_s\": ", generate_seconds, ",\n  \"ingest_docs_per_s\": ", n / ingest_seconds,
       ",\n  \"ram_candidate_bytes_per_vector\": ", stats.candidate_bytes / pooled,
       ",\n  \"disk_bytes_per_original_token\": ", disk / (n * flags.tokens),

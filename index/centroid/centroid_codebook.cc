@@ -289,7 +289,7 @@ int64_t CentroidGroups::MemoryBytes() const {
 
 namespace {
 
-std::atomic<CentroidSizing> g_centroid_sizing{CentroidSizing::kListLength};
+std::atomic<CentroidSizing> g_centroid_sizing{CentroidSizing::kSquareRoot};
 
 // The largest power of two ≤ target (1 when target < 2).
 int64_t FloorPowerOfTwo(double target) {
@@ -504,8 +504,8 @@ int64_t SquareRootNumCentroids(int64_t vectors, double factor, int64_t min_centr
 }
 
 int64_t DefaultNumCentroids(int64_t vectors) {
-  return GetCentroidSizing() == CentroidSizing::kSquareRoot ? SquareRootNumCentroids(vectors)
-                                                            : ListLengthNumCentroids(vectors);
+  return GetCentroidSizing() == CentroidSizing::kListLength ? ListLengthNumCentroids(vectors)
+                                                            : SquareRootNumCentroids(vectors);
 }
 
 void SetCentroidSizingForTesting(CentroidSizing sizing) {

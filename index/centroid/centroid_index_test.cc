@@ -331,11 +331,16 @@ TEST(SquareRootNumCentroids, FollowsThePowerOfTwoRule) {
   EXPECT_EQ(SquareRootNumCentroids(16'384), 1024);
 }
 
-// Sets the sizing rule for one test and restores the default after it.
+// Sets the sizing rule for one scope and restores the one before it.
 class ScopedCentroidSizing {
  public:
-  explicit ScopedCentroidSizing(CentroidSizing sizing) { SetCentroidSizingForTesting(sizing); }
-  ~ScopedCentroidSizing() { SetCentroidSizingForTesting(CentroidSizing::kListLength); }
+  explicit ScopedCentroidSizing(CentroidSizing sizing) : previous_(GetCentroidSizing()) {
+    SetCentroidSizingForTesting(sizing);
+  }
+  ~ScopedCentroidSizing() { SetCentroidSizingForTesting(previous_); }
+
+ private:
+  const CentroidSizing previous_;
 };
 
 TEST(ListLengthNumCentroids, KeepsTheAverageListBetween128And256Vectors) {
@@ -358,16 +363,17 @@ TEST(ListLengthNumCentroids, KeepsTheAverageListBetween128And256Vectors) {
 }
 
 TEST(DefaultNumCentroids, FollowsTheSelectedRule) {
-  EXPECT_EQ(GetCentroidSizing(), CentroidSizing::kListLength);
-  EXPECT_EQ(DefaultNumCentroids(64'000'000), 262144);
-  EXPECT_EQ(DefaultNumCentroids(6'400'000), 32768);
-  EXPECT_EQ(DefaultNumCentroids(16'384), kMinCentroids);
+  EXPECT_EQ(GetCentroidSizing(), CentroidSizing::kSquareRoot);
+  EXPECT_EQ(DefaultNumCentroids(64'000'000), 32768);
+  EXPECT_EQ(DefaultNumCentroids(6'400'000), 16384);
+  EXPECT_EQ(DefaultNumCentroids(16'384), 1024);
   {
-    ScopedCentroidSizing previous(CentroidSizing::kSquareRoot);
-    EXPECT_EQ(DefaultNumCentroids(64'000'000), 32768);
-    EXPECT_EQ(DefaultNumCentroids(6'400'000), 16384);
+    ScopedCentroidSizing list_length(CentroidSizing::kListLength);
+    EXPECT_EQ(DefaultNumCentroids(64'000'000), 262144);
+    EXPECT_EQ(DefaultNumCentroids(6'400'000), 32768);
+    EXPECT_EQ(DefaultNumCentroids(16'384), kMinCentroids);
   }
-  EXPECT_EQ(DefaultNumCentroids(64'000'000), 262144);
+  EXPECT_EQ(DefaultNumCentroids(64'000'000), 32768);
 }
 
 TEST(TrainingSampleVectors, ThirtyTwoPerCentroidWithinAGibibyte) {
@@ -543,18 +549,21 @@ TEST_F(CentroidIndexTest, FewProbesMatchTheDocumentedApproximation) {
   for (int nprobe : {1, 3, 8}) ExpectMatchesReference(*index_, nprobe, nullptr, 20 + nprobe);
 }
 
-TEST(DefaultNprobe, GrowsWithTheSquareRootOfTheCodebookUpTo32) {
+TEST(DefaultNprobe, GrowsWithTheSquareRootOfTheCodebook) {
   EXPECT_EQ(DefaultNprobe(64), 16);
   EXPECT_EQ(DefaultNprobe(4096), 16);
-  EXPECT_EQ(DefaultNprobe(8192), 24);  // √8192 / 5 = 18.1
-  EXPECT_EQ(DefaultNprobe(16384), 32);
-  EXPECT_EQ(DefaultNprobe(32768), 32);
-  EXPECT_EQ(DefaultNprobe(262144), 32);  // WARP's nprobe: lists of ~244 at 1M documents
-  ScopedCentroidSizing previous(CentroidSizing::kSquareRoot);
+  EXPECT_EQ(DefaultNprobe(8192), 24);   // √8192 / 5 = 18.1
   EXPECT_EQ(DefaultNprobe(16384), 32);  // 25.6
   EXPECT_EQ(DefaultNprobe(32768), 40);  // 36.2
   EXPECT_EQ(DefaultNprobe(65536), 56);  // 51.2
   EXPECT_EQ(DefaultNprobe(262144), 104);
+  // Under the list-length rule: up to 32 (WARP's nprobe), whatever the codebook.
+  ScopedCentroidSizing list_length(CentroidSizing::kListLength);
+  EXPECT_EQ(DefaultNprobe(4096), 16);
+  EXPECT_EQ(DefaultNprobe(8192), 24);
+  EXPECT_EQ(DefaultNprobe(16384), 32);
+  EXPECT_EQ(DefaultNprobe(32768), 32);
+  EXPECT_EQ(DefaultNprobe(262144), 32);
 }
 
 TEST(DefaultNumCandidates, GrowsFromTheExactScansRuleToFortyPerHit) {

@@ -306,12 +306,25 @@ TEST(CentroidStage, WritesDuringTrainingAndRetrainingAreFoundAndDeletesNeverRetu
   }
 }
 
-// A 20,000-document shard on the list-length codebook rule: the codebook has what
-// DefaultNumCentroids asks for its vectors (lists of 128–256 on average), comes from the two-level
-// training (its cells stored as groups), and the default search (nprobe, N) keeps recall@10 ≥ 0.95
-// against exhaustive MaxSim over every document.
+// Sets the codebook sizing rule for one scope and restores the one before it.
+class ScopedCentroidSizing {
+ public:
+  explicit ScopedCentroidSizing(internal::CentroidSizing sizing)
+      : previous_(internal::GetCentroidSizing()) {
+    internal::SetCentroidSizingForTesting(sizing);
+  }
+  ~ScopedCentroidSizing() { internal::SetCentroidSizingForTesting(previous_); }
+
+ private:
+  const internal::CentroidSizing previous_;
+};
+
+// A 20,000-document shard on the list-length codebook rule (not the default: see
+// CentroidSizing): the codebook has what DefaultNumCentroids asks for its vectors (lists of
+// 128–256 on average), comes from the two-level training (its cells stored as groups), and the
+// default search (nprobe, N) keeps recall@10 ≥ 0.95 against exhaustive MaxSim over every document.
 TEST(CentroidStage, ATwentyThousandDocumentShardOnTheListLengthRuleKeepsRecall) {
-  ASSERT_EQ(internal::GetCentroidSizing(), internal::CentroidSizing::kListLength);
+  ScopedCentroidSizing list_length(internal::CentroidSizing::kListLength);
   TempDir dir;
   Corpus corpus(kDim, 37);
   std::vector<Document> sources;
@@ -361,8 +374,7 @@ TEST(CentroidStage, AShardThatOutgrewARunningTrainingRetrainsWhenItEnds) {
   TempDir dir;
   Corpus corpus(kDim, 29);
   std::vector<Document> sources;
-  // ~74,000 vectors: past 65,536, where the list-length rule asks for 512 centroids, not 256.
-  const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 3000, &sources);
+  const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 1800, &sources);
   auto engine = Engine::Open(dir.path());
   ASSERT_TRUE(engine.ok());
   auto collection = (*engine)->CreateCollection(CentroidSchema("outgrown", 5'000));
