@@ -79,7 +79,7 @@ absl::StatusOr<DocumentCodes> ParseDocumentCodes(absl::string_view bytes, int64_
 // default) it stops at kMaxDefaultNprobe (from 16,384 centroids on), as WARP's fixed nprobe of 32:
 // the lists no longer grow with the shard, so neither do a token's scanned codes (~4,000–8,000).
 // Too few on the synthetic 100k-document shard: recall@10 0.758 at 32 and 0.959 at 48, against
-// 0.971 for the √ rule's 16,384 centroids at 32 (docs/notes of 2026-12-06, helper h3).
+// 0.971 for the √ rule's 16,384 centroids at 32 (docs/notes/2026-12-06-codebook-rules.md).
 inline constexpr int kMaxDefaultNprobe = 32;
 int DefaultNprobe(int64_t num_centroids);
 
