@@ -14,7 +14,13 @@
 //                       [--nprobe P1,P2,...] [--num_candidates N1,N2,...]
 //                       [--exhaustive_queries R] [--exhaustive_timed T] [--reuse 0|1]
 //                       [--export_dir DIR] [--reference FILE]
+//                       [--centroid_sizing list_length|square_root]
 //
+// --centroid_sizing list_length sizes the centroid codebook and the default nprobe by a fixed
+// average list length (internal::CentroidSizing::kListLength) instead of the default √vectors
+// rule, so that one binary measures both; the JSON reports it (centroid_sizing) beside the
+// shard's trainings (trainings_completed, last_training_s: the last one's seconds, its encoding
+// of every document included).
 // --rerank codes makes stage 2 score the vectors decoded from the centroid codes
 // (CandidateSpec::rerank_from_codes) instead of stored fp16 rerank vectors; --residual_bits sets
 // the codes' bits per dimension (default: the schema's).
@@ -72,6 +78,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "index/centroid/centroid_codebook.h"
 #include "tessera/engine.h"
 #include "tessera/maxsim.h"
 #include "tessera/npy.h"
@@ -105,6 +112,7 @@ struct Flags {
   std::string export_dir;  // empty: no export
   std::string reference;   // empty: computed (or, with reuse, read from data_dir)
   bool reuse = false;
+  std::string centroid_sizing = "square_root";  // square_root (the default) | list_length
 };
 
 bool ParseFlags(int argc, char** argv, Flags* flags) {
@@ -160,6 +168,9 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       flags->export_dir = value;
     } else if (flag == "--reference") {
       flags->reference = value;
+    } else if (flag == "--centroid_sizing") {
+      flags->centroid_sizing = value;
+      ok = value == "list_length" || value == "square_root";
     } else if (flag == "--reuse") {
       ok = value == "0" || value == "1";
       flags->reuse = value == "1";
@@ -734,7 +745,10 @@ int Run(const Flags& flags) {
       ",\n  \"pooled_vectors\": ", stats.rerank_vectors,
       ",\n  \"vectors_per_document\": ", stats.vectors_per_document, ",\n  \"candidate_index\": \"",
       stats.candidate_indexes.empty() ? "" : stats.candidate_indexes[0],
-      "\",\n  \"build_s\": ", build_seconds, ",\n  \"ingest_s\": ", ingest_seconds,
+      "\",\n  \"centroid_sizing\": \"", flags.centroid_sizing,
+      "\",\n  \"trainings_completed\": ", stats.trainings_completed,
+      ",\n  \"last_training_s\": ", stats.last_training_seconds,
+      ",\n  \"build_s\": ", build_seconds, ",\n  \"ingest_s\": ", ingest_seconds,
       ",\n  \"generate_s\": ", generate_seconds, ",\n  \"ingest_docs_per_s\": ", n / ingest_seconds,
       ",\n  \"ram_candidate_bytes_per_vector\": ", stats.candidate_bytes / pooled,
       ",\n  \"disk_bytes_per_original_token\": ", disk / (n * flags.tokens),
@@ -768,8 +782,11 @@ int main(int argc, char** argv) {
                  "[--nprobe P1,P2,...] [--num_candidates N1,N2,...] [--exhaustive_queries R] "
                  "[--exhaustive_timed T] "
                  "[--data_dir DIR] [--reuse 0|1] [--export_dir DIR] [--reference FILE] "
-                 "[--json FILE]\n";
+                 "[--centroid_sizing list_length|square_root] [--json FILE]\n";
     return 2;
   }
+  tessera::internal::SetCentroidSizingForTesting(
+      flags.centroid_sizing == "square_root" ? tessera::internal::CentroidSizing::kSquareRoot
+                                             : tessera::internal::CentroidSizing::kListLength);
   return tessera::Run(flags);
 }

@@ -1,6 +1,7 @@
 #include "index/centroid/centroid_codebook.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -19,7 +20,12 @@ namespace {
 //   "TSCB" | u32 format version | i64 dim | i64 num_centroids | num_centroids × dim f32 |
 //   ResidualCodec::AppendTo bytes | u32 CRC-32 of everything before it.
 constexpr char kMagic[4] = {'T', 'S', 'C', 'B'};
+//   Version 2 (a two-level training's codebook, whose groups are stored) appends, before the CRC:
+//   i64 G | G × dim f32 group means | (G + 1) × i64 group offsets (group g: centroids
+//   [offsets[g], offsets[g + 1])). Version 1's groups, beyond kExactAssignmentCentroids, are
+//   formed at load; a codebook serializes in the version it was read in.
 constexpr uint32_t kFormatVersion = 1;
+constexpr uint32_t kGroupedFormatVersion = 2;
 
 // Rows assigned per QuerySimilarity (its lanes run over them) and centroids scored per panel
 // (a panel's similarities, 1,024 × 64 floats, stay in L2 while the maxima are taken).
@@ -141,7 +147,23 @@ CentroidGroups::CentroidGroups(const float* centroids, int64_t C, int64_t dim, T
     UpdateMeans(all, group.data(), num_groups_, means.data(), &counts);
   }
   AssignAll(all, means.data(), num_groups_, nullptr, pool, group.data());
-  means_ = std::make_unique<QuerySimilarity>(FloatMatrixView{means.data(), num_groups_, dim});
+  Build(centroids, C, means.data(), group);
+}
+
+CentroidGroups::CentroidGroups(const float* centroids, int64_t C, int64_t dim, const float* means,
+                               const std::vector<int64_t>& offsets)
+    : dim_(dim), num_groups_(static_cast<int64_t>(offsets.size()) - 1) {
+  std::vector<uint32_t> group(C);
+  for (int64_t g = 0; g < num_groups_; ++g) {
+    std::fill(group.begin() + offsets[g], group.begin() + offsets[g + 1], static_cast<uint32_t>(g));
+  }
+  Build(centroids, C, means, group);
+}
+
+void CentroidGroups::Build(const float* centroids, int64_t C, const float* means,
+                           const std::vector<uint32_t>& group) {
+  const int64_t dim = dim_;
+  means_ = std::make_unique<QuerySimilarity>(FloatMatrixView{means, num_groups_, dim});
   // Members grouped by a counting sort: ascending ids within each group.
   offsets_.assign(num_groups_ + 1, 0);
   for (int64_t c = 0; c < C; ++c) ++offsets_[group[c] + 1];
@@ -265,25 +287,260 @@ int64_t CentroidGroups::MemoryBytes() const {
                               members_.size() * sizeof(uint32_t));
 }
 
-int64_t DefaultNumCentroids(int64_t vectors, double factor, int64_t min_centroids,
-                            int64_t max_centroids) {
-  const double target = factor * std::sqrt(static_cast<double>(std::max<int64_t>(vectors, 1)));
-  int64_t centroids = 1;
-  while (static_cast<double>(centroids * 2) <= target) centroids *= 2;
-  return std::clamp(centroids, min_centroids, max_centroids);
+namespace {
+
+std::atomic<CentroidSizing> g_centroid_sizing{CentroidSizing::kSquareRoot};
+
+// The largest power of two ≤ target (1 when target < 2).
+int64_t FloorPowerOfTwo(double target) {
+  int64_t p = 1;
+  while (static_cast<double>(p * 2) <= target) p *= 2;
+  return p;
 }
 
-CentroidCodebook::CentroidCodebook(int64_t dim, std::vector<float> centroids, ResidualCodec codec)
+// Spherical k-means of the rows of `sample` into C ≤ sample.rows centroids (*centroids: C × dim,
+// each L2-normalised): the initial centroids are C distinct rows drawn by `rng` (a partial
+// Fisher–Yates shuffle), an empty cluster restarts at a random row. With `grouped` and C beyond
+// kExactAssignmentCentroids, the assignment goes through CentroidGroups of the current centroids,
+// formed anew each iteration. *assignment (when not null): each row's nearest final centroid.
+void SphericalKMeans(FloatMatrixView sample, int64_t C, int iterations, bool grouped,
+                     std::mt19937_64* rng, ThreadPool* pool, std::vector<float>* centroids,
+                     std::vector<uint32_t>* assignment) {
+  const int64_t n = sample.rows;
+  const int64_t dim = sample.cols;
+  std::vector<int64_t> order(n);
+  for (int64_t i = 0; i < n; ++i) order[i] = i;
+  for (int64_t i = 0; i < C; ++i) {
+    std::uniform_int_distribution<int64_t> pick(i, n - 1);
+    std::swap(order[i], order[pick(*rng)]);
+  }
+  centroids->assign(C * dim, 0.0f);
+  for (int64_t c = 0; c < C; ++c) {
+    std::copy_n(sample.data + order[c] * dim, dim, &(*centroids)[c * dim]);
+    Normalize(&(*centroids)[c * dim], dim);
+  }
+  std::vector<uint32_t> assigned(n);
+  std::vector<int64_t> counts;
+  auto assign = [&] {
+    std::unique_ptr<CentroidGroups> groups;
+    if (grouped && C > CentroidCodebook::kExactAssignmentCentroids) {
+      groups = std::make_unique<CentroidGroups>(centroids->data(), C, dim, pool);
+    }
+    AssignAll(sample, centroids->data(), C, groups.get(), pool, assigned.data());
+  };
+  for (int iteration = 0; iteration < iterations; ++iteration) {
+    assign();
+    UpdateMeans(sample, assigned.data(), C, centroids->data(), &counts);
+    std::uniform_int_distribution<int64_t> any_row(0, n - 1);
+    for (int64_t c = 0; c < C; ++c) {
+      if (counts[c] > 0) continue;
+      float* centroid = &(*centroids)[c * dim];
+      std::copy_n(sample.data + any_row(*rng) * dim, dim, centroid);
+      Normalize(centroid, dim);
+    }
+  }
+  if (assignment != nullptr) {
+    assign();
+    *assignment = std::move(assigned);
+  }
+}
+
+// Centroids per cell for the two-level training: C in proportion to the cells' rows (largest
+// remainders, ties to the lower cell), at most a cell's rows; what that cap leaves goes to the
+// cells with the most rows per centroid. Σ = C when C ≤ Σ rows.
+std::vector<int64_t> CellQuotas(const std::vector<int64_t>& rows, int64_t C) {
+  const int64_t G = static_cast<int64_t>(rows.size());
+  int64_t n = 0;
+  for (int64_t r : rows) n += r;
+  std::vector<int64_t> quota(G, 0);
+  std::vector<std::pair<double, int64_t>> remainders;
+  int64_t assigned = 0;
+  for (int64_t g = 0; g < G; ++g) {
+    const double exact = static_cast<double>(C) * static_cast<double>(rows[g]) / n;
+    quota[g] = std::min(rows[g], static_cast<int64_t>(exact));
+    assigned += quota[g];
+    remainders.emplace_back(exact - std::floor(exact), g);
+  }
+  std::sort(remainders.begin(), remainders.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  for (const auto& [fraction, g] : remainders) {
+    if (assigned >= C) break;
+    if (quota[g] < rows[g]) {
+      ++quota[g];
+      ++assigned;
+    }
+  }
+  while (assigned < C) {
+    int64_t best = -1;
+    for (int64_t g = 0; g < G; ++g) {
+      if (quota[g] >= rows[g]) continue;
+      // rows[g] / (quota[g] + 1) > rows[best] / (quota[best] + 1), without division.
+      if (best < 0 || rows[g] * (quota[best] + 1) > rows[best] * (quota[g] + 1)) best = g;
+    }
+    if (best < 0) break;
+    ++quota[best];
+    ++assigned;
+  }
+  return quota;
+}
+
+// Coarse cells trained per cell of the two-level training on at most this many sample rows each.
+constexpr int64_t kCoarseRowsPerCell = 256;
+
+struct TwoLevelCentroids {
+  std::vector<float> centroids;  // C × dim, cell by cell
+  std::vector<float> means;      // G × dim: the cells' coarse centroids
+  std::vector<int64_t> offsets;  // G + 1: cell g holds centroids [offsets[g], offsets[g + 1])
+  std::vector<float> residuals;  // residual_rows × dim: sample row i − its nearest centroid
+};
+
+// The two-level training (file comment): G = the least power of two with G² ≥ C cells (512 at
+// C = 2^18, cells of ~512 centroids), trained on a subsample; every sample row assigned to its
+// nearest cell; a k-means per cell over its rows, cells split over `pool` (each cell's k-means is
+// seeded by its index, so the result does not depend on the threads). Also the residuals of the
+// first residual_rows sample rows against their cell's nearest centroid, for the codec.
+TwoLevelCentroids TrainTwoLevel(FloatMatrixView sample, int64_t C,
+                                const CentroidTrainingOptions& options, int64_t residual_rows,
+                                ThreadPool* pool) {
+  const int64_t n = sample.rows;
+  const int64_t dim = sample.cols;
+  int64_t G = 1;
+  while (G * G < C) G *= 2;
+  G = std::min(G, n);
+  std::mt19937_64 rng(options.seed);
+  TwoLevelCentroids out;
+
+  // 1. The cells, from a random subsample of kCoarseRowsPerCell rows a cell.
+  const int64_t coarse_rows = std::min(n, G * kCoarseRowsPerCell);
+  std::vector<float> subsample;
+  FloatMatrixView coarse = sample;
+  if (coarse_rows < n) {
+    std::vector<int64_t> order(n);
+    for (int64_t i = 0; i < n; ++i) order[i] = i;
+    for (int64_t i = 0; i < coarse_rows; ++i) {
+      std::uniform_int_distribution<int64_t> pick(i, n - 1);
+      std::swap(order[i], order[pick(rng)]);
+    }
+    subsample.resize(coarse_rows * dim);
+    for (int64_t i = 0; i < coarse_rows; ++i) {
+      std::copy_n(sample.data + order[i] * dim, dim, &subsample[i * dim]);
+    }
+    coarse = FloatMatrixView{subsample.data(), coarse_rows, dim};
+  }
+  SphericalKMeans(coarse, G, options.iterations, /*grouped=*/false, &rng, pool, &out.means,
+                  nullptr);
+  std::vector<float>().swap(subsample);
+  std::vector<uint32_t> cell(n);
+  AssignAll(sample, out.means.data(), G, nullptr, pool, cell.data());
+
+  // 2. The rows of each cell (ascending), and its centroids.
+  std::vector<int64_t> row_offsets(G + 1, 0);
+  for (int64_t i = 0; i < n; ++i) ++row_offsets[cell[i] + 1];
+  std::vector<int64_t> cell_rows(G);
+  for (int64_t g = 0; g < G; ++g) {
+    cell_rows[g] = row_offsets[g + 1];
+    row_offsets[g + 1] += row_offsets[g];
+  }
+  std::vector<int64_t> rows_by_cell(n);
+  {
+    std::vector<int64_t> next(row_offsets.begin(), row_offsets.end() - 1);
+    for (int64_t i = 0; i < n; ++i) rows_by_cell[next[cell[i]]++] = i;
+  }
+  const std::vector<int64_t> quota = CellQuotas(cell_rows, C);
+  out.offsets.assign(G + 1, 0);
+  for (int64_t g = 0; g < G; ++g) out.offsets[g + 1] = out.offsets[g] + quota[g];
+  out.centroids.assign(out.offsets[G] * dim, 0.0f);
+  out.residuals.assign(residual_rows * dim, 0.0f);
+
+  // 3. A k-means per cell.
+  auto train_cells = [&](int64_t begin, int64_t end) {
+    std::vector<float> rows;
+    std::vector<float> centroids;
+    std::vector<uint32_t> assignment;
+    for (int64_t g = begin; g < end; ++g) {
+      if (quota[g] == 0) continue;
+      const int64_t m = cell_rows[g];
+      const int64_t* members = &rows_by_cell[row_offsets[g]];
+      rows.resize(m * dim);
+      for (int64_t r = 0; r < m; ++r) {
+        std::copy_n(sample.data + members[r] * dim, dim, &rows[r * dim]);
+      }
+      std::mt19937_64 cell_rng(options.seed ^
+                               (0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(g + 1)));
+      SphericalKMeans(FloatMatrixView{rows.data(), m, dim}, quota[g], options.iterations,
+                      /*grouped=*/false, &cell_rng, nullptr, &centroids, &assignment);
+      std::copy(centroids.begin(), centroids.end(), &out.centroids[out.offsets[g] * dim]);
+      for (int64_t r = 0; r < m; ++r) {
+        if (members[r] >= residual_rows) continue;
+        const float* row = &rows[r * dim];
+        const float* centroid = &centroids[assignment[r] * dim];
+        float* residual = &out.residuals[members[r] * dim];
+        for (int64_t k = 0; k < dim; ++k) residual[k] = row[k] - centroid[k];
+      }
+    }
+  };
+  if (pool == nullptr) {
+    train_cells(0, G);
+  } else {
+    pool->ParallelFor(G, 1, train_cells);
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t ListLengthNumCentroids(int64_t vectors, int64_t list_length, int64_t min_centroids,
+                               int64_t max_centroids) {
+  const double target = static_cast<double>(std::max<int64_t>(vectors, 1)) /
+                        static_cast<double>(std::max<int64_t>(list_length, 1));
+  return std::clamp(FloorPowerOfTwo(target), min_centroids, max_centroids);
+}
+
+int64_t SquareRootNumCentroids(int64_t vectors, double factor, int64_t min_centroids,
+                               int64_t max_centroids) {
+  const double target = factor * std::sqrt(static_cast<double>(std::max<int64_t>(vectors, 1)));
+  return std::clamp(FloorPowerOfTwo(target), min_centroids, max_centroids);
+}
+
+int64_t DefaultNumCentroids(int64_t vectors) {
+  return GetCentroidSizing() == CentroidSizing::kListLength ? ListLengthNumCentroids(vectors)
+                                                            : SquareRootNumCentroids(vectors);
+}
+
+void SetCentroidSizingForTesting(CentroidSizing sizing) {
+  g_centroid_sizing.store(sizing, std::memory_order_relaxed);
+}
+
+CentroidSizing GetCentroidSizing() { return g_centroid_sizing.load(std::memory_order_relaxed); }
+
+int64_t TrainingSampleVectors(int64_t num_centroids, int64_t vectors, int64_t dim) {
+  const int64_t by_bytes =
+      kTrainingSampleBytes / (static_cast<int64_t>(sizeof(float)) * std::max<int64_t>(dim, 1));
+  const int64_t rows = std::clamp(by_bytes, num_centroids * 8, num_centroids * 32);
+  return std::min(vectors, rows);
+}
+
+CentroidCodebook::CentroidCodebook(int64_t dim, std::vector<float> centroids, ResidualCodec codec,
+                                   std::vector<float> group_means,
+                                   std::vector<int64_t> group_offsets)
     : dim_(dim),
       num_centroids_(static_cast<int64_t>(centroids.size()) / dim),
       centroids_(std::move(centroids)),
-      codec_(std::move(codec)) {
+      codec_(std::move(codec)),
+      group_means_(std::move(group_means)),
+      group_offsets_(std::move(group_offsets)) {
   BuildGroups();
 }
 
 CentroidCodebook::~CentroidCodebook() = default;
 
 void CentroidCodebook::BuildGroups() {
+  if (!group_offsets_.empty()) {
+    groups_ = std::make_unique<CentroidGroups>(centroids_.data(), num_centroids_, dim_,
+                                               group_means_.data(), group_offsets_);
+    return;
+  }
   if (num_centroids_ <= kExactAssignmentCentroids) return;
   groups_ = std::make_unique<CentroidGroups>(centroids_.data(), num_centroids_, dim_, nullptr);
 }
@@ -305,67 +562,53 @@ absl::StatusOr<std::unique_ptr<CentroidCodebook>> CentroidCodebook::Train(
         absl::StrCat("k-means iterations ", options.iterations, ", expected ≥ 0"));
   }
   const int64_t C = std::min(options.num_centroids, n);
-  std::mt19937_64 rng(options.seed);
-
-  // Initial centroids: C distinct sample rows (a partial Fisher–Yates shuffle).
-  std::vector<int64_t> order(n);
-  for (int64_t i = 0; i < n; ++i) order[i] = i;
-  for (int64_t i = 0; i < C; ++i) {
-    std::uniform_int_distribution<int64_t> pick(i, n - 1);
-    std::swap(order[i], order[pick(rng)]);
-  }
-  std::vector<float> centroids(C * dim);
-  for (int64_t c = 0; c < C; ++c) {
-    std::copy_n(sample.data + order[c] * dim, dim, &centroids[c * dim]);
-    Normalize(&centroids[c * dim], dim);
-  }
-
-  std::vector<uint32_t> assignment(n);
-  std::vector<int64_t> counts;
-  // Large codebooks assign through groups of the current centroids, formed anew each iteration.
-  auto assign = [&] {
-    std::unique_ptr<CentroidGroups> groups;
-    if (C > kExactAssignmentCentroids) {
-      groups = std::make_unique<CentroidGroups>(centroids.data(), C, dim, pool);
-    }
-    AssignAll(sample, centroids.data(), C, groups.get(), pool, assignment.data());
-  };
-  for (int iteration = 0; iteration < options.iterations; ++iteration) {
-    assign();
-    UpdateMeans(sample, assignment.data(), C, centroids.data(), &counts);
-    std::uniform_int_distribution<int64_t> any_row(0, n - 1);
-    for (int64_t c = 0; c < C; ++c) {
-      if (counts[c] > 0) continue;
-      // An empty cluster restarts at a random sample row.
-      float* centroid = &centroids[c * dim];
-      std::copy_n(sample.data + any_row(rng) * dim, dim, centroid);
-      Normalize(centroid, dim);
-    }
-  }
-  assign();
-
-  // The residual codec, on (a prefix of) the sample's residuals against the final centroids.
+  // The residual codec is trained on (a prefix of) the sample's residuals against the final
+  // centroids.
   const int64_t codec_rows = std::min(n, kCodecTrainingRows);
-  std::vector<float> residuals(codec_rows * dim);
-  for (int64_t i = 0; i < codec_rows; ++i) {
-    const float* row = sample.data + i * dim;
-    const float* centroid = &centroids[assignment[i] * dim];
-    for (int64_t k = 0; k < dim; ++k) residuals[i * dim + k] = row[k] - centroid[k];
+  std::vector<float> centroids;
+  std::vector<float> residuals;
+  std::vector<float> group_means;
+  std::vector<int64_t> group_offsets;
+  if (options.two_level && C > kExactAssignmentCentroids) {
+    TwoLevelCentroids trained = TrainTwoLevel(sample, C, options, codec_rows, pool);
+    centroids = std::move(trained.centroids);
+    residuals = std::move(trained.residuals);
+    group_means = std::move(trained.means);
+    group_offsets = std::move(trained.offsets);
+  } else {
+    std::mt19937_64 rng(options.seed);
+    std::vector<uint32_t> assignment;
+    SphericalKMeans(sample, C, options.iterations, /*grouped=*/true, &rng, pool, &centroids,
+                    &assignment);
+    residuals.resize(codec_rows * dim);
+    for (int64_t i = 0; i < codec_rows; ++i) {
+      const float* row = sample.data + i * dim;
+      const float* centroid = &centroids[assignment[i] * dim];
+      for (int64_t k = 0; k < dim; ++k) residuals[i * dim + k] = row[k] - centroid[k];
+    }
   }
   absl::StatusOr<ResidualCodec> codec =
       ResidualCodec::Train(residuals.data(), codec_rows, dim, options.nbits);
   if (!codec.ok()) return codec.status();
   return std::unique_ptr<CentroidCodebook>(
-      new CentroidCodebook(dim, std::move(centroids), std::move(*codec)));
+      new CentroidCodebook(dim, std::move(centroids), std::move(*codec), std::move(group_means),
+                           std::move(group_offsets)));
 }
 
 std::string CentroidCodebook::Serialize() const {
   std::string out(kMagic, sizeof(kMagic));
-  AppendPod(kFormatVersion, &out);
+  AppendPod(group_offsets_.empty() ? kFormatVersion : kGroupedFormatVersion, &out);
   AppendPod(dim_, &out);
   AppendPod(num_centroids_, &out);
   out.append(reinterpret_cast<const char*>(centroids_.data()), centroids_.size() * sizeof(float));
   codec_.AppendTo(&out);
+  if (!group_offsets_.empty()) {
+    AppendPod(stored_groups(), &out);
+    out.append(reinterpret_cast<const char*>(group_means_.data()),
+               group_means_.size() * sizeof(float));
+    out.append(reinterpret_cast<const char*>(group_offsets_.data()),
+               group_offsets_.size() * sizeof(int64_t));
+  }
   AppendPod(Crc32(out), &out);
   return out;
 }
@@ -387,9 +630,10 @@ absl::StatusOr<std::unique_ptr<CentroidCodebook>> CentroidCodebook::Parse(absl::
   std::memcpy(&version, body.data() + 4, sizeof(version));
   std::memcpy(&dim, body.data() + 8, sizeof(dim));
   std::memcpy(&count, body.data() + 16, sizeof(count));
-  if (version != kFormatVersion) {
+  if (version != kFormatVersion && version != kGroupedFormatVersion) {
     return absl::DataLossError(absl::StrCat("centroid codebook: format version ", version,
-                                            ", this build reads ", kFormatVersion));
+                                            ", this build reads ", kFormatVersion, " and ",
+                                            kGroupedFormatVersion));
   }
   if (dim < 1 || dim > (int64_t{1} << 20) || count < 1 || count > (int64_t{1} << 31) ||
       static_cast<uint64_t>(count) * dim * sizeof(float) > body.size() - kHeader) {
@@ -408,11 +652,60 @@ absl::StatusOr<std::unique_ptr<CentroidCodebook>> CentroidCodebook::Parse(absl::
   size_t offset = kHeader + centroids.size() * sizeof(float);
   absl::StatusOr<ResidualCodec> codec = ResidualCodec::Parse(body, &offset);
   if (!codec.ok()) return codec.status();
-  if (codec->dim() != dim || offset != body.size()) {
+  if (codec->dim() != dim) {
+    return absl::DataLossError("centroid codebook: codec does not match the centroids");
+  }
+  std::vector<float> group_means;
+  std::vector<int64_t> group_offsets;
+  if (version == kGroupedFormatVersion) {
+    int64_t groups = 0;
+    if (body.size() - offset < sizeof(groups)) {
+      return absl::DataLossError("centroid codebook: the groups' count is missing");
+    }
+    std::memcpy(&groups, body.data() + offset, sizeof(groups));
+    offset += sizeof(groups);
+    const uint64_t want =
+        groups < 1 || groups > count
+            ? 0
+            : static_cast<uint64_t>(groups) * (dim * sizeof(float) + sizeof(int64_t)) +
+                  sizeof(int64_t);
+    if (want == 0 || want != body.size() - offset) {
+      return absl::DataLossError(absl::StrCat("centroid codebook: ", groups, " groups of ", count,
+                                              " centroids do not fit in the ", body.size() - offset,
+                                              " bytes left"));
+    }
+    group_means.resize(groups * dim);
+    std::memcpy(group_means.data(), body.data() + offset, group_means.size() * sizeof(float));
+    offset += group_means.size() * sizeof(float);
+    for (size_t i = 0; i < group_means.size(); ++i) {
+      if (!std::isfinite(group_means[i])) {
+        return absl::DataLossError(absl::StrCat("centroid codebook: group ", i / dim,
+                                                " mean value ", i % dim, " is ", group_means[i],
+                                                ", expected a finite value"));
+      }
+    }
+    group_offsets.resize(groups + 1);
+    std::memcpy(group_offsets.data(), body.data() + offset, group_offsets.size() * sizeof(int64_t));
+    offset += group_offsets.size() * sizeof(int64_t);
+    for (int64_t g = 0; g < groups; ++g) {
+      if (group_offsets[g + 1] < group_offsets[g]) {
+        return absl::DataLossError(absl::StrCat("centroid codebook: group ", g, " ends at ",
+                                                group_offsets[g + 1], " before it starts at ",
+                                                group_offsets[g]));
+      }
+    }
+    if (group_offsets.front() != 0 || group_offsets.back() != count) {
+      return absl::DataLossError(absl::StrCat("centroid codebook: groups span centroids ",
+                                              group_offsets.front(), " … ", group_offsets.back(),
+                                              ", expected 0 … ", count));
+    }
+  }
+  if (offset != body.size()) {
     return absl::DataLossError("centroid codebook: codec does not match the centroids");
   }
   return std::unique_ptr<CentroidCodebook>(
-      new CentroidCodebook(dim, std::move(centroids), std::move(*codec)));
+      new CentroidCodebook(dim, std::move(centroids), std::move(*codec), std::move(group_means),
+                           std::move(group_offsets)));
 }
 
 void CentroidCodebook::Encode(FloatMatrixView vectors, uint32_t* ids, uint8_t* codes) const {

@@ -3,9 +3,12 @@
 //
 // Training is spherical k-means (inner product, centroids L2-normalised after each step, as the
 // vectors are), on a sample, with the assignment step run by the MaxSim micro-kernels
-// (QuerySimilarity) across a thread pool; beyond kExactAssignmentCentroids the assignment goes
-// through CentroidGroups, in training and in Encode alike. Deterministic: the same sample and
-// options give the same codebook, bit for bit, whatever the number of threads.
+// (QuerySimilarity) across a thread pool. Beyond kExactAssignmentCentroids it is two-level: a
+// k-means of ~√C coarse cells, then a k-means inside each cell over the sample rows assigned to
+// it, with centroids in proportion to the cell's rows — n·(G + C/G) inner products an iteration
+// instead of n·C (1,024 instead of 262,144 per row at C = 2^18). The cells are kept as the
+// codebook's CentroidGroups, which Encode assigns through and a search probes. Deterministic: the
+// same sample and options give the same codebook, bit for bit, whatever the number of threads.
 //
 // Immutable after Train/Parse: every method is const and may run concurrently.
 #ifndef TESSERA_INDEX_CENTROID_CENTROID_CODEBOOK_H_
@@ -38,6 +41,11 @@ class CentroidGroups {
  public:
   // centroids: C × dim, row-major (copied). `pool` (may be null) splits the grouping k-means.
   CentroidGroups(const float* centroids, int64_t C, int64_t dim, ThreadPool* pool);
+  // Groups given by a two-level training: group g holds the centroids [offsets[g], offsets[g+1])
+  // and has the mean means[g] (G × dim, L2-normalised); offsets: G + 1 values from 0 to C,
+  // non-decreasing (a group may be empty).
+  CentroidGroups(const float* centroids, int64_t C, int64_t dim, const float* means,
+                 const std::vector<int64_t>& offsets);
   ~CentroidGroups();
   // ids[i] for each of the n rows (n × dim): the best centroid of its probed groups (ties: the
   // lower id). Cheapest per row with a few thousand rows a call (every group then meets many).
@@ -49,6 +57,10 @@ class CentroidGroups {
   int64_t MemoryBytes() const;
 
  private:
+  // Lays out the groups: means (num_groups_ × dim) and each centroid's group.
+  void Build(const float* centroids, int64_t C, const float* means,
+             const std::vector<uint32_t>& group);
+
   int64_t dim_;
   int64_t num_groups_;
   std::unique_ptr<const QuerySimilarity> means_;  // the L2-normalised group means, as lanes
@@ -60,21 +72,70 @@ class CentroidGroups {
 struct CentroidTrainingOptions {
   int64_t num_centroids = 0;  // ≥ 1; at most the sample's row count
   int nbits = 2;              // residual bits per dimension: 2 or 4
-  int iterations = 8;         // k-means iterations (assignment + update)
+  int iterations = 8;         // k-means iterations (assignment + update), at each level
   uint64_t seed = 0x43454e54524f4944;
+  // Beyond kExactAssignmentCentroids: train in two levels (above). False: one flat k-means whose
+  // assignment goes through CentroidGroups of the current centroids, formed anew each iteration
+  // (the reference the two-level training is measured against; ~C/(2√C) times its cost).
+  bool two_level = true;
 };
 
 // The fewest centroids DefaultNumCentroids asks for, and so the fewest rerank vectors a shard's
 // training may start from (ValidateSchema): a training of fewer vectors than centroids cannot
 // fill its codebook (k-means keeps min(centroids, sample rows), each vector its own centroid).
 inline constexpr int64_t kMinCentroids = 256;
+// The most: 2^18 centroids (128 MiB of fp32 centroids at dim 128, as much again as the groups'
+// lanes) serve 64M vectors (1M documents of 64 pooled vectors) at lists of ~244; a larger
+// codebook would need a training sample of more than kTrainingSampleBytes for 8 rows a centroid.
+inline constexpr int64_t kMaxCentroids = int64_t{1} << 18;
+// Vectors per centroid under the list-length rule: lists of 128 to 256 vectors on average.
+inline constexpr int64_t kMinAverageListLength = 128;
 
-// PLAID's rule of thumb (factor 16) scaled by `factor`: 2^⌊log2(factor · √vectors)⌋, clamped
-// to [min_centroids, max_centroids]. The default, half PLAID's count, gives 32,768 centroids at
-// 64M vectors (1M documents of 64 pooled vectors: lists of ~2,000), where the query × centroid
-// scores and the k-means stay a small part of a search and of a build on two cores.
-int64_t DefaultNumCentroids(int64_t vectors, double factor = 8.0,
-                            int64_t min_centroids = kMinCentroids, int64_t max_centroids = 65536);
+// How a shard sizes its codebook (DefaultNumCentroids) and a search its probes (DefaultNprobe).
+enum class CentroidSizing {
+  // The default: SquareRootNumCentroids, nprobe growing with √C (DefaultNprobe); a token scans a
+  // share of the shard that shrinks as vectors^-1/4, so its codes grow as vectors^0.75.
+  kSquareRoot,
+  // A fixed average list length, as the codebook grows with the vectors (ListLengthNumCentroids),
+  // nprobe capped at 32: a token scans ~4,000–8,000 codes whatever the shard's size (up to
+  // kMaxCentroids · 256 vectors). Not the default: on the synthetic 100k-document shard (6.4M
+  // vectors, 32,768 centroids) recall@10 against exhaustive fell to 0.758 at nprobe 32 and 0.959
+  // at 48, against 0.971 for the √ rule (16,384 centroids, nprobe 32); the probes it needs for
+  // recall ≥ 0.95 grow with the shard on that corpus, which its lists' length does not make up.
+  kListLength,
+};
+
+// The codebook size a shard of `vectors` rerank vectors trains: SquareRootNumCentroids (the
+// default), or ListLengthNumCentroids under SetCentroidSizingForTesting(kListLength). A shard
+// retrains when this grows past what its last training asked for (Shard::OutgrewTraining): at
+// every 4× growth of its vectors under the √ rule, every 2× under the list-length rule.
+int64_t DefaultNumCentroids(int64_t vectors);
+
+// 2^⌊log2(vectors / list_length)⌋ clamped to [min_centroids, max_centroids]: an average list of
+// list_length to 2·list_length vectors. 4,096 centroids at 640k vectors (10k documents of 64
+// pooled vectors), 8,192 at 1.28M, 32,768 at 6.4M (100k documents), 2^18 at 64M (1M).
+int64_t ListLengthNumCentroids(int64_t vectors, int64_t list_length = kMinAverageListLength,
+                               int64_t min_centroids = kMinCentroids,
+                               int64_t max_centroids = kMaxCentroids);
+
+// PLAID's rule of thumb (factor 16, also WARP's: 2^⌊log2(16 · √embeddings)⌋) scaled by
+// `factor`, clamped to [min_centroids, max_centroids]. The previous default, factor 8 up to
+// 65,536: 16,384 centroids at 6.4M vectors, 32,768 at 64M (lists of ~2,000).
+int64_t SquareRootNumCentroids(int64_t vectors, double factor = 8.0,
+                               int64_t min_centroids = kMinCentroids,
+                               int64_t max_centroids = 65536);
+
+// Selects the rule DefaultNumCentroids and DefaultNprobe follow, process-wide (benchmarks compare
+// the two in one binary). Not for use while shards train or search.
+void SetCentroidSizingForTesting(CentroidSizing sizing);
+CentroidSizing GetCentroidSizing();
+
+// The rows a training of `num_centroids` centroids samples from a shard of `vectors` vectors of
+// `dim` values: 32 per centroid (k-means quality flattens beyond ~30), fewer where that passes
+// kTrainingSampleBytes of fp32 rows but at least 8 per centroid; at most `vectors`. 1M rows at
+// 32,768 centroids, 2M (1 GiB) at 2^18, dim 128.
+inline constexpr int64_t kTrainingSampleBytes = int64_t{1} << 30;
+int64_t TrainingSampleVectors(int64_t num_centroids, int64_t vectors, int64_t dim);
 
 class CentroidCodebook {
  public:
@@ -113,17 +174,27 @@ class CentroidCodebook {
 
   // Resident bytes (centroids, codec tables, the groups).
   int64_t MemoryBytes() const;
+  // The groups' count when the training stored them (a two-level training), else 0: the groups
+  // of a codebook beyond kExactAssignmentCentroids are then formed at load by a k-means over its
+  // centroids (format version 1).
+  int64_t stored_groups() const {
+    return group_offsets_.empty() ? 0 : static_cast<int64_t>(group_offsets_.size()) - 1;
+  }
 
   static constexpr int64_t kExactAssignmentCentroids = 1024;
 
  private:
-  CentroidCodebook(int64_t dim, std::vector<float> centroids, ResidualCodec codec);
+  // group_means (G × dim) and group_offsets (G + 1): the stored groups, or both empty.
+  CentroidCodebook(int64_t dim, std::vector<float> centroids, ResidualCodec codec,
+                   std::vector<float> group_means = {}, std::vector<int64_t> group_offsets = {});
   void BuildGroups();
 
   const int64_t dim_;
   const int64_t num_centroids_;
   const std::vector<float> centroids_;
   const ResidualCodec codec_;
+  const std::vector<float> group_means_;
+  const std::vector<int64_t> group_offsets_;
   // Beyond kExactAssignmentCentroids: the groups Encode assigns through.
   std::unique_ptr<const CentroidGroups> groups_;
 };

@@ -110,7 +110,9 @@ int ProbedGroups(int nprobe) { return std::max(8, nprobe / 2); }
 int DefaultNprobe(int64_t num_centroids) {
   const auto fifth_root =
       static_cast<int64_t>(std::ceil(std::sqrt(static_cast<double>(num_centroids)) / 5.0));
-  return static_cast<int>(std::max<int64_t>(16, (fifth_root + 7) / 8 * 8));
+  const int by_root = static_cast<int>(std::max<int64_t>(16, (fifth_root + 7) / 8 * 8));
+  return GetCentroidSizing() == CentroidSizing::kListLength ? std::min(by_root, kMaxDefaultNprobe)
+                                                            : by_root;
 }
 
 int DefaultNumCandidates(int64_t k, int64_t vectors) {

@@ -75,7 +75,12 @@ absl::StatusOr<DocumentCodes> ParseDocumentCodes(absl::string_view bytes, int64_
 // 1.2–1.5 ms (12–15%) faster than at 48 (1.000 / 0.988, P50 at the 15 ms target's edge); 64 found
 // 1.000 / 0.996 for a third more stage-1 time and 32 only 0.87 / 0.965 (the synthetic corpus
 // splits each topic's isotropic noise over ~32 near-equal centroids); 32 at 16,384 found
-// 0.973 / 0.988.
+// 0.973 / 0.988. Under the list-length codebook rule (CentroidSizing::kListLength, not the
+// default) it stops at kMaxDefaultNprobe (from 16,384 centroids on), as WARP's fixed nprobe of 32:
+// the lists no longer grow with the shard, so neither do a token's scanned codes (~4,000–8,000).
+// Too few on the synthetic 100k-document shard: recall@10 0.758 at 32 and 0.959 at 48, against
+// 0.971 for the √ rule's 16,384 centroids at 32 (docs/notes/2026-12-06-codebook-rules.md).
+inline constexpr int kMaxDefaultNprobe = 32;
 int DefaultNprobe(int64_t num_centroids);
 
 // Documents a shard sends to the exact rerank for k hits when a search leaves N at 0, with a

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <filesystem>
 #include <future>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <set>
@@ -303,6 +304,68 @@ TEST(CentroidStage, WritesDuringTrainingAndRetrainingAreFoundAndDeletesNeverRetu
     ASSERT_TRUE(fast.ok());
     EXPECT_EQ(fast->hits.size(), 10u);
   }
+}
+
+// Sets the codebook sizing rule for one scope and restores the one before it.
+class ScopedCentroidSizing {
+ public:
+  explicit ScopedCentroidSizing(internal::CentroidSizing sizing)
+      : previous_(internal::GetCentroidSizing()) {
+    internal::SetCentroidSizingForTesting(sizing);
+  }
+  ~ScopedCentroidSizing() { internal::SetCentroidSizingForTesting(previous_); }
+
+ private:
+  const internal::CentroidSizing previous_;
+};
+
+// A 20,000-document shard on the list-length codebook rule (not the default: see
+// CentroidSizing): the codebook has what DefaultNumCentroids asks for its vectors (lists of
+// 128–256 on average), comes from the two-level training (its cells stored as groups), and the
+// default search (nprobe, N) keeps recall@10 ≥ 0.95 against exhaustive MaxSim over every document.
+TEST(CentroidStage, ATwentyThousandDocumentShardOnTheListLengthRuleKeepsRecall) {
+  ScopedCentroidSizing list_length(internal::CentroidSizing::kListLength);
+  TempDir dir;
+  Corpus corpus(kDim, 37);
+  std::vector<Document> sources;
+  const std::vector<Document> documents = FamiliesAndNoise(corpus, 500, 16'000, &sources);
+  ASSERT_EQ(documents.size(), 20'000u);
+  auto engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok());
+  auto collection = (*engine)->CreateCollection(CentroidSchema("twenty_k", 100'000));
+  ASSERT_TRUE(collection.ok());
+  UpsertAll(**collection, documents);
+  Impl(**collection).WaitForTrainingForTesting();
+  const CollectionStats stats = (*collection)->Stats();
+  const int64_t centroids = internal::DefaultNumCentroids(stats.rerank_vectors);
+  EXPECT_EQ(StageOf(**collection), absl::StrCat("Centroid", centroids, ",Residual2bit"));
+  EXPECT_GE(stats.rerank_vectors / centroids, 128);
+  EXPECT_LT(stats.rerank_vectors / centroids, 256);
+  const std::shared_ptr<const internal::CentroidCodebook> codebook =
+      Impl(**collection).CodebookForTesting(0);
+  ASSERT_NE(codebook, nullptr);
+  EXPECT_GT(codebook->stored_groups(), 0);
+
+  double recall = 0;
+  const int queries = 50;
+  for (int q = 0; q < queries; ++q) {
+    const std::vector<float> query = corpus.QueryFrom(sources[q * 10], 24);
+    const FloatMatrixView view{query.data(), 24, kDim};
+    SearchOptions options;
+    auto fast = (*collection)->Search(view, options);
+    options.exhaustive = true;
+    auto exact = (*collection)->Search(view, options);
+    ASSERT_TRUE(fast.ok() && exact.ok()) << fast.status() << exact.status();
+    EXPECT_FALSE(fast->exhaustive);
+    ASSERT_EQ(exact->hits.size(), 10u);
+    std::set<std::string> truth;
+    for (const SearchHit& hit : exact->hits) truth.insert(hit.id);
+    for (const SearchHit& hit : fast->hits) recall += truth.count(hit.id) / 10.0;
+  }
+  recall /= queries;
+  std::cout << "20k documents, " << stats.rerank_vectors << " vectors, " << centroids
+            << " centroids: recall@10 " << recall << "\n";
+  EXPECT_GE(recall, 0.95);
 }
 
 // A shard that outgrows a running training retrains as soon as that training ends, without

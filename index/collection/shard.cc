@@ -39,8 +39,6 @@ int64_t ReadParts(size_t reads, int64_t threads) {
   return std::min<int64_t>(threads,
                            static_cast<int64_t>((reads + kMinReadsPerPart - 1) / kMinReadsPerPart));
 }
-// Training samples about this many vectors per centroid (k-means quality flattens beyond ~30).
-constexpr int64_t kSampleVectorsPerCentroid = 32;
 // A training catches up without holding the write path until fewer documents than this were
 // written since its last pass; the rest it encodes with writes held.
 constexpr size_t kCatchUpDocuments = 512;
@@ -607,7 +605,7 @@ absl::Status Shard::Train(TrainingRun* run) {
              {{"vectors", std::to_string(total_vectors)},
               {"centroids", std::to_string(num_centroids)},
               {"generation", std::to_string(generation)}}});
-  const int64_t want = std::min(total_vectors, num_centroids * kSampleVectorsPerCentroid);
+  const int64_t want = TrainingSampleVectors(num_centroids, total_vectors, schema_.dim);
   std::vector<uint64_t> order = iids;
   std::shuffle(order.begin(), order.end(), std::mt19937_64(kSampleSeed));
   std::vector<float> sample;
