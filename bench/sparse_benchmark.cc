@@ -6,12 +6,13 @@
 // the exhaustive ones (ids and order).
 //
 //   tessera-bench-sparse [--docs 100000] [--vocabulary 30000] [--doc_terms 100] [--query_terms 10]
-//                        [--queries 500] [--k 10] [--seed 1]
+//                        [--queries 500] [--k 10] [--seed 1] [--dot_weights splade|tf]
 //
 // A second mode runs a real corpus through the index, for a quality check against another BM25
 // (bench/eval/sparse_bm25_check.py writes the inputs and reads the run):
 //
 //   tessera-bench-sparse --corpus DOCS.tsv --queries_tsv QUERIES.tsv --run OUT.tsv [--k 100]
+//                        [--k1 1.2] [--b 0.75]
 //
 // where each line of DOCS.tsv is "iid<TAB>term:tf term:tf ..." (term ids ascending), QUERIES.tsv
 // "query_id<TAB>term:weight ...", and OUT.tsv gets "query_id<TAB>iid<TAB>rank<TAB>score".
@@ -44,6 +45,9 @@ struct Flags {
   int64_t queries = 500;
   int64_t k = 10;
   uint64_t seed = 1;
+  double k1 = 1.2;
+  double b = 0.75;
+  std::string dot_weights = "splade";
   std::string corpus, queries_tsv, run;
 };
 
@@ -135,16 +139,28 @@ int RunSynthetic(const Flags& flags) {
     for (int64_t d = 0; d < flags.docs; ++d) {
       SparseVector v = zipf.Vector(flags.doc_terms);
       if (!idf) {
-        // Dot-product mode: SPLADE-like float weights.
-        for (float& w : v.values) w *= std::uniform_real_distribution<float>(0.2f, 1.0f)(rng);
+        // Dot-product mode, float weights. "splade": frequent terms weigh less, as a learned
+        // sparse encoder's stopwords do (tf · (0.1 + 0.9 · ln(1 + rank) / ln(1 + V)) · U(0.8, 1));
+        // "tf": tf · U(0.2, 1), where the commonest terms dominate every score.
+        for (size_t i = 0; i < v.values.size(); ++i) {
+          const double noise = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+          v.values[i] = static_cast<float>(
+              flags.dot_weights == "tf"
+                  ? v.values[i] * (0.2 + 0.8 * noise)
+                  : v.values[i] *
+                        (0.1 + 0.9 * std::log1p(static_cast<double>(v.indices[i])) /
+                                   std::log1p(static_cast<double>(flags.vocabulary))) *
+                        (0.8 + 0.2 * noise));
+        }
       }
       postings += static_cast<int64_t>(v.indices.size());
       if (!index.Add(static_cast<uint64_t>(d), v.view()).ok()) return 1;
     }
     const double build_s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - build_start).count();
-    std::printf("\n[%s] built %" PRId64 " postings in %.2f s\n", idf ? "bm25" : "dot product",
-                postings, build_s);
+    std::printf("\n[%s] built %" PRId64 " postings in %.2f s\n",
+                idf ? "bm25" : ("dot product, " + flags.dot_weights + " weights").c_str(), postings,
+                build_s);
     std::vector<SparseVector> queries;
     for (int64_t q = 0; q < flags.queries; ++q) queries.push_back(zipf.Query(flags.query_terms));
     for (const bool filtered : {false, true}) {
@@ -161,9 +177,9 @@ int RunSynthetic(const Flags& flags) {
           if (filtered) request.filter = [](uint64_t iid) { return iid % 2 == 0; };
           const auto start = std::chrono::steady_clock::now();
           auto result = index.Search(request);
-          const double elapsed = std::chrono::duration<double, std::milli>(
-                                     std::chrono::steady_clock::now() - start)
-                                     .count();
+          const double elapsed =
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                  .count();
           if (!result.ok()) return 1;
           ms[exhaustive].push_back(elapsed);
           scored[exhaustive] += static_cast<double>(result->postings_scored);
@@ -183,9 +199,8 @@ int RunSynthetic(const Flags& flags) {
           "%.0f (%.1f%%)\n",
           filtered ? "1/2" : "none", skip.mean_ms, skip.p50_ms, skip.p99_ms, skip.postings_scored,
           skip.postings_total, 100.0 * skip.postings_scored / skip.postings_total);
-      std::printf(
-          "              full scan: mean %.3f ms p50 %.3f p99 %.3f, postings scored %.0f\n",
-          scan.mean_ms, scan.p50_ms, scan.p99_ms, scan.postings_scored);
+      std::printf("              full scan: mean %.3f ms p50 %.3f p99 %.3f, postings scored %.0f\n",
+                  scan.mean_ms, scan.p50_ms, scan.p99_ms, scan.postings_scored);
       std::printf("              speedup (mean) %.2fx; answers differing from the scan: %" PRId64
                   "\n",
                   scan.mean_ms / skip.mean_ms, mismatches);
@@ -213,8 +228,14 @@ bool ParseTerms(const std::string& text, SparseVector* v) {
 }
 
 int RunCorpus(const Flags& flags) {
-  auto created = SparseIndex::Create(SparseIndexOptions{});
-  if (!created.ok()) return 1;
+  SparseIndexOptions options;
+  options.scoring.k1 = flags.k1;
+  options.scoring.b = flags.b;
+  auto created = SparseIndex::Create(options);
+  if (!created.ok()) {
+    std::cerr << created.status() << "\n";
+    return 1;
+  }
   SparseIndex index = std::move(created).value();
   std::ifstream corpus(flags.corpus);
   std::string line;
@@ -275,6 +296,13 @@ int main(int argc, char** argv) {
       flags.queries_tsv = value;
     } else if (name == "--run") {
       flags.run = value;
+    } else if (name == "--dot_weights") {
+      flags.dot_weights = value;
+    } else if (name == "--k1" || name == "--b") {
+      if (!absl::SimpleAtod(value, name == "--k1" ? &flags.k1 : &flags.b)) {
+        std::cerr << "bad flag " << name << " " << value << "\n";
+        return 2;
+      }
     } else if (!numeric) {
       std::cerr << "bad flag " << name << " " << value << "\n";
       return 2;

@@ -118,13 +118,17 @@ struct SparseIndex::PreparedQuery {
 // block a target would fall in without moving the cursor (for its bound).
 class SparseIndex::Cursor {
  public:
-  explicit Cursor(const PostingList* list) : list_(list), size_(list->docs.size()) {}
+  explicit Cursor(const PostingList* list)
+      : list_(list),
+        docs_(list->docs.data()),
+        weights_(list->weights.data()),
+        size_(list->docs.size()) {}
 
-  uint32_t doc() const { return pos_ < size_ ? list_->docs[pos_] : kEnd; }
-  float weight() const { return list_->weights[pos_]; }
+  uint32_t doc() const { return pos_ < size_ ? docs_[pos_] : kEnd; }
+  float weight() const { return weights_[pos_]; }
   void Next() { ++pos_; }
   void NextGeq(uint32_t target) {
-    if (pos_ >= size_ || list_->docs[pos_] >= target) return;
+    if (pos_ >= size_ || docs_[pos_] >= target) return;
     size_t block = pos_ / kSparseBlockSize;
     const size_t num_blocks = list_->blocks.size();
     while (block < num_blocks && list_->blocks[block].last_doc < target) ++block;
@@ -134,8 +138,7 @@ class SparseIndex::Cursor {
     }
     const size_t begin = std::max(pos_, block * kSparseBlockSize);
     const size_t end = std::min(size_, (block + 1) * kSparseBlockSize);
-    pos_ = std::lower_bound(list_->docs.begin() + begin, list_->docs.begin() + end, target) -
-           list_->docs.begin();
+    pos_ = std::lower_bound(docs_ + begin, docs_ + end, target) - docs_;
   }
   // The block that holds `target` if the list has it (targets never decrease); null past the end.
   const Block* ShallowTo(uint32_t target) {
@@ -146,6 +149,8 @@ class SparseIndex::Cursor {
 
  private:
   const PostingList* list_;
+  const uint32_t* docs_;
+  const float* weights_;
   size_t size_;
   size_t pos_ = 0;
   size_t shallow_ = 0;
@@ -207,6 +212,7 @@ absl::Status SparseIndex::Add(uint64_t iid, const SparseVectorView& vector,
   }
   document.terms_end = terms_.size();
   documents_.push_back(document);
+  live_length_.push_back(dl);
   ordinal_of_[iid] = ordinal;
   ++num_live_;
   total_length_ += dl;
@@ -217,6 +223,7 @@ bool SparseIndex::Remove(uint64_t iid) {
   const auto it = ordinal_of_.find(iid);
   if (it == ordinal_of_.end()) return false;
   Document& document = documents_[it->second];
+  live_length_[it->second] = -1.0f;
   ordinal_of_.erase(it);
   document.live = false;
   for (uint64_t t = document.terms_begin; t < document.terms_end; ++t) {
@@ -269,6 +276,10 @@ void SparseIndex::Compact() {
     ++it;
   }
   documents_ = std::move(documents);
+  live_length_.resize(documents_.size());
+  for (size_t ordinal = 0; ordinal < documents_.size(); ++ordinal) {
+    live_length_[ordinal] = documents_[ordinal].length;
+  }
   terms_ = std::move(terms);
   total_length_ = total_length;
 }
@@ -377,13 +388,13 @@ void SparseIndex::SearchExhaustive(const SparseSearchRequest& request, const Pre
   for (const PreparedQuery::Term& term : query.terms) {
     const PostingList& list = *term.list;
     for (size_t i = 0; i < list.docs.size(); ++i) {
-      const Document& document = documents_[list.docs[i]];
-      if (!document.live) continue;
+      const float length = live_length_[list.docs[i]];
+      if (length < 0) continue;
       if (!seen[list.docs[i]]) {
         seen[list.docs[i]] = 1;
         touched.push_back(list.docs[i]);
       }
-      scores[list.docs[i]] += query.scorer(term.scale, list.weights[i], document.length);
+      scores[list.docs[i]] += query.scorer(term.scale, list.weights[i], length);
       ++result->postings_scored;
     }
   }
@@ -423,12 +434,13 @@ void SparseIndex::SearchMaxScore(const SparseSearchRequest& request, const Prepa
   for (size_t i = 0; i < q; ++i) current = std::min(current, cursors[i].doc());
   while (current != kEnd) {
     uint32_t next = kEnd;
-    const Document& document = documents_[current];
+    const float length = live_length_[current];
+    const bool live = length >= 0;
     double partial = 0;
     for (size_t i = essential; i < q; ++i) {
       if (cursors[i].doc() == current) {
-        if (document.live) {
-          const double v = query.scorer(terms[i]->scale, cursors[i].weight(), document.length);
+        if (live) {
+          const double v = query.scorer(terms[i]->scale, cursors[i].weight(), length);
           contributions[terms[i]->position] = v;
           filled.push_back(terms[i]->position);
           partial += v;
@@ -438,7 +450,7 @@ void SparseIndex::SearchMaxScore(const SparseSearchRequest& request, const Prepa
       }
       next = std::min(next, cursors[i].doc());
     }
-    bool keep = document.live;
+    bool keep = live;
     if (keep && essential > 0) {
       if (Prunable(partial + bounds[essential - 1], threshold)) {
         keep = false;
@@ -454,7 +466,7 @@ void SparseIndex::SearchMaxScore(const SparseSearchRequest& request, const Prepa
         }
       }
     }
-    if (keep && request.filter && !request.filter(document.iid)) keep = false;
+    if (keep && request.filter && !request.filter(documents_[current].iid)) keep = false;
     for (size_t i = essential; keep && i-- > 0;) {
       if (Prunable(partial + bounds[i], threshold)) {
         keep = false;
@@ -462,7 +474,7 @@ void SparseIndex::SearchMaxScore(const SparseSearchRequest& request, const Prepa
       }
       cursors[i].NextGeq(current);
       if (cursors[i].doc() == current) {
-        const double v = query.scorer(terms[i]->scale, cursors[i].weight(), document.length);
+        const double v = query.scorer(terms[i]->scale, cursors[i].weight(), length);
         contributions[terms[i]->position] = v;
         filled.push_back(terms[i]->position);
         partial += v;
@@ -473,7 +485,7 @@ void SparseIndex::SearchMaxScore(const SparseSearchRequest& request, const Prepa
       double score = 0;
       for (double v : contributions) score += v;
       ++result->documents_scored;
-      top.Offer({score, document.iid});
+      top.Offer({score, documents_[current].iid});
       const double raised = top.Threshold();
       if (raised != threshold) {
         threshold = raised;

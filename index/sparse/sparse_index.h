@@ -137,7 +137,9 @@ class SparseIndex {
   SparseIndexOptions options_;
   absl::flat_hash_map<uint32_t, PostingList> lists_;
   std::vector<Document> documents_;  // by ordinal
-  std::vector<uint32_t> terms_;      // the documents' term ids with a posting, by ordinal
+  // documents_[i].length for a live document, −1 for a dead one: what the search loops read.
+  std::vector<float> live_length_;
+  std::vector<uint32_t> terms_;  // the documents' term ids with a posting, by ordinal
   absl::flat_hash_map<uint64_t, uint32_t> ordinal_of_;  // live iid → ordinal
   int64_t num_live_ = 0;
   double total_length_ = 0;
