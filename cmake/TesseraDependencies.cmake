@@ -6,6 +6,8 @@
 # - Protobuf 3.21 is found through CMake's FindProtobuf.
 # - Abseil 20220623 has no absl/log and no status macros (see tessera/status_macros.h).
 # - OpenBLAS is found through pkg-config.
+# - libzip 1.7.3 (the .npz container, index/npy) is found through pkg-config.
+# - spdlog 1.10 (the server's log) is found through its CMake package; it brings fmt 9.
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 find_package(ZLIB REQUIRED)
@@ -16,6 +18,11 @@ pkg_check_modules(OpenBLAS REQUIRED IMPORTED_TARGET openblas)
 add_library(tessera_openblas INTERFACE)
 target_link_libraries(tessera_openblas INTERFACE PkgConfig::OpenBLAS)
 add_library(tessera::openblas ALIAS tessera_openblas)
+
+pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip>=1.7)
+add_library(tessera_libzip INTERFACE)
+target_link_libraries(tessera_libzip INTERFACE PkgConfig::LIBZIP)
+add_library(tessera::libzip ALIAS tessera_libzip)
 
 find_package(OpenMP REQUIRED)
 find_package(faiss REQUIRED CONFIG)
@@ -29,7 +36,7 @@ find_program(TESSERA_GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 find_package(yaml-cpp REQUIRED CONFIG)
 
 message(STATUS "Tessera dependencies: absl ${absl_VERSION}, OpenBLAS ${OpenBLAS_VERSION}, "
-               "faiss ${faiss_VERSION}, RocksDB ${RocksDB_VERSION}, Protobuf ${Protobuf_VERSION}, "
+               "libzip ${LIBZIP_VERSION}, faiss ${faiss_VERSION}, RocksDB ${RocksDB_VERSION}, Protobuf ${Protobuf_VERSION}, "
                "gRPC ${gRPC_VERSION}")
 
 if(TESSERA_BUILD_TESTS)
