@@ -70,6 +70,7 @@ RUN apt-get update -qq \
       libssl3 \
       libstdc++6 \
       libyaml-cpp0.7 \
+      libzip4 \
       libzstd1 \
       zlib1g \
  && apt-get clean \

@@ -6,6 +6,7 @@
 # - Protobuf 3.21 is found through CMake's FindProtobuf.
 # - Abseil 20220623 has no absl/log and no status macros (see tessera/status_macros.h).
 # - OpenBLAS and cpp-httplib 0.11 are found through pkg-config.
+# - libzip 1.7.3 (the .npz container, index/npy) is found through pkg-config.
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 find_package(ZLIB REQUIRED)
@@ -16,6 +17,11 @@ pkg_check_modules(OpenBLAS REQUIRED IMPORTED_TARGET openblas)
 add_library(tessera_openblas INTERFACE)
 target_link_libraries(tessera_openblas INTERFACE PkgConfig::OpenBLAS)
 add_library(tessera::openblas ALIAS tessera_openblas)
+
+pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip>=1.7)
+add_library(tessera_libzip INTERFACE)
+target_link_libraries(tessera_libzip INTERFACE PkgConfig::LIBZIP)
+add_library(tessera::libzip ALIAS tessera_libzip)
 
 find_package(OpenMP REQUIRED)
 find_package(faiss REQUIRED CONFIG)
@@ -32,8 +38,8 @@ find_package(yaml-cpp REQUIRED CONFIG)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 message(STATUS "Tessera dependencies: absl ${absl_VERSION}, OpenBLAS ${OpenBLAS_VERSION}, "
-               "faiss ${faiss_VERSION}, RocksDB ${RocksDB_VERSION}, Protobuf ${Protobuf_VERSION}, "
-               "gRPC ${gRPC_VERSION}")
+               "libzip ${LIBZIP_VERSION}, faiss ${faiss_VERSION}, RocksDB ${RocksDB_VERSION}, "
+               "Protobuf ${Protobuf_VERSION}, gRPC ${gRPC_VERSION}")
 
 if(TESSERA_BUILD_TESTS)
   find_package(GTest REQUIRED)

@@ -1,7 +1,7 @@
-// Tests of the .npz reader and writer: stored, deflated and ZIP64 round trips, archives written by
-// numpy.savez / numpy.savez_compressed read here and archives written here read by NumPy (through
-// testdata_gen.py), every kind of damage the reader must report, and a mutation loop that must
-// never crash.
+// Tests of the .npz reader and writer (on libzip): stored, deflated and ZIP64 round trips, archives
+// written by numpy.savez / numpy.savez_compressed (also with every ZIP64 record) read here and
+// archives written here read by NumPy (through testdata_gen.py), every kind of damage the reader
+// must report, zip bombs refused from their headers, and a mutation loop that must never crash.
 #include "tessera/npz.h"
 
 #include <sys/wait.h>
@@ -15,8 +15,10 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -83,6 +85,11 @@ size_t CentralEntry(const std::string& zip, int index) {
 size_t LocalHeader(const std::string& zip, int index) {
   return Get32(zip, CentralEntry(zip, index) + 42);
 }
+// Where a member's data starts, after its local header's name and extra field.
+size_t LocalData(const std::string& zip, int index) {
+  const size_t local = LocalHeader(zip, index);
+  return local + 30 + Get16(zip, local + 26) + Get16(zip, local + 28);
+}
 // Rewrites a member's CRC-32, compressed size and size in both its local header and its central
 // directory entry (archives without ZIP64), as a consistent writer would have written them.
 void SetDeclared(std::string* zip, int index, uint32_t crc, uint32_t compressed, uint32_t size) {
@@ -108,6 +115,36 @@ NpzEntries TwoArrays() {
           {"b", ExpectedArray(NpyDtype::kInt32, {4})}};
 }
 
+// NumPy's archives with every ZIP64 record (testdata_gen.py writes them with zipfile's ZIP64 limits
+// at 0, as zipfile does for members past 4 GiB), by name; empty without NumPy.
+const std::vector<std::pair<std::string, std::string>>& NumpyZip64Archives() {
+  static const auto* const archives = [] {
+    auto* out = new std::vector<std::pair<std::string, std::string>>;
+    if (!HaveNumpy()) return out;
+    ScopedTempDir dir;
+    std::string output;
+    if (RunTestdataGen("write", dir.path(), &output) != 0) {
+      ADD_FAILURE() << output;
+      return out;
+    }
+    for (const char* file : {"zip64.npz", "zip64_compressed.npz"}) {
+      std::ifstream in(dir.File(file), std::ios::binary);
+      out->emplace_back(file, std::string(std::istreambuf_iterator<char>(in), {}));
+    }
+    return out;
+  }();
+  return *archives;
+}
+
+// The archives the damage loops start from: ours, stored and deflated, and NumPy's ZIP64 ones.
+std::vector<std::pair<std::string, std::string>> ValidArchives() {
+  std::vector<std::pair<std::string, std::string>> archives = {
+      {"stored", *SerializeNpz(TwoArrays(), false)},
+      {"deflated", *SerializeNpz(TwoArrays(), true)}};
+  for (const auto& archive : NumpyZip64Archives()) archives.push_back(archive);
+  return archives;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Writing and reading back.
 
@@ -116,18 +153,14 @@ class NpzRoundTrip : public testing::TestWithParam<bool> {};
 TEST_P(NpzRoundTrip, AllSpecArrays) {
   const bool compress = GetParam();
   const NpzEntries entries = SpecEntries();
-  for (bool force_zip64 : {false, true}) {
-    const absl::StatusOr<std::string> zip =
-        internal::SerializeNpzForTesting(entries, compress, force_zip64);
-    ASSERT_TRUE(zip.ok()) << zip.status();
-    const absl::StatusOr<NpzEntries> parsed = ParseNpz(*zip);
-    ASSERT_TRUE(parsed.ok()) << parsed.status();
-    ExpectSameEntries(*parsed, entries, absl::StrCat("zip64=", force_zip64));
-  }
+  const absl::StatusOr<std::string> zip = SerializeNpz(entries, compress);
+  ASSERT_TRUE(zip.ok()) << zip.status();
+  const absl::StatusOr<NpzEntries> parsed = ParseNpz(*zip);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ExpectSameEntries(*parsed, entries, "spec arrays");
   // Every member uses the requested method.
-  const std::string zip = *SerializeNpz(entries, compress);
   for (size_t i = 0; i < entries.size(); ++i) {
-    EXPECT_EQ(Get16(zip, CentralEntry(zip, static_cast<int>(i)) + 10), compress ? 8 : 0);
+    EXPECT_EQ(Get16(*zip, CentralEntry(*zip, static_cast<int>(i)) + 10), compress ? 8 : 0);
   }
 }
 
@@ -150,6 +183,24 @@ TEST_P(NpzRoundTrip, LargeMember) {
   const absl::StatusOr<NpzEntries> parsed = ParseNpz(*SerializeNpz(entries, GetParam()));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   ExpectSameEntries(*parsed, entries, "big");
+}
+
+// An archive of more than 65535 members needs the ZIP64 end records, as a member or an offset past
+// 4 GiB does: written and read back without 4 GiB of data.
+TEST(SerializeNpz, Zip64ForManyMembers) {
+  NpzEntries entries;
+  for (int i = 0; i < 65536; ++i) {
+    entries.emplace_back(absl::StrCat("a", i), NpyArray::FromInt32({i, -i}));
+  }
+  const absl::StatusOr<std::string> zip = SerializeNpz(entries);
+  ASSERT_TRUE(zip.ok()) << zip.status();
+  const size_t end = zip->size() - 22;
+  ASSERT_EQ(Get32(*zip, end), 0x06054b50u);
+  EXPECT_EQ(Get16(*zip, end + 10), 0xffff);       // The count is in the ZIP64 record.
+  EXPECT_EQ(Get32(*zip, end - 20), 0x07064b50u);  // Its locator.
+  const absl::StatusOr<NpzEntries> parsed = ParseNpz(*zip);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ExpectSameEntries(*parsed, entries, "65536 members");
 }
 
 INSTANTIATE_TEST_SUITE_P(StoredAndDeflated, NpzRoundTrip, testing::Bool(),
@@ -203,7 +254,7 @@ TEST(NpzFile, Errors) {
   EXPECT_THAT(missing.status().message(), HasSubstr("missing.npz"));
 
   std::string zip = *SerializeNpz(TwoArrays());
-  zip[LocalHeader(zip, 1) + 30 + 5 + 70] ^= 0x40;  // In b's data.
+  zip[LocalData(zip, 1) + 70] ^= 0x40;  // In b's .npy header: the CRC-32 is reported first.
   WriteBytes(dir.File("corrupt.npz"), zip);
   const absl::StatusOr<NpzEntries> corrupt = ReadNpzFile(dir.File("corrupt.npz"));
   EXPECT_EQ(corrupt.status().code(), absl::StatusCode::kInvalidArgument);
@@ -221,6 +272,13 @@ struct Damage {
   std::string message;  // A substring the error must contain.
 };
 
+// What libzip 1.7.3 says of damage to the ZIP structure: it has no finer error codes (1.8 added
+// details), so these messages name the archive but not the field.
+const char kInconsistent[] =
+    "damaged or unsupported ZIP archive (libzip: Zip archive inconsistent)";
+const char kNotAZip[] =
+    "not a ZIP archive, or its central directory is damaged (libzip: Not a zip archive)";
+
 TEST(ParseNpz, ReportsDamage) {
   const auto rename_b = [](std::string* zip, bool local, bool central, absl::string_view name) {
     if (local) std::memcpy(&(*zip)[LocalHeader(*zip, 1) + 30], name.data(), 5);
@@ -228,12 +286,12 @@ TEST(ParseNpz, ReportsDamage) {
   };
   const std::vector<Damage> cases = {
       {"central CRC", false, [](std::string* z) { (*z)[CentralEntry(*z, 0) + 17] ^= 1; },
-       "member 'a.npy': the local header declares 152 bytes (152 compressed, CRC-32 0x"},
+       kInconsistent},
       {
           "local size",
           true,
           [](std::string* z) { Set32(z, LocalHeader(*z, 1) + 22, DeclaredSize(*z, 1) + 1000); },
-          "member 'b.npy': the local header declares 1144 bytes (",
+          kInconsistent,
       },
       {"both CRCs", false,
        [](std::string* z) {
@@ -244,8 +302,8 @@ TEST(ParseNpz, ReportsDamage) {
       {"stored data", false,
        [](std::string* z) { (*z)[LocalHeader(*z, 1) - 1] ^= 0x10; },  // a's last data byte.
        "member 'a.npy': CRC-32 mismatch"},
-      {"deflated data", true,
-       [](std::string* z) { (*z)[LocalHeader(*z, 0) + 30 + 5 + 20] ^= 0x55; }, "member 'a.npy': "},
+      {"deflated data", true, [](std::string* z) { (*z)[LocalData(*z, 0) + 20] ^= 0x55; },
+       "member 'a.npy': "},
       {"bzip2", false,
        [](std::string* z) {
          Set16(z, LocalHeader(*z, 1) + 8, 12);
@@ -259,12 +317,11 @@ TEST(ParseNpz, ReportsDamage) {
       {"not npy", false, [&](std::string* z) { rename_b(z, true, true, "b.npx"); },
        "member 'b.npx': is not a .npy file"},
       {"local name", false, [&](std::string* z) { rename_b(z, true, false, "c.npy"); },
-       "member 'b.npy': the local header at offset"},
+       kInconsistent},
       {"local offset", false,
-       [](std::string* z) { Set32(z, CentralEntry(*z, 1) + 42, 0x7fffffff); },
-       "member 'b.npy': the local header at offset 2147483647 lies outside"},
+       [](std::string* z) { Set32(z, CentralEntry(*z, 1) + 42, 0x7fffffff); }, kNotAZip},
       {"local signature", false, [](std::string* z) { Set32(z, CentralEntry(*z, 1) + 42, 1); },
-       "has signature 0x"},
+       kNotAZip},
       {"stored sizes", false,
        [](std::string* z) {
          SetDeclared(z, 0, DeclaredCrc(*z, 0), DeclaredCompressed(*z, 0), DeclaredSize(*z, 0) + 1);
@@ -274,7 +331,7 @@ TEST(ParseNpz, ReportsDamage) {
        [](std::string* z) {
          SetDeclared(z, 1, DeclaredCrc(*z, 1), 0x7ffffff0, DeclaredSize(*z, 1));
        },
-       "run past the archive's end"},
+       kNotAZip},
       {"bomb", true,
        [](std::string* z) {
          SetDeclared(z, 0, DeclaredCrc(*z, 0), DeclaredCompressed(*z, 0), 0xfffffff0);
@@ -295,26 +352,24 @@ TEST(ParseNpz, ReportsDamage) {
        "member 'a.npy': "},
       {"zip64 marker", false,
        [](std::string* z) { Set32(z, CentralEntry(*z, 0) + 24, 0xffffffff); },
-       "marked 0xffffffff but there is no ZIP64 extra field"},
-      {"entry signature", false, [](std::string* z) { (*z)[CentralEntry(*z, 1)] = 'X'; },
-       "central directory entry 1 at offset"},
+       "libzip cannot read its central directory"},
+      {"entry signature", false, [](std::string* z) { (*z)[CentralEntry(*z, 1)] = 'X'; }, kNotAZip},
       {"entry count", false,
        [](std::string* z) {
          Set16(z, EndRecord(*z) + 8, 1000);
          Set16(z, EndRecord(*z) + 10, 1000);
        },
-       "cannot hold 1000 entries"},
-      {"split", false, [](std::string* z) { Set16(z, EndRecord(*z) + 8, 1); },
-       "multi-disk (split) ZIP archives are not supported"},
+       kInconsistent},
+      {"split", false, [](std::string* z) { Set16(z, EndRecord(*z) + 8, 1); }, kNotAZip},
       {"directory offset", false, [](std::string* z) { Set32(z, EndRecord(*z) + 16, 0x10000000); },
-       "the central directory ("},
+       kInconsistent},
       {"comment length", false, [](std::string* z) { Set16(z, EndRecord(*z) + 20, 5); },
-       "no end-of-central-directory record"},
+       kInconsistent},
       {"trailing npy damage", false,
        [](std::string* z) {
          // b's header says shape (5,) instead of (4,), with the CRC fixed up: a .npy error.
          const size_t local = LocalHeader(*z, 1);
-         const size_t header = local + 30 + 5;
+         const size_t header = LocalData(*z, 1);
          const size_t shape = z->find("(4,)", header);
          (*z)[shape + 1] = '5';
          const size_t size = Get32(*z, local + 18);
@@ -521,40 +576,43 @@ TEST(ParseNpzBomb, StreamShorterThanDeclared) {
 }
 
 TEST(ParseNpz, ReportsZip64Damage) {
-  const std::string valid = *internal::SerializeNpzForTesting(TwoArrays(), false, true);
+  if (NumpyZip64Archives().empty()) GTEST_SKIP() << "needs NumPy's ZIP64 archives";
+  const std::string valid = NumpyZip64Archives()[0].second;
   ASSERT_TRUE(ParseNpz(valid).ok());
   const size_t locator = valid.size() - 22 - 20;
   const size_t record = locator - 56;
   ASSERT_EQ(Get32(valid, locator), 0x07064b50u);
   ASSERT_EQ(Get32(valid, record), 0x06064b50u);
-
-  std::string zip = valid;
-  Set32(&zip, locator + 8, 0x7fffffff);
-  EXPECT_THAT(ParseNpz(zip).status().message(), HasSubstr("does not fit before its locator"));
-
-  zip = valid;
-  zip[record] = 'X';
-  EXPECT_THAT(ParseNpz(zip).status().message(), HasSubstr("expected 0x06064b50"));
-
-  zip = valid;
-  Set32(&zip, record + 32, 3);  // Entry count 3, this disk still says 2.
-  EXPECT_THAT(ParseNpz(zip).status().message(), HasSubstr("multi-disk"));
-
-  // The first central entry's ZIP64 extra field: id 1, length 24 (sizes and offset).
+  // The first central entry's ZIP64 extra field: id 1, length 16 (its two sizes; its offset, 0,
+  // is not saturated).
   const size_t entry = Get32(valid, record + 48);
   const size_t extra = entry + 46 + Get16(valid, entry + 28);
   ASSERT_EQ(Get16(valid, extra), 1);
-  ASSERT_EQ(Get16(valid, extra + 2), 24);
-  zip = valid;
-  Set16(&zip, extra + 2, 16);  // Holds the sizes but not the offset.
-  EXPECT_THAT(ParseNpz(zip).status().message(),
-              HasSubstr("member 'a.npy': the ZIP64 extra field is too short"));
-  zip = valid;
-  Set16(&zip, extra + 2, 200);
-  EXPECT_THAT(ParseNpz(zip).status().message(), HasSubstr("overruns the extra data"));
-  zip = valid;
-  Set16(&zip, extra, 7);  // Not a ZIP64 field any more.
-  EXPECT_THAT(ParseNpz(zip).status().message(), HasSubstr("no ZIP64 extra field"));
+  ASSERT_EQ(Get16(valid, extra + 2), 16);
+
+  const std::vector<std::tuple<std::string, std::function<void(std::string*)>, std::string>> cases =
+      {
+          {"locator offset", [&](std::string* z) { Set32(z, locator + 8, 0x7fffffff); },
+           kInconsistent},
+          {"record signature", [&](std::string* z) { (*z)[record] = 'X'; }, kInconsistent},
+          {"record count", [&](std::string* z) { Set32(z, record + 32, 3); },
+           "multi-disk (split) ZIP archives are not supported"},
+          {"extra too short", [&](std::string* z) { Set16(z, extra + 2, 8); }, kInconsistent},
+          {"extra overruns", [&](std::string* z) { Set16(z, extra + 2, 200); }, kInconsistent},
+          {"no extra", [&](std::string* z) { Set16(z, extra, 7); },
+           "libzip cannot read its central directory"},
+          {"extra size", [&](std::string* z) { (*z)[extra + 4] ^= 0x20; }, kInconsistent},
+          {"extra compressed size", [&](std::string* z) { (*z)[extra + 4 + 8] ^= 0x01; },
+           kInconsistent},
+      };
+  for (const auto& [label, apply, message] : cases) {
+    std::string zip = valid;
+    apply(&zip);
+    const absl::StatusOr<NpzEntries> parsed = ParseNpz(zip, "zip64.npz");
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument) << label;
+    EXPECT_THAT(parsed.status().message(), HasSubstr("zip64.npz")) << label;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(message)) << label;
+  }
 }
 
 TEST(ParseNpz, NotAZipFile) {
@@ -568,23 +626,19 @@ TEST(ParseNpz, NotAZipFile) {
 }
 
 TEST(ParseNpz, EveryTruncationIsAnError) {
-  for (bool compress : {false, true}) {
-    for (bool zip64 : {false, true}) {
-      const std::string zip = *internal::SerializeNpzForTesting(TwoArrays(), compress, zip64);
-      for (size_t size = 0; size < zip.size(); ++size) {
-        EXPECT_EQ(ParseNpz(absl::string_view(zip).substr(0, size)).status().code(),
-                  absl::StatusCode::kInvalidArgument)
-            << "prefix of " << size << " bytes, compress=" << compress << " zip64=" << zip64;
-      }
+  for (const auto& [label, zip] : ValidArchives()) {
+    for (size_t size = 0; size < zip.size(); ++size) {
+      EXPECT_EQ(ParseNpz(absl::string_view(zip).substr(0, size)).status().code(),
+                absl::StatusCode::kInvalidArgument)
+          << "prefix of " << size << " bytes of " << label;
     }
   }
 }
 
 TEST(ParseNpz, RandomMutationsNeverCrash) {
   std::mt19937 rng(2024);
-  for (bool compress : {false, true}) {
-    for (bool zip64 : {false, true}) {
-      const std::string valid = *internal::SerializeNpzForTesting(TwoArrays(), compress, zip64);
+  for (const auto& [label, valid] : ValidArchives()) {
+    {
       int rejected = 0;
       for (int iteration = 0; iteration < 2000; ++iteration) {
         std::string zip = valid;
@@ -614,7 +668,7 @@ TEST(ParseNpz, RandomMutationsNeverCrash) {
         }
       }
       // Most mutations are caught; the rest hit fields that readers ignore (times, attributes).
-      EXPECT_GT(rejected, 1500) << "compress=" << compress << " zip64=" << zip64;
+      EXPECT_GT(rejected, 1500) << label;
     }
   }
 }
@@ -642,12 +696,9 @@ TEST(NpzNumpyInterop, NumpyReadsWhatWeWrite) {
   const NpzEntries entries = SpecEntries();
   ASSERT_TRUE(WriteNpzFile(dir.File("stored.npz"), entries, false).ok());
   ASSERT_TRUE(WriteNpzFile(dir.File("deflated.npz"), entries, true).ok());
-  WriteBytes(dir.File("zip64_stored.npz"), *internal::SerializeNpzForTesting(entries, false, true));
-  WriteBytes(dir.File("zip64_deflated.npz"),
-             *internal::SerializeNpzForTesting(entries, true, true));
   std::string output;
   EXPECT_EQ(RunTestdataGen("check", dir.path(), &output), 0) << output;
-  EXPECT_THAT(output, HasSubstr("checked 4 files, 0 errors"));
+  EXPECT_THAT(output, HasSubstr("checked 2 files, 0 errors"));
 }
 
 TEST(NpzNumpyInterop, CheckerCatchesBadCrc) {

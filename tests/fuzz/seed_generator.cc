@@ -112,10 +112,8 @@ void NpzSeeds() {
   entries.emplace_back("ids", NpyArray::FromInt64({7, 8}));
   Write("npz", "stored.npz", Value(SerializeNpz(entries, false), "npz"));
   Write("npz", "deflated.npz", Value(SerializeNpz(entries, true), "npz"));
-  Write("npz", "zip64.npz",
-        Value(internal::SerializeNpzForTesting(entries, false, /*force_zip64=*/true), "npz"));
-  Write("npz", "zip64-deflated.npz",
-        Value(internal::SerializeNpzForTesting(entries, true, /*force_zip64=*/true), "npz"));
+  // zip64.npz and zip64-deflated.npz (the same entries with every ZIP64 record) stay as the former
+  // hand-written writer left them: libzip writes ZIP64 only where an archive needs it.
 }
 
 v1::Filter ProtoFilter(const std::string& field, v1::Condition::Op op,

@@ -1,14 +1,14 @@
 // Reading and writing NumPy's .npz archives: a ZIP file whose members `NAME.npy` each hold one
-// array, as numpy.savez (stored) and numpy.savez_compressed (deflated) write them. The reader
-// follows the central directory, understands ZIP64 (which NumPy uses for large members) and checks
-// every member's CRC-32; the writer produces archives that numpy.load and Python's zipfile read,
-// switching to ZIP64 by itself when a member, an offset or the member count needs it.
+// array, as numpy.savez (stored) and numpy.savez_compressed (deflated) write them. The ZIP format
+// itself (central directory, ZIP64, which NumPy uses for large members, deflate, CRC-32) is
+// libzip's; the writer produces archives that numpy.load and Python's zipfile read, ZIP64 where a
+// member, an offset or the member count needs it.
 //
-// Whole archives are held in memory: reading needs the file's size plus the arrays' size; writing
-// a deflated member needs its compressed size on top of the arrays. Reading checks the sizes an
-// archive declares (central directory, local headers, each .npy header's shape × dtype) against
-// each other and against NpzLimits before it inflates anything, so a "zip bomb" is refused from
-// its headers. Thread-compatible.
+// Reading a buffer needs the arrays' size on top of it; reading a file reads it in place, member
+// by member. Reading checks the sizes an archive declares (central directory, local headers, each
+// .npy header's shape × dtype) against each other and against NpzLimits before it inflates
+// anything, so a "zip bomb" is refused from its headers. Writing streams each member from its
+// array. Thread-compatible.
 #ifndef TESSERA_NPZ_H_
 #define TESSERA_NPZ_H_
 
@@ -58,12 +58,13 @@ absl::StatusOr<NpzEntries> ParseNpz(absl::string_view bytes,
 // INVALID_ARGUMENT for an empty or duplicate name, a name over 65531 bytes, or an invalid array.
 absl::StatusOr<std::string> SerializeNpz(const NpzEntries& arrays, bool compress = false);
 
-// Reads the whole file with one read and parses it as ParseNpz does, with the path in messages.
-// NOT_FOUND if it does not exist.
+// Reads the file and parses it as ParseNpz does, with the path in messages. NOT_FOUND if it does
+// not exist; other I/O errors as ReadNpyFile.
 absl::StatusOr<NpzEntries> ReadNpzFile(const std::string& path, const NpzLimits& limits = {});
 
-// Writes `arrays` as SerializeNpz does, streaming stored members straight from the arrays. Errors
-// as SerializeNpz and WriteNpyFile; a failed write leaves no file behind.
+// Writes `arrays` as SerializeNpz does, streaming each member from its array into a temporary
+// file that replaces `path` when it is complete. Errors as SerializeNpz and WriteNpyFile; a failed
+// write leaves no file behind.
 absl::Status WriteNpzFile(const std::string& path, const NpzEntries& arrays, bool compress = false);
 
 namespace internal {
@@ -78,11 +79,6 @@ struct NpzReadStats {
 // ParseNpz, adding to `stats` (may be null) what it inflated.
 absl::StatusOr<NpzEntries> ParseNpzForTesting(absl::string_view bytes, absl::string_view source,
                                               const NpzLimits& limits, NpzReadStats* stats);
-
-// SerializeNpz, but with every ZIP64 structure written even where the sizes do not need it, so
-// that tests can cover the ZIP64 paths of this reader and of NumPy's without 4 GiB files.
-absl::StatusOr<std::string> SerializeNpzForTesting(const NpzEntries& arrays, bool compress,
-                                                   bool force_zip64);
 
 }  // namespace internal
 }  // namespace tessera

@@ -1,0 +1,39 @@
+// Tests of the structured log's line format: every field, and escaping that gives valid JSON for
+// any bytes (control characters, quotes, invalid UTF-8).
+#include "server/log.h"
+
+#include <string>
+
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+
+namespace tessera::server {
+namespace {
+
+TEST(FormatLogLine, WritesEveryField) {
+  const absl::Time time = absl::FromUnixMillis(1796083200123);  // 2026-12-01T00:00:00.123Z
+  EXPECT_EQ(
+      FormatLogLine(time, "warning", "write failed", {{"collection", "papers"}, {"shard", "3"}}),
+      "{\"ts\":\"2026-12-01T00:00:00.123Z\",\"level\":\"warning\",\"msg\":\"write failed\","
+      "\"collection\":\"papers\",\"shard\":\"3\"}\n");
+}
+
+TEST(JsonQuote, EscapesQuotesBackslashesAndControlCharacters) {
+  EXPECT_EQ(JsonQuote("a\"b\\c"), "\"a\\\"b\\\\c\"");
+  EXPECT_EQ(JsonQuote(std::string("\0\n\t\x1f\x7f", 5)), "\"\\u0000\\u000a\\u0009\\u001f\\u007f\"");
+}
+
+TEST(JsonQuote, KeepsValidUtf8AndReplacesEveryInvalidByte) {
+  EXPECT_EQ(JsonQuote("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"),
+            "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"");
+  // A lone continuation byte, a truncated sequence, an overlong '/', a surrogate, past U+10FFFF.
+  EXPECT_EQ(JsonQuote("a\x80z"), "\"a\\ufffdz\"");
+  EXPECT_EQ(JsonQuote("\xe2\x82"), "\"\\ufffd\\ufffd\"");
+  EXPECT_EQ(JsonQuote("\xc0\xaf"), "\"\\ufffd\\ufffd\"");
+  EXPECT_EQ(JsonQuote("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");
+  EXPECT_EQ(JsonQuote("\xf4\x90\x80\x80"), "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");
+  EXPECT_EQ(JsonQuote("\xff"), "\"\\ufffd\"");
+}
+
+}  // namespace
+}  // namespace tessera::server
