@@ -367,7 +367,7 @@ TEST(ParseNpy, RejectsMalformedInput) {
   std::string nested(1000, '(');
   const std::vector<BadNpy> cases = {
       {"empty", "", "magic"},
-      {"bad magic", "\x93NUMPX\x01\x00" + std::string(100, ' '), "magic"},
+      {"bad magic", std::string("\x93NUMPX\x01\x00", 8) + std::string(100, ' '), "magic"},
       {"zip file", "PK\x03\x04 not npy", "not an NPY file"},
       {"version 4.0", MakeNpy(Dict("'<f4'", "False", "(3,)"), f4x3, 4), "version 4.0"},
       {"version 1.1", std::string("\x93NUMPY\x01\x01\x10\x00", 10) + "{}", "version 1.1"},

@@ -425,7 +425,7 @@ absl::StatusOr<std::string> SerializeNpz(const NpzEntries& arrays, bool compress
     return absl::InternalError(
         absl::StrCat("libzip cannot write the .npz: ", Describe(zip_get_error(archive.get()))));
   }
-  archive.release();  // zip_close freed it.
+  (void)archive.release();  // zip_close freed it.
 
   zip_stat_t stat;
   zip_stat_init(&stat);
@@ -484,7 +484,7 @@ absl::Status WriteNpzFile(const std::string& path, const NpzEntries& arrays, boo
     if (system != 0) return ErrnoStatus(system, "cannot write", path);
     return absl::InternalError(absl::StrCat("cannot write '", path, "': ", Describe(error)));
   }
-  archive.release();  // zip_close freed it.
+  (void)archive.release();  // zip_close freed it.
   return absl::OkStatus();
 }
 

@@ -118,7 +118,7 @@ NpzEntries TwoArrays() {
 // NumPy's archives with every ZIP64 record (testdata_gen.py writes them with zipfile's ZIP64 limits
 // at 0, as zipfile does for members past 4 GiB), by name; empty without NumPy.
 const std::vector<std::pair<std::string, std::string>>& NumpyZip64Archives() {
-  static const auto* const archives = [] {
+  static const auto* const kArchives = [] {
     auto* out = new std::vector<std::pair<std::string, std::string>>;
     if (!HaveNumpy()) return out;
     ScopedTempDir dir;
@@ -133,7 +133,7 @@ const std::vector<std::pair<std::string, std::string>>& NumpyZip64Archives() {
     }
     return out;
   }();
-  return *archives;
+  return *kArchives;
 }
 
 // The archives the damage loops start from: ours, stored and deflated, and NumPy's ZIP64 ones.

@@ -414,7 +414,7 @@ TEST(SparseIndex, SerializeRoundTrip) {
 
 TEST(SparseIndex, RejectsBadVectorsNamingTheField) {
   SparseIndex index = MakeIndex();
-  const auto add = [&](SparseVector v) { return index.Add(42, v.view()); };
+  const auto add = [&](const SparseVector& v) { return index.Add(42, v.view()); };
   absl::Status s = add({{1, 2}, {1}});
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("document 42 sparse vector: 2 indices but 1 values"));

@@ -48,7 +48,7 @@ class CandidateStage1 final : public Stage1Index {
   // Candidate vectors from Stage1Source::pooled (or the stored values), one document per task.
   absl::StatusOr<std::vector<Stage1Payload>> DeriveImpl(absl::Span<const Stage1Source> documents,
                                                         ThreadPool* pool) const override;
-  absl::StatusOr<std::vector<Stage1Hit>> SearchImpl(const Stage1Query& query,
+  absl::StatusOr<std::vector<Stage1Hit>> SearchImpl(const Stage1Query& request,
                                                     const std::function<bool(uint64_t)>* accept,
                                                     ThreadPool* pool) const override;
 

@@ -1,5 +1,6 @@
 #include "index/storage/rerank_segment.h"
 
+#include <array>
 #include <cstring>
 #include <utility>
 
@@ -14,7 +15,7 @@ namespace tessera::internal {
 namespace {
 
 constexpr char kHeaderMagic[] = "TSRSEG01";
-constexpr char kTrailerMagic[] = "TSRSEGND";
+constexpr std::array<char, 8> kTrailerMagic = {'T', 'S', 'R', 'S', 'E', 'G', 'N', 'D'};
 constexpr uint32_t kSegmentFormat = 1;
 constexpr uint64_t kHeaderBytes = 64;
 constexpr uint64_t kRowAlignment = 64;
@@ -105,7 +106,7 @@ absl::StatusOr<int64_t> WriteRerankSegment(const std::string& path, uint32_t num
   for (absl::string_view part : parts) crc = Crc32(part, crc);
   crc = Crc32(absl::string_view(table.data(), entries.size() * kEntryBytes + 16), crc);
   PutU32(trailer + 16, crc);
-  std::memcpy(trailer + 20, kTrailerMagic, 8);
+  std::memcpy(trailer + 20, kTrailerMagic.data(), kTrailerMagic.size());
   parts.push_back(table);
   TESSERA_RETURN_IF_ERROR(WriteFileAtomically(path, parts));
   return static_cast<int64_t>(offset + table.size());
@@ -124,7 +125,7 @@ absl::StatusOr<std::shared_ptr<const RerankSegment>> RerankSegment::Open(const s
   }
   if (size < kHeaderBytes + kTrailerBytes) return Corrupt(path, absl::StrCat(size, " bytes"));
   if (std::memcmp(bytes.data(), kHeaderMagic, 8) != 0 ||
-      std::memcmp(bytes.data() + size - 8, kTrailerMagic, 8) != 0) {
+      std::memcmp(bytes.data() + size - 8, kTrailerMagic.data(), kTrailerMagic.size()) != 0) {
     return Corrupt(path, "no segment header or trailer (torn or not a segment)");
   }
   if (LoadU32(bytes.data() + 8) != kSegmentFormat) {

@@ -223,7 +223,7 @@ TEST_F(RerankSegmentTest, CorruptTruncatedOrMissingSegmentIsDataLossNamingIt) {
   }
   const std::vector<std::string> files = SegmentFiles();
   ASSERT_EQ(files.size(), 1u);
-  const std::string path = files[0];
+  const std::string& path = files[0];
   auto original = ReadWholeFile(path);
   ASSERT_TRUE(original.ok());
   ShardStoreOptions options;

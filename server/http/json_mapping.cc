@@ -12,6 +12,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "tessera/status_macros.h"
 #include "tessera/v1/common.pb.h"
 
 namespace tessera::server {
@@ -129,11 +130,9 @@ absl::Status ToProtoJson(const Descriptor& type, const std::string& where, Value
       }
     } else if (matrix && field_value.kind_case() == Value::kListValue) {
       const ListValue rows = field_value.list_value();
-      const absl::Status packed = PackMatrix(rows, name, &field_value);
-      if (!packed.ok()) return packed;
+      TESSERA_RETURN_IF_ERROR(PackMatrix(rows, name, &field_value));
     } else if (!matrix) {
-      const absl::Status status = ToProtoJson(child, name, &field_value);
-      if (!status.ok()) return status;
+      TESSERA_RETURN_IF_ERROR(ToProtoJson(child, name, &field_value));
     }
   }
   return absl::OkStatus();
@@ -261,8 +260,7 @@ absl::Status JsonToMessage(absl::string_view json, google::protobuf::Message* me
     return absl::InvalidArgumentError(absl::StrCat(KindName(tree), ", expected an object (",
                                                    message->GetDescriptor()->full_name(), ")"));
   }
-  const absl::Status rewritten = ToProtoJson(*message->GetDescriptor(), "", &tree);
-  if (!rewritten.ok()) return rewritten;
+  TESSERA_RETURN_IF_ERROR(ToProtoJson(*message->GetDescriptor(), "", &tree));
   std::string proto_json;
   google::protobuf::util::MessageToJsonString(tree, &proto_json);
   const auto status = google::protobuf::util::JsonStringToMessage(proto_json, message, options);

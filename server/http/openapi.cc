@@ -46,7 +46,7 @@ class SchemaBuilder {
 
   // Adds `type` and every message it holds; returns its schema's name.
   std::string Add(const Descriptor& type) {
-    const std::string name = type.full_name();
+    std::string name = type.full_name();
     if (!seen_.insert(name).second) return name;
     Value schema = Schema("object");
     Value& properties = At(&schema, "properties");

@@ -145,10 +145,10 @@ absl::Status CallUnary(const std::shared_ptr<grpc::Channel>& channel, const std:
 
 const MethodDescriptor* FindRpc(absl::string_view rpc) {
   // Loads the files into the generated pool (and links their code into every binary).
-  static const bool loaded = v1::CreateCollectionRequest::descriptor() != nullptr &&
-                             v1::UpsertRequest::descriptor() != nullptr &&
-                             v1::SearchRequest::descriptor() != nullptr;
-  (void)loaded;
+  static const bool kLoaded = v1::CreateCollectionRequest::descriptor() != nullptr &&
+                              v1::UpsertRequest::descriptor() != nullptr &&
+                              v1::SearchRequest::descriptor() != nullptr;
+  (void)kLoaded;
   const size_t dot = rpc.rfind('.');
   if (dot == absl::string_view::npos) return nullptr;
   const google::protobuf::ServiceDescriptor* service =

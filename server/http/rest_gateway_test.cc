@@ -66,7 +66,9 @@ TEST(JsonMapping, MatrixAsNestedArraysEqualsPackedBytes) {
   EXPECT_EQ(query.dtype(), v1::DTYPE_FLOAT32);
   const float expected[] = {1, 2.5f, -3, 0, 0.125f, 1000};
   ASSERT_EQ(query.data().size(), sizeof(expected));
-  EXPECT_EQ(std::memcmp(query.data().data(), expected, sizeof(expected)), 0);
+  float stored[6];
+  std::memcpy(stored, query.data().data(), sizeof(stored));
+  EXPECT_THAT(stored, ::testing::ElementsAreArray(expected));
   // The proto form of the same matrix parses to the same message.
   v1::SearchBatchRequest packed;
   ASSERT_TRUE(JsonToMessage(MessageToJson(request), &packed).ok());
