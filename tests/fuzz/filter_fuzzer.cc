@@ -6,8 +6,9 @@
 //   protobuf cannot parse are skipped).
 //
 // Asserts, beyond no crash or undefined behaviour (ASan, UBSan):
-// - a parsed expression names a field, has exactly one value unless it is "in", and gives a
-//   declared field values of its type (an int64 field only integers, a string field strings);
+// - a parsed expression names a field, has no value for "exists" / "missing", exactly one for
+//   the other ops but "in", gives "prefix" a string and otherwise gives a declared field values
+//   of its type (an int64 field only integers, a string field strings);
 // - round trip: the filter through the client's FilterToProto and the server's FilterFromProto
 //   comes back with the same fields, ops and values (doubles bit for bit);
 // - ValidateFilter (against the fields above) accepts or says INVALID_ARGUMENT, and FilterMatches
@@ -97,11 +98,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   FUZZ_CHECK(!condition->field.empty(), "no field");
-  if (condition->op != FilterCondition::Op::kIn) {
+  if (condition->op == FilterCondition::Op::kExists ||
+      condition->op == FilterCondition::Op::kMissing) {
+    FUZZ_CHECK(condition->values.empty(), "a value for exists / missing");
+  } else if (condition->op != FilterCondition::Op::kIn) {
     FUZZ_CHECK(condition->values.size() == 1, "not exactly one value");
   }
   const auto field = declared.find(condition->field);
-  if (field != declared.end()) {
+  if (condition->op == FilterCondition::Op::kPrefix) {
+    // A prefix is a string whatever the field (the server refuses it on a number field).
+    FUZZ_CHECK(TypeOf(condition->values[0]) == AttributeType::kString, "a prefix not a string");
+  } else if (field != declared.end()) {
     for (const AttributeValue& value : condition->values) {
       const AttributeType type = TypeOf(value);
       FUZZ_CHECK(field->second == v1::ATTRIBUTE_TYPE_INT64    ? type == AttributeType::kInt64
