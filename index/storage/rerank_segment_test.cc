@@ -22,6 +22,7 @@
 #include "index/common/file_io.h"
 #include "index/storage/record_codec.h"
 #include "index/storage/shard_store.h"
+#include "index/testing/stored_matrix.h"
 #include "index/testing/temp_dir.h"
 #include "tessera/float16.h"
 
@@ -29,21 +30,6 @@ namespace tessera::internal {
 namespace {
 
 using ::testing::HasSubstr;
-
-StoredMatrix MakeMatrix(VectorDtype dtype, int64_t rows, int64_t cols, uint32_t seed) {
-  StoredMatrix m{dtype, rows, cols, {}};
-  const int64_t n = rows * cols;
-  if (dtype == VectorDtype::kFloat16) {
-    std::vector<Float16> values(n);
-    for (int64_t i = 0; i < n; ++i) values[i] = FloatToHalf(std::sin(0.37f * (i + seed)));
-    m.bytes.assign(reinterpret_cast<const char*>(values.data()), n * 2);
-  } else {
-    std::vector<float> values(n);
-    for (int64_t i = 0; i < n; ++i) values[i] = std::cos(0.11f * (i + seed));
-    m.bytes.assign(reinterpret_cast<const char*>(values.data()), n * 4);
-  }
-  return m;
-}
 
 // Document i: fp16 mostly, some fp32, 1–40 rows of 32 columns; every 17th has no rows (stored as
 // codes only), so it stays in RocksDB.

@@ -21,6 +21,7 @@
 #include "index/storage/record_codec.h"
 #include "index/storage/rocksdb_tsan_suppressions.h"
 #include "index/testing/allocated_bytes.h"
+#include "index/testing/stored_matrix.h"
 #include "index/testing/temp_dir.h"
 #include "rocksdb/db.h"
 #include "tessera/float16.h"
@@ -44,25 +45,6 @@ class ShardStoreTest : public ::testing::Test {
   TempDir root_{"shard_store_test"};
   const std::string dir_ = root_.path() + "/db";
 };
-
-// Deterministic content: the same (id, salt) always gives the same bytes.
-StoredMatrix MakeMatrix(VectorDtype dtype, int64_t rows, int64_t cols, uint32_t seed) {
-  StoredMatrix m;
-  m.dtype = dtype;
-  m.rows = rows;
-  m.cols = cols;
-  const int64_t n = rows * cols;
-  if (dtype == VectorDtype::kFloat16) {
-    std::vector<Float16> values(n);
-    for (int64_t i = 0; i < n; ++i) values[i] = FloatToHalf(std::sin(0.37f * (i + seed)));
-    m.bytes.assign(reinterpret_cast<const char*>(values.data()), n * 2);
-  } else {
-    std::vector<float> values(n);
-    for (int64_t i = 0; i < n; ++i) values[i] = std::cos(0.11f * (i + seed));
-    m.bytes.assign(reinterpret_cast<const char*>(values.data()), n * 4);
-  }
-  return m;
-}
 
 DocumentWrite MakeDoc(const std::string& id, uint32_t salt = 0, bool fp16 = true,
                       bool layout = false) {
