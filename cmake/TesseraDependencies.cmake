@@ -7,6 +7,7 @@
 # - Abseil 20220623 has no absl/log and no status macros (see tessera/status_macros.h).
 # - OpenBLAS and cpp-httplib 0.11 are found through pkg-config.
 # - libzip 1.7.3 (the .npz container, index/npy) is found through pkg-config.
+# - nlohmann-json 3.11.2 (header-only; the command line's JSON, client/cli) by its CMake config.
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 find_package(ZLIB REQUIRED)
@@ -23,6 +24,8 @@ add_library(tessera_libzip INTERFACE)
 target_link_libraries(tessera_libzip INTERFACE PkgConfig::LIBZIP)
 add_library(tessera::libzip ALIAS tessera_libzip)
 
+find_package(nlohmann_json 3.11 REQUIRED CONFIG)
+
 find_package(OpenMP REQUIRED)
 find_package(faiss REQUIRED CONFIG)
 
@@ -38,7 +41,8 @@ find_package(yaml-cpp REQUIRED CONFIG)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)
 
 message(STATUS "Tessera dependencies: absl ${absl_VERSION}, OpenBLAS ${OpenBLAS_VERSION}, "
-               "libzip ${LIBZIP_VERSION}, faiss ${faiss_VERSION}, RocksDB ${RocksDB_VERSION}, "
+               "libzip ${LIBZIP_VERSION}, nlohmann_json ${nlohmann_json_VERSION}, "
+               "faiss ${faiss_VERSION}, RocksDB ${RocksDB_VERSION}, "
                "Protobuf ${Protobuf_VERSION}, gRPC ${gRPC_VERSION}")
 
 if(TESSERA_BUILD_TESTS)

@@ -183,7 +183,7 @@ std::string WithThousands(uint64_t value) {
 
 std::string AttributeValueToString(const AttributeValue& value) {
   if (const auto* i = std::get_if<int64_t>(&value)) return absl::StrCat(*i);
-  if (const auto* d = std::get_if<double>(&value)) return Json(*d).Dump();
+  if (const auto* d = std::get_if<double>(&value)) return DumpJson(Json(*d));
   return Quote(std::get<std::string>(value));
 }
 
@@ -335,11 +335,11 @@ class Cli {
   absl::Status CollectionsList() {
     TESSERA_ASSIGN_OR_RETURN(std::vector<std::string> names, client_->ListCollections());
     if (json_) {
-      Json list = Json::Array();
-      for (const std::string& name : names) list.Push(name);
-      Json json = Json::Object();
-      json.Set("collections", std::move(list));
-      out_ << json.Dump() << "\n";
+      Json list = Json::array();
+      for (const std::string& name : names) list.push_back(name);
+      Json json = Json::object();
+      json["collections"] = std::move(list);
+      out_ << DumpJson(json) << "\n";
     } else {
       for (const std::string& name : names) out_ << TerminalSafe(name) << "\n";
     }
@@ -349,10 +349,10 @@ class Cli {
   absl::Status CollectionsGet(const std::string& name) {
     TESSERA_ASSIGN_OR_RETURN(CollectionInfo info, client_->GetCollection(name));
     if (json_) {
-      Json json = Json::Object();
-      json.Set("schema", internal::SchemaToJson(info.schema));
-      json.Set("stats", internal::StatsToJson(name, info.stats));
-      out_ << json.Dump() << "\n";
+      Json json = Json::object();
+      json["schema"] = internal::SchemaToJson(info.schema);
+      json["stats"] = internal::StatsToJson(name, info.stats);
+      out_ << DumpJson(json) << "\n";
     } else {
       out_ << "collection " << Quote(info.schema.name()) << ": "
            << internal::DescribeSchema(info.schema) << "\n";
@@ -370,7 +370,7 @@ class Cli {
   absl::Status Ingest(const IngestConfig& config) {
     TESSERA_ASSIGN_OR_RETURN(IngestSummary summary, RunIngest(*client_, config, err_));
     if (json_) {
-      out_ << summary.ToJson().Dump() << "\n";
+      out_ << DumpJson(summary.ToJson()) << "\n";
     } else {
       out_ << absl::StrFormat(
           "ingest %s: %d documents: %d stored, %d skipped (already acknowledged), %d failed, "
@@ -441,7 +441,7 @@ class Cli {
     TESSERA_ASSIGN_OR_RETURN(options.filter, FilterFromFlags(collection));
     TESSERA_ASSIGN_OR_RETURN(SearchResult result, client_->Search(collection, query, options));
     if (json_) {
-      out_ << internal::SearchResultToJson(result, options.explain).Dump() << "\n";
+      out_ << DumpJson(internal::SearchResultToJson(result, options.explain)) << "\n";
       return absl::OkStatus();
     }
     out_ << internal::SearchResultToText(result);
@@ -452,7 +452,7 @@ class Cli {
     TESSERA_ASSIGN_OR_RETURN(StoredDocument document, client_->Get(collection, id));
     const bool vectors = args_.Has("vectors");
     if (json_) {
-      out_ << internal::StoredDocumentToJson(document, vectors).Dump() << "\n";
+      out_ << DumpJson(internal::StoredDocumentToJson(document, vectors)) << "\n";
       return absl::OkStatus();
     }
     out_ << internal::StoredDocumentToText(document, vectors);
@@ -463,9 +463,9 @@ class Cli {
     TESSERA_ASSIGN_OR_RETURN(const Filter filter, FilterFromFlags(collection));
     TESSERA_ASSIGN_OR_RETURN(const uint64_t deleted, client_->DeleteMatching(collection, filter));
     if (json_) {
-      Json json = Json::Object();
-      json.Set("deleted", deleted);
-      out_ << json.Dump() << "\n";
+      Json json = Json::object();
+      json["deleted"] = deleted;
+      out_ << DumpJson(json) << "\n";
     } else {
       out_ << "deleted " << deleted << " documents\n";
     }
@@ -476,9 +476,9 @@ class Cli {
     TESSERA_ASSIGN_OR_RETURN(const Filter filter, FilterFromFlags(collection));
     TESSERA_ASSIGN_OR_RETURN(const uint64_t count, client_->Count(collection, filter));
     if (json_) {
-      Json json = Json::Object();
-      json.Set("count", count);
-      out_ << json.Dump() << "\n";
+      Json json = Json::object();
+      json["count"] = count;
+      out_ << DumpJson(json) << "\n";
     } else {
       out_ << count << "\n";
     }
@@ -489,20 +489,20 @@ class Cli {
     TESSERA_ASSIGN_OR_RETURN(options.filter, FilterFromFlags(collection));
     TESSERA_ASSIGN_OR_RETURN(const ScrollPage page, client_->Scroll(collection, options));
     if (json_) {
-      Json documents = Json::Array();
+      Json documents = Json::array();
       for (const ScrolledDocument& document : page.documents) {
-        Json entry = Json::Object();
-        entry.Set("id", document.id);
-        entry.Set("version", document.version);
+        Json entry = Json::object();
+        entry["id"] = document.id;
+        entry["version"] = document.version;
         if (options.with_attributes) {
-          entry.Set("attributes", internal::AttributesToJson(document.attributes));
+          entry["attributes"] = internal::AttributesToJson(document.attributes);
         }
-        documents.Push(std::move(entry));
+        documents.push_back(std::move(entry));
       }
-      Json json = Json::Object();
-      json.Set("documents", std::move(documents));
-      json.Set("next_after", page.next_after);
-      out_ << json.Dump() << "\n";
+      Json json = Json::object();
+      json["documents"] = std::move(documents);
+      json["next_after"] = page.next_after;
+      out_ << DumpJson(json) << "\n";
       return absl::OkStatus();
     }
     for (const ScrolledDocument& document : page.documents) {
@@ -523,12 +523,12 @@ class Cli {
     size_t count = 0;
     for (bool e : existed) count += e ? 1 : 0;
     if (json_) {
-      Json json = Json::Object();
-      json.Set("deleted", static_cast<uint64_t>(count));
-      Json flags = Json::Object();
-      for (size_t i = 0; i < ids.size(); ++i) flags.Set(ids[i], static_cast<bool>(existed[i]));
-      json.Set("existed", std::move(flags));
-      out_ << json.Dump() << "\n";
+      Json json = Json::object();
+      json["deleted"] = static_cast<uint64_t>(count);
+      Json flags = Json::object();
+      for (size_t i = 0; i < ids.size(); ++i) flags[ids[i]] = static_cast<bool>(existed[i]);
+      json["existed"] = std::move(flags);
+      out_ << DumpJson(json) << "\n";
     } else {
       out_ << "deleted " << count << " of " << ids.size() << " documents\n";
     }
@@ -539,8 +539,8 @@ class Cli {
     TESSERA_ASSIGN_OR_RETURN(CollectionInfo info, client_->GetCollection(collection));
     if (json_) {
       Json json = internal::StatsToJson(collection, info.stats);
-      if (!info.shards.empty()) json.Set("shards", internal::ShardsToJson(info.shards));
-      out_ << json.Dump() << "\n";
+      if (!info.shards.empty()) json["shards"] = internal::ShardsToJson(info.shards);
+      out_ << DumpJson(json) << "\n";
     } else {
       out_ << "collection " << Quote(collection) << "\n";
       PrintStats(info.stats);
@@ -565,7 +565,7 @@ class Cli {
 
  private:
   std::string SchemaToJsonLine(const v1::CollectionSchema& schema) {
-    return internal::SchemaToJson(schema).Dump() + "\n";
+    return DumpJson(internal::SchemaToJson(schema)) + "\n";
   }
 
   void PrintStats(const v1::CollectionStats& stats) {
@@ -1196,8 +1196,9 @@ std::string StoredDocumentToText(const StoredDocument& document, bool with_vecto
     for (uint32_t v = 0; v < document.num_vectors; ++v) {
       absl::StrAppend(&text, "[", v, "]");
       for (uint32_t c = 0; c < document.dim; ++c) {
-        absl::StrAppend(&text, " ",
-                        Json(document.vectors[static_cast<size_t>(v) * document.dim + c]).Dump());
+        absl::StrAppend(
+            &text, " ",
+            DumpJson(JsonFloat(document.vectors[static_cast<size_t>(v) * document.dim + c])));
       }
       text += "\n";
     }
@@ -1206,14 +1207,14 @@ std::string StoredDocumentToText(const StoredDocument& document, bool with_vecto
 }
 
 Json AttributesToJson(const Attributes& attributes) {
-  Json json = Json::Object();
+  Json json = Json::object();
   for (const auto& [name, value] : attributes) {
     if (const auto* i = std::get_if<int64_t>(&value)) {
-      json.Set(name, *i);
+      json[name] = *i;
     } else if (const auto* d = std::get_if<double>(&value)) {
-      json.Set(name, *d);
+      json[name] = *d;
     } else {
-      json.Set(name, std::get<std::string>(value));
+      json[name] = std::get<std::string>(value);
     }
   }
   return json;
@@ -1230,200 +1231,198 @@ Json AttributeValueToJson(const AttributeValue& value) {
 }  // namespace
 
 Json SearchResultToJson(const SearchResult& result, bool explain) {
-  Json results = Json::Array();
-  Json groups = Json::Array();
+  Json results = Json::array();
+  Json groups = Json::array();
   for (const SearchGroup& group : result.groups) {
     SearchResult members;
     members.hits = group.hits;
-    Json entry = Json::Object();
-    entry.Set("value", AttributeValueToJson(group.value));
-    entry.Set("results", *SearchResultToJson(members, explain).Find("results"));
-    groups.Push(std::move(entry));
+    Json entry = Json::object();
+    entry["value"] = AttributeValueToJson(group.value);
+    entry["results"] = SearchResultToJson(members, explain)["results"];
+    groups.push_back(std::move(entry));
   }
   for (const SearchHit& hit : result.hits) {
-    Json entry = Json::Object();
-    entry.Set("id", hit.id);
-    entry.Set("score", hit.score);
-    entry.Set("version", hit.version);
+    Json entry = Json::object();
+    entry["id"] = hit.id;
+    entry["score"] = JsonFloat(hit.score);
+    entry["version"] = hit.version;
     if (explain) {
-      Json matches = Json::Array();
+      Json matches = Json::array();
       for (const TokenMatch& match : hit.explanation) {
-        Json m = Json::Object();
-        m.Set("query_token", match.query_token);
-        m.Set("document_vector", match.document_vector);
-        m.Set("similarity", match.similarity);
-        Json covered = Json::Array();
-        for (uint32_t token : match.covered_tokens) covered.Push(token);
-        m.Set("covered_tokens", std::move(covered));
-        matches.Push(std::move(m));
+        Json m = Json::object();
+        m["query_token"] = match.query_token;
+        m["document_vector"] = match.document_vector;
+        m["similarity"] = JsonFloat(match.similarity);
+        Json covered = Json::array();
+        for (uint32_t token : match.covered_tokens) covered.push_back(token);
+        m["covered_tokens"] = std::move(covered);
+        matches.push_back(std::move(m));
       }
-      entry.Set("explanation", std::move(matches));
+      entry["explanation"] = std::move(matches);
     }
-    if (!hit.attributes.empty()) entry.Set("attributes", AttributesToJson(hit.attributes));
-    results.Push(std::move(entry));
+    if (!hit.attributes.empty()) entry["attributes"] = AttributesToJson(hit.attributes);
+    results.push_back(std::move(entry));
   }
-  Json timings = Json::Object();
-  timings.Set("candidates", result.timings.candidates_ms);
-  timings.Set("fetch", result.timings.fetch_ms);
-  timings.Set("rerank", result.timings.rerank_ms);
-  timings.Set("total", result.timings.total_ms);
-  if (result.timings.fanout_ms > 0) timings.Set("fanout", result.timings.fanout_ms);
-  Json json = Json::Object();
-  json.Set("results", std::move(results));
-  if (!result.groups.empty()) json.Set("groups", std::move(groups));
-  json.Set("timings_ms", std::move(timings));
-  json.Set("documents_scored", result.documents_scored);
-  json.Set("exhaustive", result.exhaustive);
+  Json timings = Json::object();
+  timings["candidates"] = result.timings.candidates_ms;
+  timings["fetch"] = result.timings.fetch_ms;
+  timings["rerank"] = result.timings.rerank_ms;
+  timings["total"] = result.timings.total_ms;
+  if (result.timings.fanout_ms > 0) timings["fanout"] = result.timings.fanout_ms;
+  Json json = Json::object();
+  json["results"] = std::move(results);
+  if (!result.groups.empty()) json["groups"] = std::move(groups);
+  json["timings_ms"] = std::move(timings);
+  json["documents_scored"] = result.documents_scored;
+  json["exhaustive"] = result.exhaustive;
   if (!result.missing_shards.empty()) {
-    Json missing = Json::Array();
-    for (uint32_t shard : result.missing_shards) missing.Push(shard);
-    json.Set("missing_shards", std::move(missing));
+    Json missing = Json::array();
+    for (uint32_t shard : result.missing_shards) missing.push_back(shard);
+    json["missing_shards"] = std::move(missing);
   }
   return json;
 }
 
 Json StoredDocumentToJson(const StoredDocument& document, bool with_vectors) {
-  Json json = Json::Object();
-  json.Set("id", document.id);
-  json.Set("version", document.version);
-  json.Set("num_tokens", document.num_tokens);
-  json.Set("num_vectors", document.num_vectors);
-  json.Set("dim", document.dim);
-  json.Set("dtype", DtypeToString(document.stored_dtype));
-  json.Set("attributes", AttributesToJson(document.attributes));
+  Json json = Json::object();
+  json["id"] = document.id;
+  json["version"] = document.version;
+  json["num_tokens"] = document.num_tokens;
+  json["num_vectors"] = document.num_vectors;
+  json["dim"] = document.dim;
+  json["dtype"] = DtypeToString(document.stored_dtype);
+  json["attributes"] = AttributesToJson(document.attributes);
   if (document.layout.has_value()) {
-    Json layout = Json::Object();
-    layout.Set("rows", document.layout->rows);
-    layout.Set("cols", document.layout->cols);
-    layout.Set("prefix", document.layout->prefix_tokens);
-    layout.Set("suffix", document.layout->suffix_tokens);
-    json.Set("layout", std::move(layout));
+    Json layout = Json::object();
+    layout["rows"] = document.layout->rows;
+    layout["cols"] = document.layout->cols;
+    layout["prefix"] = document.layout->prefix_tokens;
+    layout["suffix"] = document.layout->suffix_tokens;
+    json["layout"] = std::move(layout);
   } else {
-    json.Set("layout", Json());
+    json["layout"] = Json();
   }
   if (with_vectors) {
-    Json vectors = Json::Array();
+    Json vectors = Json::array();
     for (uint32_t v = 0; v < document.num_vectors; ++v) {
-      Json row = Json::Array();
+      Json row = Json::array();
       for (uint32_t c = 0; c < document.dim; ++c) {
-        row.Push(document.vectors[static_cast<size_t>(v) * document.dim + c]);
+        row.push_back(JsonFloat(document.vectors[static_cast<size_t>(v) * document.dim + c]));
       }
-      vectors.Push(std::move(row));
+      vectors.push_back(std::move(row));
     }
-    json.Set("vectors", std::move(vectors));
-    Json members = Json::Array();
+    json["vectors"] = std::move(vectors);
+    Json members = Json::array();
     for (size_t v = 0; v + 1 < document.member_offsets.size(); ++v) {
-      Json covered = Json::Array();
+      Json covered = Json::array();
       for (uint32_t m = document.member_offsets[v];
            m < document.member_offsets[v + 1] && m < document.members.size(); ++m) {
-        covered.Push(document.members[m]);
+        covered.push_back(document.members[m]);
       }
-      members.Push(std::move(covered));
+      members.push_back(std::move(covered));
     }
-    json.Set("members", std::move(members));
+    json["members"] = std::move(members);
   }
   return json;
 }
 
 Json StatsToJson(const std::string& collection, const v1::CollectionStats& stats) {
-  Json json = Json::Object();
-  json.Set("collection", collection);
-  json.Set("documents", stats.documents());
-  json.Set("original_tokens", stats.original_tokens());
-  json.Set("rerank_vectors", stats.rerank_vectors());
-  json.Set("candidate_vectors", stats.candidate_vectors());
-  json.Set("disk_bytes", stats.disk_bytes());
-  json.Set("vectors_per_document", stats.vectors_per_document());
-  json.Set("disk_bytes_per_original_token", stats.disk_bytes_per_original_token());
-  json.Set("disk_bytes_per_rerank_vector", stats.disk_bytes_per_rerank_vector());
-  Json indexes = Json::Array();
-  for (const std::string& index : stats.candidate_indexes()) indexes.Push(index);
-  json.Set("candidate_indexes", std::move(indexes));
-  json.Set("resident_bytes", stats.resident_bytes());
-  json.Set("candidate_bytes", stats.candidate_bytes());
-  json.Set("training_shards", stats.training_shards());
+  Json json = Json::object();
+  json["collection"] = collection;
+  json["documents"] = stats.documents();
+  json["original_tokens"] = stats.original_tokens();
+  json["rerank_vectors"] = stats.rerank_vectors();
+  json["candidate_vectors"] = stats.candidate_vectors();
+  json["disk_bytes"] = stats.disk_bytes();
+  json["vectors_per_document"] = stats.vectors_per_document();
+  json["disk_bytes_per_original_token"] = stats.disk_bytes_per_original_token();
+  json["disk_bytes_per_rerank_vector"] = stats.disk_bytes_per_rerank_vector();
+  Json indexes = Json::array();
+  for (const std::string& index : stats.candidate_indexes()) indexes.push_back(index);
+  json["candidate_indexes"] = std::move(indexes);
+  json["resident_bytes"] = stats.resident_bytes();
+  json["candidate_bytes"] = stats.candidate_bytes();
+  json["training_shards"] = stats.training_shards();
   return json;
 }
 
 Json ShardsToJson(const std::vector<v1::ShardStatus>& shards) {
-  Json list = Json::Array();
+  Json list = Json::array();
   for (const v1::ShardStatus& shard : shards) {
-    Json replicas = Json::Array();
+    Json replicas = Json::array();
     for (const v1::ReplicaStatus& replica : shard.replicas()) {
-      Json entry = Json::Object();
-      entry.Set("node_id", replica.node_id());
-      entry.Set("address", replica.address());
-      entry.Set("state", replica.state());
-      replicas.Push(std::move(entry));
+      Json entry = Json::object();
+      entry["node_id"] = replica.node_id();
+      entry["address"] = replica.address();
+      entry["state"] = replica.state();
+      replicas.push_back(std::move(entry));
     }
-    Json entry = Json::Object();
-    entry.Set("shard", shard.shard());
-    entry.Set("replicas", std::move(replicas));
-    list.Push(std::move(entry));
+    Json entry = Json::object();
+    entry["shard"] = shard.shard();
+    entry["replicas"] = std::move(replicas);
+    list.push_back(std::move(entry));
   }
   return list;
 }
 
 Json SchemaToJson(const v1::CollectionSchema& schema) {
-  Json json = Json::Object();
-  json.Set("name", schema.name());
-  json.Set("dim", schema.dim());
-  json.Set("dtype", DtypeToString(schema.dtype()));
+  Json json = Json::object();
+  json["name"] = schema.name();
+  json["dim"] = schema.dim();
+  json["dtype"] = DtypeToString(schema.dtype());
   // Spatial pooling, hierarchical pooling, or both: spatial, then hierarchical over its vectors
   // (under "then").
-  Json pooling = Json::Object();
+  Json pooling = Json::object();
   auto hierarchical = [&schema](Json* out) {
     const v1::HierarchicalPooling& h = schema.hierarchical();
-    out->Set("kind", "hierarchical");
-    out->Set("method",
-             h.method() == v1::HierarchicalPooling::METHOD_REFERENCE ? "reference" : "ward");
-    out->Set("pool_factor", schema.has_hierarchical() ? h.pool_factor() : 2u);
-    out->Set("protected_tokens", h.protected_tokens());
-    out->Set("min_vectors", h.min_vectors());
-    out->Set("max_merge_height", h.max_merge_height());
-    out->Set("renormalize", h.renormalize());
+    (*out)["kind"] = "hierarchical";
+    (*out)["method"] =
+        h.method() == v1::HierarchicalPooling::METHOD_REFERENCE ? "reference" : "ward";
+    (*out)["pool_factor"] = schema.has_hierarchical() ? h.pool_factor() : 2u;
+    (*out)["protected_tokens"] = h.protected_tokens();
+    (*out)["min_vectors"] = h.min_vectors();
+    (*out)["max_merge_height"] = h.max_merge_height();
+    (*out)["renormalize"] = h.renormalize();
   };
   if (schema.has_spatial()) {
     const v1::SpatialPooling& s = schema.spatial();
-    pooling.Set("kind", "spatial");
-    pooling.Set("mode", SpatialModeToString(s.mode()));
+    pooling["kind"] = "spatial";
+    pooling["mode"] = SpatialModeToString(s.mode());
     if (s.mode() == v1::SpatialPooling::MODE_TILES) {
-      pooling.Set("tile_rows", s.tile_rows());
-      pooling.Set("tile_cols", s.tile_cols());
+      pooling["tile_rows"] = s.tile_rows();
+      pooling["tile_cols"] = s.tile_cols();
     }
     if (s.mode() == v1::SpatialPooling::MODE_ROW_WINDOWS) {
-      pooling.Set("window_rows", s.window_rows());
-      pooling.Set("window_stride", s.window_stride());
+      pooling["window_rows"] = s.window_rows();
+      pooling["window_stride"] = s.window_stride();
     }
-    pooling.Set("keep_special_tokens", s.keep_special_tokens());
-    pooling.Set("renormalize", s.renormalize());
+    pooling["keep_special_tokens"] = s.keep_special_tokens();
+    pooling["renormalize"] = s.renormalize();
     if (schema.has_hierarchical()) {
-      Json then = Json::Object();
+      Json then = Json::object();
       hierarchical(&then);
-      pooling.Set("then", std::move(then));
+      pooling["then"] = std::move(then);
     }
   } else {
     hierarchical(&pooling);
   }
-  json.Set("pooling", std::move(pooling));
-  Json candidates = Json::Object();
-  candidates.Set("kind", schema.candidates().kind() == v1::CandidateVectors::KIND_GLOBAL_MEAN
-                             ? "global"
-                             : "pooled");
-  candidates.Set("pool_factor", schema.candidates().pool_factor());
-  candidates.Set("factory", schema.candidates().factory());
-  candidates.Set("residual_bits", schema.candidates().residual_bits());
-  candidates.Set("centroid_min_vectors", schema.candidates().centroid_min_vectors());
-  candidates.Set("centroid_min_training_vectors",
-                 schema.candidates().centroid_min_training_vectors());
-  candidates.Set("rerank_from_codes", schema.candidates().rerank_from_codes());
-  json.Set("candidates", std::move(candidates));
-  Json attributes = Json::Object();
+  json["pooling"] = std::move(pooling);
+  Json candidates = Json::object();
+  candidates["kind"] =
+      schema.candidates().kind() == v1::CandidateVectors::KIND_GLOBAL_MEAN ? "global" : "pooled";
+  candidates["pool_factor"] = schema.candidates().pool_factor();
+  candidates["factory"] = schema.candidates().factory();
+  candidates["residual_bits"] = schema.candidates().residual_bits();
+  candidates["centroid_min_vectors"] = schema.candidates().centroid_min_vectors();
+  candidates["centroid_min_training_vectors"] = schema.candidates().centroid_min_training_vectors();
+  candidates["rerank_from_codes"] = schema.candidates().rerank_from_codes();
+  json["candidates"] = std::move(candidates);
+  Json attributes = Json::object();
   std::map<std::string, v1::AttributeType> sorted(schema.attributes().begin(),
                                                   schema.attributes().end());
-  for (const auto& [name, type] : sorted) attributes.Set(name, AttributeTypeToString(type));
-  json.Set("attributes", std::move(attributes));
-  json.Set("num_shards", schema.num_shards() == 0 ? 1u : schema.num_shards());
+  for (const auto& [name, type] : sorted) attributes[name] = AttributeTypeToString(type);
+  json["attributes"] = std::move(attributes);
+  json["num_shards"] = schema.num_shards() == 0 ? 1u : schema.num_shards();
   return json;
 }
 

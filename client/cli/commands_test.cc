@@ -227,14 +227,14 @@ TEST(DescribeSchema, ShowsSpatialThenHierarchicalPooling) {
   schema.mutable_spatial()->set_tile_rows(2);
   schema.mutable_spatial()->set_tile_cols(3);
   EXPECT_THAT(internal::DescribeSchema(schema), HasSubstr("spatial pooling tile:2x3, cand"));
-  EXPECT_EQ(internal::SchemaToJson(schema).Find("pooling")->Find("then"), nullptr);
+  EXPECT_EQ(FindMember(internal::SchemaToJson(schema)["pooling"], "then"), nullptr);
   schema.mutable_hierarchical()->set_pool_factor(3);
   EXPECT_THAT(internal::DescribeSchema(schema),
               HasSubstr("spatial pooling tile:2x3, then ward pooling p=3, cand"));
   const Json json = internal::SchemaToJson(schema);
-  const Json* then = json.Find("pooling")->Find("then");
+  const Json* then = FindMember(json["pooling"], "then");
   ASSERT_NE(then, nullptr);
-  EXPECT_EQ(then->Dump(),
+  EXPECT_EQ(DumpJson(*then),
             R"({"kind":"hierarchical","method":"ward","pool_factor":3,"protected_tokens":0,)"
             R"("min_vectors":0,"max_merge_height":0.0,"renormalize":false})");
 }
@@ -373,12 +373,12 @@ TEST(JsonOutput, SearchResult) {
   result.hits.push_back(SearchHit{"doc-2", 0.1f, 1, {TokenMatch{0, 3, 0.75f, {4, 5}}}});
   result.timings = SearchTimings{1.5, 0.25, 2.0, 4.0};
   result.documents_scored = 100;
-  EXPECT_EQ(internal::SearchResultToJson(result, false).Dump(),
+  EXPECT_EQ(DumpJson(internal::SearchResultToJson(result, false)),
             R"({"results":[{"id":"doc-1","score":12.5,"version":2},)"
             R"({"id":"doc-2","score":0.1,"version":1}],)"
             R"("timings_ms":{"candidates":1.5,"fetch":0.25,"rerank":2.0,"total":4.0},)"
             R"("documents_scored":100,"exhaustive":false})");
-  const std::string explained = internal::SearchResultToJson(result, true).Dump();
+  const std::string explained = DumpJson(internal::SearchResultToJson(result, true));
   EXPECT_THAT(explained, HasSubstr(R"("explanation":[])"));
   EXPECT_THAT(explained, HasSubstr(R"("explanation":[{"query_token":0,"document_vector":3,)"
                                    R"("similarity":0.75,"covered_tokens":[4,5]}])"));
@@ -396,11 +396,11 @@ TEST(JsonOutput, StoredDocument) {
   document.member_offsets = {0, 3, 4};
   document.members = {0, 1, 3, 2};
   document.attributes = {{"lang", std::string("en")}, {"w", 0.5}, {"year", int64_t{2020}}};
-  EXPECT_EQ(internal::StoredDocumentToJson(document, false).Dump(),
+  EXPECT_EQ(DumpJson(internal::StoredDocumentToJson(document, false)),
             R"({"id":"d","version":3,"num_tokens":4,"num_vectors":2,"dim":2,"dtype":"fp16",)"
             R"("attributes":{"lang":"en","w":0.5,"year":2020},"layout":null})");
   document.layout = PatchLayout{1, 2, 1, 1};
-  EXPECT_EQ(internal::StoredDocumentToJson(document, true).Dump(),
+  EXPECT_EQ(DumpJson(internal::StoredDocumentToJson(document, true)),
             R"({"id":"d","version":3,"num_tokens":4,"num_vectors":2,"dim":2,"dtype":"fp16",)"
             R"("attributes":{"lang":"en","w":0.5,"year":2020},)"
             R"("layout":{"rows":1,"cols":2,"prefix":1,"suffix":1},)"
@@ -421,7 +421,7 @@ TEST(JsonOutput, Stats) {
   stats.set_resident_bytes(614400);
   stats.set_candidate_bytes(98304);
   stats.set_training_shards(1);
-  EXPECT_EQ(internal::StatsToJson("papers", stats).Dump(),
+  EXPECT_EQ(DumpJson(internal::StatsToJson("papers", stats)),
             R"({"collection":"papers","documents":300,"original_tokens":4800,)"
             R"("rerank_vectors":2400,"candidate_vectors":1200,"disk_bytes":123456,)"
             R"("vectors_per_document":8.0,"disk_bytes_per_original_token":25.72,)"

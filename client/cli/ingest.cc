@@ -33,25 +33,26 @@ absl::Status LineError(absl::string_view source, size_t line, absl::string_view 
 
 absl::StatusOr<uint32_t> LayoutField(const Json& layout, absl::string_view name,
                                      absl::string_view alias, bool required) {
-  const Json* value = layout.Find(name);
-  if (value == nullptr && !alias.empty()) value = layout.Find(alias);
+  const Json* value = FindMember(layout, name);
+  if (value == nullptr && !alias.empty()) value = FindMember(layout, alias);
   if (value == nullptr || value->is_null()) {
     if (required) return absl::InvalidArgumentError(absl::StrCat("layout needs \"", name, "\""));
     return 0u;
   }
-  if (value->type() != Json::Type::kInt || value->int_value() < 0 ||
-      value->int_value() > std::numeric_limits<uint32_t>::max()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("layout \"", name, "\" must be a non-negative integer, got ", value->Dump()));
+  // The parser gives non-negative integers as unsigned and negative ones as signed.
+  if (!value->is_number_integer() || (!value->is_number_unsigned() && value->get<int64_t>() < 0) ||
+      value->get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "layout \"", name, "\" must be a non-negative integer, got ", DumpJson(*value)));
   }
-  return static_cast<uint32_t>(value->int_value());
+  return static_cast<uint32_t>(value->get<uint64_t>());
 }
 
 absl::StatusOr<PatchLayout> ParseLayout(const Json& layout) {
-  if (layout.type() != Json::Type::kObject) {
+  if (!layout.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat("\"layout\" must be an object {\"rows\",\"cols\",\"prefix\",\"suffix\"}, got ",
-                     layout.Dump()));
+                     DumpJson(layout)));
   }
   PatchLayout result;
   TESSERA_ASSIGN_OR_RETURN(result.rows, LayoutField(layout, "rows", "", true));
@@ -69,16 +70,22 @@ absl::StatusOr<AttributeValue> ParseAttribute(
   auto type = types.find(name);
   const bool wants_double = type != types.end() && type->second == v1::ATTRIBUTE_TYPE_DOUBLE;
   switch (value.type()) {
-    case Json::Type::kInt:
-      if (wants_double) return AttributeValue(value.double_value());
-      return AttributeValue(value.int_value());
-    case Json::Type::kDouble:
-      return AttributeValue(value.double_value());
-    case Json::Type::kString:
-      return AttributeValue(value.string_value());
+    case Json::value_t::number_integer:
+      if (wants_double) return AttributeValue(value.get<double>());
+      return AttributeValue(value.get<int64_t>());
+    case Json::value_t::number_unsigned:
+      // Beyond int64's range it can only be a double (as JSON readers take it).
+      if (wants_double || value.get<uint64_t>() > std::numeric_limits<int64_t>::max()) {
+        return AttributeValue(value.get<double>());
+      }
+      return AttributeValue(static_cast<int64_t>(value.get<uint64_t>()));
+    case Json::value_t::number_float:
+      return AttributeValue(value.get<double>());
+    case Json::value_t::string:
+      return AttributeValue(value.get<std::string>());
     default:
       return absl::InvalidArgumentError(
-          absl::StrCat("attribute '", name, "' is ", value.Dump(),
+          absl::StrCat("attribute '", name, "' is ", DumpJson(value),
                        "; attribute values are integers, numbers or strings"));
   }
 }
@@ -328,31 +335,32 @@ absl::StatusOr<std::map<std::string, DocumentMeta>> ParseMetaJsonl(
     if (absl::StripAsciiWhitespace(line).empty()) continue;
     absl::StatusOr<Json> parsed = ParseJson(line);
     if (!parsed.ok()) return LineError(source, line_number, parsed.status().message());
-    if (parsed->type() != Json::Type::kObject) {
+    if (!parsed->is_object()) {
       return LineError(source, line_number, "expected a JSON object");
     }
-    const Json* id = parsed->Find("id");
+    const Json* id = FindMember(*parsed, "id");
     std::string key;
-    if (id != nullptr && id->type() == Json::Type::kString) {
-      key = id->string_value();
-    } else if (id != nullptr && id->type() == Json::Type::kInt) {
-      key = absl::StrCat(id->int_value());
+    if (id != nullptr && id->is_string()) {
+      key = id->get<std::string>();
+    } else if (id != nullptr && id->is_number_integer()) {
+      key = id->dump();  // the integer's exact decimal digits, signed or not
     } else {
       return LineError(source, line_number, "\"id\" must be a string or an integer");
     }
     DocumentMeta entry;
-    if (const Json* attributes = parsed->Find("attributes");
+    if (const Json* attributes = FindMember(*parsed, "attributes");
         attributes != nullptr && !attributes->is_null()) {
-      if (attributes->type() != Json::Type::kObject) {
+      if (!attributes->is_object()) {
         return LineError(source, line_number, "\"attributes\" must be an object");
       }
-      for (const auto& [name, value] : attributes->members()) {
+      for (const auto& [name, value] : attributes->items()) {
         absl::StatusOr<AttributeValue> attribute = ParseAttribute(name, value, attribute_types);
         if (!attribute.ok()) return LineError(source, line_number, attribute.status().message());
         entry.attributes.emplace(name, *std::move(attribute));
       }
     }
-    if (const Json* layout = parsed->Find("layout"); layout != nullptr && !layout->is_null()) {
+    if (const Json* layout = FindMember(*parsed, "layout");
+        layout != nullptr && !layout->is_null()) {
       absl::StatusOr<PatchLayout> parsed_layout = ParseLayout(*layout);
       if (!parsed_layout.ok()) {
         return LineError(source, line_number, parsed_layout.status().message());
@@ -440,31 +448,31 @@ absl::StatusOr<DocumentInput> ToDocumentInput(const IngestItem& item) {
 }
 
 Json IngestSummary::ToJson() const {
-  Json json = Json::Object();
-  json.Set("documents", documents);
-  json.Set("stored", stored);
-  json.Set("skipped", skipped);
-  json.Set("failed", static_cast<uint64_t>(failures.size()));
-  json.Set("unacknowledged", unacknowledged);
-  json.Set("seconds", seconds);
-  json.Set("docs_per_second", seconds > 0 ? stored / seconds : 0.0);
-  json.Set("journal", journal_path);
-  Json list = Json::Array();
+  Json json = Json::object();
+  json["documents"] = documents;
+  json["stored"] = stored;
+  json["skipped"] = skipped;
+  json["failed"] = static_cast<uint64_t>(failures.size());
+  json["unacknowledged"] = unacknowledged;
+  json["seconds"] = seconds;
+  json["docs_per_second"] = seconds > 0 ? stored / seconds : 0.0;
+  json["journal"] = journal_path;
+  Json list = Json::array();
   for (const auto& [id, status] : failures) {
-    Json failure = Json::Object();
-    failure.Set("id", id);
-    failure.Set("code", std::string(absl::StatusCodeToString(status.code())));
-    failure.Set("message", std::string(status.message()));
-    list.Push(std::move(failure));
+    Json failure = Json::object();
+    failure["id"] = id;
+    failure["code"] = std::string(absl::StatusCodeToString(status.code()));
+    failure["message"] = std::string(status.message());
+    list.push_back(std::move(failure));
   }
-  json.Set("failures", std::move(list));
+  json["failures"] = std::move(list);
   if (error.ok()) {
-    json.Set("error", Json());
+    json["error"] = Json();
   } else {
-    Json error_json = Json::Object();
-    error_json.Set("code", std::string(absl::StatusCodeToString(error.code())));
-    error_json.Set("message", std::string(error.message()));
-    json.Set("error", std::move(error_json));
+    Json error_json = Json::object();
+    error_json["code"] = std::string(absl::StatusCodeToString(error.code()));
+    error_json["message"] = std::string(error.message());
+    json["error"] = std::move(error_json);
   }
   return json;
 }

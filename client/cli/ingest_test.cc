@@ -169,7 +169,7 @@ TEST(IngestSummary, JsonListsFailures) {
   summary.seconds = 0.5;
   summary.journal_path = "x.npz.tessera-ingest";
   EXPECT_FALSE(summary.ok());
-  EXPECT_EQ(summary.ToJson().Dump(),
+  EXPECT_EQ(DumpJson(summary.ToJson()),
             R"({"documents":3,"stored":1,"skipped":1,"failed":1,"unacknowledged":0,)"
             R"("seconds":0.5,"docs_per_second":2.0,"journal":"x.npz.tessera-ingest",)"
             R"("failures":[{"id":"bad","code":"INVALID_ARGUMENT","message":"dim 3, expected 4"}],)"

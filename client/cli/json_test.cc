@@ -1,5 +1,6 @@
-// Tests of the command line's JSON value: parsing (RFC 8259 corner cases and errors), printing,
-// and round trips.
+// Tests of the command line's JSON conventions over nlohmann::ordered_json: what ParseJson refuses
+// beyond RFC 8259 (duplicate keys, deep nesting), error messages, the printing of floats, and
+// round trips.
 #include "client/cli/json.h"
 
 #include <cmath>
@@ -21,51 +22,45 @@ Json MustParse(const std::string& text) {
 }
 
 TEST(Json, ParsesScalarsKeepingIntegersApartFromDoubles) {
-  EXPECT_EQ(MustParse("null").type(), Json::Type::kNull);
-  EXPECT_EQ(MustParse("true").bool_value(), true);
-  EXPECT_EQ(MustParse(" false ").bool_value(), false);
+  EXPECT_TRUE(MustParse("null").is_null());
+  EXPECT_EQ(MustParse("true"), true);
+  EXPECT_EQ(MustParse(" false "), false);
   Json i = MustParse("-9223372036854775808");
-  EXPECT_EQ(i.type(), Json::Type::kInt);
-  EXPECT_EQ(i.int_value(), std::numeric_limits<int64_t>::min());
-  Json big = MustParse("9223372036854775808");  // one past int64: a double
-  EXPECT_EQ(big.type(), Json::Type::kDouble);
-  EXPECT_EQ(big.double_value(), 9223372036854775808.0);
-  EXPECT_EQ(MustParse("2.0").type(), Json::Type::kDouble);
-  EXPECT_EQ(MustParse("1e3").type(), Json::Type::kDouble);
-  EXPECT_EQ(MustParse("1E-2").double_value(), 0.01);
-  EXPECT_EQ(MustParse("-0.5").double_value(), -0.5);
-  EXPECT_EQ(MustParse("0").int_value(), 0);
+  ASSERT_TRUE(i.is_number_integer());
+  EXPECT_EQ(i.get<int64_t>(), std::numeric_limits<int64_t>::min());
+  Json big = MustParse("18446744073709551615");
+  ASSERT_TRUE(big.is_number_unsigned());
+  EXPECT_EQ(big.get<uint64_t>(), std::numeric_limits<uint64_t>::max());
+  EXPECT_TRUE(MustParse("2.0").is_number_float());
+  EXPECT_TRUE(MustParse("1e3").is_number_float());
+  EXPECT_EQ(MustParse("1E-2").get<double>(), 0.01);
+  EXPECT_EQ(MustParse("-0.5").get<double>(), -0.5);
 }
 
 TEST(Json, ParsesStringsWithEscapesAndSurrogatePairs) {
-  EXPECT_EQ(MustParse(R"("a\"b\\c\/d\n\t\r\b\f")").string_value(), "a\"b\\c/d\n\t\r\b\f");
-  EXPECT_EQ(MustParse(R"("\u00e9\u20ac")").string_value(), "\xc3\xa9\xe2\x82\xac");
-  EXPECT_EQ(MustParse(R"("\ud83d\ude00")").string_value(), "\xf0\x9f\x98\x80");
-  EXPECT_EQ(MustParse("\"caf\xc3\xa9\"").string_value(), "caf\xc3\xa9");  // raw UTF-8 kept
+  EXPECT_EQ(MustParse(R"("a\"b\\c\/d\n\t\r\b\f")"), "a\"b\\c/d\n\t\r\b\f");
+  EXPECT_EQ(MustParse(R"("\u00e9\u20ac")"), "\xc3\xa9\xe2\x82\xac");
+  EXPECT_EQ(MustParse(R"("\ud83d\ude00")"), "\xf0\x9f\x98\x80");
+  EXPECT_EQ(MustParse("\"caf\xc3\xa9\""), "caf\xc3\xa9");  // raw UTF-8 kept
 }
 
-TEST(Json, ParsesNestedContainersInOrder) {
+TEST(Json, KeepsObjectMembersInInsertionOrder) {
   Json json = MustParse(R"({"b": [1, 2.5, "x", null, {"c": true}], "a": {}})");
-  ASSERT_EQ(json.type(), Json::Type::kObject);
-  ASSERT_EQ(json.members().size(), 2u);
-  EXPECT_EQ(json.members()[0].first, "b");  // insertion order, not sorted
-  const Json* b = json.Find("b");
+  ASSERT_TRUE(json.is_object());
+  EXPECT_EQ(json.begin().key(), "b");  // not sorted
+  const Json* b = FindMember(json, "b");
   ASSERT_NE(b, nullptr);
-  ASSERT_EQ(b->array().size(), 5u);
-  EXPECT_EQ(b->array()[0].int_value(), 1);
-  EXPECT_EQ(b->array()[1].double_value(), 2.5);
-  EXPECT_EQ(b->array()[2].string_value(), "x");
-  EXPECT_TRUE(b->array()[3].is_null());
-  EXPECT_EQ(b->array()[4].Find("c")->bool_value(), true);
-  EXPECT_EQ(json.Find("missing"), nullptr);
-  EXPECT_EQ(json.Find("a")->members().size(), 0u);
+  ASSERT_EQ(b->size(), 5u);
+  EXPECT_EQ((*b)[4]["c"], true);
+  EXPECT_EQ(FindMember(json, "missing"), nullptr);
+  EXPECT_EQ(FindMember(*b, "c"), nullptr);  // not an object
 }
 
 TEST(Json, RejectsMalformedInputWithItsOffset) {
-  const char* bad[] = {
-      "",    "{",       "[1,]",  "{\"a\":1,}",        "{\"a\" 1}",   "01",          "1.",
-      "-",   "1e",      "\"abc", "\"\\x\"",           "\"\\ud800\"", "\"\\udc00\"", "\"a\nb\"",
-      "tru", "[1] [2]", "{1:2}", "{\"a\":1,\"a\":2}", "nan",         "+1"};
+  const char* bad[] = {"",        "{",           "[1,]",        "{\"a\":1,}", "{\"a\" 1}",
+                       "01",      "1.",          "-",           "1e",         "\"abc",
+                       "\"\\x\"", "\"\\ud800\"", "\"\\udc00\"", "\"a\nb\"",   "tru",
+                       "[1] [2]", "{1:2}",       "nan",         "+1"};
   for (const char* text : bad) {
     absl::StatusOr<Json> json = ParseJson(text);
     EXPECT_FALSE(json.ok()) << "accepted: " << text;
@@ -74,31 +69,41 @@ TEST(Json, RejectsMalformedInputWithItsOffset) {
       EXPECT_THAT(json.status().message(), HasSubstr("offset"));
     }
   }
-  std::string deep(300, '[');
-  deep += std::string(300, ']');
-  EXPECT_THAT(ParseJson(deep).status().message(), HasSubstr("deeper"));
 }
 
-TEST(Json, DumpsCompactly) {
-  Json json = Json::Object();
-  json.Set("id", "doc \"1\"\n");
-  json.Set("score", 12.5f);
-  json.Set("small", 0.1f);  // the float's shortest form, not 0.10000000149011612
-  json.Set("two", 2.0);
-  json.Set("n", int64_t{-3});
-  json.Set("big", uint64_t{18446744073709551615ULL});
-  json.Set("nan", std::nan(""));
-  json.Set("inf", std::numeric_limits<double>::infinity());
-  Json list = Json::Array();
-  list.Push(true);
-  list.Push(Json());
-  list.Push("\x01");
-  json.Set("list", std::move(list));
-  EXPECT_EQ(json.Dump(),
+TEST(Json, RejectsDuplicateKeysAndDeepNestingThatTheRfcAllows) {
+  absl::StatusOr<Json> duplicate = ParseJson(R"({"a":1,"b":{"a":2,"a":3}})");
+  ASSERT_FALSE(duplicate.ok());
+  EXPECT_EQ(duplicate.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(duplicate.status().message(), HasSubstr("duplicate key \"a\""));
+  EXPECT_TRUE(ParseJson(R"({"a":1,"b":{"a":2}})").ok());  // the same key in another object
+
+  std::string deep(300, '[');
+  deep += std::string(300, ']');
+  EXPECT_THAT(ParseJson(deep).status().message(), HasSubstr("deeper than 256"));
+  std::string ok(256, '[');
+  ok += std::string(256, ']');
+  EXPECT_TRUE(ParseJson(ok).ok());
+}
+
+TEST(Json, DumpsCompactlyWithFloatsInTheirShortestForm) {
+  Json json = Json::object();
+  json["id"] = "doc \"1\"\n";
+  json["score"] = JsonFloat(12.5f);
+  json["small"] = JsonFloat(0.1f);  // the float's shortest form, not 0.10000000149011612
+  json["two"] = 2.0;
+  json["n"] = int64_t{-3};
+  json["big"] = uint64_t{18446744073709551615ULL};
+  json["nan"] = std::nan("");
+  json["inf"] = JsonFloat(std::numeric_limits<float>::infinity());
+  json["list"] = Json::array({true, nullptr, "\x01"});
+  json["bad_utf8"] = "a\xff";
+  EXPECT_EQ(DumpJson(json),
             R"({"id":"doc \"1\"\n","score":12.5,"small":0.1,"two":2.0,"n":-3,)"
-            R"("big":18446744073709551616.0,"nan":null,"inf":null,"list":[true,null,"\u0001"]})");
-  json.Set("n", 4);  // replaces in place
-  EXPECT_EQ(json.members()[4].second.int_value(), 4);
+            R"("big":18446744073709551615,"nan":null,"inf":null,"list":[true,null,"\u0001"],)"
+            "\"bad_utf8\":\"a\xef\xbf\xbd\"}");
+  json["n"] = 4;  // replaces in place
+  EXPECT_EQ(std::next(json.begin(), 4).value(), 4);
 }
 
 TEST(Json, RoundTrips) {
@@ -106,9 +111,9 @@ TEST(Json, RoundTrips) {
       R"({"results":[{"id":"a","score":1.25,"version":3}],"timings_ms":{"total":0.5},)"
       R"("empty":[],"obj":{},"s":"\u00e9\ud83d\ude00\\","neg":-1.5e-07})";
   Json json = MustParse(text);
-  Json again = MustParse(json.Dump());
+  Json again = MustParse(DumpJson(json));
   EXPECT_EQ(json, again);
-  EXPECT_EQ(again.Find("neg")->double_value(), -1.5e-07);
+  EXPECT_EQ(again["neg"].get<double>(), -1.5e-07);
 }
 
 }  // namespace
