@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "server/cluster/fan_out.h"
 #include "server/convert.h"
 #include "server/log.h"
 #include "server/shard_service.h"
@@ -32,13 +33,11 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
-// Runs fn(0) … fn(n - 1) at once: n - 1 on threads of their own, the first on the caller's.
-void RunParallel(size_t n, const std::function<void(size_t)>& fn) {
-  std::vector<std::thread> threads;
-  threads.reserve(n > 0 ? n - 1 : 0);
-  for (size_t i = 1; i < n; ++i) threads.emplace_back(fn, i);
-  if (n > 0) fn(0);
-  for (std::thread& thread : threads) thread.join();
+// The shards 0 … n - 1.
+std::vector<uint32_t> AllShards(uint32_t n) {
+  std::vector<uint32_t> shards(n);
+  for (uint32_t s = 0; s < n; ++s) shards[s] = s;
+  return shards;
 }
 
 // A failure that another replica may not have: try the next one.
@@ -335,7 +334,15 @@ bool Router::DropReplica(const std::string& collection, uint32_t shard, const st
   drop.set_shard(shard);
   v1::ShardDropCollectionResponse dropped;
   auto context = ShardCall(options_.shard_call_timeout);
-  const absl::Status status = FromGrpc((*stub)->DropCollection(context.get(), drop, &dropped));
+  return Dropped(collection, shard, node,
+                 FromGrpc((*stub)->DropCollection(context.get(), drop, &dropped)));
+}
+
+bool Router::Dropped(const std::string& collection, uint32_t shard, const std::string& node,
+                     const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kUnavailable && !state_->AddressOf(node).has_value()) {
+    return false;  // the node is down (StubOf's refusal): not worth a warning per retry
+  }
   if (!status.ok() && status.code() != absl::StatusCode::kNotFound) {
     Log("warning", "replica not dropped; retrying",
         {{"collection", collection},
@@ -505,28 +512,108 @@ std::vector<std::string> Router::ReadOrder(const v1::ShardPlacement& placement) 
   return serving;
 }
 
-absl::Status Router::TryReplicas(
-    const std::string& shard_name, const std::vector<std::string>& order, absl::Time deadline,
-    const std::function<absl::Status(const std::string&, absl::Time)>& call) {
+struct Router::ReplicaChain {
+  std::string shard_name;
+  std::vector<std::string> order;
+  absl::Time deadline;
+  const grpc::CallbackServerContext* caller = nullptr;
+  StartCall start;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;  // one per attempt
   std::vector<std::string> failures;
-  for (size_t i = 0; i < order.size(); ++i) {
-    const absl::Time now = absl::Now();
-    const bool last = i + 1 == order.size();
-    const absl::Time attempt_deadline =
-        last ? deadline : now + (deadline - now) / static_cast<double>(order.size() - i);
-    absl::Status status = call(order[i], attempt_deadline);
-    const bool attempt_timed_out =
-        absl::IsDeadlineExceeded(status) && !last && absl::Now() < deadline;
-    if (status.ok()) Trust(order[i]);
-    if (status.ok() || (!Retryable(status) && !attempt_timed_out)) return status;
-    Log("warning", "replica failed; trying the next",
-        {{"shard", shard_name}, {"node", order[i]}, {"error", std::string(status.message())}});
-    Distrust(order[i]);
-    failures.push_back(absl::StrCat(order[i], ": ", status.message()));
+  std::function<void(absl::Status)> done;
+};
+
+void Router::StartOn(const std::string& node, absl::Time deadline,
+                     const grpc::CallbackServerContext* caller, const StartCall& start,
+                     std::vector<std::unique_ptr<grpc::ClientContext>>* contexts,
+                     std::function<void(absl::Status)> done) {
+  absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(node);
+  if (!stub.ok()) return done(stub.status());
+  std::unique_ptr<grpc::ClientContext> context =
+      caller == nullptr
+          ? ShardCall(deadline)
+          : WithKey(grpc::ClientContext::FromCallbackServerContext(*caller), options_.cluster_key);
+  // gRPC keeps the earlier of the caller's deadline and this one.
+  context->set_deadline(absl::ToChronoTime(deadline));
+  grpc::ClientContext* started = context.get();
+  contexts->push_back(std::move(context));
+  start(*stub, started,
+        [done = std::move(done)](const grpc::Status& status) { done(FromGrpc(status)); });
+}
+
+void Router::TryReplicas(ReplicaChain* chain, size_t attempt) {
+  const size_t n = chain->order.size();
+  if (attempt == n) {
+    if (chain->failures.empty()) chain->failures.emplace_back("no serving replica");
+    // Moved out first: chain->done ends the fan-out, after which *chain may be gone.
+    std::function<void(absl::Status)> done = std::move(chain->done);
+    return done(absl::UnavailableError(absl::StrCat(chain->shard_name, " unavailable (",
+                                                    absl::StrJoin(chain->failures, "; "), ")")));
   }
-  if (failures.empty()) failures.emplace_back("no serving replica");
-  return absl::UnavailableError(
-      absl::StrCat(shard_name, " unavailable (", absl::StrJoin(failures, "; "), ")"));
+  const absl::Time now = absl::Now();
+  const bool last = attempt + 1 == n;
+  const absl::Time attempt_deadline =
+      last ? chain->deadline : now + (chain->deadline - now) / static_cast<double>(n - attempt);
+  const std::string& node = chain->order[attempt];
+  StartOn(node, attempt_deadline, chain->caller, chain->start, &chain->contexts,
+          [this, chain, attempt, last](absl::Status status) {
+            const std::string& node = chain->order[attempt];
+            const bool attempt_timed_out =
+                absl::IsDeadlineExceeded(status) && !last && absl::Now() < chain->deadline;
+            if (status.ok()) Trust(node);
+            if (status.ok() || (!Retryable(status) && !attempt_timed_out)) {
+              std::function<void(absl::Status)> done = std::move(chain->done);
+              return done(std::move(status));
+            }
+            Log("warning", "replica failed; trying the next",
+                {{"shard", chain->shard_name},
+                 {"node", node},
+                 {"error", std::string(status.message())}});
+            Distrust(node);
+            chain->failures.push_back(absl::StrCat(node, ": ", status.message()));
+            TryReplicas(chain, attempt + 1);
+          });
+}
+
+std::vector<absl::Status> Router::CallTargets(
+    const std::vector<std::pair<uint32_t, std::string>>& targets, absl::Time deadline,
+    const std::function<StartCall(size_t)>& start_for) {
+  std::vector<absl::Status> statuses(targets.size());
+  std::vector<std::vector<std::unique_ptr<grpc::ClientContext>>> contexts(targets.size());
+  std::vector<StartCall> starts(targets.size());
+  FanOut(targets.size(), [&](size_t i, std::function<void()> done) {
+    starts[i] = start_for(i);
+    StartOn(targets[i].second, deadline, nullptr, starts[i], &contexts[i],
+            [&statuses, i, done = std::move(done)](absl::Status status) {
+              statuses[i] = std::move(status);
+              done();
+            });
+  });
+  return statuses;
+}
+
+std::vector<absl::Status> Router::ReadShards(const v1::ClusterCollection& collection,
+                                             const std::string& name,
+                                             const std::vector<uint32_t>& shards,
+                                             absl::Time deadline,
+                                             const grpc::CallbackServerContext* caller,
+                                             const std::function<StartCall(size_t)>& start_for) {
+  std::vector<absl::Status> statuses(shards.size());
+  std::vector<ReplicaChain> chains(shards.size());
+  FanOut(shards.size(), [&](size_t i, std::function<void()> done) {
+    ReplicaChain& chain = chains[i];
+    chain.shard_name = ShardName(name, shards[i]);
+    chain.order = ReadOrder(collection.shards(static_cast<int>(shards[i])));
+    chain.deadline = deadline;
+    chain.caller = caller;
+    chain.start = start_for(i);
+    chain.done = [&statuses, i, done = std::move(done)](absl::Status status) {
+      statuses[i] = std::move(status);
+      done();
+    };
+    TryReplicas(&chain, 0);
+  });
+  return statuses;
 }
 
 void Router::Distrust(const std::string& node) {
@@ -677,55 +764,49 @@ absl::Status Router::CreateCollection(const v1::CreateCollectionRequest& request
     return absl::AlreadyExistsError(absl::StrCat("collection '", schema.name, "' already exists"));
   }
 
-  // Every replica at once; each remembers whether it was created, for the undo.
-  struct Target {
-    uint32_t shard;
-    std::string node;
-    absl::Status status;
-    v1::ShardCreateCollectionResponse response;
-  };
-  std::vector<Target> targets;
+  // Every replica at once; those created are dropped again when another fails.
+  std::vector<std::pair<uint32_t, std::string>> targets;
   for (uint32_t s = 0; s < shards; ++s) {
     for (const v1::ReplicaPlacement& replica : collection.shards(static_cast<int>(s)).replicas()) {
-      targets.push_back(Target{s, replica.node_id(), absl::OkStatus(), {}});
+      targets.emplace_back(s, replica.node_id());
     }
   }
-  RunParallel(targets.size(), [&](size_t i) {
-    Target& target = targets[i];
-    absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(target.node);
-    if (!stub.ok()) {
-      target.status = stub.status();
-      return;
+  std::vector<v1::ShardCreateCollectionRequest> creates(targets.size());
+  std::vector<v1::ShardCreateCollectionResponse> created(targets.size());
+  const std::vector<absl::Status> statuses =
+      CallTargets(targets, absl::Now() + options_.shard_call_timeout, [&](size_t i) -> StartCall {
+        *creates[i].mutable_schema() = collection.schema();
+        creates[i].set_shard(targets[i].first);
+        return [&, i](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
+          stub->async()->CreateCollection(context, &creates[i], &created[i], std::move(done));
+        };
+      });
+  const auto failed = std::find_if(statuses.begin(), statuses.end(),
+                                   [](const absl::Status& status) { return !status.ok(); });
+  if (failed != statuses.end()) {
+    const auto& [shard, node] = targets[static_cast<size_t>(failed - statuses.begin())];
+    absl::Status error(failed->code(), absl::StrCat(ShardName(schema.name, shard), " on node '",
+                                                    node, "': ", failed->message()));
+    // Undo: drop the replicas that were created.
+    std::vector<std::pair<uint32_t, std::string>> undo;
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if (statuses[i].ok()) undo.push_back(targets[i]);
     }
-    v1::ShardCreateCollectionRequest create;
-    *create.mutable_schema() = collection.schema();
-    create.set_shard(target.shard);
-    auto context = ShardCall(options_.shard_call_timeout);
-    target.status = FromGrpc((*stub)->CreateCollection(context.get(), create, &target.response));
-  });
-  const auto failed =
-      std::find_if(targets.begin(), targets.end(), [](const Target& t) { return !t.status.ok(); });
-  if (failed != targets.end()) {
-    absl::Status error(failed->status.code(),
-                       absl::StrCat(ShardName(schema.name, failed->shard), " on node '",
-                                    failed->node, "': ", failed->status.message()));
-    RunParallel(targets.size(), [&](size_t i) {
-      if (!targets[i].status.ok()) return;
-      absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(targets[i].node);
-      if (!stub.ok()) return;
-      v1::ShardDropCollectionRequest drop;
-      drop.set_collection(schema.name);
-      drop.set_shard(targets[i].shard);
-      v1::ShardDropCollectionResponse dropped;
-      auto context = ShardCall(options_.shard_call_timeout);
-      (*stub)->DropCollection(context.get(), drop, &dropped);
+    std::vector<v1::ShardDropCollectionRequest> drops(undo.size());
+    std::vector<v1::ShardDropCollectionResponse> dropped(undo.size());
+    CallTargets(undo, absl::Now() + options_.shard_call_timeout, [&](size_t i) -> StartCall {
+      drops[i].set_collection(schema.name);
+      drops[i].set_shard(undo[i].first);
+      return [&, i](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
+        stub->async()->DropCollection(context, &drops[i], &dropped[i], std::move(done));
+      };
     });
     state_->etcd()->Delete(key).IgnoreError();
     return error;
   }
 
   // The schema with the defaults the nodes filled in, as a standalone server answers it.
-  *collection.mutable_schema() = targets.front().response.schema();
+  *collection.mutable_schema() = created.front().schema();
   collection.set_state(v1::ClusterCollection::READY);
   TESSERA_ASSIGN_OR_RETURN(const std::optional<KeyValue> reserved_kv, state_->etcd()->Get(key));
   if (!reserved_kv.has_value()) {
@@ -764,10 +845,20 @@ absl::Status Router::DropCollection(const std::string& name) {
       targets.emplace_back(static_cast<uint32_t>(s), replica.node_id());
     }
   }
+  std::vector<v1::ShardDropCollectionRequest> drops(targets.size());
+  std::vector<v1::ShardDropCollectionResponse> answers(targets.size());
+  const std::vector<absl::Status> statuses =
+      CallTargets(targets, absl::Now() + options_.shard_call_timeout, [&](size_t i) -> StartCall {
+        drops[i].set_collection(name);
+        drops[i].set_shard(targets[i].first);
+        return [&, i](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
+          stub->async()->DropCollection(context, &drops[i], &answers[i], std::move(done));
+        };
+      });
   std::vector<char> dropped(targets.size(), 0);
-  RunParallel(targets.size(), [&](size_t i) {
-    dropped[i] = DropReplica(name, targets[i].first, targets[i].second) ? 1 : 0;
-  });
+  for (size_t i = 0; i < targets.size(); ++i) {
+    dropped[i] = Dropped(name, targets[i].first, targets[i].second, statuses[i]) ? 1 : 0;
+  }
   // The replicas a node could not drop (it is down or failed) stay listed in the DROPPING entry,
   // which FinishDrops empties as their nodes come back; the name is taken until then.
   v1::ClusterCollection pending = dropping;
@@ -811,22 +902,18 @@ absl::Status Router::GetCollection(const std::string& name, v1::GetCollectionRes
   const v1::ClusterCollection& collection = entry.collection;
   *response->mutable_schema() = collection.schema();
   const uint32_t shards = ShardCount(collection);
+  std::vector<v1::ShardStatsRequest> requests(shards);
   std::vector<v1::GetCollectionResponse> per_shard(shards);
-  std::vector<absl::Status> statuses(shards);
-  RunParallel(shards, [&](size_t s) {
-    statuses[s] =
-        TryReplicas(ShardName(name, static_cast<uint32_t>(s)),
-                    ReadOrder(collection.shards(static_cast<int>(s))),
-                    absl::Now() + options_.shard_call_timeout,
-                    [&](const std::string& node, absl::Time deadline) -> absl::Status {
-                      TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
-                      v1::ShardStatsRequest stats;
-                      stats.set_collection(name);
-                      stats.set_shard(static_cast<uint32_t>(s));
-                      auto context = ShardCall(deadline);
-                      return FromGrpc(stub->Stats(context.get(), stats, &per_shard[s]));
-                    });
-  });
+  const std::vector<absl::Status> statuses = ReadShards(
+      collection, name, AllShards(shards), absl::Now() + options_.shard_call_timeout, nullptr,
+      [&](size_t s) -> StartCall {
+        requests[s].set_collection(name);
+        requests[s].set_shard(static_cast<uint32_t>(s));
+        return [&, s](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
+          per_shard[s].Clear();
+          stub->async()->Stats(context, &requests[s], &per_shard[s], std::move(done));
+        };
+      });
   for (uint32_t s = 0; s < shards; ++s) {
     if (statuses[s].ok()) AddStats(per_shard[s].stats(), response->mutable_stats());
     v1::ShardStatus* status = response->add_shards();
@@ -853,21 +940,16 @@ absl::Status Router::Flush(const std::string& name) {
       }
     }
   }
-  std::vector<absl::Status> statuses(targets.size());
-  RunParallel(targets.size(), [&](size_t i) {
-    const auto& [shard, node] = targets[i];
-    absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(node);
-    if (!stub.ok()) {
-      statuses[i] = stub.status();
-      return;
-    }
-    v1::ShardFlushRequest flush;
-    flush.set_collection(name);
-    flush.set_shard(shard);
-    v1::ShardFlushResponse flushed;
-    auto context = ShardCall(options_.shard_call_timeout);
-    statuses[i] = FromGrpc((*stub)->Flush(context.get(), flush, &flushed));
-  });
+  std::vector<v1::ShardFlushRequest> flushes(targets.size());
+  std::vector<v1::ShardFlushResponse> flushed(targets.size());
+  const std::vector<absl::Status> statuses =
+      CallTargets(targets, absl::Now() + options_.shard_call_timeout, [&](size_t i) -> StartCall {
+        flushes[i].set_collection(name);
+        flushes[i].set_shard(targets[i].first);
+        return [&, i](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
+          stub->async()->Flush(context, &flushes[i], &flushed[i], std::move(done));
+        };
+      });
   for (size_t i = 0; i < targets.size(); ++i) {
     if (!statuses[i].ok()) {
       return absl::Status(statuses[i].code(),
@@ -884,6 +966,7 @@ std::vector<Router::ReplicaCall<Response>> Router::CallReplicas(
     const std::vector<std::vector<int>>& positions, const char* items, Send send,
     CountAnswers count_answers, std::vector<std::pair<uint32_t, std::string>>* down) {
   std::vector<ReplicaCall<Response>> calls;
+  std::vector<std::pair<uint32_t, std::string>> targets;
   for (uint32_t s = 0; s < parts->size(); ++s) {
     if (positions[s].empty()) continue;
     (*parts)[s].set_collection(name);
@@ -891,27 +974,28 @@ std::vector<Router::ReplicaCall<Response>> Router::CallReplicas(
     for (const v1::ReplicaPlacement& replica : collection.shards(static_cast<int>(s)).replicas()) {
       if (state_->AddressOf(replica.node_id()).has_value()) {
         calls.push_back(ReplicaCall<Response>{s, replica.node_id(), absl::OkStatus(), {}});
+        targets.emplace_back(s, replica.node_id());
       } else {
         down->emplace_back(s, replica.node_id());
       }
     }
   }
-  RunParallel(calls.size(), [&](size_t i) {
+  const std::vector<absl::Status> statuses =
+      CallTargets(targets, absl::Now() + options_.shard_call_timeout, [&](size_t i) -> StartCall {
+        return [&, i](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
+          send(stub, context, &(*parts)[calls[i].shard], &calls[i].response, std::move(done));
+        };
+      });
+  for (size_t i = 0; i < calls.size(); ++i) {
     ReplicaCall<Response>& call = calls[i];
-    absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(call.node);
-    if (!stub.ok()) {
-      call.status = stub.status();
-      return;
-    }
-    auto context = ShardCall(options_.shard_call_timeout);
-    call.status = FromGrpc(send(*stub, context.get(), (*parts)[call.shard], &call.response));
+    call.status = statuses[i];
     const size_t expected = positions[call.shard].size();
     if (call.status.ok() && count_answers(call.response) != static_cast<int>(expected)) {
       call.status = absl::InternalError(absl::StrCat("node '", call.node, "' answered ",
                                                      count_answers(call.response), " results for ",
                                                      expected, " ", items));
     }
-  });
+  }
   return calls;
 }
 
@@ -938,8 +1022,8 @@ absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse
   std::vector<ReplicaCall<v1::UpsertResponse>> calls = CallReplicas<v1::UpsertResponse>(
       entry.collection, name, &parts, positions, "documents",
       [](v1::ShardService::Stub* stub, grpc::ClientContext* context,
-         const v1::ShardUpsertRequest& part,
-         v1::UpsertResponse* answer) { return stub->Upsert(context, part, answer); },
+         const v1::ShardUpsertRequest* part, v1::UpsertResponse* answer,
+         CallDone done) { stub->async()->Upsert(context, part, answer, std::move(done)); },
       [](const v1::UpsertResponse& answer) { return answer.results_size(); }, &down);
 
   // Per document: the first replica's result, unless a replica failed the document (then that
@@ -1022,8 +1106,8 @@ absl::Status Router::Delete(const v1::DeleteRequest& request, v1::DeleteResponse
   std::vector<ReplicaCall<v1::DeleteResponse>> calls = CallReplicas<v1::DeleteResponse>(
       entry.collection, name, &parts, positions, "ids",
       [](v1::ShardService::Stub* stub, grpc::ClientContext* context,
-         const v1::ShardDeleteRequest& part,
-         v1::DeleteResponse* answer) { return stub->Delete(context, part, answer); },
+         const v1::ShardDeleteRequest* part, v1::DeleteResponse* answer,
+         CallDone done) { stub->async()->Delete(context, part, answer, std::move(done)); },
       [&request](const v1::DeleteResponse& answer) {
         return request.has_filter() ? 1 : answer.existed_size();
       },
@@ -1082,29 +1166,23 @@ absl::Status Router::Count(const v1::CountRequest& request, v1::CountResponse* r
   TESSERA_RETURN_IF_ERROR(server::FilterFromProto(request.filter()).status());
   const uint32_t shards = ShardCount(entry.collection);
   const absl::Time deadline = absl::Now() + options_.shard_call_timeout;
-  std::vector<absl::Status> statuses(shards);
-  std::vector<uint64_t> counts(shards, 0);
-  RunParallel(shards, [&](size_t i) {
-    const auto s = static_cast<uint32_t>(i);
-    v1::ShardCountRequest part;
-    part.set_collection(request.collection());
-    part.set_shard(s);
-    *part.mutable_filter() = request.filter();
-    statuses[i] = TryReplicas(
-        ShardName(request.collection(), s), ReadOrder(entry.collection.shards(static_cast<int>(s))),
-        deadline, [&](const std::string& node, absl::Time attempt_deadline) -> absl::Status {
-          TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
-          auto context = ShardCall(attempt_deadline);
-          v1::CountResponse answer;
-          TESSERA_RETURN_IF_ERROR(FromGrpc(stub->Count(context.get(), part, &answer)));
-          counts[i] = answer.count();
-          return absl::OkStatus();
-        });
-  });
+  std::vector<v1::ShardCountRequest> parts(shards);
+  std::vector<v1::CountResponse> counts(shards);
+  const std::vector<absl::Status> statuses = ReadShards(
+      entry.collection, request.collection(), AllShards(shards), deadline, nullptr,
+      [&](size_t s) -> StartCall {
+        parts[s].set_collection(request.collection());
+        parts[s].set_shard(static_cast<uint32_t>(s));
+        *parts[s].mutable_filter() = request.filter();
+        return [&, s](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
+          counts[s].Clear();
+          stub->async()->Count(context, &parts[s], &counts[s], std::move(done));
+        };
+      });
   uint64_t total = 0;
   for (uint32_t s = 0; s < shards; ++s) {
     TESSERA_RETURN_IF_ERROR(statuses[s]);
-    total += counts[s];
+    total += counts[s].count();
   }
   response->set_count(total);
   return absl::OkStatus();
@@ -1115,22 +1193,18 @@ absl::Status Router::Scroll(const v1::ScrollRequest& request, v1::ScrollResponse
   TESSERA_RETURN_IF_ERROR(server::ScrollOptionsFromProto(request).status());
   const uint32_t shards = ShardCount(entry.collection);
   const absl::Time deadline = absl::Now() + options_.shard_call_timeout;
-  std::vector<absl::Status> statuses(shards);
+  std::vector<v1::ShardScrollRequest> parts(shards);
   std::vector<v1::ScrollResponse> pages(shards);
-  RunParallel(shards, [&](size_t i) {
-    const auto s = static_cast<uint32_t>(i);
-    v1::ShardScrollRequest part;
-    part.set_shard(s);
-    *part.mutable_scroll() = request;
-    statuses[i] = TryReplicas(
-        ShardName(request.collection(), s), ReadOrder(entry.collection.shards(static_cast<int>(s))),
-        deadline, [&](const std::string& node, absl::Time attempt_deadline) -> absl::Status {
-          TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
-          auto context = ShardCall(attempt_deadline);
-          pages[i].Clear();
-          return FromGrpc(stub->Scroll(context.get(), part, &pages[i]));
-        });
-  });
+  const std::vector<absl::Status> statuses = ReadShards(
+      entry.collection, request.collection(), AllShards(shards), deadline, nullptr,
+      [&](size_t s) -> StartCall {
+        parts[s].set_shard(static_cast<uint32_t>(s));
+        *parts[s].mutable_scroll() = request;
+        return [&, s](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
+          pages[s].Clear();
+          stub->async()->Scroll(context, &parts[s], &pages[s], std::move(done));
+        };
+      });
   std::vector<v1::ScrolledDocument> documents;
   bool more = false;
   for (uint32_t s = 0; s < shards; ++s) {
@@ -1163,15 +1237,16 @@ absl::Status Router::Get(const v1::GetRequest& request, v1::GetResponse* respons
   get.set_collection(request.collection());
   get.set_shard(s);
   get.set_id(request.id());
-  return TryReplicas(ShardName(request.collection(), s),
-                     ReadOrder(entry.collection.shards(static_cast<int>(s))),
-                     absl::Now() + options_.shard_call_timeout,
-                     [&](const std::string& node, absl::Time deadline) -> absl::Status {
-                       TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
-                       auto context = ShardCall(deadline);
-                       response->Clear();
-                       return FromGrpc(stub->Get(context.get(), get, response));
-                     });
+  return ReadShards(entry.collection, request.collection(), {s},
+                    absl::Now() + options_.shard_call_timeout, nullptr,
+                    [&](size_t) -> StartCall {
+                      return [&](v1::ShardService::Stub* stub, grpc::ClientContext* context,
+                                 CallDone done) {
+                        response->Clear();
+                        stub->async()->Get(context, &get, response, std::move(done));
+                      };
+                    })
+      .front();
 }
 
 void Router::SearchShards(const grpc::CallbackServerContext& call, const CollectionEntry& entry,
@@ -1179,32 +1254,28 @@ void Router::SearchShards(const grpc::CallbackServerContext& call, const Collect
                           const std::map<uint32_t, v1::ShardSearchRequest>& requests,
                           std::map<uint32_t, absl::StatusOr<SearchResult>>* answers) {
   std::vector<const v1::ShardSearchRequest*> calls;
-  for (const auto& [shard, request] : requests) calls.push_back(&request);
-  std::vector<absl::StatusOr<SearchResult>> results(calls.size(), absl::UnknownError(""));
-  RunParallel(calls.size(), [&](size_t i) {
-    const v1::ShardSearchRequest& request = *calls[i];
-    const uint32_t s = request.shard();
-    v1::ShardSearchResponse answer;
-    const absl::Status status = TryReplicas(
-        ShardName(request.search().collection(), s),
-        ReadOrder(entry.collection.shards(static_cast<int>(s))), deadline,
-        [&](const std::string& node, absl::Time attempt_deadline) -> absl::Status {
-          TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
-          // The caller's cancellation reaches the shard; its deadline too (gRPC keeps the
-          // earlier of the caller's and the attempt's).
-          std::unique_ptr<grpc::ClientContext> context =
-              WithKey(grpc::ClientContext::FromCallbackServerContext(call), options_.cluster_key);
-          context->set_deadline(absl::ToChronoTime(attempt_deadline));
-          answer.Clear();
-          return FromGrpc(stub->Search(context.get(), request, &answer));
-        });
-    if (status.ok()) {
-      results[i] = server::SearchResultFromShardProto(&answer);
+  std::vector<uint32_t> shards;
+  for (const auto& [shard, request] : requests) {
+    calls.push_back(&request);
+    shards.push_back(shard);
+  }
+  std::vector<v1::ShardSearchResponse> shard_answers(calls.size());
+  // The caller's cancellation reaches the shards; its deadline too.
+  const std::vector<absl::Status> statuses = ReadShards(
+      entry.collection, calls.empty() ? std::string() : calls.front()->search().collection(),
+      shards, deadline, &call, [&](size_t i) -> StartCall {
+        return [&, i](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
+          shard_answers[i].Clear();
+          stub->async()->Search(context, calls[i], &shard_answers[i], std::move(done));
+        };
+      });
+  for (size_t i = 0; i < calls.size(); ++i) {
+    if (statuses[i].ok()) {
+      (*answers)[shards[i]] = server::SearchResultFromShardProto(&shard_answers[i]);
     } else {
-      results[i] = status;
+      (*answers)[shards[i]] = statuses[i];
     }
-  });
-  for (size_t i = 0; i < calls.size(); ++i) (*answers)[calls[i]->shard()] = std::move(results[i]);
+  }
 }
 
 namespace {

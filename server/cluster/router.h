@@ -46,6 +46,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -128,7 +129,8 @@ class Router final : public server::Backend {
     Response response;
   };
   // Sends (*parts)[s] — named for `name` and shard s here — to every live replica of each shard s
-  // that has positions, in parallel, with `send(stub, context, part, response)`. A call whose
+  // that has positions, at once, with send(stub, context, part, response, done), which starts
+  // the call through the stub's callback API. A call whose
   // response does not hold count_answers() == one answer per position fails INTERNAL (`items`
   // names them in the message). Replicas that are down are appended to *down, not called.
   template <typename Response, typename Part, typename Send, typename CountAnswers>
@@ -157,16 +159,41 @@ class Router final : public server::Backend {
   void SearchShards(const grpc::CallbackServerContext& call, const CollectionEntry& entry,
                     absl::Time deadline, const std::map<uint32_t, v1::ShardSearchRequest>& requests,
                     std::map<uint32_t, absl::StatusOr<SearchResult>>* answers);
-  // Calls `call` on the replicas in `order`, one after another, until one succeeds or fails with
-  // a status another replica would share; returns that status, or UNAVAILABLE naming the shard
-  // and every replica's failure. Attempt i of n gets until now + (deadline - now) / (n - i): a
-  // replica that hangs (a stopped process keeps its connections open) costs a share of the time,
-  // and its DEADLINE_EXCEEDED moves on to the next replica while the caller's deadline has time
-  // left. A replica that fails is distrusted (RouterOptions::distrust_for), one that answers is
-  // trusted again.
-  absl::Status TryReplicas(const std::string& shard_name, const std::vector<std::string>& order,
-                           absl::Time deadline,
-                           const std::function<absl::Status(const std::string&, absl::Time)>& call);
+  // One call to a shard node through gRPC's callback API: start(stub, context, done) begins it
+  // and hands its status to `done`, as the stub's async() methods do. A StartCall may be started
+  // again (on another replica, with a fresh context): it clears its response first.
+  using CallDone = std::function<void(grpc::Status)>;
+  using StartCall = std::function<void(v1::ShardService::Stub* stub, grpc::ClientContext* context,
+                                       CallDone done)>;
+  // Calls every (shard, node) of `targets` at once — with start_for(i) for target i, a context of
+  // this deadline — and waits for all (FanOut): their statuses by position.
+  std::vector<absl::Status> CallTargets(
+      const std::vector<std::pair<uint32_t, std::string>>& targets, absl::Time deadline,
+      const std::function<StartCall(size_t)>& start_for);
+  // Reads each shard of `shards` of collection `name` from one serving replica (TryReplicas),
+  // all at once, and waits for all: their statuses by position. With `caller`, the shard calls
+  // carry the caller's cancellation.
+  std::vector<absl::Status> ReadShards(const v1::ClusterCollection& collection,
+                                       const std::string& name, const std::vector<uint32_t>& shards,
+                                       absl::Time deadline,
+                                       const grpc::CallbackServerContext* caller,
+                                       const std::function<StartCall(size_t)>& start_for);
+  // Starts `start` on `node` with a context of this deadline carrying the cluster key (and the
+  // caller's cancellation, given one), kept in *contexts until the fan-out ends; `done` gets the
+  // status — UNAVAILABLE at once when the node is not registered.
+  void StartOn(const std::string& node, absl::Time deadline,
+               const grpc::CallbackServerContext* caller, const StartCall& start,
+               std::vector<std::unique_ptr<grpc::ClientContext>>* contexts,
+               std::function<void(absl::Status)> done);
+  // Calls the chain's replicas in order, one after another from each failure's completion,
+  // until one succeeds or fails with a status another replica would share; hands that status to
+  // chain->done, or UNAVAILABLE naming the shard and every replica's failure. Attempt i of n gets
+  // until now + (deadline - now) / (n - i): a replica that hangs (a stopped process keeps its
+  // connections open) costs a share of the time, and its DEADLINE_EXCEEDED moves on to the next
+  // replica while the caller's deadline has time left. A replica that fails is distrusted
+  // (RouterOptions::distrust_for), one that answers is trusted again.
+  struct ReplicaChain;
+  void TryReplicas(ReplicaChain* chain, size_t attempt);
   void Distrust(const std::string& node);
   void Trust(const std::string& node);
   bool Distrusted(const std::string& node);
@@ -188,6 +215,9 @@ class Router final : public server::Backend {
   // Drops replica `shard` of `collection` on `node`; true when it is gone (NOT_FOUND included),
   // false (logged) when the node is down or failed.
   bool DropReplica(const std::string& collection, uint32_t shard, const std::string& node);
+  // Whether a drop call that ended with `status` left the replica gone (as DropReplica says).
+  bool Dropped(const std::string& collection, uint32_t shard, const std::string& node,
+               const absl::Status& status);
   // For each DROPPING collection: drops its listed replicas on the nodes that are live, forgets
   // those on nodes lost for good (left on their disks, logged), and deletes the key once none is
   // left.
