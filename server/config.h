@@ -50,7 +50,7 @@ struct ServerConfig {
   // Plaintext gRPC on an address beyond loopback; without it such a listener needs TLS.
   bool insecure = false;
   int threads = 0;                                   // pooling and MaxSim threads; 0 = all cores
-  int64_t resident_rerank_bytes = int64_t{4} << 30;  // per shard; 0 = read from RocksDB
+  int64_t resident_rerank_bytes = int64_t{4} << 30;  // per shard; 0 = none (read per search)
   bool sync_writes = true;                           // fsync the WAL before acknowledging
   std::string rerank_device = "auto";                // auto | cpu | cuda
   int64_t max_message_bytes = 64 << 20;

@@ -121,8 +121,9 @@ struct SearchOptions {
   // scored exhaustively instead: there that costs about what the cascade does, and the answer is
   // exact (kExhaustiveDefaultShareMultiple in index/collection/collection_impl.h).
   int64_t num_candidates = 0;
-  // k′: candidate vectors fetched per query token in stage 1, 0 … 100000. 0 = the default,
-  // max(N, 64). 64-bit for the same reason as k.
+  // k′: candidate vectors fetched per query token by the candidate-vector scan (a shard's stage 1
+  // while it has no centroid index, which probes `nprobe` centroids instead), 0 … 100000. 0 = the
+  // default, max(N, 64). 64-bit for the same reason as k.
   int64_t per_token_candidates = 0;
   // Centroid index: centroids probed per query token, 0 … 16384. 0 = the default: √C / 5 of a
   // shard's C centroids, rounded up to a multiple of 8, at least 16 (40 at 1M documents).
@@ -280,8 +281,10 @@ struct CollectionStats {
   double vectors_per_document = 0;
   double disk_bytes_per_original_token = 0;
   double disk_bytes_per_rerank_vector = 0;
-  std::vector<std::string> candidate_indexes;  // per shard, e.g. "IDMap2,Flat"
-  int64_t resident_bytes = 0;                  // rerank vectors held in memory (EngineOptions)
+  // Per shard, its stage 1: a FAISS index ("IDMap2,Flat" for the exact scan) or the centroid
+  // index ("Centroid16384,Residual2bit").
+  std::vector<std::string> candidate_indexes;
+  int64_t resident_bytes = 0;  // rerank vectors held in memory (EngineOptions)
   // Memory held by the candidate structures (candidate vectors, or centroids + codes + lists).
   int64_t candidate_bytes = 0;
   // Shards training a centroid index in the background right now (searches and writes go on

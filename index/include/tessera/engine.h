@@ -23,7 +23,8 @@ struct EngineOptions {
   bool sync_writes = true;
   // Per shard, up to this many bytes of rerank vectors are kept in memory (in their stored fp16 /
   // fp32 form, loaded at open and updated by every write), so that reranking reads no storage;
-  // documents beyond the budget are read from RocksDB per search. 0 = none resident.
+  // documents beyond the budget are read per search in place from the shard's mapped rerank
+  // segment files (from RocksDB for rows not yet moved there). 0 = none resident.
   int64_t resident_rerank_bytes = int64_t{4} << 30;
   CollectionLimits limits;
   // The exact scorer; null = the CPU scorer.

@@ -68,9 +68,9 @@ struct TokenPoolingOptions {
 };
 
 // The merge-height limit for kWard when none is given, chosen on the evaluation sets
-// (docs/results.md): on short texts (scifact titles + first sentences, ~53 tokens) it keeps 32
-// vectors a document instead of 26 and more than the full nDCG@10, and on abstracts (~190–240
-// tokens) 0.3–3% more vectors than n / 2.
+// (docs/results.md, "Quality on real data"): on short texts (scifact titles + first sentences, ~53
+// tokens) it keeps 32 vectors a document instead of 26 and more than the full nDCG@10, and on
+// abstracts (~190–240 tokens) 0.3–3% more vectors than n / 2.
 inline constexpr double kAdaptiveMergeHeight = 0.3;
 
 // The limit a collection (and tessera-pool) pools with when none is given: kAdaptiveMergeHeight
