@@ -733,6 +733,37 @@ Exit status: 0 success, 1 failure ("tessera: CODE: message" on stderr), 2 usage 
 )";
 }
 
+std::string CommandUsage(const std::vector<std::string>& words) {
+  const std::string usage = TesseraUsage();
+  std::string name = words.empty() ? "" : words[0];
+  if (name == "collections" && words.size() > 1) name = absl::StrCat(name, " ", words[1]);
+  bool known = false;
+  for (const CommandSpec& spec : Commands()) known = known || name == spec.name;
+  if (!known) return usage;
+  // The command's lines of the "Commands:" section: from each line that starts with it (delete
+  // has two forms) through its continuation lines, which are indented deeper.
+  std::string text = "usage: tessera [GLOBAL FLAGS] followed by\n";
+  bool in_command = false;
+  bool in_commands = false;
+  for (absl::string_view line : absl::StrSplit(usage, '\n')) {
+    if (line == "Commands:") {
+      in_commands = true;
+      continue;
+    }
+    if (!in_commands || line.empty()) {
+      in_command = false;
+      continue;
+    }
+    const bool starts_command = line.size() > 2 && line.substr(0, 2) == "  " && line[2] != ' ';
+    if (starts_command) {
+      in_command =
+          absl::StartsWith(line.substr(2), absl::StrCat(name, " ")) || line.substr(2) == name;
+    }
+    if (in_command) absl::StrAppend(&text, line, "\n");
+  }
+  return absl::StrCat(text, "\n(run 'tessera --help' for the global flags and every command)\n");
+}
+
 int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& err) {
   auto usage_error = [&](absl::string_view message) {
     err << "tessera: " << TerminalSafe(message, TerminalBackslash::kKeep)
@@ -743,7 +774,7 @@ int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, 
   if (!parsed.ok()) return usage_error(parsed.status().message());
   const ParsedArgs& args = *parsed;
   if (args.Has("help")) {
-    out << TesseraUsage();
+    out << CommandUsage(args.positionals);
     return kExitOk;
   }
   if (args.Has("version")) {

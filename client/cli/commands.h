@@ -29,6 +29,9 @@ inline constexpr int kExitUsage = 2;  // the command line is wrong
 int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, std::ostream& err);
 
 std::string TesseraUsage();
+// `tessera COMMAND --help`: TesseraUsage()'s lines for COMMAND (`words` as given, "collections"
+// and its second word counting as one command); all of it for no or an unknown command.
+std::string CommandUsage(const std::vector<std::string>& words);
 
 namespace internal {
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "client/cli/args.h"
 #include "client/cli/progress.h"
 #include "gmock/gmock.h"
@@ -86,6 +88,36 @@ TEST(RunTesseraCli, VersionPrintsTheProjectVersion) {
   EXPECT_THAT(out, StartsWith(std::string("tessera ") + TESSERA_PROJECT_VERSION));
   EXPECT_THAT(out, EndsWith("\n"));
   EXPECT_EQ(err, "");
+}
+
+TEST(RunTesseraCli, CommandHelpShowsThatCommandOnly) {
+  std::string out;
+  EXPECT_EQ(RunCli({"search", "--help"}, &out), kExitOk);
+  EXPECT_THAT(out, HasSubstr("  search NAME --query Q.npy"));
+  EXPECT_THAT(out, HasSubstr("EXPR: FIELD==V"));  // its continuation lines
+  EXPECT_THAT(out, Not(HasSubstr("collections create")));
+  EXPECT_THAT(out, Not(HasSubstr("Global flags:")));
+  out.clear();
+  EXPECT_EQ(RunCli({"collections", "create", "--help"}, &out), kExitOk);
+  EXPECT_THAT(out, HasSubstr("collections create NAME --dim D"));
+  EXPECT_THAT(out, HasSubstr("MODE: ward (default)"));
+  EXPECT_THAT(out, Not(HasSubstr("collections list")));
+  out.clear();
+  EXPECT_EQ(RunCli({"delete", "-h"}, &out), kExitOk);  // both forms
+  EXPECT_THAT(out, HasSubstr("delete NAME ID..."));
+  EXPECT_THAT(out, HasSubstr("delete NAME (--filter EXPR"));
+  EXPECT_THAT(out, HasSubstr("every document matching"));
+  EXPECT_THAT(out, Not(HasSubstr("count NAME")));
+  out.clear();
+  EXPECT_EQ(RunCli({"frobnicate", "--help"}, &out), kExitOk);  // unknown: everything
+  EXPECT_EQ(out, TesseraUsage());
+  // Every command's help names it.
+  for (const char* command : {"collections list", "collections get", "collections drop", "ingest",
+                              "get", "count", "scroll", "stats", "flush"}) {
+    std::vector<std::string> words = absl::StrSplit(command, ' ');
+    EXPECT_THAT(CommandUsage(words), HasSubstr(absl::StrCat("  ", command))) << command;
+    EXPECT_NE(CommandUsage(words), TesseraUsage()) << command;
+  }
 }
 
 TEST(RunTesseraCli, UsageErrorsExitWithTwoBeforeConnecting) {
