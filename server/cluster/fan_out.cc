@@ -1,36 +1,38 @@
 #include "server/cluster/fan_out.h"
 
-#include <memory>
-
-#include "tessera/base/mutex.h"
+#include <utility>
 
 namespace tessera::cluster {
-namespace {
 
-// Shared by the caller and every `done`, so that the last `done` can still be unlocking it when
-// the caller, woken, returns.
-struct Pending {
-  Mutex mu;
-  CondVar finished;
-  size_t left ABSL_GUARDED_BY(mu) = 0;
-};
-
-}  // namespace
-
-void FanOut(size_t n, const std::function<void(size_t i, std::function<void()> done)>& start) {
-  auto pending = std::make_shared<Pending>();
-  {
-    MutexLock lock(&pending->mu);
-    pending->left = n;
+FanOut::~FanOut() {
+  queue_.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (queue_.Next(&tag, &ok)) {
   }
-  for (size_t i = 0; i < n; ++i) {
-    start(i, [pending] {
-      MutexLock lock(&pending->mu);
-      if (--pending->left == 0) pending->finished.SignalAll();
-    });
+}
+
+void FanOut::Call(std::unique_ptr<grpc::ClientContext> context, const Start& start, Then then) {
+  InFlight& call = in_flight_.emplace_back();
+  call.context = std::move(context);
+  call.then = std::move(then);
+  call.call = start(call.context.get(), &queue_, &call, &call.status);
+}
+
+void FanOut::Wait() {
+  while (!in_flight_.empty()) {
+    void* tag = nullptr;
+    bool ok = false;
+    // A unary call's Finish always completes (ok is true); the queue is shut down only by the
+    // destructor, so Next cannot fail while calls are in flight.
+    if (!queue_.Next(&tag, &ok)) return;
+    auto finished = in_flight_.begin();
+    while (&*finished != tag) ++finished;
+    const grpc::Status status = std::move(finished->status);
+    Then then = std::move(finished->then);
+    in_flight_.erase(finished);
+    then(status);
   }
-  MutexLock lock(&pending->mu);
-  while (pending->left > 0) pending->finished.Wait(&pending->mu);
 }
 
 }  // namespace tessera::cluster

@@ -517,15 +517,13 @@ struct Router::ReplicaChain {
   std::vector<std::string> order;
   absl::Time deadline;
   const grpc::CallbackServerContext* caller = nullptr;
-  StartCall start;
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;  // one per attempt
+  MakeCall make;
   std::vector<std::string> failures;
   std::function<void(absl::Status)> done;
 };
 
-void Router::StartOn(const std::string& node, absl::Time deadline,
-                     const grpc::CallbackServerContext* caller, const StartCall& start,
-                     std::vector<std::unique_ptr<grpc::ClientContext>>* contexts,
+void Router::StartOn(FanOut* fan_out, const std::string& node, absl::Time deadline,
+                     const grpc::CallbackServerContext* caller, const MakeCall& make,
                      std::function<void(absl::Status)> done) {
   absl::StatusOr<v1::ShardService::Stub*> stub = StubOf(node);
   if (!stub.ok()) return done(stub.status());
@@ -535,35 +533,29 @@ void Router::StartOn(const std::string& node, absl::Time deadline,
           : WithKey(grpc::ClientContext::FromCallbackServerContext(*caller), options_.cluster_key);
   // gRPC keeps the earlier of the caller's deadline and this one.
   context->set_deadline(absl::ToChronoTime(deadline));
-  grpc::ClientContext* started = context.get();
-  contexts->push_back(std::move(context));
-  start(*stub, started,
-        [done = std::move(done)](const grpc::Status& status) { done(FromGrpc(status)); });
+  fan_out->Call(std::move(context), make(*stub),
+                [done = std::move(done)](const grpc::Status& status) { done(FromGrpc(status)); });
 }
 
-void Router::TryReplicas(ReplicaChain* chain, size_t attempt) {
+void Router::TryReplicas(FanOut* fan_out, ReplicaChain* chain, size_t attempt) {
   const size_t n = chain->order.size();
   if (attempt == n) {
     if (chain->failures.empty()) chain->failures.emplace_back("no serving replica");
-    // Moved out first: chain->done ends the fan-out, after which *chain may be gone.
-    std::function<void(absl::Status)> done = std::move(chain->done);
-    return done(absl::UnavailableError(absl::StrCat(chain->shard_name, " unavailable (",
-                                                    absl::StrJoin(chain->failures, "; "), ")")));
+    return chain->done(absl::UnavailableError(absl::StrCat(
+        chain->shard_name, " unavailable (", absl::StrJoin(chain->failures, "; "), ")")));
   }
   const absl::Time now = absl::Now();
   const bool last = attempt + 1 == n;
   const absl::Time attempt_deadline =
       last ? chain->deadline : now + (chain->deadline - now) / static_cast<double>(n - attempt);
-  const std::string& node = chain->order[attempt];
-  StartOn(node, attempt_deadline, chain->caller, chain->start, &chain->contexts,
-          [this, chain, attempt, last](absl::Status status) {
+  StartOn(fan_out, chain->order[attempt], attempt_deadline, chain->caller, chain->make,
+          [this, fan_out, chain, attempt, last](absl::Status status) {
             const std::string& node = chain->order[attempt];
             const bool attempt_timed_out =
                 absl::IsDeadlineExceeded(status) && !last && absl::Now() < chain->deadline;
             if (status.ok()) Trust(node);
             if (status.ok() || (!Retryable(status) && !attempt_timed_out)) {
-              std::function<void(absl::Status)> done = std::move(chain->done);
-              return done(std::move(status));
+              return chain->done(std::move(status));
             }
             Log("warning", "replica failed; trying the next",
                 {{"shard", chain->shard_name},
@@ -571,24 +563,20 @@ void Router::TryReplicas(ReplicaChain* chain, size_t attempt) {
                  {"error", std::string(status.message())}});
             Distrust(node);
             chain->failures.push_back(absl::StrCat(node, ": ", status.message()));
-            TryReplicas(chain, attempt + 1);
+            TryReplicas(fan_out, chain, attempt + 1);
           });
 }
 
 std::vector<absl::Status> Router::CallTargets(
     const std::vector<std::pair<uint32_t, std::string>>& targets, absl::Time deadline,
-    const std::function<StartCall(size_t)>& start_for) {
+    const std::function<MakeCall(size_t)>& make_for) {
   std::vector<absl::Status> statuses(targets.size());
-  std::vector<std::vector<std::unique_ptr<grpc::ClientContext>>> contexts(targets.size());
-  std::vector<StartCall> starts(targets.size());
-  FanOut(targets.size(), [&](size_t i, std::function<void()> done) {
-    starts[i] = start_for(i);
-    StartOn(targets[i].second, deadline, nullptr, starts[i], &contexts[i],
-            [&statuses, i, done = std::move(done)](absl::Status status) {
-              statuses[i] = std::move(status);
-              done();
-            });
-  });
+  FanOut fan_out;
+  for (size_t i = 0; i < targets.size(); ++i) {
+    StartOn(&fan_out, targets[i].second, deadline, nullptr, make_for(i),
+            [&statuses, i](absl::Status status) { statuses[i] = std::move(status); });
+  }
+  fan_out.Wait();
   return statuses;
 }
 
@@ -597,22 +585,21 @@ std::vector<absl::Status> Router::ReadShards(const v1::ClusterCollection& collec
                                              const std::vector<uint32_t>& shards,
                                              absl::Time deadline,
                                              const grpc::CallbackServerContext* caller,
-                                             const std::function<StartCall(size_t)>& start_for) {
+                                             const std::function<MakeCall(size_t)>& make_for) {
   std::vector<absl::Status> statuses(shards.size());
   std::vector<ReplicaChain> chains(shards.size());
-  FanOut(shards.size(), [&](size_t i, std::function<void()> done) {
+  FanOut fan_out;
+  for (size_t i = 0; i < shards.size(); ++i) {
     ReplicaChain& chain = chains[i];
     chain.shard_name = ShardName(name, shards[i]);
     chain.order = ReadOrder(collection.shards(static_cast<int>(shards[i])));
     chain.deadline = deadline;
     chain.caller = caller;
-    chain.start = start_for(i);
-    chain.done = [&statuses, i, done = std::move(done)](absl::Status status) {
-      statuses[i] = std::move(status);
-      done();
-    };
-    TryReplicas(&chain, 0);
-  });
+    chain.make = make_for(i);
+    chain.done = [&statuses, i](absl::Status status) { statuses[i] = std::move(status); };
+    TryReplicas(&fan_out, &chain, 0);
+  }
+  fan_out.Wait();
   return statuses;
 }
 
@@ -774,11 +761,12 @@ absl::Status Router::CreateCollection(const v1::CreateCollectionRequest& request
   std::vector<v1::ShardCreateCollectionRequest> creates(targets.size());
   std::vector<v1::ShardCreateCollectionResponse> created(targets.size());
   const std::vector<absl::Status> statuses =
-      CallTargets(targets, absl::Now() + options_.shard_call_timeout, [&](size_t i) -> StartCall {
+      CallTargets(targets, absl::Now() + options_.shard_call_timeout, [&](size_t i) -> MakeCall {
         *creates[i].mutable_schema() = collection.schema();
         creates[i].set_shard(targets[i].first);
-        return [&, i](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
-          stub->async()->CreateCollection(context, &creates[i], &created[i], std::move(done));
+        return [&, i](v1::ShardService::Stub* stub) {
+          return UnaryCall(stub, &v1::ShardService::Stub::AsyncCreateCollection, &creates[i],
+                           &created[i]);
         };
       });
   const auto failed = std::find_if(statuses.begin(), statuses.end(),
@@ -794,11 +782,12 @@ absl::Status Router::CreateCollection(const v1::CreateCollectionRequest& request
     }
     std::vector<v1::ShardDropCollectionRequest> drops(undo.size());
     std::vector<v1::ShardDropCollectionResponse> dropped(undo.size());
-    CallTargets(undo, absl::Now() + options_.shard_call_timeout, [&](size_t i) -> StartCall {
+    CallTargets(undo, absl::Now() + options_.shard_call_timeout, [&](size_t i) -> MakeCall {
       drops[i].set_collection(schema.name);
       drops[i].set_shard(undo[i].first);
-      return [&, i](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
-        stub->async()->DropCollection(context, &drops[i], &dropped[i], std::move(done));
+      return [&, i](v1::ShardService::Stub* stub) {
+        return UnaryCall(stub, &v1::ShardService::Stub::AsyncDropCollection, &drops[i],
+                         &dropped[i]);
       };
     });
     state_->etcd()->Delete(key).IgnoreError();
@@ -848,11 +837,12 @@ absl::Status Router::DropCollection(const std::string& name) {
   std::vector<v1::ShardDropCollectionRequest> drops(targets.size());
   std::vector<v1::ShardDropCollectionResponse> answers(targets.size());
   const std::vector<absl::Status> statuses =
-      CallTargets(targets, absl::Now() + options_.shard_call_timeout, [&](size_t i) -> StartCall {
+      CallTargets(targets, absl::Now() + options_.shard_call_timeout, [&](size_t i) -> MakeCall {
         drops[i].set_collection(name);
         drops[i].set_shard(targets[i].first);
-        return [&, i](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
-          stub->async()->DropCollection(context, &drops[i], &answers[i], std::move(done));
+        return [&, i](v1::ShardService::Stub* stub) {
+          return UnaryCall(stub, &v1::ShardService::Stub::AsyncDropCollection, &drops[i],
+                           &answers[i]);
         };
       });
   std::vector<char> dropped(targets.size(), 0);
@@ -906,12 +896,11 @@ absl::Status Router::GetCollection(const std::string& name, v1::GetCollectionRes
   std::vector<v1::GetCollectionResponse> per_shard(shards);
   const std::vector<absl::Status> statuses = ReadShards(
       collection, name, AllShards(shards), absl::Now() + options_.shard_call_timeout, nullptr,
-      [&](size_t s) -> StartCall {
+      [&](size_t s) -> MakeCall {
         requests[s].set_collection(name);
         requests[s].set_shard(static_cast<uint32_t>(s));
-        return [&, s](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
-          per_shard[s].Clear();
-          stub->async()->Stats(context, &requests[s], &per_shard[s], std::move(done));
+        return [&, s](v1::ShardService::Stub* stub) {
+          return UnaryCall(stub, &v1::ShardService::Stub::AsyncStats, &requests[s], &per_shard[s]);
         };
       });
   for (uint32_t s = 0; s < shards; ++s) {
@@ -943,11 +932,11 @@ absl::Status Router::Flush(const std::string& name) {
   std::vector<v1::ShardFlushRequest> flushes(targets.size());
   std::vector<v1::ShardFlushResponse> flushed(targets.size());
   const std::vector<absl::Status> statuses =
-      CallTargets(targets, absl::Now() + options_.shard_call_timeout, [&](size_t i) -> StartCall {
+      CallTargets(targets, absl::Now() + options_.shard_call_timeout, [&](size_t i) -> MakeCall {
         flushes[i].set_collection(name);
         flushes[i].set_shard(targets[i].first);
-        return [&, i](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
-          stub->async()->Flush(context, &flushes[i], &flushed[i], std::move(done));
+        return [&, i](v1::ShardService::Stub* stub) {
+          return UnaryCall(stub, &v1::ShardService::Stub::AsyncFlush, &flushes[i], &flushed[i]);
         };
       });
   for (size_t i = 0; i < targets.size(); ++i) {
@@ -981,9 +970,9 @@ std::vector<Router::ReplicaCall<Response>> Router::CallReplicas(
     }
   }
   const std::vector<absl::Status> statuses =
-      CallTargets(targets, absl::Now() + options_.shard_call_timeout, [&](size_t i) -> StartCall {
-        return [&, i](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
-          send(stub, context, &(*parts)[calls[i].shard], &calls[i].response, std::move(done));
+      CallTargets(targets, absl::Now() + options_.shard_call_timeout, [&](size_t i) -> MakeCall {
+        return [&, i](v1::ShardService::Stub* stub) {
+          return send(stub, &(*parts)[calls[i].shard], &calls[i].response);
         };
       });
   for (size_t i = 0; i < calls.size(); ++i) {
@@ -1021,9 +1010,10 @@ absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse
   std::vector<std::pair<uint32_t, std::string>> down;
   std::vector<ReplicaCall<v1::UpsertResponse>> calls = CallReplicas<v1::UpsertResponse>(
       entry.collection, name, &parts, positions, "documents",
-      [](v1::ShardService::Stub* stub, grpc::ClientContext* context,
-         const v1::ShardUpsertRequest* part, v1::UpsertResponse* answer,
-         CallDone done) { stub->async()->Upsert(context, part, answer, std::move(done)); },
+      [](v1::ShardService::Stub* stub, const v1::ShardUpsertRequest* part,
+         v1::UpsertResponse* answer) {
+        return UnaryCall(stub, &v1::ShardService::Stub::AsyncUpsert, part, answer);
+      },
       [](const v1::UpsertResponse& answer) { return answer.results_size(); }, &down);
 
   // Per document: the first replica's result, unless a replica failed the document (then that
@@ -1105,9 +1095,10 @@ absl::Status Router::Delete(const v1::DeleteRequest& request, v1::DeleteResponse
   std::vector<std::pair<uint32_t, std::string>> down;
   std::vector<ReplicaCall<v1::DeleteResponse>> calls = CallReplicas<v1::DeleteResponse>(
       entry.collection, name, &parts, positions, "ids",
-      [](v1::ShardService::Stub* stub, grpc::ClientContext* context,
-         const v1::ShardDeleteRequest* part, v1::DeleteResponse* answer,
-         CallDone done) { stub->async()->Delete(context, part, answer, std::move(done)); },
+      [](v1::ShardService::Stub* stub, const v1::ShardDeleteRequest* part,
+         v1::DeleteResponse* answer) {
+        return UnaryCall(stub, &v1::ShardService::Stub::AsyncDelete, part, answer);
+      },
       [&request](const v1::DeleteResponse& answer) {
         return request.has_filter() ? 1 : answer.existed_size();
       },
@@ -1170,13 +1161,12 @@ absl::Status Router::Count(const v1::CountRequest& request, v1::CountResponse* r
   std::vector<v1::CountResponse> counts(shards);
   const std::vector<absl::Status> statuses = ReadShards(
       entry.collection, request.collection(), AllShards(shards), deadline, nullptr,
-      [&](size_t s) -> StartCall {
+      [&](size_t s) -> MakeCall {
         parts[s].set_collection(request.collection());
         parts[s].set_shard(static_cast<uint32_t>(s));
         *parts[s].mutable_filter() = request.filter();
-        return [&, s](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
-          counts[s].Clear();
-          stub->async()->Count(context, &parts[s], &counts[s], std::move(done));
+        return [&, s](v1::ShardService::Stub* stub) {
+          return UnaryCall(stub, &v1::ShardService::Stub::AsyncCount, &parts[s], &counts[s]);
         };
       });
   uint64_t total = 0;
@@ -1197,12 +1187,11 @@ absl::Status Router::Scroll(const v1::ScrollRequest& request, v1::ScrollResponse
   std::vector<v1::ScrollResponse> pages(shards);
   const std::vector<absl::Status> statuses = ReadShards(
       entry.collection, request.collection(), AllShards(shards), deadline, nullptr,
-      [&](size_t s) -> StartCall {
+      [&](size_t s) -> MakeCall {
         parts[s].set_shard(static_cast<uint32_t>(s));
         *parts[s].mutable_scroll() = request;
-        return [&, s](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
-          pages[s].Clear();
-          stub->async()->Scroll(context, &parts[s], &pages[s], std::move(done));
+        return [&, s](v1::ShardService::Stub* stub) {
+          return UnaryCall(stub, &v1::ShardService::Stub::AsyncScroll, &parts[s], &pages[s]);
         };
       });
   std::vector<v1::ScrolledDocument> documents;
@@ -1239,11 +1228,9 @@ absl::Status Router::Get(const v1::GetRequest& request, v1::GetResponse* respons
   get.set_id(request.id());
   return ReadShards(entry.collection, request.collection(), {s},
                     absl::Now() + options_.shard_call_timeout, nullptr,
-                    [&](size_t) -> StartCall {
-                      return [&](v1::ShardService::Stub* stub, grpc::ClientContext* context,
-                                 CallDone done) {
-                        response->Clear();
-                        stub->async()->Get(context, &get, response, std::move(done));
+                    [&](size_t) -> MakeCall {
+                      return [&](v1::ShardService::Stub* stub) {
+                        return UnaryCall(stub, &v1::ShardService::Stub::AsyncGet, &get, response);
                       };
                     })
       .front();
@@ -1263,10 +1250,9 @@ void Router::SearchShards(const grpc::CallbackServerContext& call, const Collect
   // The caller's cancellation reaches the shards; its deadline too.
   const std::vector<absl::Status> statuses = ReadShards(
       entry.collection, calls.empty() ? std::string() : calls.front()->search().collection(),
-      shards, deadline, &call, [&](size_t i) -> StartCall {
-        return [&, i](v1::ShardService::Stub* stub, grpc::ClientContext* context, CallDone done) {
-          shard_answers[i].Clear();
-          stub->async()->Search(context, calls[i], &shard_answers[i], std::move(done));
+      shards, deadline, &call, [&](size_t i) -> MakeCall {
+        return [&, i](v1::ShardService::Stub* stub) {
+          return UnaryCall(stub, &v1::ShardService::Stub::AsyncSearch, calls[i], &shard_answers[i]);
         };
       });
   for (size_t i = 0; i < calls.size(); ++i) {

@@ -52,6 +52,7 @@
 #include "absl/time/time.h"
 #include "server/backend.h"
 #include "server/cluster/cluster_state.h"
+#include "server/cluster/fan_out.h"
 #include "tessera/base/mutex.h"
 #include "tessera/collection.h"
 #include "tessera/v1/shard.grpc.pb.h"
@@ -129,10 +130,9 @@ class Router final : public server::Backend {
     Response response;
   };
   // Sends (*parts)[s] — named for `name` and shard s here — to every live replica of each shard s
-  // that has positions, at once, with send(stub, context, part, response, done), which starts
-  // the call through the stub's callback API. A call whose
-  // response does not hold count_answers() == one answer per position fails INTERNAL (`items`
-  // names them in the message). Replicas that are down are appended to *down, not called.
+  // that has positions, at once, with the call send(stub, part, response) makes (a UnaryCall). A
+  // call whose response does not hold count_answers() == one answer per position fails INTERNAL
+  // (`items` names them in the message). Replicas that are down are appended to *down, not called.
   template <typename Response, typename Part, typename Send, typename CountAnswers>
   std::vector<ReplicaCall<Response>> CallReplicas(
       const v1::ClusterCollection& collection, const std::string& name, std::vector<Part>* parts,
@@ -159,17 +159,13 @@ class Router final : public server::Backend {
   void SearchShards(const grpc::CallbackServerContext& call, const CollectionEntry& entry,
                     absl::Time deadline, const std::map<uint32_t, v1::ShardSearchRequest>& requests,
                     std::map<uint32_t, absl::StatusOr<SearchResult>>* answers);
-  // One call to a shard node through gRPC's callback API: start(stub, context, done) begins it
-  // and hands its status to `done`, as the stub's async() methods do. A StartCall may be started
-  // again (on another replica, with a fresh context): it clears its response first.
-  using CallDone = std::function<void(grpc::Status)>;
-  using StartCall = std::function<void(v1::ShardService::Stub* stub, grpc::ClientContext* context,
-                                       CallDone done)>;
-  // Calls every (shard, node) of `targets` at once — with start_for(i) for target i, a context of
+  // The call a fan-out makes to one shard node, given the node's stub (UnaryCall).
+  using MakeCall = std::function<FanOut::Start(v1::ShardService::Stub* stub)>;
+  // Calls every (shard, node) of `targets` at once — make_for(i) for target i, with a context of
   // this deadline — and waits for all (FanOut): their statuses by position.
   std::vector<absl::Status> CallTargets(
       const std::vector<std::pair<uint32_t, std::string>>& targets, absl::Time deadline,
-      const std::function<StartCall(size_t)>& start_for);
+      const std::function<MakeCall(size_t)>& make_for);
   // Reads each shard of `shards` of collection `name` from one serving replica (TryReplicas),
   // all at once, and waits for all: their statuses by position. With `caller`, the shard calls
   // carry the caller's cancellation.
@@ -177,15 +173,14 @@ class Router final : public server::Backend {
                                        const std::string& name, const std::vector<uint32_t>& shards,
                                        absl::Time deadline,
                                        const grpc::CallbackServerContext* caller,
-                                       const std::function<StartCall(size_t)>& start_for);
-  // Starts `start` on `node` with a context of this deadline carrying the cluster key (and the
-  // caller's cancellation, given one), kept in *contexts until the fan-out ends; `done` gets the
-  // status — UNAVAILABLE at once when the node is not registered.
-  void StartOn(const std::string& node, absl::Time deadline,
-               const grpc::CallbackServerContext* caller, const StartCall& start,
-               std::vector<std::unique_ptr<grpc::ClientContext>>* contexts,
+                                       const std::function<MakeCall(size_t)>& make_for);
+  // Starts `make`'s call to `node` in *fan_out with a context of this deadline carrying the
+  // cluster key (and the caller's cancellation, given one); `done` gets its status when it
+  // finishes — UNAVAILABLE at once when the node is not registered.
+  void StartOn(FanOut* fan_out, const std::string& node, absl::Time deadline,
+               const grpc::CallbackServerContext* caller, const MakeCall& make,
                std::function<void(absl::Status)> done);
-  // Calls the chain's replicas in order, one after another from each failure's completion,
+  // Calls the chain's replicas in order, each after the previous one's failure (in *fan_out),
   // until one succeeds or fails with a status another replica would share; hands that status to
   // chain->done, or UNAVAILABLE naming the shard and every replica's failure. Attempt i of n gets
   // until now + (deadline - now) / (n - i): a replica that hangs (a stopped process keeps its
@@ -193,7 +188,7 @@ class Router final : public server::Backend {
   // replica while the caller's deadline has time left. A replica that fails is distrusted
   // (RouterOptions::distrust_for), one that answers is trusted again.
   struct ReplicaChain;
-  void TryReplicas(ReplicaChain* chain, size_t attempt);
+  void TryReplicas(FanOut* fan_out, ReplicaChain* chain, size_t attempt);
   void Distrust(const std::string& node);
   void Trust(const std::string& node);
   bool Distrusted(const std::string& node);
