@@ -1031,13 +1031,13 @@ absl::Status Shard::Snapshot() const {
   return CurrentStage1().index->Save(dir_ + "/" + kSnapshotFile);
 }
 
-absl::Status Shard::Checkpoint(const std::string& dir) const {
+absl::Status Shard::Checkpoint(const std::string& dir, uint64_t* sequence) const {
   std::error_code error;
   std::filesystem::create_directories(dir, error);
   if (error) {
     return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", error.message()));
   }
-  return store_->Checkpoint(dir + "/db");
+  return store_->Checkpoint(dir + "/db", sequence);
 }
 
 void Shard::WaitForTrainingForTesting() const {

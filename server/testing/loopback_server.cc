@@ -22,6 +22,9 @@ absl::StatusOr<std::unique_ptr<LoopbackServer>> LoopbackServer::Start(
   node->admission_ = std::make_unique<Admission>(options.admission);
   ServiceContext& context = node->context_;
   context.engine = node->engine_.get();
+  TESSERA_ASSIGN_OR_RETURN(node->snapshots_,
+                           SnapshotStore::Open(node->engine_.get(), data_dir + "/snapshots"));
+  context.snapshots = node->snapshots_.get();
   context.admission = node->admission_.get();
   context.metrics = &node->metrics_;
   context.config = options.config;
@@ -52,6 +55,7 @@ LoopbackServer::~LoopbackServer() {
   if (server_ != nullptr) server_->Shutdown();
   server_.reset();
   admission_.reset();
+  snapshots_.reset();
   engine_.reset();
 }
 

@@ -49,6 +49,7 @@ class LoopbackServer {
   LoopbackServer() = default;
 
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<SnapshotStore> snapshots_;
   std::unique_ptr<Admission> admission_;
   Metrics metrics_;
   ServiceContext context_;
