@@ -46,8 +46,8 @@ absl::StatusOr<std::unique_ptr<LoopbackServer>> LoopbackServer::Start(
   if (node->server_ == nullptr || port == 0) {
     return absl::UnavailableError("loopback server: could not listen on 127.0.0.1");
   }
-  node->channel_ =
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  node->address_ = absl::StrCat("127.0.0.1:", port);
+  node->channel_ = grpc::CreateChannel(node->address_, grpc::InsecureChannelCredentials());
   return node;
 }
 

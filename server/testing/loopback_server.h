@@ -44,6 +44,8 @@ class LoopbackServer {
   Admission* admission() const { return admission_.get(); }
   // Plaintext, to the server's port.
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+  // "127.0.0.1:PORT".
+  const std::string& address() const { return address_; }
 
  private:
   LoopbackServer() = default;
@@ -60,6 +62,7 @@ class LoopbackServer {
   std::unique_ptr<grpc::Service> extra_;
   std::unique_ptr<grpc::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
+  std::string address_;
 };
 
 }  // namespace tessera::server
