@@ -30,6 +30,7 @@ void InfoToProto(const SnapshotManifest& manifest, v1::SnapshotInfo* out) {
   out->set_num_shards(static_cast<uint32_t>(manifest.num_shards));
   out->set_files(manifest.files.size());
   out->set_bytes(static_cast<uint64_t>(manifest.total_bytes()));
+  out->set_cut_seconds(static_cast<double>(manifest.cut_micros) / 1e6);
 }
 
 absl::Status CheckNotEmpty(absl::string_view field, const std::string& value) {
@@ -201,7 +202,8 @@ grpc::ServerUnaryReactor* AdminServiceImpl::CreateSnapshot(grpc::CallbackServerC
     Log("info", "snapshot created",
         {{"collection", manifest.collection},
          {"snapshot", manifest.id},
-         {"bytes", std::to_string(manifest.total_bytes())}});
+         {"bytes", std::to_string(manifest.total_bytes())},
+         {"cut_ms", std::to_string(manifest.cut_micros / 1000)}});
     return absl::OkStatus();
   });
 }

@@ -625,6 +625,7 @@ class Cli {
     json.Set("num_shards", info.num_shards());
     json.Set("files", static_cast<uint64_t>(info.files()));
     json.Set("bytes", static_cast<uint64_t>(info.bytes()));
+    json.Set("cut_seconds", info.cut_seconds());
     return json;
   }
 

@@ -474,8 +474,10 @@ class SnapshotStoreImpl final : public SnapshotStore {
           absl::StrCat("cannot create ", temporary.string(), ": ", error.message()));
     }
     const fs::path data = temporary / kDataDirectory;
+    const absl::Time cut_start = absl::Now();
     TESSERA_ASSIGN_OR_RETURN(manifest.shard_sequences,
                              engine_->CheckpointCollectionAtCut(collection, data.string()));
+    manifest.cut_micros = absl::ToInt64Microseconds(absl::Now() - cut_start);
     manifest.num_shards = static_cast<int>(manifest.shard_sequences.size());
     // The cut is taken: writes flow again while the files are checksummed.
     std::vector<fs::path> files;
@@ -627,6 +629,7 @@ std::string EncodeSnapshotManifest(const SnapshotManifest& manifest) {
   for (size_t s = 0; s < manifest.shard_sequences.size(); ++s) {
     absl::StrAppend(&out, "sequence ", s, " ", manifest.shard_sequences[s], "\n");
   }
+  absl::StrAppend(&out, "cut_micros ", manifest.cut_micros, "\n");
   for (const SnapshotFile& file : manifest.files) {
     absl::StrAppend(&out, "file ", file.size, " ", absl::StrFormat("%08x", file.crc32), " ",
                     file.path, "\n");
@@ -653,6 +656,8 @@ absl::StatusOr<SnapshotManifest> DecodeSnapshotManifest(absl::string_view text) 
       manifest.collection = std::string(words[1]);
     } else if (words[0] == "created_unix_micros" && words.size() == 2) {
       if (!absl::SimpleAtoi(words[1], &manifest.created_unix_micros)) return bad();
+    } else if (words[0] == "cut_micros" && words.size() == 2) {
+      if (!absl::SimpleAtoi(words[1], &manifest.cut_micros)) return bad();
     } else if (words[0] == "num_shards" && words.size() == 2) {
       if (!absl::SimpleAtoi(words[1], &manifest.num_shards)) return bad();
     } else if (words[0] == "sequence" && words.size() == 3) {

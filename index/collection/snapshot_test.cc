@@ -91,6 +91,19 @@ TEST(SnapshotStore, RestoreEqualsSource) {
   EXPECT_EQ(manifest->num_shards, 3);
   EXPECT_EQ(manifest->shard_sequences.size(), 3u);
   EXPECT_GT(manifest->total_bytes(), 0);
+  EXPECT_GT(manifest->cut_micros, 0);
+  // The manifest as stored reads back whole.
+  auto stored = f.snapshots->Get(manifest->id);
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  EXPECT_EQ(EncodeSnapshotManifest(*stored), EncodeSnapshotManifest(*manifest));
+  EXPECT_EQ(stored->cut_micros, manifest->cut_micros);
+  EXPECT_EQ(stored->shard_sequences, manifest->shard_sequences);
+  ASSERT_EQ(stored->files.size(), manifest->files.size());
+  for (size_t i = 0; i < stored->files.size(); ++i) {
+    EXPECT_EQ(stored->files[i].path, manifest->files[i].path);
+    EXPECT_EQ(stored->files[i].size, manifest->files[i].size);
+    EXPECT_EQ(stored->files[i].crc32, manifest->files[i].crc32);
+  }
   // Writes after the snapshot are not in it.
   ExpectAllOk(source->Upsert({MakeDocument(corpus, kDocs)}));
 

@@ -13,7 +13,8 @@ CHUNK_BYTES = 1 << 20
 
 
 def info_dict(info: Any) -> Dict[str, Any]:
-    """A SnapshotInfo → {id, collection, created_unix_micros, num_shards, files, bytes}."""
+    """A SnapshotInfo → {id, collection, created_unix_micros, num_shards, files, bytes,
+    cut_seconds (how long the collection's writes waited for the snapshot's cut)}."""
     return {
         "id": info.id,
         "collection": info.collection,
@@ -21,6 +22,7 @@ def info_dict(info: Any) -> Dict[str, Any]:
         "num_shards": info.num_shards,
         "files": info.files,
         "bytes": info.bytes,
+        "cut_seconds": info.cut_seconds,
     }
 
 

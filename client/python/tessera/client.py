@@ -173,7 +173,7 @@ class Client:
 
     def list_snapshots(self, name: str, timeout: Optional[float] = None) -> List[Dict[str, Any]]:
         """Collection `name`'s snapshots, oldest first: [{id, collection,
-        created_unix_micros, num_shards, files, bytes}]."""
+        created_unix_micros, num_shards, files, bytes, cut_seconds}]."""
         return _snapshots.list_result(self._call(
             self.admin_stub.ListSnapshots, _snapshots.list_request(name), timeout,
             idempotent=True))

@@ -16,7 +16,7 @@
 //   "TSNAPEND"                                   8 bytes
 // The manifest is text, one field per line, headed by "tessera-snapshot 1":
 //   id <id> / collection <name> / created_unix_micros <n> / num_shards <n> /
-//   sequence <shard> <RocksDB sequence of the shard at the cut> (one per shard) /
+//   sequence <shard> <RocksDB sequence of the shard at the cut> (one per shard) / cut_micros <n> /
 //   file <size> <CRC-32, 8 hex digits> <relative path> (one per file)
 // The CRC-32 is zlib's polynomial (index/common/crc32.h, the checksum of every stored record).
 #ifndef TESSERA_SNAPSHOT_H_
@@ -50,6 +50,8 @@ struct SnapshotManifest {
   // the snapshot began is at or below it).
   std::vector<uint64_t> shard_sequences;
   std::vector<SnapshotFile> files;
+  // How long the collection's writes waited for the cut (the shards' checkpoints).
+  int64_t cut_micros = 0;
 
   int64_t total_bytes() const;
 };
