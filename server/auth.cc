@@ -68,6 +68,12 @@ Scope RequiredScope(absl::string_view method) {
       {"/tessera.v1.AdminService/ListCollections", Scope::kRead},
       {"/tessera.v1.AdminService/GetCollection", Scope::kRead},
       {"/tessera.v1.AdminService/Flush", Scope::kWrite},
+      // A snapshot is a full copy of a collection's data, and a restore creates a collection.
+      {"/tessera.v1.AdminService/CreateSnapshot", Scope::kAdmin},
+      {"/tessera.v1.AdminService/ListSnapshots", Scope::kRead},
+      {"/tessera.v1.AdminService/DeleteSnapshot", Scope::kAdmin},
+      {"/tessera.v1.AdminService/DownloadSnapshot", Scope::kAdmin},
+      {"/tessera.v1.AdminService/RestoreSnapshot", Scope::kAdmin},
       {"/tessera.v1.IngestService/Upsert", Scope::kWrite},
       {"/tessera.v1.IngestService/Delete", Scope::kWrite},
       {"/tessera.v1.IngestService/Get", Scope::kRead},

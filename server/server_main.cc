@@ -322,6 +322,7 @@ int Run(const ServerConfig& config) {
     etcd_credentials = *std::move(loaded);
   }
   std::unique_ptr<Engine> engine;
+  std::unique_ptr<SnapshotStore> snapshots;
   std::unique_ptr<cluster::EtcdClient> etcd;
   std::unique_ptr<cluster::ClusterState> cluster_state;
   if (router_role) {
@@ -356,6 +357,9 @@ int Run(const ServerConfig& config) {
     auto opened = Engine::Open(config.data_dir, engine_options);
     if (!opened.ok()) return Fail(opened.status());
     engine = *std::move(opened);
+    auto snapshot_store = SnapshotStore::Open(engine.get(), config.data_dir + "/snapshots");
+    if (!snapshot_store.ok()) return Fail(snapshot_store.status());
+    snapshots = *std::move(snapshot_store);
     Log("info", "engine open",
         {{"data_dir", config.data_dir},
          {"collections", std::to_string(engine->ListCollections().size())},
@@ -372,6 +376,7 @@ int Run(const ServerConfig& config) {
   auto admission = std::make_unique<Admission>(admission_options);
   ServiceContext context;
   context.engine = engine.get();
+  context.snapshots = snapshots.get();
   context.admission = admission.get();
   context.metrics = &metrics;
   context.config = config;
@@ -544,6 +549,7 @@ int Run(const ServerConfig& config) {
   admission.reset();
   backend.reset();
   cluster_state.reset();
+  snapshots.reset();
   engine.reset();  // snapshots candidate indexes and closes the shards
   Log("info", "stopped");
   return 0;

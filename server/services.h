@@ -11,6 +11,7 @@
 #include "server/config.h"
 #include "server/metrics.h"
 #include "tessera/engine.h"
+#include "tessera/snapshot.h"
 #include "tessera/v1/admin.grpc.pb.h"
 #include "tessera/v1/ingest.grpc.pb.h"
 #include "tessera/v1/query.grpc.pb.h"
@@ -19,8 +20,9 @@ namespace tessera::server {
 
 // What every handler needs. Outlives the gRPC server.
 struct ServiceContext {
-  Engine* engine = nullptr;    // null on a router
-  Backend* backend = nullptr;  // what the public services serve from
+  Engine* engine = nullptr;            // null on a router
+  Backend* backend = nullptr;          // what the public services serve from
+  SnapshotStore* snapshots = nullptr;  // the engine's snapshots; null on a router
   Admission* admission = nullptr;
   Metrics* metrics = nullptr;
   ServerConfig config;
@@ -48,6 +50,20 @@ class AdminServiceImpl final : public v1::AdminService::CallbackService {
   grpc::ServerUnaryReactor* Flush(grpc::CallbackServerContext* call,
                                   const v1::FlushRequest* request,
                                   v1::FlushResponse* response) override;
+  // Snapshots (server/snapshot_handlers.cc).
+  grpc::ServerUnaryReactor* CreateSnapshot(grpc::CallbackServerContext* call,
+                                           const v1::CreateSnapshotRequest* request,
+                                           v1::CreateSnapshotResponse* response) override;
+  grpc::ServerUnaryReactor* ListSnapshots(grpc::CallbackServerContext* call,
+                                          const v1::ListSnapshotsRequest* request,
+                                          v1::ListSnapshotsResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteSnapshot(grpc::CallbackServerContext* call,
+                                           const v1::DeleteSnapshotRequest* request,
+                                           v1::DeleteSnapshotResponse* response) override;
+  grpc::ServerWriteReactor<v1::SnapshotChunk>* DownloadSnapshot(
+      grpc::CallbackServerContext* call, const v1::DownloadSnapshotRequest* request) override;
+  grpc::ServerReadReactor<v1::RestoreSnapshotRequest>* RestoreSnapshot(
+      grpc::CallbackServerContext* call, v1::RestoreSnapshotResponse* response) override;
 
  private:
   const ServiceContext* context_;

@@ -81,6 +81,7 @@ constexpr FlagSpec kFlags[] = {
     {"after", true},
     {"limit", true},
     {"vectors", false},
+    {"file", true},
 };
 
 constexpr const char* kGlobalFlags[] = {"addr",     "api-key", "timeout",         "tls", "tls-ca",
@@ -120,6 +121,12 @@ const std::vector<CommandSpec>& Commands() {
        {"filter", "any-of", "none-of", "after", "limit", "with-attributes", "attributes", "json"}},
       {"stats", 1, {"json"}},
       {"flush", 1, {}},
+      {"snapshot create", 1, {"json"}},
+      {"snapshot list", 1, {"json"}},
+      {"snapshot delete", 1, {}},
+      {"snapshot download", 2, {}},
+      // ID NEW_NAME, or --file ARCHIVE NEW_NAME.
+      {"snapshot restore", -1, {"file", "json"}},
   };
   return *commands;
 }
@@ -563,7 +570,74 @@ class Cli {
     return absl::OkStatus();
   }
 
+  absl::Status SnapshotCreate(const std::string& collection) {
+    TESSERA_ASSIGN_OR_RETURN(const v1::SnapshotInfo info, client_->CreateSnapshot(collection));
+    PrintSnapshot("created snapshot", info);
+    return absl::OkStatus();
+  }
+
+  absl::Status SnapshotList(const std::string& collection) {
+    TESSERA_ASSIGN_OR_RETURN(const std::vector<v1::SnapshotInfo> snapshots,
+                             client_->ListSnapshots(collection));
+    if (json_) {
+      Json list = Json::Array();
+      for (const v1::SnapshotInfo& info : snapshots) list.Push(SnapshotToJson(info));
+      Json json = Json::Object();
+      json.Set("snapshots", std::move(list));
+      out_ << json.Dump() << "\n";
+    } else {
+      for (const v1::SnapshotInfo& info : snapshots) {
+        out_ << TerminalSafe(info.id()) << "  " << WithThousands(info.bytes()) << " bytes, "
+             << info.files() << " files, " << info.num_shards() << " shard(s)\n";
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SnapshotDelete(const std::string& id) {
+    TESSERA_RETURN_IF_ERROR(client_->DeleteSnapshot(id));
+    out_ << "deleted snapshot " << Quote(id) << "\n";
+    return absl::OkStatus();
+  }
+
+  absl::Status SnapshotDownload(const std::string& id, const std::string& path) {
+    TESSERA_RETURN_IF_ERROR(client_->DownloadSnapshotToFile(id, path));
+    out_ << "downloaded snapshot " << Quote(id) << " to " << Quote(path) << "\n";
+    return absl::OkStatus();
+  }
+
+  // From snapshot `id` on the server, or from the archive at `file` when it is not empty.
+  absl::Status SnapshotRestore(const std::string& id, const std::string& file,
+                               const std::string& new_name) {
+    TESSERA_ASSIGN_OR_RETURN(const v1::SnapshotInfo info,
+                             file.empty() ? client_->RestoreSnapshot(id, new_name)
+                                          : client_->RestoreSnapshotFromFile(file, new_name));
+    PrintSnapshot(absl::StrCat("restored into ", Quote(new_name), " snapshot"), info);
+    return absl::OkStatus();
+  }
+
  private:
+  static Json SnapshotToJson(const v1::SnapshotInfo& info) {
+    Json json = Json::Object();
+    json.Set("id", info.id());
+    json.Set("collection", info.collection());
+    json.Set("created_unix_micros", static_cast<int64_t>(info.created_unix_micros()));
+    json.Set("num_shards", info.num_shards());
+    json.Set("files", static_cast<uint64_t>(info.files()));
+    json.Set("bytes", static_cast<uint64_t>(info.bytes()));
+    json.Set("cut_seconds", info.cut_seconds());
+    return json;
+  }
+
+  void PrintSnapshot(const std::string& what, const v1::SnapshotInfo& info) {
+    if (json_) {
+      out_ << SnapshotToJson(info).Dump() << "\n";
+    } else {
+      out_ << what << " " << TerminalSafe(info.id()) << " (" << WithThousands(info.bytes())
+           << " bytes, " << info.files() << " files)\n";
+    }
+  }
+
   std::string SchemaToJsonLine(const v1::CollectionSchema& schema) {
     return DumpJson(internal::SchemaToJson(schema)) + "\n";
   }
@@ -728,6 +802,14 @@ Commands:
                                                  ids in ascending order, a page at a time
   stats NAME [--json]
   flush NAME                                     snapshot the collection's candidate indexes
+  snapshot create NAME [--json]                  a point-in-time copy kept on the server; prints
+                                                 its id (NAME@TIME-HEX)
+  snapshot list NAME [--json]
+  snapshot download ID FILE                      the snapshot as one archive file
+  snapshot restore ID NEW_NAME [--json]          into a new collection (from the server's copy)
+  snapshot restore --file FILE NEW_NAME [--json] from a downloaded archive (any server's);
+                                                 every file's checksum is verified first
+  snapshot delete ID
 
 Exit status: 0 success, 1 failure ("tessera: CODE: message" on stderr), 2 usage error.
 )";
@@ -792,6 +874,13 @@ int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, 
     name = absl::StrCat(name, " ", args.positionals[1]);
     words = 2;
   }
+  if (name == "snapshot") {
+    if (args.positionals.size() < 2) {
+      return usage_error("snapshot needs create|list|download|restore|delete");
+    }
+    name = absl::StrCat(name, " ", args.positionals[1]);
+    words = 2;
+  }
   for (const CommandSpec& spec : Commands()) {
     if (name == spec.name) command = &spec;
   }
@@ -801,11 +890,15 @@ int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, 
     return usage_error(
         absl::StrCat("'", name, "' takes ", command->positionals, " argument(s), got ", given));
   }
+  if (name == "snapshot restore" && given != (args.Has("file") ? 1u : 2u)) {
+    return usage_error("'snapshot restore' takes ID NEW_NAME, or --file ARCHIVE NEW_NAME");
+  }
   const bool by_filter = args.Has("filter") || args.Has("any-of") || args.Has("none-of");
   if (name == "delete" && by_filter && given != 1) {
     return usage_error("'delete' takes a collection and ids, or a collection and filter flags");
   }
-  if (command->positionals < 0 && given < 2 && !(name == "delete" && by_filter)) {
+  if (command->positionals < 0 && given < 2 && !(name == "delete" && by_filter) &&
+      name != "snapshot restore") {
     return usage_error(absl::StrCat("'", name, "' takes a collection and one or more ids"));
   }
   for (const auto& [flag, values] : args.flags) {
@@ -881,6 +974,18 @@ int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, 
       status = cli.Stats(operands[0]);
     } else if (name == "flush") {
       status = cli.Flush(operands[0]);
+    } else if (name == "snapshot create") {
+      status = cli.SnapshotCreate(operands[0]);
+    } else if (name == "snapshot list") {
+      status = cli.SnapshotList(operands[0]);
+    } else if (name == "snapshot delete") {
+      status = cli.SnapshotDelete(operands[0]);
+    } else if (name == "snapshot download") {
+      status = cli.SnapshotDownload(operands[0], operands[1]);
+    } else if (name == "snapshot restore") {
+      const std::string file = args.Get("file").value_or("");
+      status = file.empty() ? cli.SnapshotRestore(operands[0], "", operands[1])
+                            : cli.SnapshotRestore("", file, operands[0]);
     }
   }
   out.flush();

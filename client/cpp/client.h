@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -287,6 +288,27 @@ class Client {
   absl::StatusOr<std::vector<std::string>> ListCollections();
   absl::StatusOr<CollectionInfo> GetCollection(const std::string& name);
   absl::Status Flush(const std::string& name);
+
+  // Snapshots (AdminService; tessera/snapshot.h has the archive format). A snapshot id names its
+  // collection ("papers@20261206T030455Z-1f0c9a2b"). NOT_FOUND naming an unknown collection or
+  // id; restores: ALREADY_EXISTS for a taken name, INVALID_ARGUMENT for a bad one, DATA_LOSS naming
+  // the file of a corrupt or truncated archive. The streams have no deadline.
+  absl::StatusOr<v1::SnapshotInfo> CreateSnapshot(const std::string& collection);
+  // Oldest first.
+  absl::StatusOr<std::vector<v1::SnapshotInfo>> ListSnapshots(const std::string& collection);
+  absl::Status DeleteSnapshot(const std::string& id);
+  // The snapshot's archive, piece by piece, to `sink` (whose error stops the download).
+  absl::Status DownloadSnapshot(const std::string& id,
+                                const std::function<absl::Status(absl::string_view)>& sink);
+  // The archive written to `path` (replaced if it exists; removed again when the download fails).
+  absl::Status DownloadSnapshotToFile(const std::string& id, const std::string& path);
+  // Restores snapshot `id`, held by the server, into new collection `new_collection`.
+  absl::StatusOr<v1::SnapshotInfo> RestoreSnapshot(const std::string& id,
+                                                   const std::string& new_collection);
+  // Uploads the archive at `path` (from DownloadSnapshotToFile, possibly of another server) and
+  // restores it into new collection `new_collection`.
+  absl::StatusOr<v1::SnapshotInfo> RestoreSnapshotFromFile(const std::string& path,
+                                                           const std::string& new_collection);
 
   // IngestService.
   // Sends `documents` over one Upsert stream in batches (see UpsertOptions) and returns one result

@@ -157,11 +157,15 @@ absl::StatusOr<std::shared_ptr<CollectionImpl>> CollectionImpl::Open(const std::
     // Compared decoded, so that a schema written before a field existed matches its defaults.
     absl::StatusOr<CollectionSchema> stored_schema =
         stored.ok() ? DecodeSchema(*stored) : absl::StatusOr<CollectionSchema>(stored.status());
+    // A collection restored from a snapshot under a new name keeps its shards' stored schema,
+    // which names the source: the name is the only field allowed to differ (rewritten below).
+    const bool renamed = stored_schema.ok() && stored_schema->name != schema.name;
+    if (renamed) stored_schema->name = schema.name;
     if (stored.ok() && (!stored_schema.ok() || EncodeSchema(*stored_schema) != encoded)) {
       return absl::DataLossError(absl::StrCat("collection '", schema.name, "' shard ", s,
                                               ": its stored schema differs from ", dir, "/schema"));
     }
-    if (!stored.ok()) TESSERA_RETURN_IF_ERROR(shard->PutMeta("schema", encoded));
+    if (!stored.ok() || renamed) TESSERA_RETURN_IF_ERROR(shard->PutMeta("schema", encoded));
     collection->shards_.push_back(std::move(shard));
   }
   return collection;
@@ -310,6 +314,7 @@ std::vector<UpsertOutcome> CollectionImpl::Upsert(std::vector<Document> document
     }
   });
   // One durable write per shard.
+  ReaderMutexLock cut(&cut_mu_);
   std::vector<std::vector<int64_t>> by_shard(shards_.size());
   for (int64_t i = 0; i < n; ++i) {
     if (writes[i].has_value()) by_shard[ShardOf(documents[i].id, schema_.num_shards)].push_back(i);
@@ -357,6 +362,7 @@ absl::StatusOr<std::vector<bool>> CollectionImpl::Delete(const std::vector<std::
     }
   }
   std::vector<bool> existed(ids.size(), false);
+  ReaderMutexLock cut(&cut_mu_);
   std::vector<std::vector<size_t>> by_shard(shards_.size());
   for (size_t i = 0; i < ids.size(); ++i)
     by_shard[ShardOf(ids[i], schema_.num_shards)].push_back(i);
@@ -383,6 +389,7 @@ absl::StatusOr<int64_t> CollectionImpl::DeleteMatching(const Filter& filter) {
         "the collection)");
   }
   TESSERA_RETURN_IF_ERROR(ValidateFilter(filter, schema_.attributes));
+  ReaderMutexLock cut(&cut_mu_);
   int64_t deleted = 0;
   for (size_t s = 0; s < shards_.size(); ++s) {
     std::vector<std::string> ids;
@@ -1007,9 +1014,14 @@ CollectionStats CollectionImpl::Stats() const {
   return stats;
 }
 
-absl::Status CollectionImpl::Checkpoint(const std::string& dir) const {
+absl::Status CollectionImpl::Checkpoint(const std::string& dir,
+                                        std::vector<uint64_t>* sequences) const {
+  MutexLock cut(&cut_mu_);
+  if (sequences != nullptr) sequences->assign(shards_.size(), 0);
   for (size_t s = 0; s < shards_.size(); ++s) {
-    TESSERA_RETURN_IF_ERROR(shards_[s]->Checkpoint(ShardDirectory(dir, static_cast<int>(s))));
+    TESSERA_RETURN_IF_ERROR(
+        shards_[s]->Checkpoint(ShardDirectory(dir, static_cast<int>(s)),
+                               sequences != nullptr ? &(*sequences)[s] : nullptr));
   }
   return absl::OkStatus();
 }

@@ -11,6 +11,7 @@
 
 #include "index/collection/shard.h"
 #include "index/common/thread_pool.h"
+#include "tessera/base/mutex.h"
 #include "tessera/collection.h"
 #include "tessera/log.h"
 #include "tessera/maxsim.h"
@@ -72,8 +73,10 @@ class CollectionImpl : public Collection {
   CollectionStats Stats() const override;
   absl::Status Snapshot() override;
   // Every shard's Checkpoint under `dir` in the layout Open reads (no schema file: the engine
-  // writes it).
-  absl::Status Checkpoint(const std::string& dir) const;
+  // writes it), at one cut: the collection's writes (Upsert, Delete, DeleteMatching) wait while
+  // the shards are checkpointed, so the copy holds each write call whole or not at all.
+  // `sequences`, when not null, gets each shard's RocksDB sequence number in the copy.
+  absl::Status Checkpoint(const std::string& dir, std::vector<uint64_t>* sequences = nullptr) const;
 
   // See Shard::SetTrainingHookForTesting (every shard gets the hook) and
   // Shard::WaitForTrainingForTesting (waits for every shard).
@@ -168,6 +171,9 @@ class CollectionImpl : public Collection {
   const CollectionSchema schema_;
   const CollectionContext context_;
   std::vector<std::unique_ptr<Shard>> shards_;
+  // Held shared by every write call across its shard writes, exclusively by Checkpoint: a
+  // snapshot's cut falls between write calls.
+  mutable Mutex cut_mu_;
   std::atomic<bool> dropped_{false};
   std::string dropped_dir_;
 };

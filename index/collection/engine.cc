@@ -143,6 +143,11 @@ class EngineImpl : public Engine {
   }
 
   absl::Status CheckpointCollection(const std::string& name, const std::string& dir) override {
+    return CheckpointCollectionAtCut(name, dir).status();
+  }
+
+  absl::StatusOr<std::vector<uint64_t>> CheckpointCollectionAtCut(const std::string& name,
+                                                                  const std::string& dir) override {
     std::shared_ptr<CollectionImpl> collection;
     {
       MutexLock lock(&mu_);
@@ -158,8 +163,38 @@ class EngineImpl : public Engine {
       return absl::InternalError(
           absl::StrCat("cannot create ", dir, ": ", error ? error.message() : "it exists"));
     }
-    TESSERA_RETURN_IF_ERROR(collection->Checkpoint(dir));
-    return WriteSchemaFile(dir, collection->schema());
+    std::vector<uint64_t> sequences;
+    TESSERA_RETURN_IF_ERROR(collection->Checkpoint(dir, &sequences));
+    TESSERA_RETURN_IF_ERROR(WriteSchemaFile(dir, collection->schema()));
+    return sequences;
+  }
+
+  absl::Status AdoptCollection(const std::string& name, const std::string& dir) override {
+    TESSERA_ASSIGN_OR_RETURN(CollectionSchema schema, ReadSchemaFile(dir));
+    schema.name = name;
+    TESSERA_RETURN_IF_ERROR(ValidateSchema(schema));
+    // Under the lock throughout, as a create: the name cannot be taken meanwhile.
+    MutexLock lock(&mu_);
+    if (collections_.contains(name) || unavailable_.contains(name)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("collection ", QuotedForMessage(name), " already exists"));
+    }
+    TESSERA_RETURN_IF_ERROR(WriteSchemaFile(dir, schema));
+    const fs::path target = NewCollectionDirectory(name);
+    std::error_code error;
+    fs::rename(dir, target, error);
+    if (error) {
+      return absl::InternalError(
+          absl::StrCat("cannot move ", dir, " to ", target.string(), ": ", error.message()));
+    }
+    absl::StatusOr<std::shared_ptr<CollectionImpl>> opened =
+        CollectionImpl::Open(target.string(), schema, context_);
+    if (!opened.ok()) {
+      fs::remove_all(target, error);
+      return opened.status();
+    }
+    collections_[name] = *std::move(opened);
+    return absl::OkStatus();
   }
 
   absl::Status RestoreCollection(const std::string& name, const std::string& dir) override {

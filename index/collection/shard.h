@@ -231,9 +231,10 @@ class Shard {
   // candidate index with the iid it covers; nothing for the centroid index). INTERNAL when the
   // shard is failed.
   absl::Status Snapshot() const;
-  // A consistent copy of the shard's database in `dir` (must not exist), as Open expects it;
-  // no candidate snapshot (Open rebuilds the index from the database).
-  absl::Status Checkpoint(const std::string& dir) const;
+  // A consistent copy of the shard's database in `dir` (must not exist), as Open expects it,
+  // with the candidate index's last snapshot when there is one (Open reconciles it with the copy,
+  // or rebuilds). `sequence`, when not null, gets the RocksDB sequence number the copy holds.
+  absl::Status Checkpoint(const std::string& dir, uint64_t* sequence = nullptr) const;
 
   // The codebook in use; null while stage 1 is the candidate index.
   std::shared_ptr<const CentroidCodebook> CodebookForTesting() const;

@@ -324,7 +324,7 @@ class ShardStore::Impl {
   uint64_t LatestSequence() const { return db_->GetLatestSequenceNumber(); }
   ShardStoreStats Stats() const;
   absl::Status Flush();
-  absl::Status Checkpoint(const std::string& dir);
+  absl::Status Checkpoint(const std::string& dir, uint64_t* sequence);
   int64_t SyncedWrites() const { return synced_writes_.load(std::memory_order_relaxed); }
 
  private:
@@ -1680,13 +1680,13 @@ absl::Status ShardStore::Impl::Flush() {
   return s.ok() ? absl::OkStatus() : WriteFailed(s, "flushing");
 }
 
-absl::Status ShardStore::Impl::Checkpoint(const std::string& dir) {
+absl::Status ShardStore::Impl::Checkpoint(const std::string& dir, uint64_t* sequence) {
   // No segment is committed or replaced meanwhile: the copied pointers name the linked segments.
   MutexLock flush(&flush_mu_);
   rocksdb::Checkpoint* raw = nullptr;
   rocksdb::Status s = rocksdb::Checkpoint::Create(db_.get(), &raw);
   std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
-  if (s.ok()) s = checkpoint->CreateCheckpoint(dir);
+  if (s.ok()) s = checkpoint->CreateCheckpoint(dir, /*log_size_for_flush=*/0, sequence);
   if (!s.ok()) {
     return absl::InternalError(
         absl::StrCat("checkpoint of ", dir_, " into ", dir, ": ", s.ToString()));
@@ -1856,7 +1856,9 @@ ShardStoreStats ShardStore::Stats() const { return impl_->Stats(); }
 
 absl::Status ShardStore::Flush() { return impl_->Flush(); }
 
-absl::Status ShardStore::Checkpoint(const std::string& dir) { return impl_->Checkpoint(dir); }
+absl::Status ShardStore::Checkpoint(const std::string& dir, uint64_t* sequence) {
+  return impl_->Checkpoint(dir, sequence);
+}
 
 int64_t ShardStore::SyncedWritesForTesting() const { return impl_->SyncedWrites(); }
 

@@ -266,8 +266,9 @@ class ShardStore {
   absl::Status Flush();
   // A consistent copy of the database in `dir` (which must not exist; its parent must), openable
   // by Open: RocksDB's checkpoint and the segment files it points to, hard links where the
-  // filesystem allows. A write racing with it may or may not be in the copy.
-  absl::Status Checkpoint(const std::string& dir);
+  // filesystem allows. A write racing with it may or may not be in the copy. `sequence`, when not
+  // null, gets the RocksDB sequence number the copy holds.
+  absl::Status Checkpoint(const std::string& dir, uint64_t* sequence = nullptr);
 
   // WAL-synced RocksDB writes so far (one per committed group when options.sync), so tests can
   // see group commit at work.

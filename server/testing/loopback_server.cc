@@ -22,6 +22,9 @@ absl::StatusOr<std::unique_ptr<LoopbackServer>> LoopbackServer::Start(
   node->admission_ = std::make_unique<Admission>(options.admission);
   ServiceContext& context = node->context_;
   context.engine = node->engine_.get();
+  TESSERA_ASSIGN_OR_RETURN(node->snapshots_,
+                           SnapshotStore::Open(node->engine_.get(), data_dir + "/snapshots"));
+  context.snapshots = node->snapshots_.get();
   context.admission = node->admission_.get();
   context.metrics = &node->metrics_;
   context.config = options.config;
@@ -43,8 +46,8 @@ absl::StatusOr<std::unique_ptr<LoopbackServer>> LoopbackServer::Start(
   if (node->server_ == nullptr || port == 0) {
     return absl::UnavailableError("loopback server: could not listen on 127.0.0.1");
   }
-  node->channel_ =
-      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
+  node->address_ = absl::StrCat("127.0.0.1:", port);
+  node->channel_ = grpc::CreateChannel(node->address_, grpc::InsecureChannelCredentials());
   return node;
 }
 
@@ -52,6 +55,7 @@ LoopbackServer::~LoopbackServer() {
   if (server_ != nullptr) server_->Shutdown();
   server_.reset();
   admission_.reset();
+  snapshots_.reset();
   engine_.reset();
 }
 

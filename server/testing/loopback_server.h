@@ -44,11 +44,14 @@ class LoopbackServer {
   Admission* admission() const { return admission_.get(); }
   // Plaintext, to the server's port.
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
+  // "127.0.0.1:PORT".
+  const std::string& address() const { return address_; }
 
  private:
   LoopbackServer() = default;
 
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<SnapshotStore> snapshots_;
   std::unique_ptr<Admission> admission_;
   Metrics metrics_;
   ServiceContext context_;
@@ -59,6 +62,7 @@ class LoopbackServer {
   std::unique_ptr<grpc::Service> extra_;
   std::unique_ptr<grpc::Server> server_;
   std::shared_ptr<grpc::Channel> channel_;
+  std::string address_;
 };
 
 }  // namespace tessera::server

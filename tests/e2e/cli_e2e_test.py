@@ -411,6 +411,45 @@ class CliEndToEndTest(unittest.TestCase):
         finally:
             server.kill()
 
+    def test_snapshot_create_list_download_restore_delete(self):
+        self.create("snapped")
+        self.cli_json("ingest", "snapped", os.path.join(self.work, "docs.npz"), "--meta",
+                      os.path.join(self.work, "docs.jsonl"), "--no-resume", "--journal",
+                      os.path.join(self.work, "snapped.journal"))
+        created = self.cli_json("snapshot", "create", "snapped")
+        snapshot = created["id"]
+        self.assertTrue(snapshot.startswith("snapped@"), created)
+        self.assertGreater(created["bytes"], 0)
+        self.assertTrue(self.cli("snapshot", "create", "snapped").stdout.startswith(
+            "created snapshot snapped@"))
+        listed = self.cli_json("snapshot", "list", "snapped")["snapshots"]
+        self.assertEqual(len(listed), 2)
+        self.assertEqual(listed[0]["id"], snapshot)
+        archive = os.path.join(self.work, "snapped.tsnap")
+        self.cli("snapshot", "download", snapshot, archive)
+        self.assertGreater(os.path.getsize(archive), created["bytes"])
+        restored = self.cli_json("snapshot", "restore", snapshot, "snapped-copy")
+        self.assertEqual(restored["collection"], "snapped")
+        self.cli("snapshot", "restore", "--file", archive, "snapped-upload")
+        query = self.query_file("doc-005")
+        want = self.cli_json("search", "snapped", "--query", query, "--exhaustive", "--k", "5")
+        for name in ("snapped-copy", "snapped-upload"):
+            self.assertEqual(self.cli_json("count", name)["count"], NUM_DOCS)
+            got = self.cli_json("search", name, "--query", query, "--exhaustive", "--k", "5")
+            self.assertEqual(got["results"], want["results"])
+        # Errors: a taken name, an unknown id, a usage error.
+        result = self.cli("snapshot", "restore", snapshot, "snapped", expect=1)
+        self.assertTrue(result.stderr.startswith("tessera: ALREADY_EXISTS: "), result.stderr)
+        result = self.cli("snapshot", "delete", "snapped@nope", expect=1)
+        self.assertTrue(result.stderr.startswith("tessera: NOT_FOUND: "), result.stderr)
+        self.cli("snapshot", "restore", "--file", archive, expect=2)
+        self.cli("snapshot", expect=2)
+        for entry in listed:
+            self.cli("snapshot", "delete", entry["id"])
+        self.assertEqual(self.cli_json("snapshot", "list", "snapped")["snapshots"], [])
+        for name in ("snapped", "snapped-copy", "snapped-upload"):
+            self.cli("collections", "drop", name)
+
     def test_errors_and_exit_codes(self):
         result = self.cli("stats", "no-such-collection", expect=1)
         self.assertTrue(result.stderr.startswith("tessera: NOT_FOUND: "), result.stderr)

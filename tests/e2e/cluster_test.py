@@ -126,6 +126,28 @@ class ClusterTest(unittest.TestCase):
             self.assertEqual(result.returncode, 0, result.stderr)
         return result
 
+    def test_snapshots_are_not_served_by_a_router_yet(self):
+        """A router holds no snapshot store: each snapshot call is UNIMPLEMENTED, saying so,
+        and changes nothing (a cluster snapshot at one cut is not built yet)."""
+        router = self.router.client()
+        self.addCleanup(router.close)
+        router.create_collection("snapless", DIM, num_shards=SHARDS, replicas=2)
+        self.addCleanup(router.drop_collection, "snapless")
+        archive = os.path.join(self.router.work_dir, "none.tsnap")
+        with open(archive, "wb") as f:
+            f.write(b"TSNAPv1\n")
+        for call in (lambda: router.create_snapshot("snapless"),
+                     lambda: router.list_snapshots("snapless"),
+                     lambda: router.delete_snapshot("snapless@x"),
+                     lambda: router.download_snapshot("snapless@x", archive + ".out"),
+                     lambda: router.restore_snapshot("snapless@x", "copy"),
+                     lambda: router.restore_snapshot_from_file(archive, "copy")):
+            with self.assertRaises(tessera.TesseraError) as error:
+                call()
+            self.assertEqual(error.exception.code, grpc.StatusCode.UNIMPLEMENTED)
+            self.assertIn("router", error.exception.message)
+        self.assertNotIn("copy", router.list_collections())
+
     def test_attributes_groups_counts_through_the_router(self):
         """Count, scroll, delete by filter, attributes in hits and grouped results through the
         router answer as the standalone server does (ids, order, scores, values)."""

@@ -16,6 +16,7 @@ returns the same values; see `Client` for what they mean. What differs:
 """
 
 import asyncio
+import os
 import time
 from typing import (Any, AsyncIterable, AsyncIterator, Callable, Dict, Iterable, List, Mapping,
                     Optional, Sequence, Tuple, TypeVar, Union)
@@ -23,7 +24,7 @@ from typing import (Any, AsyncIterable, AsyncIterator, Callable, Dict, Iterable,
 import grpc
 import grpc.aio
 
-from tessera import _convert
+from tessera import _convert, _snapshots
 from tessera._convert import AttributesLike, DTypeLike, Document, FilterLike, PemLike
 from tessera._ingest import ProgressBar, abatched, batched
 from tessera._proto.tessera.v1 import admin_pb2_grpc, ingest_pb2_grpc, query_pb2_grpc
@@ -131,6 +132,59 @@ class AsyncClient:
         return _convert.collection_info_result(await self._call(
             self.admin_stub.GetCollection, _convert.collection_info_request(name), timeout,
             idempotent=True))
+
+    async def create_snapshot(self, name: str, timeout: Optional[float] = None) -> str:
+        response = await self._call(self.admin_stub.CreateSnapshot,
+                                    _snapshots.create_request(name), timeout)
+        return response.snapshot.id
+
+    async def list_snapshots(self, name: str,
+                             timeout: Optional[float] = None) -> List[Dict[str, Any]]:
+        return _snapshots.list_result(await self._call(
+            self.admin_stub.ListSnapshots, _snapshots.list_request(name), timeout,
+            idempotent=True))
+
+    async def delete_snapshot(self, snapshot: str, timeout: Optional[float] = None) -> None:
+        await self._call(self.admin_stub.DeleteSnapshot, _snapshots.delete_request(snapshot),
+                         timeout)
+
+    async def download_snapshot(self, snapshot: str, path: str,
+                                timeout: Optional[float] = None) -> int:
+        written = 0
+        try:
+            with open(path, "wb") as out:
+                call = self.admin_stub.DownloadSnapshot(_snapshots.download_request(snapshot),
+                                                        metadata=self.metadata, timeout=timeout)
+                async for chunk in call:
+                    out.write(chunk.data)
+                    written += len(chunk.data)
+        except grpc.RpcError as error:
+            _remove_quietly(path)
+            raise TesseraError.from_rpc_error(error) from None
+        except BaseException:
+            _remove_quietly(path)
+            raise
+        return written
+
+    async def restore_snapshot(self, snapshot: str, new_name: str,
+                               timeout: Optional[float] = None) -> Dict[str, Any]:
+        try:
+            response = await self.admin_stub.RestoreSnapshot(
+                _snapshots.restore_by_id_requests(snapshot, new_name), metadata=self.metadata,
+                timeout=timeout)
+        except grpc.RpcError as error:
+            raise TesseraError.from_rpc_error(error) from None
+        return _snapshots.info_dict(response.snapshot)
+
+    async def restore_snapshot_from_file(self, path: str, new_name: str,
+                                         timeout: Optional[float] = None) -> Dict[str, Any]:
+        try:
+            response = await self.admin_stub.RestoreSnapshot(
+                _snapshots.restore_from_file_requests(path, new_name), metadata=self.metadata,
+                timeout=timeout)
+        except grpc.RpcError as error:
+            raise TesseraError.from_rpc_error(error) from None
+        return _snapshots.info_dict(response.snapshot)
 
     async def flush(self, name: str, timeout: Optional[float] = None) -> None:
         await self._call(self.admin_stub.Flush, _convert.flush_request(name), timeout,
@@ -317,3 +371,10 @@ def _document_from_client() -> None:
 
 
 _document_from_client()
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass

@@ -9,6 +9,7 @@ take the same arguments and return the same values. Every gRPC error is raised a
 A `Client` owns one gRPC channel and is thread-safe (gRPC channels and stubs are).
 """
 
+import os
 import threading
 import time
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
@@ -16,7 +17,7 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Opti
 
 import grpc
 
-from tessera import _convert
+from tessera import _convert, _snapshots
 from tessera._convert import (AttributesLike, DTypeLike, Document, FilterLike, PemLike,
                               decode_matrix, encode_document, encode_filter, encode_matrix,
                               message_to_dict)
@@ -160,6 +161,70 @@ class Client:
 
     def flush(self, name: str, timeout: Optional[float] = None) -> None:
         self._call(self.admin_stub.Flush, _convert.flush_request(name), timeout, idempotent=True)
+
+    # Snapshots -----------------------------------------------------------------------------
+
+    def create_snapshot(self, name: str, timeout: Optional[float] = None) -> str:
+        """Snapshots collection `name` on the server (every shard at one cut; cheap: hard
+        links) and returns the snapshot's id ("NAME@TIME-HEX")."""
+        response = self._call(self.admin_stub.CreateSnapshot, _snapshots.create_request(name),
+                              timeout)
+        return response.snapshot.id
+
+    def list_snapshots(self, name: str, timeout: Optional[float] = None) -> List[Dict[str, Any]]:
+        """Collection `name`'s snapshots, oldest first: [{id, collection,
+        created_unix_micros, num_shards, files, bytes, cut_seconds}]."""
+        return _snapshots.list_result(self._call(
+            self.admin_stub.ListSnapshots, _snapshots.list_request(name), timeout,
+            idempotent=True))
+
+    def delete_snapshot(self, snapshot: str, timeout: Optional[float] = None) -> None:
+        self._call(self.admin_stub.DeleteSnapshot, _snapshots.delete_request(snapshot), timeout)
+
+    def download_snapshot(self, snapshot: str, path: str,
+                          timeout: Optional[float] = None) -> int:
+        """Writes the snapshot's archive to `path` (removed again if the download fails);
+        returns its size in bytes. No deadline unless `timeout` is given."""
+        written = 0
+        try:
+            with open(path, "wb") as out:
+                for chunk in self.admin_stub.DownloadSnapshot(
+                        _snapshots.download_request(snapshot), metadata=self.metadata,
+                        timeout=timeout):
+                    out.write(chunk.data)
+                    written += len(chunk.data)
+        except grpc.RpcError as error:
+            _remove_quietly(path)
+            raise TesseraError.from_rpc_error(error) from None
+        except BaseException:
+            _remove_quietly(path)
+            raise
+        return written
+
+    def restore_snapshot(self, snapshot: str, new_name: str,
+                         timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Restores snapshot `snapshot` (held by the server) into new collection `new_name`;
+        returns the snapshot's info. ALREADY_EXISTS for a taken name, DATA_LOSS naming the file
+        for a corrupt snapshot (nothing is left of the restore then)."""
+        try:
+            response = self.admin_stub.RestoreSnapshot(
+                _snapshots.restore_by_id_requests(snapshot, new_name), metadata=self.metadata,
+                timeout=timeout)
+        except grpc.RpcError as error:
+            raise TesseraError.from_rpc_error(error) from None
+        return _snapshots.info_dict(response.snapshot)
+
+    def restore_snapshot_from_file(self, path: str, new_name: str,
+                                   timeout: Optional[float] = None) -> Dict[str, Any]:
+        """Uploads the archive at `path` (from `download_snapshot`, of this server or another)
+        and restores it into new collection `new_name`."""
+        try:
+            response = self.admin_stub.RestoreSnapshot(
+                _snapshots.restore_from_file_requests(path, new_name), metadata=self.metadata,
+                timeout=timeout)
+        except grpc.RpcError as error:
+            raise TesseraError.from_rpc_error(error) from None
+        return _snapshots.info_dict(response.snapshot)
 
     # Documents -----------------------------------------------------------------------------
 
@@ -331,3 +396,9 @@ class Client:
         return _convert.scroll_result(self._call(self.query_stub.Scroll, request, timeout,
                                                  idempotent=True))
 
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass

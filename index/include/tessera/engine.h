@@ -76,6 +76,16 @@ class Engine {
   // where the filesystem allows. Writes racing with it may or may not be in the copy: a caller
   // that needs a cut stops writing first. NOT_FOUND for an unknown name.
   virtual absl::Status CheckpointCollection(const std::string& name, const std::string& dir) = 0;
+  // CheckpointCollection's copy, taken at one cut of the collection (its write calls wait while
+  // its shards are checkpointed; each call is in the copy whole or not at all), and per shard
+  // the RocksDB sequence number the copy holds. NOT_FOUND for an unknown name.
+  virtual absl::StatusOr<std::vector<uint64_t>> CheckpointCollectionAtCut(
+      const std::string& name, const std::string& dir) = 0;
+  // Opens the copy CheckpointCollection wrote into `dir` (on the data directory's filesystem)
+  // as a new collection `name`, whatever name the copy was taken under: ALREADY_EXISTS, with
+  // nothing changed, when `name` is taken (unavailable collections included); INVALID_ARGUMENT
+  // for a bad name; the open's error (the directory removed) when the copy cannot be opened.
+  virtual absl::Status AdoptCollection(const std::string& name, const std::string& dir) = 0;
   // Replaces collection `name` (or creates it) with the copy CheckpointCollection wrote into
   // `dir`, which must be on the data directory's filesystem (`StagingDirectory()` is). The old
   // collection is dropped first (calls already running on it finish on it), then the directory
