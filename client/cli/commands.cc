@@ -580,11 +580,11 @@ class Cli {
     TESSERA_ASSIGN_OR_RETURN(const std::vector<v1::SnapshotInfo> snapshots,
                              client_->ListSnapshots(collection));
     if (json_) {
-      Json list = Json::Array();
-      for (const v1::SnapshotInfo& info : snapshots) list.Push(SnapshotToJson(info));
-      Json json = Json::Object();
-      json.Set("snapshots", std::move(list));
-      out_ << json.Dump() << "\n";
+      Json list = Json::array();
+      for (const v1::SnapshotInfo& info : snapshots) list.push_back(SnapshotToJson(info));
+      Json json = Json::object();
+      json["snapshots"] = std::move(list);
+      out_ << DumpJson(json) << "\n";
     } else {
       for (const v1::SnapshotInfo& info : snapshots) {
         out_ << TerminalSafe(info.id()) << "  " << WithThousands(info.bytes()) << " bytes, "
@@ -618,20 +618,20 @@ class Cli {
 
  private:
   static Json SnapshotToJson(const v1::SnapshotInfo& info) {
-    Json json = Json::Object();
-    json.Set("id", info.id());
-    json.Set("collection", info.collection());
-    json.Set("created_unix_micros", static_cast<int64_t>(info.created_unix_micros()));
-    json.Set("num_shards", info.num_shards());
-    json.Set("files", static_cast<uint64_t>(info.files()));
-    json.Set("bytes", static_cast<uint64_t>(info.bytes()));
-    json.Set("cut_seconds", info.cut_seconds());
+    Json json = Json::object();
+    json["id"] = info.id();
+    json["collection"] = info.collection();
+    json["created_unix_micros"] = static_cast<int64_t>(info.created_unix_micros());
+    json["num_shards"] = info.num_shards();
+    json["files"] = static_cast<uint64_t>(info.files());
+    json["bytes"] = static_cast<uint64_t>(info.bytes());
+    json["cut_seconds"] = info.cut_seconds();
     return json;
   }
 
   void PrintSnapshot(const std::string& what, const v1::SnapshotInfo& info) {
     if (json_) {
-      out_ << SnapshotToJson(info).Dump() << "\n";
+      out_ << DumpJson(SnapshotToJson(info)) << "\n";
     } else {
       out_ << what << " " << TerminalSafe(info.id()) << " (" << WithThousands(info.bytes())
            << " bytes, " << info.files() << " files)\n";
