@@ -1230,6 +1230,38 @@ absl::Status Gather(std::map<uint32_t, absl::StatusOr<SearchResult>>* answers,
 
 }  // namespace
 
+absl::StatusOr<SparseStatistics> Router::GatherSparseStatistics(const CollectionEntry& entry,
+                                                                const std::string& collection,
+                                                                absl::Time deadline,
+                                                                const v1::SparseVector& query) {
+  const uint32_t num_shards = ShardCount(entry.collection);
+  std::vector<absl::StatusOr<SparseStatistics>> answers(num_shards, absl::UnknownError(""));
+  RunParallel(num_shards, [&](size_t s) {
+    v1::ShardSparseStatisticsRequest request;
+    request.set_collection(collection);
+    request.set_shard(static_cast<uint32_t>(s));
+    *request.mutable_terms() = query.indices();
+    v1::SparseStatistics answer;
+    const absl::Status status =
+        TryReplicas(ShardName(collection, static_cast<uint32_t>(s)),
+                    ReadOrder(entry.collection.shards(static_cast<int>(s))), deadline,
+                    [&](const std::string& node, absl::Time attempt_deadline) -> absl::Status {
+                      TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
+                      auto context = ShardCall(attempt_deadline);
+                      answer.Clear();
+                      return FromGrpc(stub->GetSparseStatistics(context.get(), request, &answer));
+                    });
+    answers[s] = status.ok() ? server::SparseStatisticsFromProto(answer)
+                             : absl::StatusOr<SparseStatistics>(status);
+  });
+  SparseStatistics statistics;
+  for (const absl::StatusOr<SparseStatistics>& answer : answers) {
+    TESSERA_RETURN_IF_ERROR(answer.status());
+    statistics.Merge(*answer);
+  }
+  return statistics;
+}
+
 absl::Status Router::Search(const grpc::CallbackServerContext& call,
                             const v1::SearchRequest& request, v1::SearchResponse* response) {
   const Clock::time_point start = Clock::now();
@@ -1242,18 +1274,51 @@ absl::Status Router::Search(const grpc::CallbackServerContext& call,
   // One round (tessera/merge.h): every shard reranks its share of N as a shard of num_shards,
   // and the best k of their answers are a standalone collection's.
   const Clock::time_point fanout_start = Clock::now();
+  // A sparse or hybrid search takes two rounds: the collection's BM25 statistics first, then the
+  // search, every shard scoring with them (tessera/merge.h: MergeLanes, FuseLanes).
+  std::optional<v1::SparseStatistics> sparse_statistics;
+  if (request.has_sparse_query()) {
+    TESSERA_ASSIGN_OR_RETURN(
+        const SparseStatistics statistics,
+        GatherSparseStatistics(entry, request.collection(), deadline, request.sparse_query()));
+    sparse_statistics.emplace();
+    server::SparseStatisticsToProto(statistics, &*sparse_statistics);
+  }
   std::map<uint32_t, v1::ShardSearchRequest> requests;
   for (uint32_t s = 0; s < num_shards; ++s) {
     v1::ShardSearchRequest& search = requests[s];
     search.set_shard(s);
     search.set_whole_shards(num_shards);
     *search.mutable_search() = request;
+    if (sparse_statistics.has_value()) *search.mutable_sparse_statistics() = *sparse_statistics;
   }
   std::map<uint32_t, absl::StatusOr<SearchResult>> answers;
   SearchShards(call, entry, deadline, requests, &answers);
   std::set<uint32_t> missing;
   std::vector<SearchResult> parts;
   TESSERA_RETURN_IF_ERROR(Gather(&answers, request, &missing, &parts));
+  if (request.has_sparse_query()) {
+    SearchOptions options;
+    options.k = k;
+    options.group_by = request.group_by();
+    options.group_size = request.group_size();
+    options.groups = request.groups();
+    options.with_attributes = request.with_attributes();
+    options.attribute_fields.assign(request.attribute_fields().begin(),
+                                    request.attribute_fields().end());
+    TESSERA_RETURN_IF_ERROR(server::HybridOptionsFromProto(request, &options.hybrid));
+    const int64_t depth = HybridLaneDepth(options, CollectionLimits{}.max_num_candidates);
+    TESSERA_ASSIGN_OR_RETURN(
+        const SearchResult fused,
+        FuseLanes(MergeLanes(std::move(parts), depth), request.query().rows() > 0, options));
+    server::SearchResultToProto(fused, response);
+    for (uint32_t s : missing) response->add_missing_shards(s);
+    response->mutable_timings()->set_fanout_ms(
+        std::chrono::duration<double, std::milli>(Clock::now() - fanout_start).count());
+    response->mutable_timings()->set_total_ms(
+        std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    return absl::OkStatus();
+  }
   // A grouped search's parts hold every group among what they scored (SearchOptions::group_by).
   const SearchResult merged =
       request.group_by().empty()

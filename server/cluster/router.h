@@ -157,6 +157,13 @@ class Router final : public server::Backend {
   void SearchShards(const grpc::CallbackServerContext& call, const CollectionEntry& entry,
                     absl::Time deadline, const std::map<uint32_t, v1::ShardSearchRequest>& requests,
                     std::map<uint32_t, absl::StatusOr<SearchResult>>* answers);
+  // The first round of a sparse or hybrid search: each shard's BM25 statistics for the terms
+  // (one serving replica each, in parallel), summed in shard order as a standalone collection
+  // sums its shards'. Any shard's failure is the call's.
+  absl::StatusOr<SparseStatistics> GatherSparseStatistics(const CollectionEntry& entry,
+                                                          const std::string& collection,
+                                                          absl::Time deadline,
+                                                          const v1::SparseVector& query);
   // Calls `call` on the replicas in `order`, one after another, until one succeeds or fails with
   // a status another replica would share; returns that status, or UNAVAILABLE naming the shard
   // and every replica's failure. Attempt i of n gets until now + (deadline - now) / (n - i): a
