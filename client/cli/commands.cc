@@ -1588,6 +1588,15 @@ std::string DescribeSchema(const v1::CollectionSchema& schema) {
     }
     absl::StrAppend(&text, ", attributes ", absl::StrJoin(fields, " "));
   }
+  if (schema.has_sparse()) {
+    const v1::SparseField& sparse = schema.sparse();
+    if (sparse.modifier() == v1::SparseField::MODIFIER_NONE) {
+      absl::StrAppend(&text, ", sparse field (dot product)");
+    } else {
+      absl::StrAppend(&text, ", sparse field (BM25 k1 ", sparse.has_k1() ? sparse.k1() : 1.2, " b ",
+                      sparse.has_b() ? sparse.b() : 0.75, ")");
+    }
+  }
   return text;
 }
 

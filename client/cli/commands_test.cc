@@ -240,6 +240,9 @@ TEST(SchemaFromArgs, SparseField) {
   EXPECT_EQ(schema->sparse().modifier(), v1::SparseField::MODIFIER_NONE);
   EXPECT_EQ(schema->sparse().k1(), 0.9);
   EXPECT_EQ(schema->sparse().b(), 0.4);
+  EXPECT_THAT(internal::DescribeSchema(*schema), EndsWith(", sparse field (dot product)"));
+  schema->mutable_sparse()->set_modifier(v1::SparseField::MODIFIER_IDF);
+  EXPECT_THAT(internal::DescribeSchema(*schema), EndsWith(", sparse field (BM25 k1 0.9 b 0.4)"));
   EXPECT_FALSE(internal::SchemaFromArgs("plain", CreateArgs({"--dim", "8"}))->has_sparse());
 }
 
