@@ -5,9 +5,11 @@ cached) and its BM25 term frequencies (sparse_bm25_check.py's tokenizer: bm25s's
 stopwords, PyStemmer's English stemmer; term ids from one vocabulary). Each query runs as
   bm25       the sparse lane alone (query=None), k1 1.2, b 0.75;
   maxsim     the query's token embeddings alone (the default cascade);
-  rrf        both, fused by reciprocal rank (k 60, weights 1), each lane's best 100;
-  score      both, fused by min-max normalised scores, each lane's best 100;
-  rrf_rerank both, RRF's best 100 ordered by exact MaxSim;
+  rrf        both, fused by reciprocal rank (k 60, weights 1), each lane's best L;
+  score      both, fused by min-max normalised scores, each lane's best L;
+  rrf_rerank both, RRF's best L ordered by exact MaxSim;
+(L = --fusion-candidates, default 100; 0 = k, the server's default: cheaper, the dense lane is
+then the plain top-10 search)
 and bm25s (method "lucene", same tokens, k1, b) is the reference the bm25 row must equal: the
 share of queries whose top 10 equal bm25s's (as a list) is reported beside nDCG@10.
 
@@ -36,7 +38,6 @@ import e2e_util  # noqa: E402
 import sparse_bm25_check as check  # noqa: E402
 
 K1, B = 1.2, 0.75
-DEPTH = 100
 
 
 def sparse_terms(tokens, vocabulary, add):
@@ -57,8 +58,11 @@ def main():
     parser.add_argument("--server", default=os.path.join(REPO_ROOT, "build", "bin",
                                                          "tessera-server"))
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--fusion-candidates", type=int, default=100,
+                        help="each lane's depth L in the fused searches (0: k)")
     parser.add_argument("--json")
     args = parser.parse_args()
+    depth = args.fusion_candidates
 
     started = time.monotonic()
     tokenize = check.make_tokenizer()
@@ -102,11 +106,11 @@ def main():
                 "bm25": lambda q, s: client.search(name, None, k=10, sparse_query=s),
                 "maxsim": lambda q, s: client.search(name, q, k=10),
                 "rrf": lambda q, s: client.search(name, q, k=10, sparse_query=s,
-                                                  fusion_candidates=DEPTH),
+                                                  fusion_candidates=depth),
                 "score": lambda q, s: client.search(name, q, k=10, sparse_query=s,
-                                                    fusion="score", fusion_candidates=DEPTH),
+                                                    fusion="score", fusion_candidates=depth),
                 "rrf_rerank": lambda q, s: client.search(name, q, k=10, sparse_query=s,
-                                                         fusion_candidates=DEPTH, rerank=True),
+                                                         fusion_candidates=depth, rerank=True),
             }
             for query, sparse in zip(queries, query_sparse):
                 matrix = dataset.queries.matrix(row_of_query[query["_id"]])
@@ -123,7 +127,7 @@ def main():
         raise RuntimeError(f"tessera-server exited with {code}")
 
     result = {"set": os.path.basename(os.path.normpath(args.data)), "documents": len(corpus),
-              "queries": len(queries), "k1": K1, "b": B, "fusion_candidates": DEPTH,
+              "queries": len(queries), "k1": K1, "b": B, "fusion_candidates": depth,
               "threads": args.threads, "bm25s": bm25s.__version__}
     for run, rankings in runs.items():
         result[f"ndcg@10_{run}"] = float(np.mean(
