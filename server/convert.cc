@@ -85,6 +85,97 @@ void EncodeMatrix(const float* values, int64_t rows, int64_t cols, VectorDtype d
   }
 }
 
+absl::StatusOr<SparseScoring> SparseFieldFromProto(const v1::SparseField& proto) {
+  SparseScoring scoring;
+  switch (proto.modifier()) {
+    case v1::SparseField::MODIFIER_UNSPECIFIED:
+    case v1::SparseField::MODIFIER_IDF:
+      scoring.idf = true;
+      break;
+    case v1::SparseField::MODIFIER_NONE:
+      scoring.idf = false;
+      break;
+    default:
+      return Invalid("schema.sparse.modifier",
+                     absl::StrCat("unknown value ", static_cast<int>(proto.modifier()),
+                                  ", expected MODIFIER_IDF or MODIFIER_NONE"));
+  }
+  if (proto.has_k1()) scoring.k1 = proto.k1();
+  if (proto.has_b()) scoring.b = proto.b();
+  return scoring;
+}
+
+SparseVector SparseFromProto(const v1::SparseVector& proto) {
+  return SparseVector{{proto.indices().begin(), proto.indices().end()},
+                      {proto.values().begin(), proto.values().end()}};
+}
+
+void SparseToProto(const SparseVector& vector, v1::SparseVector* out) {
+  out->mutable_indices()->Add(vector.indices.begin(), vector.indices.end());
+  out->mutable_values()->Add(vector.values.begin(), vector.values.end());
+}
+
+absl::Status HybridOptionsFromProto(const v1::SearchRequest& request, HybridOptions* out) {
+  if (!request.has_sparse_query()) {
+    if (request.fusion() != v1::FUSION_UNSPECIFIED || request.rerank() ||
+        request.fusion_candidates() != 0) {
+      return Invalid("sparse_query",
+                     "unset, but fusion options were given: a hybrid search "
+                     "needs a sparse query");
+    }
+    return absl::OkStatus();
+  }
+  out->sparse_query = SparseFromProto(request.sparse_query());
+  switch (request.fusion()) {
+    case v1::FUSION_UNSPECIFIED:
+    case v1::FUSION_RRF:
+      out->fusion = FusionMethod::kRrf;
+      break;
+    case v1::FUSION_SCORE:
+      out->fusion = FusionMethod::kScore;
+      break;
+    default:
+      return Invalid("fusion", absl::StrCat("unknown value ", static_cast<int>(request.fusion()),
+                                            ", expected FUSION_RRF or FUSION_SCORE"));
+  }
+  if (request.has_dense_weight()) out->dense_weight = request.dense_weight();
+  if (request.has_sparse_weight()) out->sparse_weight = request.sparse_weight();
+  if (request.has_rrf_k()) out->rrf_k = request.rrf_k();
+  out->candidates = request.fusion_candidates();
+  out->rerank = request.rerank();
+  return absl::OkStatus();
+}
+
+void SparseStatisticsToProto(const SparseStatistics& statistics, v1::SparseStatistics* out) {
+  out->set_num_documents(static_cast<uint64_t>(statistics.num_documents));
+  out->set_total_length(statistics.total_length);
+  // In term order, so that the bytes do not depend on the hash map's.
+  std::vector<std::pair<uint32_t, int64_t>> terms(statistics.doc_freq.begin(),
+                                                  statistics.doc_freq.end());
+  std::sort(terms.begin(), terms.end());
+  for (const auto& [term, df] : terms) {
+    out->add_terms(term);
+    out->add_doc_freq(static_cast<uint64_t>(df));
+  }
+}
+
+absl::StatusOr<SparseStatistics> SparseStatisticsFromProto(const v1::SparseStatistics& proto) {
+  if (proto.terms_size() != proto.doc_freq_size()) {
+    return Invalid("sparse_statistics",
+                   absl::StrCat(proto.terms_size(), " terms but ", proto.doc_freq_size(),
+                                " doc_freq, expected one per term"));
+  }
+  SparseStatistics statistics;
+  statistics.num_documents = static_cast<int64_t>(
+      std::min<uint64_t>(proto.num_documents(), std::numeric_limits<int64_t>::max()));
+  statistics.total_length = proto.total_length();
+  for (int i = 0; i < proto.terms_size(); ++i) {
+    statistics.doc_freq[proto.terms(i)] = static_cast<int64_t>(
+        std::min<uint64_t>(proto.doc_freq(i), std::numeric_limits<int64_t>::max()));
+  }
+  return statistics;
+}
+
 absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& proto) {
   CollectionSchema schema;
   schema.name = proto.name();
@@ -216,6 +307,9 @@ absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& pro
           c.centroid_min_training_vectors(), std::numeric_limits<int64_t>::max()));
     }
   }
+  if (proto.has_sparse()) {
+    TESSERA_ASSIGN_OR_RETURN(schema.sparse, SparseFieldFromProto(proto.sparse()));
+  }
   for (const auto& [field, type] : proto.attributes()) {
     switch (type) {
       case v1::ATTRIBUTE_TYPE_INT64:
@@ -279,6 +373,13 @@ void SchemaToProto(const CollectionSchema& schema, v1::CollectionSchema* out) {
   c->set_centroid_min_training_vectors(
       static_cast<uint64_t>(schema.candidates.centroid_min_training_vectors));
   c->set_rerank_from_codes(schema.candidates.rerank_from_codes);
+  if (schema.sparse.has_value()) {
+    v1::SparseField* sparse = out->mutable_sparse();
+    sparse->set_modifier(schema.sparse->idf ? v1::SparseField::MODIFIER_IDF
+                                            : v1::SparseField::MODIFIER_NONE);
+    sparse->set_k1(schema.sparse->k1);
+    sparse->set_b(schema.sparse->b);
+  }
   for (const auto& [field, type] : schema.attributes) {
     (*out->mutable_attributes())[field] = type == AttributeType::kInt64 ? v1::ATTRIBUTE_TYPE_INT64
                                           : type == AttributeType::kDouble
@@ -410,6 +511,8 @@ void HitToProto(const SearchHit& hit, v1::Hit* h) {
   for (const auto& [name, value] : hit.attributes) {
     AttributeToProto(value, &(*h->mutable_attributes())[name]);
   }
+  if (hit.dense_score.has_value()) h->set_dense_score(*hit.dense_score);
+  if (hit.sparse_score.has_value()) h->set_sparse_score(*hit.sparse_score);
 }
 
 SearchHit HitFromProto(v1::Hit* h) {
@@ -428,6 +531,8 @@ SearchHit HitFromProto(v1::Hit* h) {
   for (const auto& [name, value] : h->attributes()) {
     hit.attributes.emplace(name, AttributeFromProto(value));
   }
+  if (h->has_dense_score()) hit.dense_score = h->dense_score();
+  if (h->has_sparse_score()) hit.sparse_score = h->sparse_score();
   return hit;
 }
 
@@ -500,6 +605,7 @@ absl::StatusOr<Document> DocumentFromProto(const v1::Document& proto, int64_t di
     }
     document.attributes[name] = AttributeFromProto(value);
   }
+  if (proto.has_sparse()) document.sparse = SparseFromProto(proto.sparse());
   return document;
 }
 
@@ -530,6 +636,7 @@ void StoredDocumentToProto(StoredDocument document, v1::GetResponse* out) {
   }
   for (int32_t offset : document.member_offsets) out->add_member_offsets(offset);
   for (int32_t member : document.members) out->add_members(member);
+  if (document.sparse.has_value()) SparseToProto(*document.sparse, out->mutable_sparse());
 }
 
 void SearchResultToProto(const SearchResult& result, v1::SearchResponse* out) {
@@ -553,6 +660,9 @@ void ShardSearchResultToProto(const SearchResult& result, v1::ShardSearchRespons
   // N is at most CollectionLimits::max_num_candidates.
   out->set_num_candidates(static_cast<uint32_t>(result.num_candidates));
   out->set_documents(static_cast<uint64_t>(result.documents));
+  out->set_lanes(result.lanes);
+  for (const SearchHit& hit : result.dense_lane) HitToProto(hit, out->add_dense_lane());
+  for (const SearchHit& hit : result.sparse_lane) HitToProto(hit, out->add_sparse_lane());
 }
 
 SearchResult SearchResultFromShardProto(v1::ShardSearchResponse* proto) {
@@ -576,6 +686,13 @@ SearchResult SearchResultFromShardProto(v1::ShardSearchResponse* proto) {
   result.exhaustive = search.exhaustive();
   result.num_candidates = proto->num_candidates();
   result.documents = static_cast<int64_t>(proto->documents());
+  result.lanes = proto->lanes();
+  for (int i = 0; i < proto->dense_lane_size(); ++i) {
+    result.dense_lane.push_back(HitFromProto(proto->mutable_dense_lane(i)));
+  }
+  for (int i = 0; i < proto->sparse_lane_size(); ++i) {
+    result.sparse_lane.push_back(HitFromProto(proto->mutable_sparse_lane(i)));
+  }
   return result;
 }
 

@@ -26,6 +26,17 @@ void EncodeMatrix(const float* values, int64_t rows, int64_t cols, VectorDtype d
                   v1::Matrix* out);
 
 absl::StatusOr<CollectionSchema> SchemaFromProto(const v1::CollectionSchema& proto);
+// Sparse and hybrid retrieval. SparseField → SparseScoring (defaults for unset k1, b; unknown
+// modifier: INVALID_ARGUMENT); the wire's sparse vectors as they are (the collection validates);
+// a SearchRequest's sparse query and fusion options (INVALID_ARGUMENT for fusion options without
+// a sparse query, or an unknown fusion); the BM25 statistics a router gathers and passes down.
+absl::StatusOr<SparseScoring> SparseFieldFromProto(const v1::SparseField& proto);
+SparseVector SparseFromProto(const v1::SparseVector& proto);
+void SparseToProto(const SparseVector& vector, v1::SparseVector* out);
+absl::Status HybridOptionsFromProto(const v1::SearchRequest& request, HybridOptions* out);
+void SparseStatisticsToProto(const SparseStatistics& statistics, v1::SparseStatistics* out);
+// INVALID_ARGUMENT when terms and doc_freq differ in length.
+absl::StatusOr<SparseStatistics> SparseStatisticsFromProto(const v1::SparseStatistics& proto);
 void SchemaToProto(const CollectionSchema& schema, v1::CollectionSchema* out);
 void StatsToProto(const CollectionStats& stats, v1::CollectionStats* out);
 

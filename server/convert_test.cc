@@ -301,5 +301,74 @@ TEST(Convert, DeleteTakesIdsOrAFilter) {
   EXPECT_TRUE(CheckDeleteByFilter(request).ok());
 }
 
+// The sparse field, the hybrid options and the router's statistics: defaults for what is unset,
+// INVALID_ARGUMENT naming the field for what cannot mean anything, exact round trips.
+TEST(Convert, SparseFieldHybridOptionsAndStatistics) {
+  v1::CollectionSchema proto;
+  proto.set_name("c");
+  proto.set_dim(8);
+  proto.mutable_sparse();
+  auto schema = SchemaFromProto(proto);
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  ASSERT_TRUE(schema->sparse.has_value());
+  EXPECT_TRUE(schema->sparse->idf);
+  EXPECT_EQ(schema->sparse->k1, 1.2);
+  EXPECT_EQ(schema->sparse->b, 0.75);
+  proto.mutable_sparse()->set_modifier(v1::SparseField::MODIFIER_NONE);
+  proto.mutable_sparse()->set_b(0.0);
+  schema = SchemaFromProto(proto);
+  ASSERT_TRUE(schema.ok());
+  EXPECT_FALSE(schema->sparse->idf);
+  EXPECT_EQ(schema->sparse->b, 0.0);
+  v1::CollectionSchema back;
+  SchemaToProto(*schema, &back);
+  EXPECT_EQ(back.sparse().modifier(), v1::SparseField::MODIFIER_NONE);
+  EXPECT_EQ(back.sparse().k1(), 1.2);
+  proto.mutable_sparse()->set_modifier(static_cast<v1::SparseField::Modifier>(9));
+  EXPECT_THAT(SchemaFromProto(proto).status().message(), HasSubstr("schema.sparse.modifier"));
+  proto.clear_sparse();
+  EXPECT_FALSE(SchemaFromProto(proto)->sparse.has_value());
+
+  v1::SearchRequest request;
+  HybridOptions options;
+  ASSERT_TRUE(HybridOptionsFromProto(request, &options).ok());
+  EXPECT_FALSE(options.sparse_query.has_value());
+  request.set_rerank(true);
+  EXPECT_THAT(HybridOptionsFromProto(request, &options).message(),
+              HasSubstr("sparse_query: unset, but fusion options were given"));
+  request.mutable_sparse_query()->add_indices(7);
+  request.mutable_sparse_query()->add_values(2.0f);
+  request.set_fusion(v1::FUSION_SCORE);
+  request.set_sparse_weight(0.0);
+  request.set_fusion_candidates(40);
+  ASSERT_TRUE(HybridOptionsFromProto(request, &options).ok());
+  EXPECT_EQ(options.sparse_query->indices, std::vector<uint32_t>{7});
+  EXPECT_EQ(options.fusion, FusionMethod::kScore);
+  EXPECT_EQ(options.dense_weight, 1.0);
+  EXPECT_EQ(options.sparse_weight, 0.0);
+  EXPECT_EQ(options.rrf_k, kDefaultRrfK);
+  EXPECT_EQ(options.candidates, 40);
+  EXPECT_TRUE(options.rerank);
+  request.set_fusion(static_cast<v1::Fusion>(5));
+  EXPECT_THAT(HybridOptionsFromProto(request, &options).message(), HasSubstr("fusion: unknown"));
+
+  SparseStatistics statistics;
+  statistics.num_documents = 12;
+  statistics.total_length = 0.1 + 0.2;
+  statistics.doc_freq = {{9, 3}, {2, 0}, {4000000000u, 12}};
+  v1::SparseStatistics wire;
+  SparseStatisticsToProto(statistics, &wire);
+  EXPECT_EQ(std::vector<uint32_t>(wire.terms().begin(), wire.terms().end()),
+            (std::vector<uint32_t>{2, 9, 4000000000u}));
+  auto decoded = SparseStatisticsFromProto(wire);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_EQ(decoded->num_documents, 12);
+  EXPECT_EQ(decoded->total_length, 0.1 + 0.2);
+  EXPECT_EQ(decoded->doc_freq, statistics.doc_freq);
+  wire.add_terms(5);
+  EXPECT_THAT(SparseStatisticsFromProto(wire).status().message(),
+              HasSubstr("4 terms but 3 doc_freq"));
+}
+
 }  // namespace
 }  // namespace tessera::server

@@ -74,9 +74,16 @@ absl::StatusOr<SearchResult> SearchCollection(const ServiceContext* context,
                                               const grpc::CallbackServerContext& call,
                                               Collection& collection,
                                               const v1::SearchRequest& request,
-                                              int64_t whole_shards) {
-  TESSERA_ASSIGN_OR_RETURN(std::vector<float> query,
-                           DecodeMatrix(request.query(), collection.schema().dim, "query"));
+                                              int64_t whole_shards,
+                                              const v1::SparseStatistics* sparse_statistics) {
+  // A sparse-only search may leave the query matrix unset.
+  const bool sparse_only =
+      request.has_sparse_query() && request.query().rows() == 0 && request.query().data().empty();
+  std::vector<float> query;
+  if (!sparse_only) {
+    TESSERA_ASSIGN_OR_RETURN(query,
+                             DecodeMatrix(request.query(), collection.schema().dim, "query"));
+  }
   SearchOptions options;
   // The numbers go on as sent (every uint32 fits): the collection checks them against its limits
   // and names the value in its message.
@@ -95,7 +102,14 @@ absl::StatusOr<SearchResult> SearchCollection(const ServiceContext* context,
   options.group_by = request.group_by();
   options.group_size = request.group_size();
   options.groups = request.groups();
-  const FloatMatrixView view{query.data(), request.query().rows(), request.query().cols()};
+  TESSERA_RETURN_IF_ERROR(HybridOptionsFromProto(request, &options.hybrid));
+  if (sparse_statistics != nullptr && options.hybrid.sparse_query.has_value()) {
+    TESSERA_ASSIGN_OR_RETURN(options.hybrid.statistics,
+                             SparseStatisticsFromProto(*sparse_statistics));
+  }
+  const FloatMatrixView view =
+      sparse_only ? FloatMatrixView{nullptr, 0, collection.schema().dim}
+                  : FloatMatrixView{query.data(), request.query().rows(), request.query().cols()};
   TESSERA_ASSIGN_OR_RETURN(SearchResult result, collection.Search(view, options));
   context->metrics->RecordSearchStages(result.timings.candidates_ms, result.timings.fetch_ms,
                                        result.timings.rerank_ms);

@@ -17,6 +17,7 @@
 #include "tessera/collection.h"
 #include "tessera/v1/ingest.pb.h"
 #include "tessera/v1/query.pb.h"
+#include "tessera/v1/shard.pb.h"
 
 namespace tessera::server {
 
@@ -46,11 +47,10 @@ grpc::ServerUnaryReactor* Serve(const ServiceContext* context, grpc::CallbackSer
 // A search of `collection`: the request's query and options as the public API reads them
 // (numbers unclamped: the collection checks them and names the value); as one of whole_shards
 // shards of a router's collection when not 0 (SearchOptions::whole_shards).
-absl::StatusOr<SearchResult> SearchCollection(const ServiceContext* context,
-                                              const grpc::CallbackServerContext& call,
-                                              Collection& collection,
-                                              const v1::SearchRequest& request,
-                                              int64_t whole_shards = 0);
+absl::StatusOr<SearchResult> SearchCollection(
+    const ServiceContext* context, const grpc::CallbackServerContext& call, Collection& collection,
+    const v1::SearchRequest& request, int64_t whole_shards = 0,
+    const v1::SparseStatistics* sparse_statistics = nullptr);
 
 // One Upsert message's documents written to `collection`: one result per document, in order (a
 // rejected document does not fail the others); RESOURCE_EXHAUSTED when the message holds more

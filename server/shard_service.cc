@@ -64,8 +64,9 @@ absl::Status RunSearch(const ServiceContext* context, const grpc::CallbackServer
   TESSERA_ASSIGN_OR_RETURN(const Replica replica,
                            ReplicaOf(request.collection(), shard_request.shard()));
   TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection, FindReplica(context, replica));
-  absl::StatusOr<SearchResult> result =
-      SearchCollection(context, call, *collection, request, shard_request.whole_shards());
+  absl::StatusOr<SearchResult> result = SearchCollection(
+      context, call, *collection, request, shard_request.whole_shards(),
+      shard_request.has_sparse_statistics() ? &shard_request.sparse_statistics() : nullptr);
   if (!result.ok()) return replica.Rewrite(result.status());
   ShardSearchResultToProto(*result, response);
   return absl::OkStatus();
@@ -218,6 +219,22 @@ grpc::ServerUnaryReactor* ShardServiceImpl::Get(grpc::CallbackServerContext* cal
     StoredDocumentToProto(*std::move(document), response);
     return absl::OkStatus();
   });
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::GetSparseStatistics(
+    grpc::CallbackServerContext* call, const v1::ShardSparseStatisticsRequest* request,
+    v1::SparseStatistics* response) {
+  return Serve(context_, call, "ShardService/GetSparseStatistics", 0,
+               [this, request, response]() -> absl::Status {
+                 TESSERA_ASSIGN_OR_RETURN(const Replica replica,
+                                          ReplicaOf(request->collection(), request->shard()));
+                 TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<Collection> collection,
+                                          FindReplica(context_, replica));
+                 const std::vector<uint32_t> terms(request->terms().begin(),
+                                                   request->terms().end());
+                 SparseStatisticsToProto(collection->SparseStatisticsOf(terms), response);
+                 return absl::OkStatus();
+               });
 }
 
 grpc::ServerUnaryReactor* ShardServiceImpl::Count(grpc::CallbackServerContext* call,

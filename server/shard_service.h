@@ -66,6 +66,9 @@ class ShardServiceImpl final : public v1::ShardService::CallbackService {
   grpc::ServerUnaryReactor* Get(grpc::CallbackServerContext* call,
                                 const v1::ShardGetRequest* request,
                                 v1::GetResponse* response) override;
+  grpc::ServerUnaryReactor* GetSparseStatistics(grpc::CallbackServerContext* call,
+                                                const v1::ShardSparseStatisticsRequest* request,
+                                                v1::SparseStatistics* response) override;
   grpc::ServerUnaryReactor* Count(grpc::CallbackServerContext* call,
                                   const v1::ShardCountRequest* request,
                                   v1::CountResponse* response) override;

@@ -48,6 +48,30 @@ def ndcg_at_10(ranking, judged):
     return dcg / idcg if idcg > 0 else 0.0
 
 
+def make_tokenizer():
+    """The tokenizer both sides use: lowercased TOKEN matches, bm25s's English stopwords
+    dropped, PyStemmer's English stemmer (also what hybrid_eval.py feeds the server)."""
+    stemmer = Stemmer.Stemmer("english")
+    stop = set(bm25s.stopwords.STOPWORDS_EN)
+
+    def tokenize(text):
+        return stemmer.stemWords([t for t in TOKEN.findall(text.lower()) if t not in stop])
+
+    return tokenize
+
+
+def load_set(data):
+    """(corpus, qrels, queries with judgements) of a BEIR-layout folder."""
+    corpus = read_jsonl(os.path.join(data, "corpus.jsonl"))
+    qrels = read_qrels(os.path.join(data, "qrels", "test.tsv"))
+    queries = [q for q in read_jsonl(os.path.join(data, "queries.jsonl")) if q["_id"] in qrels]
+    return corpus, qrels, queries
+
+
+def document_text(document):
+    return (document.get("title", "") + " " + document.get("text", "")).strip()
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--data", required=True)
@@ -57,16 +81,9 @@ def main():
     parser.add_argument("--json")
     args = parser.parse_args()
 
-    stemmer = Stemmer.Stemmer("english")
-    stop = set(bm25s.stopwords.STOPWORDS_EN)
-
-    def tokenize(text):
-        return stemmer.stemWords([t for t in TOKEN.findall(text.lower()) if t not in stop])
-
-    corpus = read_jsonl(os.path.join(args.data, "corpus.jsonl"))
-    qrels = read_qrels(os.path.join(args.data, "qrels", "test.tsv"))
-    queries = [q for q in read_jsonl(os.path.join(args.data, "queries.jsonl")) if q["_id"] in qrels]
-    doc_tokens = [tokenize((d.get("title", "") + " " + d.get("text", "")).strip()) for d in corpus]
+    tokenize = make_tokenizer()
+    corpus, qrels, queries = load_set(args.data)
+    doc_tokens = [tokenize(document_text(d)) for d in corpus]
     query_tokens = [tokenize(q["text"]) for q in queries]
     vocabulary = {}
     for tokens in doc_tokens:

@@ -82,6 +82,17 @@ constexpr FlagSpec kFlags[] = {
     {"limit", true},
     {"vectors", false},
     {"file", true},
+    {"sparse", false},
+    {"sparse-k1", true},
+    {"sparse-b", true},
+    {"sparse-no-idf", false},
+    {"sparse-query", true},
+    {"fusion", true},
+    {"dense-weight", true},
+    {"sparse-weight", true},
+    {"rrf-k", true},
+    {"fusion-candidates", true},
+    {"rerank", false},
 };
 
 constexpr const char* kGlobalFlags[] = {"addr",     "api-key", "timeout",         "tls", "tls-ca",
@@ -97,10 +108,29 @@ const std::vector<CommandSpec>& Commands() {
   static const auto* commands = new std::vector<CommandSpec>{
       {"collections create",
        1,
-       {"dim", "pool-factor", "pooling", "dtype", "shards", "replicas", "attribute", "factory",
-        "candidates", "candidate-pool-factor", "residual-bits", "centroid-min-vectors",
-        "protected-tokens", "min-vectors", "max-merge-height", "rerank-from-codes", "renormalize",
-        "keep-special-tokens", "json"}},
+       {"dim",
+        "pool-factor",
+        "pooling",
+        "dtype",
+        "shards",
+        "replicas",
+        "attribute",
+        "factory",
+        "candidates",
+        "candidate-pool-factor",
+        "residual-bits",
+        "centroid-min-vectors",
+        "protected-tokens",
+        "min-vectors",
+        "max-merge-height",
+        "rerank-from-codes",
+        "renormalize",
+        "keep-special-tokens",
+        "sparse",
+        "sparse-k1",
+        "sparse-b",
+        "sparse-no-idf",
+        "json"}},
       {"collections list", 0, {"json"}},
       {"collections get", 1, {"json"}},
       {"collections drop", 1, {}},
@@ -108,11 +138,18 @@ const std::vector<CommandSpec>& Commands() {
        2,
        {"meta", "streams", "batch", "batch-bytes", "journal", "no-resume", "max-rate",
         "max-document-bytes", "no-progress", "json"}},
-      {"search",
-       1,
-       {"query", "k", "num-candidates", "per-token-candidates", "nprobe", "exhaustive", "explain",
-        "filter", "any-of", "none-of", "allow-partial", "with-attributes", "attributes", "group-by",
-        "group-size", "groups", "json"}},
+      {"search", 1, {"query",          "k",
+                     "num-candidates", "per-token-candidates",
+                     "nprobe",         "exhaustive",
+                     "explain",        "filter",
+                     "any-of",         "none-of",
+                     "allow-partial",  "with-attributes",
+                     "attributes",     "group-by",
+                     "group-size",     "groups",
+                     "sparse-query",   "fusion",
+                     "dense-weight",   "sparse-weight",
+                     "rrf-k",          "fusion-candidates",
+                     "rerank",         "json"}},
       {"get", 2, {"vectors", "json"}},
       {"delete", -1, {"filter", "any-of", "none-of", "json"}},
       {"count", 1, {"filter", "any-of", "none-of", "json"}},
@@ -444,7 +481,10 @@ class Cli {
 
   absl::Status Search(const std::string& collection, const std::string& query_path,
                       SearchOptions options) {
-    TESSERA_ASSIGN_OR_RETURN(TokenMatrix query, LoadQuery(query_path));
+    TokenMatrix query;  // empty: a sparse-only search (--sparse-query without --query)
+    if (!query_path.empty()) {
+      TESSERA_ASSIGN_OR_RETURN(query, LoadQuery(query_path));
+    }
     TESSERA_ASSIGN_OR_RETURN(options.filter, FilterFromFlags(collection));
     TESSERA_ASSIGN_OR_RETURN(SearchResult result, client_->Search(collection, query, options));
     if (json_) {
@@ -704,6 +744,23 @@ absl::StatusOr<IngestConfig> IngestConfigFromArgs(const ParsedArgs& args) {
   return config;
 }
 
+absl::StatusOr<SparseVector> ParseSparseVector(absl::string_view flag, absl::string_view text) {
+  SparseVector vector;
+  for (absl::string_view term : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    const std::vector<absl::string_view> parts = absl::StrSplit(term, ':');
+    uint32_t index = 0;
+    float weight = 0;
+    if (parts.size() != 2 || !absl::SimpleAtoi(absl::StripAsciiWhitespace(parts[0]), &index) ||
+        !absl::SimpleAtof(absl::StripAsciiWhitespace(parts[1]), &weight)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, " expects TERM:WEIGHT,… (term ids and weights), got '", term, "'"));
+    }
+    vector.indices.push_back(index);
+    vector.values.push_back(weight);
+  }
+  return vector;
+}
+
 absl::StatusOr<SearchOptions> SearchOptionsFromArgs(const ParsedArgs& args) {
   SearchOptions options;
   if (auto v = args.Get("k")) {
@@ -734,6 +791,41 @@ absl::StatusOr<SearchOptions> SearchOptionsFromArgs(const ParsedArgs& args) {
   if ((args.Has("group-size") || args.Has("groups")) && options.group_by.empty()) {
     return absl::InvalidArgumentError("--group-size and --groups need --group-by FIELD");
   }
+  if (auto v = args.Get("sparse-query")) {
+    TESSERA_ASSIGN_OR_RETURN(options.sparse_query, ParseSparseVector("sparse-query", *v));
+  }
+  const bool fusion_flags = args.Has("fusion") || args.Has("dense-weight") ||
+                            args.Has("sparse-weight") || args.Has("rrf-k") ||
+                            args.Has("fusion-candidates") || args.Has("rerank");
+  if (fusion_flags && !options.sparse_query.has_value()) {
+    return absl::InvalidArgumentError(
+        "--fusion, --dense-weight, --sparse-weight, --rrf-k, --fusion-candidates and --rerank "
+        "need --sparse-query");
+  }
+  if (auto v = args.Get("fusion")) {
+    if (*v == "rrf") {
+      options.fusion = v1::FUSION_RRF;
+    } else if (*v == "score") {
+      options.fusion = v1::FUSION_SCORE;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--fusion expects rrf or score, got '", *v, "'"));
+    }
+  }
+  if (auto v = args.Get("dense-weight")) {
+    TESSERA_ASSIGN_OR_RETURN(options.dense_weight, ParseDoubleFlag("dense-weight", *v));
+  }
+  if (auto v = args.Get("sparse-weight")) {
+    TESSERA_ASSIGN_OR_RETURN(options.sparse_weight, ParseDoubleFlag("sparse-weight", *v));
+  }
+  if (auto v = args.Get("rrf-k")) {
+    TESSERA_ASSIGN_OR_RETURN(options.rrf_k, ParseDoubleFlag("rrf-k", *v));
+  }
+  if (auto v = args.Get("fusion-candidates")) {
+    TESSERA_ASSIGN_OR_RETURN(options.fusion_candidates,
+                             ParseUint32Flag("fusion-candidates", *v, 1));
+  }
+  options.rerank = args.Has("rerank");
   return options;
 }
 
@@ -768,7 +860,10 @@ Commands:
           [--candidates pooled|global] [--candidate-pool-factor P] [--residual-bits 2|4]
           [--centroid-min-vectors V] [--rerank-from-codes] [--protected-tokens N]
           [--min-vectors M] [--max-merge-height H]
-          [--renormalize] [--keep-special-tokens] [--json]
+          [--renormalize] [--keep-special-tokens]
+          [--sparse [--sparse-k1 K1] [--sparse-b B] [--sparse-no-idf]] [--json]
+      --sparse: a sparse field (documents' sparse vectors, searches' --sparse-query), scored by
+      BM25 (k1 1.2, b 0.75; --sparse-no-idf: the dot product).
       MODE: ward (default) | reference | rows | cols | tile:AxB | window:W:S | global
   collections list [--json]
   collections get NAME [--json]                  schema and statistics
@@ -778,7 +873,8 @@ Commands:
           [--no-progress] [--json]
       FILE.npz holds one 2-D float array (tokens x dim) per document, keyed by its id (a .npy
       file is one document named by its stem); each line of FILE.jsonl is
-      {"id":…,"attributes":{…},"layout":{"rows":R,"cols":C,"prefix":K,"suffix":K}}.
+      {"id":…,"attributes":{…},"layout":{"rows":R,"cols":C,"prefix":K,"suffix":K},
+      "sparse":{"indices":[…],"values":[…]}} (sparse: for a collection created with --sparse).
       Acknowledged documents are recorded in FILE.npz.tessera-ingest (or --journal PATH); a rerun
       skips those whose content is unchanged (--no-resume sends everything again). An array
       over --max-document-bytes (default 67108864, the server's default message limit) is
@@ -792,6 +888,12 @@ Commands:
       at least one --any-of alternative (when given) and no --none-of alternative.
       --group-by: the best G groups (default k) of hits sharing FIELD's value, N hits each
       (default 1).
+      [--sparse-query TERM:WEIGHT,… [--fusion rrf|score] [--dense-weight W] [--sparse-weight W]
+          [--rrf-k K] [--fusion-candidates L] [--rerank]]
+      --sparse-query: the sparse lane (BM25 on a collection created with --sparse); alone (no
+      --query) a sparse-only search, with --query the lanes' best L (default k) fused by
+      reciprocal rank (rrf, default; k 60) or normalised scores; --rerank orders the fused
+      candidates by exact MaxSim.
   get NAME ID [--vectors] [--json]
   delete NAME ID... [--json]
   delete NAME (--filter EXPR | --any-of … | --none-of …)... [--json]
@@ -932,7 +1034,9 @@ int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, 
     if (!config.ok()) return usage_error(config.status().message());
     ingest = *std::move(config);
   } else if (name == "search") {
-    if (!args.Has("query")) return usage_error("search needs --query Q.npy");
+    if (!args.Has("query") && !args.Has("sparse-query")) {
+      return usage_error("search needs --query Q.npy, --sparse-query TERM:WEIGHT,… or both");
+    }
     absl::StatusOr<SearchOptions> options = SearchOptionsFromArgs(args);
     if (!options.ok()) return usage_error(options.status().message());
     search = *std::move(options);
@@ -958,7 +1062,7 @@ int RunTesseraCli(const std::vector<std::string>& arguments, std::ostream& out, 
     } else if (name == "ingest") {
       status = cli.Ingest(ingest);
     } else if (name == "search") {
-      status = cli.Search(operands[0], *args.Get("query"), search);
+      status = cli.Search(operands[0], args.Get("query").value_or(""), search);
     } else if (name == "delete" && by_filter) {
       status = cli.DeleteMatching(operands[0]);
     } else if (name == "count") {
@@ -1130,6 +1234,21 @@ absl::StatusOr<v1::CollectionSchema> SchemaFromArgs(const std::string& name,
   if (auto shards = args.Get("shards")) {
     TESSERA_ASSIGN_OR_RETURN(uint32_t count, ParseUint32Flag("shards", *shards, 1));
     schema.set_num_shards(count);
+  }
+  if (args.Has("sparse")) {
+    v1::SparseField* sparse = schema.mutable_sparse();
+    sparse->set_modifier(args.Has("sparse-no-idf") ? v1::SparseField::MODIFIER_NONE
+                                                   : v1::SparseField::MODIFIER_IDF);
+    if (auto v = args.Get("sparse-k1")) {
+      TESSERA_ASSIGN_OR_RETURN(double k1, ParseDoubleFlag("sparse-k1", *v));
+      sparse->set_k1(k1);
+    }
+    if (auto v = args.Get("sparse-b")) {
+      TESSERA_ASSIGN_OR_RETURN(double b, ParseDoubleFlag("sparse-b", *v));
+      sparse->set_b(b);
+    }
+  } else if (args.Has("sparse-k1") || args.Has("sparse-b") || args.Has("sparse-no-idf")) {
+    return Usage("--sparse-k1, --sparse-b and --sparse-no-idf need --sparse");
   }
   for (const std::string& attribute : args.GetAll("attribute")) {
     const size_t colon = attribute.rfind(':');
@@ -1382,6 +1501,8 @@ Json SearchResultToJson(const SearchResult& result, bool explain) {
     entry["id"] = hit.id;
     entry["score"] = JsonFloat(hit.score);
     entry["version"] = hit.version;
+    if (hit.dense_score.has_value()) entry["dense_score"] = JsonFloat(*hit.dense_score);
+    if (hit.sparse_score.has_value()) entry["sparse_score"] = JsonFloat(*hit.sparse_score);
     if (explain) {
       Json matches = Json::array();
       for (const TokenMatch& match : hit.explanation) {
@@ -1601,6 +1722,15 @@ std::string DescribeSchema(const v1::CollectionSchema& schema) {
       fields.push_back(absl::StrCat(TerminalSafe(name), ":", AttributeTypeToString(type)));
     }
     absl::StrAppend(&text, ", attributes ", absl::StrJoin(fields, " "));
+  }
+  if (schema.has_sparse()) {
+    const v1::SparseField& sparse = schema.sparse();
+    if (sparse.modifier() == v1::SparseField::MODIFIER_NONE) {
+      absl::StrAppend(&text, ", sparse field (dot product)");
+    } else {
+      absl::StrAppend(&text, ", sparse field (BM25 k1 ", sparse.has_k1() ? sparse.k1() : 1.2, " b ",
+                      sparse.has_b() ? sparse.b() : 0.75, ")");
+    }
   }
   return text;
 }

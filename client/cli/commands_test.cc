@@ -142,6 +142,11 @@ TEST(RunTesseraCli, UsageErrorsExitWithTwoBeforeConnecting) {
       {"ingest", "a", "f.npz", "--streams", "0"},
       {"--timeout", "soon", "stats", "a"},
       {"--bogus", "stats", "a"},
+      {"search", "a", "--sparse-query", "3:x"},
+      {"search", "a", "--sparse-query", "3"},
+      {"search", "a", "--query", "q.npy", "--fusion", "rrf"},
+      {"search", "a", "--sparse-query", "3:1", "--fusion", "max"},
+      {"collections", "create", "a", "--dim", "8", "--sparse-b", "0.5"},
   };
   for (const auto& args : bad) {
     EXPECT_EQ(RunCli(args, &out, &err), kExitUsage) << ::testing::PrintToString(args);
@@ -176,7 +181,11 @@ ParsedArgs CreateArgs(const std::vector<std::string>& flags) {
                                          {"max-merge-height", true},
                                          {"rerank-from-codes", false},
                                          {"renormalize", false},
-                                         {"keep-special-tokens", false}};
+                                         {"keep-special-tokens", false},
+                                         {"sparse", false},
+                                         {"sparse-k1", true},
+                                         {"sparse-b", true},
+                                         {"sparse-no-idf", false}};
   return *ParseArgs(args, kCreate);
 }
 
@@ -248,6 +257,25 @@ TEST(SchemaFromArgs, PoolingFloorAndRerankFromCodes) {
   schema = internal::SchemaFromArgs(
       "pages", CreateArgs({"--dim", "128", "--pooling", "rows", "--min-vectors", "24"}));
   EXPECT_FALSE(schema.ok());
+}
+
+TEST(SchemaFromArgs, SparseField) {
+  auto schema = internal::SchemaFromArgs("hybrid", CreateArgs({"--dim", "8", "--sparse"}));
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  ASSERT_TRUE(schema->has_sparse());
+  EXPECT_EQ(schema->sparse().modifier(), v1::SparseField::MODIFIER_IDF);
+  EXPECT_FALSE(schema->sparse().has_k1());
+  schema =
+      internal::SchemaFromArgs("hybrid", CreateArgs({"--dim", "8", "--sparse", "--sparse-k1", "0.9",
+                                                     "--sparse-b", "0.4", "--sparse-no-idf"}));
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  EXPECT_EQ(schema->sparse().modifier(), v1::SparseField::MODIFIER_NONE);
+  EXPECT_EQ(schema->sparse().k1(), 0.9);
+  EXPECT_EQ(schema->sparse().b(), 0.4);
+  EXPECT_THAT(internal::DescribeSchema(*schema), EndsWith(", sparse field (dot product)"));
+  schema->mutable_sparse()->set_modifier(v1::SparseField::MODIFIER_IDF);
+  EXPECT_THAT(internal::DescribeSchema(*schema), EndsWith(", sparse field (BM25 k1 0.9 b 0.4)"));
+  EXPECT_FALSE(internal::SchemaFromArgs("plain", CreateArgs({"--dim", "8"}))->has_sparse());
 }
 
 // A schema with spatial and hierarchical pooling (the server keeps both: spatial, then

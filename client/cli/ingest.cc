@@ -48,6 +48,36 @@ absl::StatusOr<uint32_t> LayoutField(const Json& layout, absl::string_view name,
   return static_cast<uint32_t>(value->get<uint64_t>());
 }
 
+// {"indices": [term ids], "values": [weights]} (the JSON form of tessera.v1.SparseVector); the
+// server checks the rest (unique indices, finite weights ≥ 0).
+absl::StatusOr<SparseVector> ParseSparse(const Json& sparse) {
+  const Json* indices = FindMember(sparse, "indices");
+  const Json* values = FindMember(sparse, "values");
+  if (indices == nullptr || values == nullptr || !indices->is_array() || !values->is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"sparse\" must be {\"indices\": [term ids], \"values\": [weights]}, got ",
+                     DumpJson(sparse)));
+  }
+  SparseVector vector;
+  for (const Json& index : *indices) {
+    // The parser gives non-negative integers as unsigned.
+    if (!index.is_number_unsigned() ||
+        index.get<uint64_t>() > std::numeric_limits<uint32_t>::max()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"sparse\" index ", DumpJson(index), " is not an integer in [0, 2^32)"));
+    }
+    vector.indices.push_back(static_cast<uint32_t>(index.get<uint64_t>()));
+  }
+  for (const Json& value : *values) {
+    if (!value.is_number()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"sparse\" value ", DumpJson(value), " is not a number"));
+    }
+    vector.values.push_back(static_cast<float>(value.get<double>()));
+  }
+  return vector;
+}
+
 absl::StatusOr<PatchLayout> ParseLayout(const Json& layout) {
   if (!layout.is_object()) {
     return absl::InvalidArgumentError(
@@ -367,6 +397,14 @@ absl::StatusOr<std::map<std::string, DocumentMeta>> ParseMetaJsonl(
       }
       entry.layout = *parsed_layout;
     }
+    if (const Json* sparse = FindMember(*parsed, "sparse");
+        sparse != nullptr && !sparse->is_null()) {
+      absl::StatusOr<SparseVector> parsed_sparse = ParseSparse(*sparse);
+      if (!parsed_sparse.ok()) {
+        return LineError(source, line_number, parsed_sparse.status().message());
+      }
+      entry.sparse = *std::move(parsed_sparse);
+    }
     if (!meta.emplace(key, std::move(entry)).second) {
       return LineError(source, line_number, absl::StrCat("id '", key, "' appears twice"));
     }
@@ -413,12 +451,13 @@ IngestInput PrepareIngestInput(NpzEntries entries,  // NOLINT(performance-unnece
     if (auto it = meta.find(name); it != meta.end()) {
       item.layout = it->second.layout;
       item.attributes = std::move(it->second.attributes);
+      item.sparse = std::move(it->second.sparse);
       ++matched;
     }
     item.content_hash = DocumentContentHash(
         NpyDtypeName(array.dtype), array.shape,
         absl::string_view(reinterpret_cast<const char*>(array.data.data()), array.data.size()),
-        item.layout, item.attributes);
+        item.layout, item.attributes, item.sparse);
     item.tokens = std::move(array);
     input.items.push_back(std::move(item));
   }
@@ -431,6 +470,7 @@ absl::StatusOr<DocumentInput> ToDocumentInput(const IngestItem& item) {
   document.id = item.id;
   document.layout = item.layout;
   document.attributes = item.attributes;
+  document.sparse = item.sparse;
   const uint32_t rows = static_cast<uint32_t>(item.tokens.shape[0]);
   const uint32_t cols = static_cast<uint32_t>(item.tokens.shape[1]);
   if (item.tokens.dtype == NpyDtype::kFloat32 || item.tokens.dtype == NpyDtype::kFloat16) {

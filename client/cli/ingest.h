@@ -49,6 +49,7 @@ struct IngestConfig {
 struct DocumentMeta {
   std::optional<PatchLayout> layout;
   Attributes attributes;
+  std::optional<SparseVector> sparse;  // "sparse": {"indices": [...], "values": [...]}
 };
 
 // Parses a whole sidecar. JSON integers become int64 attributes, except for fields that
@@ -65,6 +66,7 @@ struct IngestItem {
   NpyArray tokens;  // 2-D: tokens × dim, float32, float16 or float64
   std::optional<PatchLayout> layout;
   Attributes attributes;
+  std::optional<SparseVector> sparse;
   uint64_t content_hash = 0;  // DocumentContentHash of all of the above
 };
 

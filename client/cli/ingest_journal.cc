@@ -123,7 +123,8 @@ uint64_t Hash64(absl::string_view bytes, uint64_t seed) {
 
 uint64_t DocumentContentHash(absl::string_view dtype_name, absl::Span<const int64_t> shape,
                              absl::string_view raw_bytes, const std::optional<PatchLayout>& layout,
-                             const Attributes& attributes) {
+                             const Attributes& attributes,
+                             const std::optional<SparseVector>& sparse) {
   // A canonical, unambiguous (length-prefixed) description of everything but the token bytes,
   // which are hashed on their own so that they are not copied.
   std::string description = "tessera-document-v1;";
@@ -148,6 +149,15 @@ uint64_t DocumentContentHash(absl::string_view dtype_name, absl::Span<const int6
       description.append("s");
       AppendField(&description, std::get<std::string>(value));
     }
+  }
+  if (sparse.has_value()) {
+    description.append("sparse=");
+    for (size_t i = 0; i < sparse->indices.size() && i < sparse->values.size(); ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &sparse->values[i], sizeof(bits));
+      absl::StrAppend(&description, sparse->indices[i], ":", bits, ",");
+    }
+    absl::StrAppend(&description, sparse->indices.size(), "/", sparse->values.size(), ";");
   }
   return Hash64(description, 0x10c4a1);
 }

@@ -37,10 +37,12 @@ uint64_t Hash64(absl::string_view bytes, uint64_t seed = 0);
 
 // The content hash of one document as the ingest reads it: the array's dtype name ("float32",
 // "float16", …), its shape and raw little-endian bytes, its layout and its attributes (names,
-// types and values). Any change to any of them changes the hash (up to 64-bit collisions).
+// types and values) and its sparse vector. Any change to any of them changes the hash (up to
+// 64-bit collisions); a document without a sparse vector hashes as it did before they existed.
 uint64_t DocumentContentHash(absl::string_view dtype_name, absl::Span<const int64_t> shape,
                              absl::string_view raw_bytes, const std::optional<PatchLayout>& layout,
-                             const Attributes& attributes);
+                             const Attributes& attributes,
+                             const std::optional<SparseVector>& sparse = std::nullopt);
 
 // Percent-encoding of ids for the journal (see the file comment) and its inverse; the inverse is
 // INVALID_ARGUMENT for a bad escape.

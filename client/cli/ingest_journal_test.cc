@@ -87,6 +87,22 @@ TEST(DocumentContentHash, CoversBytesShapeDtypeLayoutAndAttributes) {
             DocumentContentHash("float32", shape, bytes, std::nullopt, {{"a", std::string("bc")}}));
 }
 
+// A sparse vector changes the hash; none leaves it as it was before sparse vectors existed.
+TEST(DocumentContentHash, CoversTheSparseVector) {
+  const std::string bytes(32, '\x01');
+  const std::vector<int64_t> shape = {2, 4};
+  const uint64_t base = DocumentContentHash("float32", shape, bytes, std::nullopt, {});
+  EXPECT_EQ(base, DocumentContentHash("float32", shape, bytes, std::nullopt, {}, std::nullopt));
+  const uint64_t sparse =
+      DocumentContentHash("float32", shape, bytes, std::nullopt, {}, SparseVector{{1}, {2.0f}});
+  EXPECT_NE(sparse, base);
+  EXPECT_NE(sparse, DocumentContentHash("float32", shape, bytes, std::nullopt, {},
+                                        SparseVector{{1}, {3.0f}}));
+  EXPECT_NE(sparse, DocumentContentHash("float32", shape, bytes, std::nullopt, {},
+                                        SparseVector{{2}, {2.0f}}));
+  EXPECT_NE(base, DocumentContentHash("float32", shape, bytes, std::nullopt, {}, SparseVector{}));
+}
+
 TEST(JournalIds, EscapeRoundTrips) {
   const std::vector<std::string> ids = {
       "plain",       "with space", "per%cent", "tab\tnew\nline", std::string("nul\0byte", 8),

@@ -44,6 +44,22 @@ TEST(ParseMetaJsonl, ReadsIdsAttributesAndLayouts) {
   EXPECT_EQ(*meta->at("c").layout, (PatchLayout{1, 1, 2, 3}));
 }
 
+TEST(ParseMetaJsonl, ReadsSparseVectors) {
+  auto meta = ParseMetaJsonl(R"({"id": "a", "sparse": {"indices": [9, 2], "values": [1, 2.5]}})",
+                             "meta.jsonl", kTypes);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  ASSERT_TRUE(meta->at("a").sparse.has_value());
+  EXPECT_EQ(meta->at("a").sparse->indices, (std::vector<uint32_t>{9, 2}));
+  EXPECT_EQ(meta->at("a").sparse->values, (std::vector<float>{1.0f, 2.5f}));
+  for (const char* bad : {R"({"id": "a", "sparse": [1, 2]})",
+                          R"({"id": "a", "sparse": {"indices": [-1], "values": [1]}})",
+                          R"({"id": "a", "sparse": {"indices": [1], "values": ["x"]}})"}) {
+    EXPECT_THAT(ParseMetaJsonl(bad, "meta.jsonl", kTypes).status().message(),
+                HasSubstr("meta.jsonl:1: \"sparse\""))
+        << bad;
+  }
+}
+
 TEST(ParseMetaJsonl, ErrorsNameTheLine) {
   struct Case {
     std::string text;

@@ -276,6 +276,12 @@ v1::UpsertRequest BuildUpsertRequest(const std::string& collection,
     document->set_id(std::move(input.id));
     *document->mutable_tokens() = std::move(input.tokens).ToProto();
     if (input.layout.has_value()) *document->mutable_layout() = LayoutToProto(*input.layout);
+    if (input.sparse.has_value()) {
+      document->mutable_sparse()->mutable_indices()->Add(input.sparse->indices.begin(),
+                                                         input.sparse->indices.end());
+      document->mutable_sparse()->mutable_values()->Add(input.sparse->values.begin(),
+                                                        input.sparse->values.end());
+    }
     auto& attributes = *document->mutable_attributes();
     for (const auto& [name, value] : input.attributes) attributes[name] = AttributeToProto(value);
   }
@@ -301,6 +307,19 @@ v1::SearchRequest BuildSearchRequest(const std::string& collection, const TokenM
   if (!options.group_by.empty()) {
     request.set_group_size(options.group_size);
     request.set_groups(options.groups);
+  }
+  if (options.sparse_query.has_value()) {
+    v1::SparseVector* sparse = request.mutable_sparse_query();
+    sparse->mutable_indices()->Add(options.sparse_query->indices.begin(),
+                                   options.sparse_query->indices.end());
+    sparse->mutable_values()->Add(options.sparse_query->values.begin(),
+                                  options.sparse_query->values.end());
+    request.set_fusion(options.fusion);
+    if (options.dense_weight.has_value()) request.set_dense_weight(*options.dense_weight);
+    if (options.sparse_weight.has_value()) request.set_sparse_weight(*options.sparse_weight);
+    if (options.rrf_k.has_value()) request.set_rrf_k(*options.rrf_k);
+    request.set_fusion_candidates(options.fusion_candidates);
+    request.set_rerank(options.rerank);
   }
   return request;
 }
@@ -349,6 +368,11 @@ absl::StatusOr<StoredDocument> DecodeGetResponse(v1::GetResponse&& response) {
   document.member_offsets.assign(response.member_offsets().begin(),
                                  response.member_offsets().end());
   document.members.assign(response.members().begin(), response.members().end());
+  if (response.has_sparse()) {
+    document.sparse =
+        SparseVector{{response.sparse().indices().begin(), response.sparse().indices().end()},
+                     {response.sparse().values().begin(), response.sparse().values().end()}};
+  }
   return document;
 }
 
@@ -373,6 +397,8 @@ SearchHit DecodeHit(const v1::Hit& proto) {
         std::vector<uint32_t>(match.covered_tokens().begin(), match.covered_tokens().end())});
   }
   hit.attributes = DecodeAttributes(proto.attributes());
+  if (proto.has_dense_score()) hit.dense_score = proto.dense_score();
+  if (proto.has_sparse_score()) hit.sparse_score = proto.sparse_score();
   return hit;
 }
 

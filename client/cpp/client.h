@@ -102,6 +102,9 @@ struct DocumentInput {
   TokenMatrix tokens;  // num_tokens × dim
   std::optional<PatchLayout> layout;
   Attributes attributes;  // tessera/document.h: field → int64 | double | string
+  // For a collection with a sparse field (v1::CollectionSchema::sparse): term ids (unique, any
+  // order) and weights (finite, ≥ 0), e.g. BM25 term frequencies.
+  std::optional<SparseVector> sparse;
 };
 
 // The server's answer for one document of an upsert batch.
@@ -127,6 +130,7 @@ struct StoredDocument {
   // Vector v pools original tokens members[member_offsets[v] .. member_offsets[v + 1]).
   std::vector<uint32_t> member_offsets;
   std::vector<uint32_t> members;
+  std::optional<SparseVector> sparse;  // as stored, indices increasing
 };
 
 struct SearchOptions {
@@ -151,6 +155,17 @@ struct SearchOptions {
   std::string group_by;
   uint32_t group_size = 1;
   uint32_t groups = 0;
+  // Sparse and hybrid retrieval (v1::SearchRequest.sparse_query): a sparse query alone (the
+  // query matrix empty) or with the query matrix, the lanes fused by `fusion` (unset weights 1,
+  // rrf_k 60), each lane's best fusion_candidates (0 = k) fused; rerank orders the fused
+  // candidates by exact MaxSim.
+  std::optional<SparseVector> sparse_query;
+  v1::Fusion fusion = v1::FUSION_RRF;
+  std::optional<double> dense_weight;
+  std::optional<double> sparse_weight;
+  std::optional<double> rrf_k;
+  uint32_t fusion_candidates = 0;
+  bool rerank = false;
 };
 
 struct TokenMatch {
@@ -166,6 +181,10 @@ struct SearchHit {
   uint64_t version = 0;
   std::vector<TokenMatch> explanation;  // with SearchOptions::explain
   Attributes attributes;                // with SearchOptions::with_attributes
+  // Sparse and hybrid searches: the hit's MaxSim when known, its sparse score when it was in the
+  // sparse lane.
+  std::optional<float> dense_score;
+  std::optional<float> sparse_score;
 };
 
 struct SearchGroup {

@@ -214,6 +214,46 @@ TEST(Requests, BuildSearchRequestCarriesOptionsAndFilter) {
   EXPECT_EQ(unfiltered.k(), 10u);
 }
 
+// Sparse vectors and the hybrid options reach the wire; lane scores come back.
+TEST(Requests, SparseAndHybridRoundTrip) {
+  std::vector<DocumentInput> documents;
+  documents.push_back(MakeDocument("a", 2, 4, 0.5f));
+  documents[0].sparse = SparseVector{{9, 2}, {1.0f, 3.0f}};
+  documents.push_back(MakeDocument("b", 2, 4, 0.5f));
+  v1::UpsertRequest upsert = internal::BuildUpsertRequest("papers", std::move(documents));
+  ASSERT_TRUE(upsert.documents(0).has_sparse());
+  EXPECT_THAT(upsert.documents(0).sparse().indices(), ElementsAre(9, 2));
+  EXPECT_THAT(upsert.documents(0).sparse().values(), ElementsAre(1.0f, 3.0f));
+  EXPECT_FALSE(upsert.documents(1).has_sparse());
+
+  SearchOptions options;
+  options.sparse_query = SparseVector{{4}, {2.0f}};
+  options.fusion = v1::FUSION_SCORE;
+  options.sparse_weight = 0.5;
+  options.fusion_candidates = 50;
+  options.rerank = true;
+  v1::SearchRequest request = internal::BuildSearchRequest("papers", TokenMatrix{}, options);
+  EXPECT_EQ(request.query().rows(), 0u);
+  EXPECT_THAT(request.sparse_query().indices(), ElementsAre(4));
+  EXPECT_EQ(request.fusion(), v1::FUSION_SCORE);
+  EXPECT_FALSE(request.has_dense_weight());
+  EXPECT_EQ(request.sparse_weight(), 0.5);
+  EXPECT_FALSE(request.has_rrf_k());
+  EXPECT_EQ(request.fusion_candidates(), 50u);
+  EXPECT_TRUE(request.rerank());
+  EXPECT_FALSE(
+      internal::BuildSearchRequest("papers", TokenMatrix{}, SearchOptions{}).has_sparse_query());
+
+  v1::SearchResponse response;
+  v1::Hit* hit = response.add_hits();
+  hit->set_id("a");
+  hit->set_score(0.03f);
+  hit->set_sparse_score(4.5f);
+  const SearchResult result = internal::DecodeSearchResponse(response);
+  EXPECT_FALSE(result.hits[0].dense_score.has_value());
+  EXPECT_EQ(result.hits[0].sparse_score, 4.5f);
+}
+
 TEST(Requests, EveryFilterOpHasItsProtoOp) {
   const std::vector<std::pair<FilterCondition::Op, v1::Condition::Op>> ops = {
       {FilterCondition::Op::kEq, v1::Condition::OP_EQ},

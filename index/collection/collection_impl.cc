@@ -14,6 +14,7 @@
 #include "index/collection/schema_codec.h"
 #include "index/common/file_io.h"
 #include "tessera/float16.h"
+#include "tessera/merge.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::internal {
@@ -88,6 +89,27 @@ struct AttributeLess {
 
 bool BetterHit(float a_score, const std::string& a_id, float b_score, const std::string& b_id) {
   return a_score != b_score ? a_score > b_score : a_id < b_id;
+}
+
+// `vector` with its terms in increasing index order (duplicates kept, for the validation to
+// name). Vectors of mismatched lengths come back as they are, for the same reason.
+SparseVector SortedSparse(const SparseVector& vector) {
+  if (vector.indices.size() != vector.values.size() ||
+      std::is_sorted(vector.indices.begin(), vector.indices.end())) {
+    return vector;
+  }
+  std::vector<size_t> order(vector.indices.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return vector.indices[a] < vector.indices[b]; });
+  SparseVector sorted;
+  sorted.indices.reserve(order.size());
+  sorted.values.reserve(order.size());
+  for (size_t i : order) {
+    sorted.indices.push_back(vector.indices[i]);
+    sorted.values.push_back(vector.values[i]);
+  }
+  return sorted;
 }
 
 // Only `fields` of `attributes` (all when empty).
@@ -234,6 +256,15 @@ absl::Status CollectionImpl::ValidateDocument(const Document& document) const {
     return absl::InvalidArgumentError(absl::StrCat(what, "no patch grid layout, but collection '",
                                                    schema_.name, "' pools spatially"));
   }
+  if (document.sparse.has_value()) {
+    if (!schema_.sparse.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, "sparse vector of ", document.sparse->indices.size(), " terms, but collection '",
+          schema_.name, "' declares no sparse field (create it with one to store them)"));
+    }
+    TESSERA_RETURN_IF_ERROR(
+        ValidateSparseVector(SortedSparse(*document.sparse).view(), absl::StrCat(what, "sparse")));
+  }
   for (const auto& [field, value] : document.attributes) {
     const auto declared = schema_.attributes.find(field);
     if (declared == schema_.attributes.end()) {
@@ -284,6 +315,7 @@ absl::StatusOr<ShardWrite> CollectionImpl::PrepareWrite(const Document& document
       value = static_cast<double>(std::get<int64_t>(value));
     }
   }
+  if (document.sparse.has_value()) write.record.sparse = SortedSparse(*document.sparse);
   write.record.member_offsets = std::move(pooled->member_offsets);
   write.record.members = std::move(pooled->members);
   write.rerank =
@@ -493,6 +525,7 @@ absl::StatusOr<StoredDocument> CollectionImpl::Get(const std::string& id,
   }
   document.member_offsets = std::move(record.member_offsets);
   document.members = std::move(record.members);
+  document.sparse = std::move(record.sparse);
   return document;
 }
 
@@ -894,8 +927,14 @@ absl::StatusOr<std::vector<TokenMatch>> CollectionImpl::Explain(FloatMatrixView 
 
 absl::StatusOr<SearchResult> CollectionImpl::Search(FloatMatrixView query,
                                                     const SearchOptions& options) const {
-  const Clock::time_point search_start = Clock::now();
+  if (options.hybrid.sparse_query.has_value()) return SearchHybrid(query, options);
   TESSERA_RETURN_IF_ERROR(ValidateQuery(query, options));
+  return SearchDense(query, options);
+}
+
+absl::StatusOr<SearchResult> CollectionImpl::SearchDense(FloatMatrixView query,
+                                                         const SearchOptions& options) const {
+  const Clock::time_point search_start = Clock::now();
   const SearchPlan plan = Plan(options);
   int64_t total_documents = 0;
   for (const auto& shard : shards_) total_documents += shard->num_documents();
@@ -976,6 +1015,145 @@ absl::StatusOr<std::vector<CollectionImpl::Candidate>> CollectionImpl::SelectFor
     });
   }
   return selected;
+}
+
+absl::StatusOr<SearchResult> CollectionImpl::SearchHybrid(FloatMatrixView query,
+                                                          const SearchOptions& options) const {
+  const Clock::time_point search_start = Clock::now();
+  const HybridOptions& hybrid = options.hybrid;
+  if (!schema_.sparse.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sparse_query: collection '", schema_.name, "' declares no sparse field"));
+  }
+  const bool has_dense = query.rows > 0;
+  // The options' checks (k, N, filter, groups, …) are the dense search's; without a query matrix
+  // they run against one zero token.
+  const std::vector<float> zero(schema_.dim, 0.0f);
+  TESSERA_RETURN_IF_ERROR(
+      ValidateQuery(has_dense ? query : FloatMatrixView{zero.data(), 1, schema_.dim}, options));
+  const SparseVector sparse_query = SortedSparse(*hybrid.sparse_query);
+  TESSERA_RETURN_IF_ERROR(ValidateSparseVector(sparse_query.view(), "sparse_query"));
+  if (options.explain) {
+    return absl::InvalidArgumentError(
+        "explain with sparse_query: explain is for a search by query matrix only");
+  }
+  if (hybrid.rerank && !has_dense) {
+    return absl::InvalidArgumentError(
+        "rerank: a sparse-only search (empty query) has nothing to rerank with, expected a "
+        "query matrix");
+  }
+  for (const auto& [name, weight] :
+       {std::pair<const char*, double>{"dense_weight", hybrid.dense_weight},
+        {"sparse_weight", hybrid.sparse_weight},
+        {"rrf_k", hybrid.rrf_k}}) {
+    if (!std::isfinite(weight) || weight < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " ", weight, ", expected a finite value >= 0"));
+    }
+  }
+  if (hybrid.candidates < 0 || hybrid.candidates > context_.limits.max_num_candidates) {
+    return absl::InvalidArgumentError(absl::StrCat("fusion candidates ", hybrid.candidates,
+                                                   ", expected 0 … ",
+                                                   context_.limits.max_num_candidates));
+  }
+  const int64_t depth = HybridLaneDepth(options, context_.limits.max_num_candidates);
+  const bool want_attributes = options.with_attributes || !options.group_by.empty();
+
+  SearchResult lanes;
+  lanes.lanes = true;
+  if (has_dense) {
+    SearchOptions dense = options;
+    dense.k = depth;
+    dense.group_by.clear();
+    dense.with_attributes = want_attributes;
+    dense.attribute_fields.clear();
+    dense.hybrid = HybridOptions{};
+    TESSERA_ASSIGN_OR_RETURN(SearchResult dense_result, SearchDense(query, dense));
+    lanes.timings = dense_result.timings;
+    lanes.documents_scored = dense_result.documents_scored;
+    lanes.exhaustive = dense_result.exhaustive;
+    lanes.num_candidates = dense_result.num_candidates;
+    lanes.dense_lane = std::move(dense_result.hits);
+    for (SearchHit& hit : lanes.dense_lane) hit.dense_score = hit.score;
+  }
+  for (const auto& shard : shards_) lanes.documents += shard->num_documents();
+  TESSERA_ASSIGN_OR_RETURN(lanes.sparse_lane,
+                           SparseLane(query, sparse_query.view(), depth, options, &lanes));
+  if (options.whole_shards > 0) {
+    lanes.timings.total_ms = MillisecondsSince(search_start);
+    return lanes;
+  }
+  TESSERA_ASSIGN_OR_RETURN(SearchResult result, FuseLanes(std::move(lanes), has_dense, options));
+  result.timings.total_ms = MillisecondsSince(search_start);
+  return result;
+}
+
+absl::StatusOr<std::vector<SearchHit>> CollectionImpl::SparseLane(
+    FloatMatrixView query, const SparseVectorView& sparse_query, int64_t depth,
+    const SearchOptions& options, SearchResult* result) const {
+  const Clock::time_point start = Clock::now();
+  // The collection's statistics: given (a part of a collection), or summed over the shards.
+  SparseStatistics statistics;
+  if (options.hybrid.statistics.has_value()) {
+    statistics = *options.hybrid.statistics;
+  } else {
+    statistics = SparseStatisticsOf(sparse_query.indices);
+  }
+  const bool want_attributes = options.with_attributes || !options.group_by.empty();
+  struct Entry {
+    SearchHit hit;
+    Candidate at;
+  };
+  std::vector<Entry> entries;
+  for (size_t s = 0; s < shards_.size(); ++s) {
+    TESSERA_ASSIGN_OR_RETURN(std::vector<SparseLaneHit> hits,
+                             shards_[s]->SearchSparse(sparse_query, depth, options.filter,
+                                                      &statistics, want_attributes));
+    for (SparseLaneHit& found : hits) {
+      Entry entry;
+      entry.hit.id = std::move(found.external_id);
+      entry.hit.score = found.score;
+      entry.hit.version = found.version;
+      entry.hit.attributes = std::move(found.attributes);
+      entry.hit.sparse_score = found.score;
+      entry.at = Candidate(static_cast<int>(s), found.iid);
+      entries.push_back(std::move(entry));
+    }
+  }
+  const auto keep = static_cast<size_t>(std::min<int64_t>(depth, entries.size()));
+  std::partial_sort(entries.begin(), entries.begin() + static_cast<std::ptrdiff_t>(keep),
+                    entries.end(), [](const Entry& a, const Entry& b) {
+                      return BetterHit(a.hit.score, a.hit.id, b.hit.score, b.hit.id);
+                    });
+  entries.resize(keep);
+  result->timings.candidates_ms += MillisecondsSince(start);
+  if (options.hybrid.rerank && query.rows > 0 && !entries.empty()) {
+    // Their MaxSim, for the rerank of the fused candidates (a part cannot know which of them
+    // the dense lanes of all parts hold already).
+    std::vector<Candidate> candidates;
+    for (const Entry& entry : entries) candidates.push_back(entry.at);
+    std::vector<Scored> scored;
+    TESSERA_RETURN_IF_ERROR(ScoreDocuments(query, /*want_best_tokens=*/false,
+                                           /*want_attributes=*/false, candidates, &scored,
+                                           &result->timings));
+    result->documents_scored += static_cast<int64_t>(candidates.size());
+    std::map<Candidate, float> maxsim;
+    for (const Scored& entry : scored) maxsim[Candidate(entry.shard, entry.iid)] = entry.score;
+    for (Entry& entry : entries) {
+      const auto it = maxsim.find(entry.at);
+      if (it != maxsim.end()) entry.hit.dense_score = it->second;
+    }
+  }
+  std::vector<SearchHit> hits;
+  hits.reserve(entries.size());
+  for (Entry& entry : entries) hits.push_back(std::move(entry.hit));
+  return hits;
+}
+
+SparseStatistics CollectionImpl::SparseStatisticsOf(absl::Span<const uint32_t> terms) const {
+  SparseStatistics statistics;
+  for (const auto& shard : shards_) statistics.Merge(shard->SparseStatisticsOf(terms));
+  return statistics;
 }
 
 CollectionStats CollectionImpl::Stats() const {

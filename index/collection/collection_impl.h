@@ -71,6 +71,7 @@ class CollectionImpl : public Collection {
   absl::StatusOr<SearchResult> Search(FloatMatrixView query,
                                       const SearchOptions& options) const override;
   CollectionStats Stats() const override;
+  SparseStatistics SparseStatisticsOf(absl::Span<const uint32_t> terms) const override;
   absl::Status Snapshot() override;
   // Every shard's Checkpoint under `dir` in the layout Open reads (no schema file: the engine
   // writes it), at one cut: the collection's writes (Upsert, Delete, DeleteMatching) wait while
@@ -109,6 +110,19 @@ class CollectionImpl : public Collection {
   // Pools a valid document into its shard write.
   absl::StatusOr<ShardWrite> PrepareWrite(const Document& document) const;
   absl::Status ValidateQuery(FloatMatrixView query, const SearchOptions& options) const;
+  // The cascade of a validated query matrix (Search without a sparse query).
+  absl::StatusOr<SearchResult> SearchDense(FloatMatrixView query,
+                                           const SearchOptions& options) const;
+  // A search with a sparse query (HybridOptions): validates, runs the lanes, and fuses them
+  // (FuseLanes), or returns them unfused for a part of a collection (whole_shards).
+  absl::StatusOr<SearchResult> SearchHybrid(FloatMatrixView query,
+                                            const SearchOptions& options) const;
+  // The sparse lane over every shard: the best `depth` by (score desc, id asc), with MaxSim as
+  // dense_score when `query` has rows and the search reranks.
+  absl::StatusOr<std::vector<SearchHit>> SparseLane(FloatMatrixView query,
+                                                    const SparseVectorView& sparse_query,
+                                                    int64_t depth, const SearchOptions& options,
+                                                    SearchResult* result) const;
   // INVALID_ARGUMENT naming the first field that is not an attribute field of the schema.
   absl::Status ValidateAttributeFields(const std::vector<std::string>& fields) const;
   // The hits a search asks for: k, or a grouped search's groups × group_size (what stage 1's N

@@ -393,6 +393,12 @@ absl::Status ValidateSchema(const CollectionSchema& schema) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_shards ", schema.num_shards, ", expected 1 … ", kMaxShards));
   }
+  if (schema.sparse.has_value()) {
+    const absl::Status scoring = ValidateSparseScoring(*schema.sparse);
+    if (!scoring.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("sparse field: ", scoring.message()));
+    }
+  }
   if (schema.pooling.hierarchical.has_value()) {
     const TokenPoolingOptions& h = *schema.pooling.hierarchical;
     if (h.pool_factor < 1 || h.pool_factor > 64) {

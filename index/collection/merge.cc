@@ -2,7 +2,12 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
 #include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "tessera/fusion.h"
+#include "tessera/status_macros.h"
 
 namespace tessera {
 namespace {
@@ -74,6 +79,149 @@ SearchResult MergeTopK(std::vector<SearchResult> parts, int64_t k) {
   hits.resize(keep);
   merged.hits = std::move(hits);
   return merged;
+}
+
+namespace {
+
+// The best `depth` of `hits` by (score desc, id asc).
+void KeepBest(std::vector<SearchHit>* hits, int64_t depth) {
+  const auto keep =
+      static_cast<size_t>(std::min<int64_t>(std::max<int64_t>(depth, 0), hits->size()));
+  std::partial_sort(hits->begin(), hits->begin() + static_cast<std::ptrdiff_t>(keep), hits->end(),
+                    Better);
+  hits->resize(keep);
+}
+
+Attributes Selected(Attributes attributes, const std::vector<std::string>& fields) {
+  if (fields.empty()) return attributes;
+  Attributes selected;
+  for (const std::string& field : fields) {
+    auto it = attributes.find(field);
+    if (it != attributes.end()) selected.insert(std::move(*it));
+  }
+  return selected;
+}
+
+}  // namespace
+
+int64_t HybridLaneDepth(const SearchOptions& options, int64_t max_depth) {
+  int64_t depth = options.hybrid.candidates;
+  if (depth <= 0) {
+    depth = options.group_by.empty()
+                ? options.k
+                : (options.groups > 0 ? options.groups : options.k) * options.group_size;
+  }
+  return std::max<int64_t>(1, std::min(depth, max_depth));
+}
+
+SearchResult MergeLanes(std::vector<SearchResult> parts, int64_t depth) {
+  SearchResult merged;
+  merged.exhaustive = !parts.empty();
+  merged.lanes = true;
+  for (SearchResult& part : parts) {
+    MergeCounts(part, &merged);
+    for (SearchHit& hit : part.dense_lane) merged.dense_lane.push_back(std::move(hit));
+    for (SearchHit& hit : part.sparse_lane) merged.sparse_lane.push_back(std::move(hit));
+  }
+  KeepBest(&merged.dense_lane, depth);
+  KeepBest(&merged.sparse_lane, depth);
+  return merged;
+}
+
+absl::StatusOr<SearchResult> FuseLanes(SearchResult lanes, bool has_dense_lane,
+                                       const SearchOptions& options) {
+  const HybridOptions& hybrid = options.hybrid;
+  SearchResult result;
+  result.timings = lanes.timings;
+  result.documents = lanes.documents;
+  result.documents_scored = lanes.documents_scored;
+  result.num_candidates = lanes.num_candidates;
+  result.exhaustive = lanes.exhaustive;
+  const int64_t depth =
+      static_cast<int64_t>(std::max(lanes.dense_lane.size(), lanes.sparse_lane.size()));
+  std::vector<SearchHit> ranking;
+  if (!has_dense_lane) {
+    ranking = std::move(lanes.sparse_lane);
+    for (SearchHit& hit : ranking) hit.sparse_score = hit.score;
+  } else {
+    // Each document once, with what either lane knows of it.
+    absl::flat_hash_map<std::string, SearchHit> by_id;
+    std::vector<FusionHit<std::string>> dense, sparse;
+    for (SearchHit& hit : lanes.dense_lane) {
+      dense.push_back({hit.id, hit.score});
+      hit.dense_score = hit.score;
+      by_id.emplace(hit.id, std::move(hit));
+    }
+    for (SearchHit& hit : lanes.sparse_lane) {
+      sparse.push_back({hit.id, hit.score});
+      auto [it, inserted] = by_id.try_emplace(hit.id);
+      if (inserted) {
+        it->second = std::move(hit);
+        it->second.sparse_score = it->second.score;
+      } else {
+        it->second.sparse_score = hit.score;
+        if (!it->second.dense_score.has_value()) it->second.dense_score = hit.dense_score;
+      }
+    }
+    const FusionLane<std::string> fusion_lanes[] = {{dense, hybrid.dense_weight},
+                                                    {sparse, hybrid.sparse_weight}};
+    const int64_t limit = static_cast<int64_t>(by_id.size());
+    absl::StatusOr<std::vector<FusionHit<std::string>>> fused =
+        hybrid.fusion == FusionMethod::kRrf
+            ? ReciprocalRankFusion<std::string>(fusion_lanes, limit, hybrid.rrf_k)
+            : NormalizedScoreFusion<std::string>(fusion_lanes, limit);
+    TESSERA_RETURN_IF_ERROR(fused.status());
+    for (const FusionHit<std::string>& entry : *fused) {
+      SearchHit& hit = by_id.at(entry.id);
+      hit.score = entry.score;
+      ranking.push_back(std::move(hit));
+    }
+    if (hybrid.rerank) {
+      // The fused ranking's best L, ordered by their exact MaxSim.
+      if (static_cast<int64_t>(ranking.size()) > depth) ranking.resize(depth);
+      for (SearchHit& hit : ranking) {
+        // Every candidate has one: the dense lane's hits, and the sparse lane's scored by their
+        // part when the search reranks.
+        hit.score = hit.dense_score.value_or(0.0f);
+      }
+      std::sort(ranking.begin(), ranking.end(), Better);
+    }
+  }
+  auto finish = [&options](SearchHit& hit) {
+    if (options.with_attributes) {
+      hit.attributes = Selected(std::move(hit.attributes), options.attribute_fields);
+    } else {
+      hit.attributes.clear();
+    }
+  };
+  if (!options.group_by.empty()) {
+    if (static_cast<int64_t>(ranking.size()) > depth) ranking.resize(depth);
+    // The ranking is best first: a group's members arrive in order, and groups in the order of
+    // their best hit.
+    std::map<AttributeValue, size_t> group_of;
+    const int64_t wanted = options.groups > 0 ? options.groups : options.k;
+    for (SearchHit& hit : ranking) {
+      const auto value = hit.attributes.find(options.group_by);
+      if (value == hit.attributes.end()) continue;  // in no group
+      auto [it, inserted] = group_of.try_emplace(value->second, result.groups.size());
+      if (inserted) {
+        if (static_cast<int64_t>(result.groups.size()) >= wanted) {
+          group_of.erase(it);
+          continue;
+        }
+        result.groups.push_back(SearchGroup{value->second, {}});
+      }
+      SearchGroup& group = result.groups[it->second];
+      if (static_cast<int64_t>(group.hits.size()) >= options.group_size) continue;
+      finish(hit);
+      group.hits.push_back(std::move(hit));
+    }
+    return result;
+  }
+  if (static_cast<int64_t>(ranking.size()) > options.k) ranking.resize(options.k);
+  for (SearchHit& hit : ranking) finish(hit);
+  result.hits = std::move(ranking);
+  return result;
 }
 
 }  // namespace tessera

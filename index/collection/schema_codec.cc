@@ -66,6 +66,12 @@ std::string EncodeSchema(const CollectionSchema& schema) {
                   schema.candidates.centroid_min_vectors, " ",
                   schema.candidates.centroid_min_training_vectors, " ",
                   schema.candidates.rerank_from_codes ? 1 : 0, "\n");
+  // Only with a sparse field: a schema without one encodes as it did before sparse fields.
+  if (schema.sparse.has_value()) {
+    absl::StrAppend(&out, "sparse ", schema.sparse->idf ? 1 : 0, " ",
+                    absl::StrFormat("%.17g", schema.sparse->k1), " ",
+                    absl::StrFormat("%.17g", schema.sparse->b), "\n");
+  }
   for (const auto& [field, type] : schema.attributes) {
     absl::StrAppend(&out, "attribute ", field, " ", AttributeTypeName(type), "\n");
   }
@@ -135,6 +141,11 @@ absl::StatusOr<CollectionSchema> DecodeSchema(const std::string& text) {
            absl::SimpleAtoi(f[2], &schema.candidates.centroid_min_vectors) &&
            absl::SimpleAtoi(f[3], &schema.candidates.centroid_min_training_vectors) &&
            (f.size() == 4 || ParseBool(f[4], &schema.candidates.rerank_from_codes));
+    } else if (key == "sparse" && f.size() == 4) {
+      SparseScoring sparse;
+      ok = ParseBool(f[1], &sparse.idf) && absl::SimpleAtod(f[2], &sparse.k1) &&
+           absl::SimpleAtod(f[3], &sparse.b);
+      schema.sparse = sparse;
     } else if (key == "attribute" && f.size() == 3) {
       if (f[2] == "int64") {
         schema.attributes[f[1]] = AttributeType::kInt64;

@@ -36,6 +36,27 @@ TEST(SchemaCodec, RoundTripsEveryField) {
   EXPECT_EQ(decoded->attributes.at("lang"), AttributeType::kString);
 }
 
+// A sparse field round-trips with every bit of k1 and b; a schema without one encodes with no
+// sparse line (as schemas did before sparse fields existed) and decodes without one.
+TEST(SchemaCodec, SparseFieldRoundTripsAndIsAbsentFromOldSchemas) {
+  CollectionSchema schema;
+  schema.name = "hybrid";
+  schema.dim = 8;
+  const std::string old = EncodeSchema(schema);
+  EXPECT_EQ(old.find("sparse"), std::string::npos);
+  auto decoded = DecodeSchema(old);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_FALSE(decoded->sparse.has_value());
+  schema.sparse = SparseScoring{false, 0.1 + 0.2, 0.3};
+  decoded = DecodeSchema(EncodeSchema(schema));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_TRUE(decoded->sparse.has_value());
+  EXPECT_FALSE(decoded->sparse->idf);
+  EXPECT_EQ(decoded->sparse->k1, 0.1 + 0.2);
+  EXPECT_EQ(decoded->sparse->b, 0.3);
+  EXPECT_EQ(EncodeSchema(*decoded), EncodeSchema(schema));
+}
+
 // Schemas stored before min_vectors, or before max_merge_height, existed keep pooling as they
 // did: no floor and no height limit, not today's defaults.
 TEST(SchemaCodec, OlderHierarchicalLinesKeepTheirPooling) {

@@ -104,7 +104,16 @@ Shard::Shard(std::string dir, const CollectionSchema& schema, std::unique_ptr<Sh
       store_(std::move(store)),
       pool_(std::move(pool)),
       log_(std::move(log)),
-      resident_budget_(std::max<int64_t>(resident_rerank_bytes, 0)) {}
+      resident_budget_(std::max<int64_t>(resident_rerank_bytes, 0)) {
+  if (schema_.sparse.has_value()) {
+    SparseIndexOptions options;
+    options.scoring = *schema_.sparse;
+    // The schema was validated: its scoring options are in range.
+    absl::StatusOr<SparseIndex> index = SparseIndex::Create(options);
+    MutexLock lock(&table_mu_);
+    if (index.ok()) sparse_ = std::move(*index);
+  }
+}
 
 Shard::~Shard() {
   stopping_.store(true, std::memory_order_release);
@@ -173,6 +182,13 @@ absl::Status Shard::LoadDocuments() {
     AddLive(record.iid,
             LiveDocument{record.external_id, record.version, record.attributes, record.num_tokens,
                          static_cast<int64_t>(record.member_offsets.size()) - 1, nullptr});
+    if (record.sparse.has_value() && sparse_.has_value()) {
+      const absl::Status added = sparse_->Add(record.iid, record.sparse->view());
+      if (!added.ok()) {
+        return absl::DataLossError(absl::StrCat("shard '", dir_, "': sparse vector of iid ",
+                                                record.iid, ": ", added.message()));
+      }
+    }
     return absl::OkStatus();
   });
 }
@@ -386,9 +402,17 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<ShardWrite> upserts,
       }
       TESSERA_RETURN_IF_ERROR(
           CheckStoredValues(write.rerank, absl::StrCat(what, ": rerank vectors")));
+      if (record.sparse.has_value()) {
+        if (!schema_.sparse.has_value()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(what, ": a sparse vector, but the collection has no sparse field"));
+        }
+        TESSERA_RETURN_IF_ERROR(
+            ValidateSparseVector(record.sparse->view(), absl::StrCat(what, ": sparse")));
+      }
       documents.push_back(LiveDocument{record.external_id, 0, record.attributes, record.num_tokens,
                                        static_cast<int64_t>(record.member_offsets.size()) - 1,
-                                       nullptr});
+                                       nullptr, record.sparse});
       // A copy for memory; AddLive drops it when the budget is spent.
       if (resident_budget_ > 0) {
         documents.back().rerank = std::make_shared<const StoredMatrix>(write.rerank);
@@ -477,12 +501,21 @@ absl::Status Shard::ApplyDerived(Stage1Index& index, std::vector<LiveDocument> d
   }
   MutexLock lock(&table_mu_);
   for (size_t i = 0; i < documents.size(); ++i) {
-    if (result.replaced_iids[i] != 0) RemoveLive(result.replaced_iids[i]);
+    if (result.replaced_iids[i] != 0) {
+      RemoveLive(result.replaced_iids[i]);
+      if (sparse_.has_value()) sparse_->Remove(result.replaced_iids[i]);
+    }
     documents[i].version = result.versions[i];
+    if (documents[i].sparse.has_value() && sparse_.has_value()) {
+      status.Update(sparse_->Add(result.upserted_iids[i], documents[i].sparse->view()));
+    }
+    documents[i].sparse.reset();
     AddLive(result.upserted_iids[i], std::move(documents[i]));
   }
   for (uint64_t deleted : result.deleted_iids) {
-    if (deleted != 0) RemoveLive(deleted);
+    if (deleted == 0) continue;
+    RemoveLive(deleted);
+    if (sparse_.has_value()) sparse_->Remove(deleted);
   }
   return status;
 }
@@ -712,6 +745,49 @@ absl::StatusOr<std::vector<Stage1Hit>> Shard::SearchCandidates(const Stage1Reque
     return it != live_.end() && FilterMatches(*request.filter, it->second.attributes);
   };
   return stage1.index->Search(request, &accept, pool_.get());
+}
+
+absl::StatusOr<std::vector<SparseLaneHit>> Shard::SearchSparse(const SparseVectorView& query,
+                                                               int64_t k, const Filter& filter,
+                                                               const SparseStatistics* statistics,
+                                                               bool want_attributes) const {
+  ReaderMutexLock lock(&table_mu_);
+  if (!sparse_.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sparse_query: collection '", schema_.name, "' has no sparse field"));
+  }
+  SparseSearchRequest request;
+  request.query = query;
+  request.k = k;
+  request.statistics = statistics;
+  if (!filter.empty()) {
+    request.filter = [this, &filter](uint64_t iid) {
+      table_mu_.AssertReaderHeld();
+      const auto it = live_.find(iid);
+      return it != live_.end() && FilterMatches(filter, it->second.attributes);
+    };
+  }
+  TESSERA_ASSIGN_OR_RETURN(SparseSearchResult found, sparse_->Search(request));
+  std::vector<SparseLaneHit> hits;
+  hits.reserve(found.hits.size());
+  for (const SparseHit& hit : found.hits) {
+    const auto it = live_.find(hit.iid);
+    if (it == live_.end()) continue;  // the index holds live documents only
+    SparseLaneHit out;
+    out.iid = hit.iid;
+    out.score = hit.score;
+    out.external_id = it->second.external_id;
+    out.version = it->second.version;
+    if (want_attributes) out.attributes = it->second.attributes;
+    hits.push_back(std::move(out));
+  }
+  return hits;
+}
+
+SparseStatistics Shard::SparseStatisticsOf(absl::Span<const uint32_t> terms) const {
+  ReaderMutexLock lock(&table_mu_);
+  if (!sparse_.has_value()) return SparseStatistics{};
+  return sparse_->Statistics(terms);
 }
 
 void Shard::ForEachLive(const Filter& filter,

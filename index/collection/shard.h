@@ -52,6 +52,11 @@
 // within CompactQuery::ErrorBound of the fp32 MaxSim of the decoded vectors; FetchRerank decodes
 // them (centroid + residual) for explain and Get. Such a shard never retrains.
 //
+// Sparse vectors (CollectionSchema::sparse): a document's sparse vector is part of its record
+// (same WriteBatch, same durability), and the shard's SparseIndex over its live documents is
+// rebuilt from the records at Open() and maintained with the table in ApplyDerived (under
+// table_mu_): an upsert replaces the old vector, a delete removes it.
+//
 // Lock order: encode_mu_ → apply_mu_ → stage1_mu_ → table_mu_; failed_mu_ is a leaf.
 #ifndef TESSERA_INDEX_COLLECTION_SHARD_H_
 #define TESSERA_INDEX_COLLECTION_SHARD_H_
@@ -72,6 +77,7 @@
 #include "absl/types/span.h"
 #include "index/centroid/centroid_index.h"
 #include "index/centroid/code_maxsim.h"
+#include "index/sparse/sparse_index.h"
 #include "index/stage1/stage1_index.h"
 #include "index/storage/shard_store.h"
 #include "tessera/base/mutex.h"
@@ -90,6 +96,18 @@ struct LiveDocument {
   int64_t num_rerank_vectors = 0;
   // The stored rerank vectors when resident; null when the budget was spent.
   std::shared_ptr<const StoredMatrix> rerank;
+  // Only on its way from Apply to ApplyDerived, which moves it into the sparse index: the table
+  // does not keep it.
+  std::optional<SparseVector> sparse;
+};
+
+// One hit of a shard's sparse lane, described from the table in the same lookup as the search.
+struct SparseLaneHit {
+  uint64_t iid = 0;
+  float score = 0.0f;
+  std::string external_id;
+  uint64_t version = 0;
+  Attributes attributes;  // when asked
 };
 
 struct ShardStats {
@@ -174,6 +192,17 @@ class Shard {
   // score first (ties: lower iid). Scans are split over the shard's pool. INTERNAL when the shard
   // is failed.
   absl::StatusOr<std::vector<Stage1Hit>> SearchCandidates(const Stage1Request& request) const;
+
+  // The sparse lane: the best k live documents matching `filter` with a sparse score > 0 for
+  // `query` (validated by the caller), scored with `statistics` (null: the shard's own), best
+  // first (score desc, iid asc), each with its id, version and (want_attributes) attributes.
+  // INVALID_ARGUMENT when the shard has no sparse field or SparseIndex::Search refuses.
+  absl::StatusOr<std::vector<SparseLaneHit>> SearchSparse(const SparseVectorView& query, int64_t k,
+                                                          const Filter& filter,
+                                                          const SparseStatistics* statistics,
+                                                          bool want_attributes) const;
+  // N, Σ dl and df of each term over the shard's live documents (all 0 without a sparse field).
+  SparseStatistics SparseStatisticsOf(absl::Span<const uint32_t> terms) const;
 
   // Calls fn(iid, document) for every live document matching `filter`, under a reader lock.
   void ForEachLive(const Filter& filter,
@@ -361,6 +390,8 @@ class Shard {
   int64_t rerank_vectors_ ABSL_GUARDED_BY(table_mu_) = 0;
   const int64_t resident_budget_;
   int64_t resident_bytes_ ABSL_GUARDED_BY(table_mu_) = 0;
+  // The live documents' sparse vectors; empty without a sparse field.
+  std::optional<SparseIndex> sparse_ ABSL_GUARDED_BY(table_mu_);
 };
 
 }  // namespace tessera::internal

@@ -254,6 +254,16 @@ void EncodeDocumentRecord(const DocumentRecord& record, std::string* out) {
   for (int32_t v : record.member_offsets) PutU32(out, static_cast<uint32_t>(v));
   PutU32(out, static_cast<uint32_t>(record.members.size()));
   for (int32_t v : record.members) PutU32(out, static_cast<uint32_t>(v));
+  if (record.sparse.has_value()) {
+    PutU8(out, 1);
+    PutU32(out, static_cast<uint32_t>(record.sparse->indices.size()));
+    for (uint32_t index : record.sparse->indices) PutU32(out, index);
+    for (float value : record.sparse->values) {
+      uint32_t bits;
+      std::memcpy(&bits, &value, sizeof(bits));
+      PutU32(out, bits);
+    }
+  }
   FinishEnvelope(start, out);
 }
 
@@ -332,6 +342,26 @@ absl::StatusOr<DocumentRecord> DecodeDocumentRecord(absl::string_view value, uin
   }
   if (!in.ReadI32Array(&record.member_offsets)) return Truncated(what, "member_offsets");
   if (!in.ReadI32Array(&record.members)) return Truncated(what, "members");
+  if (in.left() != 0) {
+    uint8_t has_sparse = 0;
+    uint32_t count = 0;
+    if (!in.ReadU8(&has_sparse) || has_sparse != 1) {
+      return Corrupt(what, absl::StrCat("bad sparse vector flag ", has_sparse));
+    }
+    if (!in.ReadU32(&count) || count > in.left() / 8) return Truncated(what, "sparse");
+    SparseVector sparse;
+    sparse.indices.resize(count);
+    sparse.values.resize(count);
+    for (uint32_t i = 0; i < count; ++i) {
+      if (!in.ReadU32(&sparse.indices[i])) return Truncated(what, "sparse");
+    }
+    for (uint32_t i = 0; i < count; ++i) {
+      uint32_t bits = 0;
+      if (!in.ReadU32(&bits)) return Truncated(what, "sparse");
+      std::memcpy(&sparse.values[i], &bits, sizeof(bits));
+    }
+    record.sparse = std::move(sparse);
+  }
   if (in.left() != 0) {
     return Corrupt(what, absl::StrCat(in.left(), " unexpected trailing bytes"));
   }

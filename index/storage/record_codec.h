@@ -24,7 +24,10 @@
 //               i64 num_tokens, u8 has_layout [+ i64 rows, cols, prefix_tokens, suffix_tokens],
 //               u32 count + count × (u32 len + name, u8 type (0 int64, 1 double, 2 string),
 //               value: i64 | f64 bits as u64 | u32 len + bytes), names strictly increasing,
-//               u32 count + count × i32 member_offsets, u32 count + count × i32 members
+//               u32 count + count × i32 member_offsets, u32 count + count × i32 members,
+//               then, only for a document with a sparse vector (records without one are
+//               byte-identical to those written before sparse vectors existed): u8 1, u32 count,
+//               count × u32 indices, count × f32 values
 //   kMatrix     u8 dtype (0 fp32, 1 fp16), i64 rows, i64 cols, then exactly rows·cols·itemsize
 //               bytes of little-endian values (the StoredMatrix's bytes as they are)
 //   kId         u64 iid

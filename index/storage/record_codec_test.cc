@@ -136,6 +136,26 @@ TEST(RecordCodec, DocumentRoundTripWithAndWithoutLayout) {
   }
 }
 
+// A record with a sparse vector round-trips it; one without encodes exactly as before sparse
+// vectors existed (the bytes a sparse vector adds are its own trailing section), so stored
+// records read unchanged and a truncated sparse section is refused.
+TEST(RecordCodec, SparseVectorRoundTripsAndIsAnOptionalTrailingSection) {
+  DocumentRecord record = SampleRecord(true);
+  const std::string without = EncodeDocumentRecord(record);
+  record.sparse = SparseVector{{3, 17, 4000000000u}, {1.0f, 0.0f, 2.5f}};
+  const std::string with = EncodeDocumentRecord(record);
+  EXPECT_EQ(with.size(), without.size() + 1 + 4 + 3 * 8);
+  EXPECT_EQ(with.substr(0, without.size() - 4), without.substr(0, without.size() - 4));
+  auto decoded = DecodeDocumentRecord(with, record.iid);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_TRUE(decoded->sparse.has_value());
+  EXPECT_EQ(decoded->sparse->indices, record.sparse->indices);
+  EXPECT_EQ(decoded->sparse->values, record.sparse->values);
+  auto plain = DecodeDocumentRecord(without, record.iid);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_FALSE(plain->sparse.has_value());
+}
+
 TEST(RecordCodec, MinimalDocumentRoundTrip) {
   DocumentRecord record;
   record.iid = 1;

@@ -94,6 +94,8 @@ struct DocumentRecord {
   // Rerank vector v covers original tokens members[member_offsets[v] .. member_offsets[v + 1]).
   std::vector<int32_t> member_offsets;
   std::vector<int32_t> members;
+  // The document's sparse vector (validated by the writer: indices strictly increasing).
+  std::optional<SparseVector> sparse;
 };
 
 // One document to upsert. `record.iid` and `record.version` are assigned by Write().

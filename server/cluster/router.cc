@@ -1287,6 +1287,34 @@ absl::Status Gather(std::map<uint32_t, absl::StatusOr<SearchResult>>* answers,
 
 }  // namespace
 
+absl::StatusOr<SparseStatistics> Router::GatherSparseStatistics(const CollectionEntry& entry,
+                                                                const std::string& collection,
+                                                                absl::Time deadline,
+                                                                const v1::SparseVector& query) {
+  const uint32_t num_shards = ShardCount(entry.collection);
+  std::vector<v1::ShardSparseStatisticsRequest> requests(num_shards);
+  std::vector<v1::SparseStatistics> answers(num_shards);
+  const std::vector<absl::Status> statuses =
+      ReadShards(entry.collection, collection, AllShards(num_shards), deadline, nullptr,
+                 [&](size_t s) -> MakeCall {
+                   requests[s].set_collection(collection);
+                   requests[s].set_shard(static_cast<uint32_t>(s));
+                   *requests[s].mutable_terms() = query.indices();
+                   return [&, s](v1::ShardService::Stub* stub) {
+                     return UnaryCall(stub, &v1::ShardService::Stub::AsyncGetSparseStatistics,
+                                      &requests[s], &answers[s]);
+                   };
+                 });
+  SparseStatistics statistics;
+  for (uint32_t s = 0; s < num_shards; ++s) {
+    TESSERA_RETURN_IF_ERROR(statuses[s]);
+    TESSERA_ASSIGN_OR_RETURN(const SparseStatistics part,
+                             server::SparseStatisticsFromProto(answers[s]));
+    statistics.Merge(part);
+  }
+  return statistics;
+}
+
 absl::Status Router::Search(const grpc::CallbackServerContext& call,
                             const v1::SearchRequest& request, v1::SearchResponse* response) {
   const Clock::time_point start = Clock::now();
@@ -1299,18 +1327,51 @@ absl::Status Router::Search(const grpc::CallbackServerContext& call,
   // One round (tessera/merge.h): every shard reranks its share of N as a shard of num_shards,
   // and the best k of their answers are a standalone collection's.
   const Clock::time_point fanout_start = Clock::now();
+  // A sparse or hybrid search takes two rounds: the collection's BM25 statistics first, then the
+  // search, every shard scoring with them (tessera/merge.h: MergeLanes, FuseLanes).
+  std::optional<v1::SparseStatistics> sparse_statistics;
+  if (request.has_sparse_query()) {
+    TESSERA_ASSIGN_OR_RETURN(
+        const SparseStatistics statistics,
+        GatherSparseStatistics(entry, request.collection(), deadline, request.sparse_query()));
+    sparse_statistics.emplace();
+    server::SparseStatisticsToProto(statistics, &*sparse_statistics);
+  }
   std::map<uint32_t, v1::ShardSearchRequest> requests;
   for (uint32_t s = 0; s < num_shards; ++s) {
     v1::ShardSearchRequest& search = requests[s];
     search.set_shard(s);
     search.set_whole_shards(num_shards);
     *search.mutable_search() = request;
+    if (sparse_statistics.has_value()) *search.mutable_sparse_statistics() = *sparse_statistics;
   }
   std::map<uint32_t, absl::StatusOr<SearchResult>> answers;
   SearchShards(call, entry, deadline, requests, &answers);
   std::set<uint32_t> missing;
   std::vector<SearchResult> parts;
   TESSERA_RETURN_IF_ERROR(Gather(&answers, request, &missing, &parts));
+  if (request.has_sparse_query()) {
+    SearchOptions options;
+    options.k = k;
+    options.group_by = request.group_by();
+    options.group_size = request.group_size();
+    options.groups = request.groups();
+    options.with_attributes = request.with_attributes();
+    options.attribute_fields.assign(request.attribute_fields().begin(),
+                                    request.attribute_fields().end());
+    TESSERA_RETURN_IF_ERROR(server::HybridOptionsFromProto(request, &options.hybrid));
+    const int64_t depth = HybridLaneDepth(options, CollectionLimits{}.max_num_candidates);
+    TESSERA_ASSIGN_OR_RETURN(
+        const SearchResult fused,
+        FuseLanes(MergeLanes(std::move(parts), depth), request.query().rows() > 0, options));
+    server::SearchResultToProto(fused, response);
+    for (uint32_t s : missing) response->add_missing_shards(s);
+    response->mutable_timings()->set_fanout_ms(
+        std::chrono::duration<double, std::milli>(Clock::now() - fanout_start).count());
+    response->mutable_timings()->set_total_ms(
+        std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    return absl::OkStatus();
+  }
   // A grouped search's parts hold every group among what they scored (SearchOptions::group_by).
   const SearchResult merged =
       request.group_by().empty()

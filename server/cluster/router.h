@@ -159,6 +159,13 @@ class Router final : public server::Backend {
   void SearchShards(const grpc::CallbackServerContext& call, const CollectionEntry& entry,
                     absl::Time deadline, const std::map<uint32_t, v1::ShardSearchRequest>& requests,
                     std::map<uint32_t, absl::StatusOr<SearchResult>>* answers);
+  // The first round of a sparse or hybrid search: each shard's BM25 statistics for the terms
+  // (one serving replica each, in parallel), summed in shard order as a standalone collection
+  // sums its shards'. Any shard's failure is the call's.
+  absl::StatusOr<SparseStatistics> GatherSparseStatistics(const CollectionEntry& entry,
+                                                          const std::string& collection,
+                                                          absl::Time deadline,
+                                                          const v1::SparseVector& query);
   // The call a fan-out makes to one shard node, given the node's stub (UnaryCall).
   using MakeCall = std::function<FanOut::Start(v1::ShardService::Stub* stub)>;
   // Calls every (shard, node) of `targets` at once — make_for(i) for target i, with a context of

@@ -221,6 +221,79 @@ class ClusterTest(unittest.TestCase):
         router.drop_collection(name)
         standalone.drop_collection(name)
 
+    def test_hybrid_through_the_router(self):
+        """Sparse-only and hybrid (dense + sparse, RRF or score fusion, with or without a MaxSim
+        rerank, filtered, grouped, with attributes) searches through the router answer as the
+        standalone server does: ids, order, scores, lane scores — the router gathers the
+        collection's BM25 statistics from every shard before it searches. Again after deletes and
+        upserts that change the statistics."""
+        router = self.router.client()
+        standalone = self.standalone.client()
+        self.addCleanup(router.close)
+        self.addCleanup(standalone.close)
+        name = "hybrid"
+        attributes = {"doc": "string", "page": "int64"}
+        router.create_collection(name, DIM, attributes=attributes, num_shards=SHARDS, replicas=2,
+                                 sparse=True)
+        standalone.create_collection(name, DIM, attributes=attributes, num_shards=SHARDS,
+                                     sparse=True)
+        rng = np.random.default_rng(41)
+
+        def terms():
+            n = int(rng.integers(1, 10))
+            indices = rng.choice(80, size=n, replace=False)
+            return (indices.tolist(), rng.integers(1, 5, size=n).astype(float).tolist())
+
+        docs = []
+        for i in range(240):
+            doc = {"id": f"h-{i:04d}", "tokens": e2e_util.normalized(rng, 10, DIM),
+                   "attributes": {"doc": f"pdf-{i // 4:02d}", "page": i % 4}}
+            if i % 9:
+                doc["sparse"] = terms()
+            docs.append(doc)
+        self.assertTrue(all(r.ok for r in router.upsert(name, docs, batch_size=40)))
+        self.assertTrue(all(r.ok for r in standalone.upsert(name, docs, batch_size=40)))
+        sparse_queries = [terms() for _ in range(4)]
+
+        def same_hits(got, want, what):
+            self.assertEqual([h.id for h in got], [h.id for h in want], what)
+            self.assertEqual([h.score for h in got], [h.score for h in want], what)
+            self.assertEqual([h.dense_score for h in got], [h.dense_score for h in want], what)
+            self.assertEqual([h.sparse_score for h in got], [h.sparse_score for h in want], what)
+            self.assertEqual([h.attributes for h in got], [h.attributes for h in want], what)
+
+        def same_answers():
+            searched = 0
+            for query, sparse_query in zip(self.queries[:4], sparse_queries):
+                for options in ({"query": None}, {}, {"fusion": "score"},
+                                {"rerank": True, "fusion_candidates": 25},
+                                {"sparse_weight": 0.5, "rrf_k": 10.0, "exhaustive": True},
+                                {"filter": [("page", "<", 3)], "with_attributes": True},
+                                {"group_by": "doc", "group_size": 2, "groups": 4},
+                                {"query": None, "group_by": "page", "group_size": 3}):
+                    options = dict(options)
+                    dense = options.pop("query", query)
+                    got = router.search(name, dense, k=8, sparse_query=sparse_query, **options)
+                    want = standalone.search(name, dense, k=8, sparse_query=sparse_query,
+                                             **options)
+                    same_hits(got, want, options)
+                    self.assertEqual([g.value for g in got.groups],
+                                     [g.value for g in want.groups], options)
+                    for g, w in zip(got.groups, want.groups):
+                        same_hits(g.hits, w.hits, options)
+                    searched += len(want) + len(want.groups)
+            self.assertGreater(searched, 0)
+
+        same_answers()
+        gone = [d["id"] for d in docs[::7]]
+        self.assertEqual(router.delete(name, gone), standalone.delete(name, gone))
+        changed = [dict(d, sparse=terms()) for d in docs[1::11]]
+        self.assertTrue(all(r.ok for r in router.upsert(name, changed)))
+        self.assertTrue(all(r.ok for r in standalone.upsert(name, changed)))
+        same_answers()
+        router.drop_collection(name)
+        standalone.drop_collection(name)
+
     def test_cli_ingest_through_the_router(self):
         """`tessera ingest` against a router: same summary, journal and resume as standalone."""
         work = self.router.work_dir

@@ -74,6 +74,10 @@ _OPS = {
     "prefix": common_pb2.Condition.OP_PREFIX,
 }
 _NO_VALUE_OPS = (common_pb2.Condition.OP_EXISTS, common_pb2.Condition.OP_MISSING)
+_FUSIONS = {"rrf": query_pb2.FUSION_RRF, "score": query_pb2.FUSION_SCORE}
+# A sparse vector: (indices, values) (sequences or arrays of equal length), {index: weight}, or a
+# SparseVector message.
+SparseLike = Union[Tuple[Any, Any], Mapping[int, float], common_pb2.SparseVector, None]
 _FILTER_KEYS = frozenset(("all_of", "any_of", "none_of"))
 
 
@@ -213,8 +217,41 @@ def _layout_tuple(grid: common_pb2.PatchGrid) -> Optional[Tuple[int, int, int, i
     return (grid.rows, grid.cols, grid.prefix_tokens, grid.suffix_tokens)
 
 
-_DOCUMENT_FORMS = ("a dict {'id', 'tokens', 'layout'?, 'attributes'?}, a tuple (id, tokens[, "
-                   "layout[, attributes]]) or a tessera.pb Document")
+_DOCUMENT_FORMS = ("a dict {'id', 'tokens', 'layout'?, 'attributes'?, 'sparse'?}, a tuple "
+                   "(id, tokens[, layout[, attributes]]) or a tessera.pb Document")
+
+
+def encode_sparse(vector: SparseLike, where: str = "sparse vector") -> common_pb2.SparseVector:
+    """(indices, values), {index: weight} or a SparseVector → SparseVector. Indices are term ids
+    (unsigned 32-bit integers, unique, any order: the server sorts them), values their weights
+    (finite, ≥ 0; the server checks). A malformed vector raises TypeError or ValueError naming
+    `where`."""
+    if isinstance(vector, common_pb2.SparseVector):
+        return vector
+    if isinstance(vector, Mapping):
+        indices, values = list(vector.keys()), list(vector.values())
+    elif isinstance(vector, (tuple, list)) and len(vector) == 2:
+        indices, values = vector
+    else:
+        raise TypeError(f"{where} is {type(vector).__name__} ({_short_repr(vector)}); expected "
+                        "(indices, values) or {index: weight}")
+    try:
+        index_array = np.asarray(indices)
+        value_array = np.asarray(values, dtype=np.float32)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{where}: {error}; expected integer indices and float values") from None
+    if index_array.ndim != 1 or value_array.ndim != 1:
+        raise ValueError(f"{where}: indices of shape {index_array.shape} and values of shape "
+                         f"{value_array.shape}; expected two 1-D sequences")
+    if len(index_array) != len(value_array):
+        raise ValueError(f"{where}: {len(index_array)} indices but {len(value_array)} values; "
+                         "expected one value per index")
+    if len(index_array) and (index_array.dtype.kind not in "iu" or index_array.min() < 0 or
+                             index_array.max() > 0xFFFFFFFF):
+        raise ValueError(f"{where}: indices must be integers in [0, 2^32), got "
+                         f"{_short_repr(index_array.tolist())}")
+    return common_pb2.SparseVector(indices=index_array.astype(np.uint64).tolist(),
+                                   values=value_array.tolist())
 
 
 def _document_label(index: Optional[int], doc_id: Any = None) -> str:
@@ -279,6 +316,8 @@ def _document_parts(doc: Any, index: Optional[int] = None) -> Tuple[
             raise TypeError(f"{label}: attribute name {_short_repr(field)} is "
                             f"{type(field).__name__}; expected str")
         encoded[field] = _attribute_value(value, f"{label}: attribute {field!r}")
+    if isinstance(doc, Mapping) and doc.get("sparse") is not None:
+        encode_sparse(doc["sparse"], f"{label}: 'sparse'")
     return doc_id, values, grid, encoded
 
 
@@ -292,6 +331,8 @@ def _encode_document(doc: Document, dtype: DTypeLike = None,
         message.layout.CopyFrom(grid)
     for field, value in attributes.items():
         message.attributes[field].CopyFrom(value)
+    if isinstance(doc, Mapping) and doc.get("sparse") is not None:
+        message.sparse.CopyFrom(encode_sparse(doc["sparse"]))
     return message
 
 
@@ -439,7 +480,8 @@ def create_collection_request(
         attributes: Optional[Mapping[str, Any]] = None, num_shards: int = 1,
         protected_tokens: int = 0, renormalize: bool = False, min_vectors: int = 0,
         max_merge_height: Optional[float] = None,
-        replicas: int = 1) -> admin_pb2.CreateCollectionRequest:
+        replicas: int = 1,
+        sparse: Union[bool, Mapping[str, Any]] = False) -> admin_pb2.CreateCollectionRequest:
     schema = admin_pb2.CollectionSchema(name=name, dim=dim, dtype=_wire_dtype(dtype),
                                         num_shards=num_shards)
     if spatial is None or pool_factor is not None:
@@ -461,6 +503,17 @@ def create_collection_request(
         schema.candidates.CopyFrom(admin_pb2.CandidateVectors(**settings))
     for field, kind in (attributes or {}).items():
         schema.attributes[field] = _lookup(_ATTRIBUTE_TYPES, kind, f"attribute '{field}' type")
+    if sparse:
+        settings = {} if sparse is True else dict(sparse)
+        unknown = set(settings) - {"idf", "k1", "b"}
+        if unknown:
+            raise TypeError(f"sparse: unknown settings {sorted(unknown)}, expected idf, k1, b")
+        schema.sparse.modifier = (admin_pb2.SparseField.MODIFIER_IDF if settings.get("idf", True)
+                                  else admin_pb2.SparseField.MODIFIER_NONE)
+        if settings.get("k1") is not None:
+            schema.sparse.k1 = settings["k1"]
+        if settings.get("b") is not None:
+            schema.sparse.b = settings["b"]
     return admin_pb2.CreateCollectionRequest(schema=schema, replicas=replicas)
 
 
@@ -557,6 +610,9 @@ def get_result(response: ingest_pb2.GetResponse) -> Dict[str, Any]:
         "dtype": _DTYPE_LABEL.get(response.vectors.dtype, response.vectors.dtype),
         "member_offsets": np.array(response.member_offsets, dtype=np.int64),
         "members": np.array(response.members, dtype=np.int64),
+        "sparse": (np.array(response.sparse.indices, dtype=np.uint32),
+                   np.array(response.sparse.values, dtype=np.float32))
+        if response.HasField("sparse") else None,
     }
 
 
@@ -565,12 +621,37 @@ def search_request(collection: str, query: Any, k: int = 10, num_candidates: int
                    per_token_candidates: int = 0, dtype: DTypeLike = None, nprobe: int = 0,
                    allow_partial_results: bool = False, with_attributes: AttributesLike = False,
                    group_by: Optional[str] = None, group_size: Optional[int] = None,
-                   groups: Optional[int] = None) -> query_pb2.SearchRequest:
+                   groups: Optional[int] = None, sparse_query: SparseLike = None,
+                   fusion: Optional[str] = None, dense_weight: Optional[float] = None,
+                   sparse_weight: Optional[float] = None, rrf_k: Optional[float] = None,
+                   fusion_candidates: int = 0,
+                   rerank: bool = False) -> query_pb2.SearchRequest:
+    if query is None and sparse_query is None:
+        raise TypeError("search: query is None and no sparse_query; expected a query matrix, a "
+                        "sparse_query or both")
     request = query_pb2.SearchRequest(
-        collection=collection, query=encode_matrix(query, dtype), k=k,
+        collection=collection, k=k,
         num_candidates=num_candidates, per_token_candidates=per_token_candidates,
         nprobe=nprobe, exhaustive=exhaustive, explain=explain,
         allow_partial_results=allow_partial_results)
+    if query is not None:
+        request.query.CopyFrom(encode_matrix(query, dtype))
+    if sparse_query is not None:
+        request.sparse_query.CopyFrom(encode_sparse(sparse_query, "sparse_query"))
+        if fusion is not None:
+            request.fusion = _lookup(_FUSIONS, fusion, "fusion")
+        if dense_weight is not None:
+            request.dense_weight = dense_weight
+        if sparse_weight is not None:
+            request.sparse_weight = sparse_weight
+        if rrf_k is not None:
+            request.rrf_k = rrf_k
+        request.fusion_candidates = fusion_candidates
+        request.rerank = rerank
+    elif (fusion is not None or dense_weight is not None or sparse_weight is not None or
+          rrf_k is not None or fusion_candidates or rerank):
+        raise TypeError("search: fusion, dense_weight, sparse_weight, rrf_k, fusion_candidates "
+                        "and rerank need a sparse_query")
     encoded_filter = encode_filter(filter)
     if encoded_filter is not None:
         request.filter.CopyFrom(encoded_filter)
@@ -588,7 +669,9 @@ def _hit(h: query_pb2.Hit) -> Hit:
     return Hit(_python_id(h.id), h.score, h.version,
                [TokenMatch(m.query_token, m.document_vector, m.similarity,
                            list(m.covered_tokens)) for m in h.explanation],
-               {k: _python_value(v) for k, v in h.attributes.items()})
+               {k: _python_value(v) for k, v in h.attributes.items()},
+               h.dense_score if h.HasField("dense_score") else None,
+               h.sparse_score if h.HasField("sparse_score") else None)
 
 
 def search_result(response: query_pb2.SearchResponse) -> SearchResult:
@@ -608,7 +691,9 @@ def search_result(response: query_pb2.SearchResponse) -> SearchResult:
 _SEARCH_OPTIONS = dict(k=10, num_candidates=0, filter=None, exhaustive=False, explain=False,
                        per_token_candidates=0, dtype=None, nprobe=0,
                        allow_partial_results=False, with_attributes=False, group_by=None,
-                       group_size=None, groups=None)
+                       group_size=None, groups=None, sparse_query=None, fusion=None,
+                       dense_weight=None, sparse_weight=None, rrf_k=None, fusion_candidates=0,
+                       rerank=False)
 
 
 def search_batch_request(collection: str, queries: Iterable[Any],

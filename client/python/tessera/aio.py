@@ -25,7 +25,8 @@ import grpc
 import grpc.aio
 
 from tessera import _convert, _snapshots
-from tessera._convert import AttributesLike, DTypeLike, Document, FilterLike, PemLike
+from tessera._convert import (AttributesLike, DTypeLike, Document, FilterLike, PemLike,
+                              SparseLike)
 from tessera._ingest import ProgressBar, abatched, batched
 from tessera._proto.tessera.v1 import admin_pb2_grpc, ingest_pb2_grpc, query_pb2_grpc
 from tessera.types import (DocumentResult, IngestSummary, RetryPolicy, ScrollPage, SearchResult,
@@ -111,10 +112,11 @@ class AsyncClient:
                                 num_shards: int = 1, protected_tokens: int = 0,
                                 renormalize: bool = False, min_vectors: int = 0,
                                 max_merge_height: Optional[float] = None, replicas: int = 1,
-                                timeout: Optional[float] = None) -> Dict[str, Any]:
+                                timeout: Optional[float] = None,
+                                sparse: Union[bool, Mapping[str, Any]] = False) -> Dict[str, Any]:
         request = _convert.create_collection_request(
             name, dim, pool_factor, method, dtype, spatial, candidates, attributes, num_shards,
-            protected_tokens, renormalize, min_vectors, max_merge_height, replicas)
+            protected_tokens, renormalize, min_vectors, max_merge_height, replicas, sparse)
         return _convert.create_collection_result(
             await self._call(self.admin_stub.CreateCollection, request, timeout))
 
@@ -322,11 +324,16 @@ class AsyncClient:
                      allow_partial_results: bool = False,
                      with_attributes: AttributesLike = False, group_by: Optional[str] = None,
                      group_size: Optional[int] = None,
-                     groups: Optional[int] = None) -> SearchResult:
+                     groups: Optional[int] = None, sparse_query: SparseLike = None,
+                     fusion: Optional[str] = None, dense_weight: Optional[float] = None,
+                     sparse_weight: Optional[float] = None, rrf_k: Optional[float] = None,
+                     fusion_candidates: int = 0, rerank: bool = False) -> SearchResult:
         request = _convert.search_request(collection, query, k, num_candidates, filter,
                                           exhaustive, explain, per_token_candidates, dtype,
                                           nprobe, allow_partial_results, with_attributes,
-                                          group_by, group_size, groups)
+                                          group_by, group_size, groups, sparse_query, fusion,
+                                          dense_weight, sparse_weight, rrf_k, fusion_candidates,
+                                          rerank)
         return _convert.search_result(await self._call(self.query_stub.Search, request, timeout,
                                                        idempotent=True))
 

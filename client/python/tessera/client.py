@@ -18,7 +18,7 @@ from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Opti
 import grpc
 
 from tessera import _convert, _snapshots
-from tessera._convert import (AttributesLike, DTypeLike, Document, FilterLike, PemLike,
+from tessera._convert import (AttributesLike, DTypeLike, Document, FilterLike, PemLike, SparseLike,
                               decode_matrix, encode_document, encode_filter, encode_matrix,
                               message_to_dict)
 from tessera._ingest import ProgressBar, batched
@@ -118,7 +118,8 @@ class Client:
                           protected_tokens: int = 0, renormalize: bool = False,
                           min_vectors: int = 0, max_merge_height: Optional[float] = None,
                           replicas: int = 1,
-                          timeout: Optional[float] = None) -> Dict[str, Any]:
+                          timeout: Optional[float] = None,
+                          sparse: Union[bool, Mapping[str, Any]] = False) -> Dict[str, Any]:
         """Creates a collection and returns its schema with the server's defaults filled in.
 
         Rerank vectors are pooled hierarchically (pool_factor, None = 2; method "ward" or
@@ -134,11 +135,13 @@ class Client:
         residual_bits, centroid_min_vectors, centroid_min_training_vectors, rerank_from_codes}.
         `attributes`: {field: type} with type "int64", "double" or "string" (or int, float, str).
         `replicas`: copies of each shard on distinct shard nodes (a router only; a standalone
-        server holds one).
+        server holds one). `sparse`: True declares a sparse field scored by BM25 (Lucene's, with
+        the IDF modifier, k1 1.2, b 0.75), or a dict {idf: bool, k1, b}; documents may then carry
+        "sparse": (indices, values) and searches a sparse_query.
         """
         request = _convert.create_collection_request(
             name, dim, pool_factor, method, dtype, spatial, candidates, attributes, num_shards,
-            protected_tokens, renormalize, min_vectors, max_merge_height, replicas)
+            protected_tokens, renormalize, min_vectors, max_merge_height, replicas, sparse)
         return _convert.create_collection_result(
             self._call(self.admin_stub.CreateCollection, request, timeout))
 
@@ -352,7 +355,11 @@ class Client:
                timeout: Optional[float] = None, nprobe: int = 0,
                allow_partial_results: bool = False,
                with_attributes: AttributesLike = False, group_by: Optional[str] = None,
-               group_size: Optional[int] = None, groups: Optional[int] = None) -> SearchResult:
+               group_size: Optional[int] = None, groups: Optional[int] = None,
+               sparse_query: SparseLike = None, fusion: Optional[str] = None,
+               dense_weight: Optional[float] = None, sparse_weight: Optional[float] = None,
+               rrf_k: Optional[float] = None, fusion_candidates: int = 0,
+               rerank: bool = False) -> SearchResult:
         """Top-k documents by MaxSim for a query (n_query_tokens × dim). num_candidates: N
         documents scored exactly (0 = server default); filter: [(field, op, value(s))] with op
         among ==, !=, <, <=, >, >=, in; exhaustive: score every document exactly; explain: per hit
@@ -364,11 +371,21 @@ class Client:
         conditions (field, "exists"), (field, "missing"), (field, "prefix", "abc").
         with_attributes: True (all) or a list of fields: each Hit carries `.attributes`.
         group_by=FIELD: the result's `.groups` holds the best `groups` groups (default k) of
-        hits sharing FIELD's value, each with its best `group_size` hits (default 1)."""
+        hits sharing FIELD's value, each with its best `group_size` hits (default 1).
+
+        Hybrid retrieval (a collection created with sparse=True): sparse_query=(indices, values)
+        (e.g. tessera.bm25's term frequencies) with query=None searches the sparse lane alone
+        (BM25 with the collection's IDF); with a query matrix too, each lane's best
+        `fusion_candidates` (default k) are fused, fusion="rrf" (reciprocal rank, rrf_k 60) or
+        "score" (min-max normalised scores), weighted by dense_weight and sparse_weight (1), and
+        the best k of the fusion returned with the fused score; rerank=True orders the fused
+        candidates by exact MaxSim instead. Hits carry .dense_score and .sparse_score."""
         request = _convert.search_request(collection, query, k, num_candidates, filter,
                                           exhaustive, explain, per_token_candidates, dtype,
                                           nprobe, allow_partial_results, with_attributes,
-                                          group_by, group_size, groups)
+                                          group_by, group_size, groups, sparse_query, fusion,
+                                          dense_weight, sparse_weight, rrf_k, fusion_candidates,
+                                          rerank)
         return _convert.search_result(self._call(self.query_stub.Search, request, timeout,
                                                  idempotent=True))
 

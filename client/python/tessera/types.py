@@ -65,6 +65,10 @@ class Hit:
     explanation: List[TokenMatch] = dataclasses.field(default_factory=list)
     # With search(with_attributes=…): the document's attributes (all, or the fields named).
     attributes: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    # A sparse or hybrid search (search(sparse_query=…)): the hit's MaxSim when known, and its
+    # sparse (BM25) score when it was in the sparse lane; None otherwise.
+    dense_score: Optional[float] = None
+    sparse_score: Optional[float] = None
 
 
 @dataclasses.dataclass

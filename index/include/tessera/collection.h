@@ -16,8 +16,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "tessera/document.h"
+#include "tessera/fusion.h"
 #include "tessera/matrix.h"
 #include "tessera/pooling.h"
+#include "tessera/sparse.h"
 
 namespace tessera {
 
@@ -77,6 +79,11 @@ struct CollectionSchema {
   // Attribute fields documents may carry and filters may use.
   std::map<std::string, AttributeType> attributes;
   int num_shards = 1;  // 1 … kMaxShards
+  // The sparse field (hybrid retrieval): when set, documents may carry a sparse vector
+  // (Document::sparse), indexed per shard in inverted lists, and searches may give a sparse query
+  // (SearchOptions::sparse_query), scored as SparseScoring says (BM25 with the IDF modifier, else
+  // the dot product).
+  std::optional<SparseScoring> sparse;
 
   static PoolingSpec DefaultPooling() {
     PoolingSpec spec;
@@ -103,6 +110,44 @@ struct CollectionLimits {
   int max_query_tokens = 1024;
   int max_group_size = 100;      // SearchOptions::group_size
   int max_scroll_limit = 10000;  // ScrollOptions::limit
+};
+
+// How a search with both a query matrix and a sparse query fuses its two lanes' answers
+// (tessera/fusion.h).
+enum class FusionMethod {
+  kRrf,    // reciprocal rank fusion: Σ weight / (rrf_k + rank)
+  kScore,  // min-max normalised scores, weighted and summed
+};
+
+// The sparse and hybrid parts of a search (SearchOptions::hybrid).
+//
+// A search gives a query matrix (the dense lane: the MaxSim cascade), a sparse query (the sparse
+// lane: the best documents by SparseScoring over the shards' inverted lists, Block-Max MaxScore),
+// or both. Both lanes apply the search's filter. The lane depth L is `candidates` (0: the hits
+// asked for, k or groups × group_size). Sparse only: the sparse lane's best k, scored by it.
+// Both: each lane's best L over the whole collection, fused (`fusion`, `dense_weight`,
+// `sparse_weight`, `rrf_k`) into one ranking of at most 2L documents, whose best k are the answer
+// with the fused score as their score — or, with `rerank`, the fused ranking's best L reordered by
+// exact MaxSim (score desc, id asc), whose best k are the answer with their MaxSim as score (the
+// lanes choose the candidates, MaxSim orders them). Grouped (group_by) sparse or hybrid searches
+// group the final ranking's best L (fused, or reranked) as SearchOptions::group_by says. Each hit
+// carries the lane scores it has (SearchHit::dense_score, sparse_score).
+//
+// With the IDF modifier, the statistics (N, avgdl, df) are the whole collection's: a collection
+// sums its shards' (SparseStatistics::Merge, in shard order); a part of a collection
+// (SearchOptions::whole_shards) uses `statistics`, which a router gathers from every shard
+// (Collection::SparseStatisticsOf) before it searches.
+struct HybridOptions {
+  std::optional<SparseVector> sparse_query;  // indices unique, any order; weights finite, ≥ 0
+  FusionMethod fusion = FusionMethod::kRrf;
+  double dense_weight = 1.0;   // finite, ≥ 0
+  double sparse_weight = 1.0;  // finite, ≥ 0
+  double rrf_k = kDefaultRrfK;
+  int64_t candidates = 0;  // L: 0 … CollectionLimits::max_num_candidates, 0 = the hits asked for
+  bool rerank = false;     // needs a query matrix
+  // The collection's statistics for the sparse query's terms, for a part of a collection; null:
+  // this collection's own.
+  std::optional<SparseStatistics> statistics;
 };
 
 struct SearchOptions {
@@ -161,6 +206,9 @@ struct SearchOptions {
   std::string group_by;
   int64_t group_size = 1;
   int64_t groups = 0;
+  // Sparse and hybrid retrieval (see HybridOptions). A search with a sparse query may give an
+  // empty query matrix (0 rows): sparse only.
+  HybridOptions hybrid;
 };
 
 struct TokenMatch {
@@ -176,6 +224,10 @@ struct SearchHit {
   uint64_t version = 0;
   std::vector<TokenMatch> explanation;  // when asked; one entry per query token
   Attributes attributes;                // SearchOptions::with_attributes
+  // A sparse or hybrid search: the hit's MaxSim (when known: it was in the dense lane, or the
+  // fused candidates were reranked) and its sparse score (when it was in the sparse lane).
+  std::optional<float> dense_score;
+  std::optional<float> sparse_score;
 };
 
 // One group of a grouped search (SearchOptions::group_by).
@@ -203,6 +255,13 @@ struct SearchResult {
   bool exhaustive = false;
   int64_t num_candidates = 0;  // N as resolved from SearchOptions and the collection's stage 1
   int64_t documents = 0;       // documents in the collection when the search began
+  // A sparse or hybrid search of a part of a collection (SearchOptions::whole_shards): the lanes'
+  // best L, unfused (tessera/merge.h: MergeLanes, then FuseLanes), in place of hits and groups.
+  // dense_lane: score = MaxSim; sparse_lane: score = the sparse score, dense_score = MaxSim when
+  // the search reranks.
+  bool lanes = false;
+  std::vector<SearchHit> dense_lane;
+  std::vector<SearchHit> sparse_lane;
 };
 
 // A stored document as Get returns it.
@@ -224,6 +283,7 @@ struct StoredDocument {
   // Vector v covers original tokens members[member_offsets[v] .. member_offsets[v + 1]).
   std::vector<int32_t> member_offsets;
   std::vector<int32_t> members;
+  std::optional<SparseVector> sparse;  // as stored: indices increasing
 
   int64_t num_vectors() const {
     if (dim == 0) return 0;
@@ -338,6 +398,10 @@ class Collection {
   virtual absl::StatusOr<SearchResult> Search(FloatMatrixView query,
                                               const SearchOptions& options) const = 0;
   virtual CollectionStats Stats() const = 0;
+  // The statistics a sparse query over `terms` is scored with (SparseStatistics::Merge over the
+  // shards, in shard order): what a router sums over its shard nodes. N = 0 without a sparse
+  // field.
+  virtual SparseStatistics SparseStatisticsOf(absl::Span<const uint32_t> terms) const = 0;
   // Flushes RocksDB's memtables to SST files (the WAL they covered becomes obsolete, so disk
   // statistics show the steady state) and writes the candidate index snapshots so the next open
   // need not replay.

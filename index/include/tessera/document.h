@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "tessera/pooling.h"
+#include "tessera/sparse.h"
 
 namespace tessera {
 
@@ -49,6 +50,11 @@ struct Document {
   std::vector<float> tokens;
   std::optional<PatchGridLayout> layout;
   Attributes attributes;  // doubles finite (a collection refuses NaN and ±inf)
+  // The document's sparse vector (term id → weight: BM25 term frequencies, SPLADE weights), for a
+  // collection that declares a sparse field (CollectionSchema::sparse); refused by one that does
+  // not. Indices in any order but unique (the collection sorts them), weights finite and ≥ 0, at
+  // most kDefaultMaxSparseTerms terms. A document without one is in no sparse lane's answer.
+  std::optional<SparseVector> sparse;
 };
 
 // One condition on an attribute. kIn matches any of `values`; kExists and kMissing take no values

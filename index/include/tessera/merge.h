@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "tessera/collection.h"
 
 namespace tessera {
@@ -27,6 +28,24 @@ SearchResult MergeTopK(std::vector<SearchResult> parts, int64_t k);
 // group_size): per value, the best group_size of the parts' hits; the best `groups` groups by
 // their best hit (score desc, id asc). The other fields as MergeTopK's.
 SearchResult MergeGroups(std::vector<SearchResult> parts, int64_t groups, int64_t group_size);
+
+// Sparse and hybrid searches (HybridOptions). The parts' lanes (SearchResult::lanes, each part
+// searched with whole_shards and the collection's sparse statistics) merged into the whole
+// collection's: each lane's best `depth` by (score desc, id asc). The other fields as
+// MergeTopK's. What a collection computes over its own shards before FuseLanes.
+SearchResult MergeLanes(std::vector<SearchResult> parts, int64_t depth);
+
+// The answer of a sparse or hybrid search from the whole collection's lanes (each its best L,
+// L = HybridLaneDepth): sparse only (no dense lane: has_dense_lane false) the sparse lane; else
+// the lanes fused as options.hybrid says, optionally reranked by MaxSim; then grouped
+// (options.group_by) or cut to options.k, with attributes as options.with_attributes asks.
+// INVALID_ARGUMENT for fusion options out of range (tessera/fusion.h).
+absl::StatusOr<SearchResult> FuseLanes(SearchResult lanes, bool has_dense_lane,
+                                       const SearchOptions& options);
+
+// L: options.hybrid.candidates, or the hits the search asks for (k, or groups × group_size),
+// at most `max_depth`.
+int64_t HybridLaneDepth(const SearchOptions& options, int64_t max_depth);
 
 }  // namespace tessera
 
