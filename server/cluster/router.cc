@@ -19,18 +19,15 @@
 #include "tessera/document.h"
 #include "tessera/merge.h"
 #include "tessera/status_macros.h"
+#include "tessera/wire/status.h"
 
 namespace tessera::cluster {
 namespace {
 
 using server::Log;
+using wire::FromGrpcStatus;
 
 using Clock = std::chrono::steady_clock;
-
-absl::Status FromGrpc(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
 
 // Runs fn(0) … fn(n - 1) at once: n - 1 on threads of their own, the first on the caller's.
 void RunParallel(size_t n, const std::function<void(size_t)>& fn) {
@@ -74,27 +71,6 @@ uint32_t ShardCount(const v1::ClusterCollection& collection) {
 // "shard 2 of collection 'papers'".
 std::string ShardName(const std::string& collection, uint32_t shard) {
   return absl::StrCat("shard ", shard, " of collection '", collection, "'");
-}
-
-void AddStats(const v1::CollectionStats& from, v1::CollectionStats* to) {
-  to->set_documents(to->documents() + from.documents());
-  to->set_original_tokens(to->original_tokens() + from.original_tokens());
-  to->set_rerank_vectors(to->rerank_vectors() + from.rerank_vectors());
-  to->set_candidate_vectors(to->candidate_vectors() + from.candidate_vectors());
-  to->set_disk_bytes(to->disk_bytes() + from.disk_bytes());
-  to->set_resident_bytes(to->resident_bytes() + from.resident_bytes());
-  to->set_candidate_bytes(to->candidate_bytes() + from.candidate_bytes());
-  to->set_training_shards(to->training_shards() + from.training_shards());
-  for (const std::string& index : from.candidate_indexes()) to->add_candidate_indexes(index);
-}
-
-void FinishRatios(v1::CollectionStats* stats) {
-  auto ratio = [](uint64_t a, uint64_t b) {
-    return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b);
-  };
-  stats->set_vectors_per_document(ratio(stats->rerank_vectors(), stats->documents()));
-  stats->set_disk_bytes_per_original_token(ratio(stats->disk_bytes(), stats->original_tokens()));
-  stats->set_disk_bytes_per_rerank_vector(ratio(stats->disk_bytes(), stats->rerank_vectors()));
 }
 
 // Collection `name` as etcd holds it now, when it is in `state`; nullopt otherwise (absent, in
@@ -193,7 +169,8 @@ bool Router::CatchUpOne() {
           if (stop_) return false;
           copy_call_ = context.get();
         }
-        const absl::Status status = FromGrpc((*stub)->CopyReplica(context.get(), copy, &copied));
+        const absl::Status status =
+            FromGrpcStatus((*stub)->CopyReplica(context.get(), copy, &copied));
         {
           MutexLock lock(&stop_mu_);
           copy_call_ = nullptr;
@@ -335,7 +312,8 @@ bool Router::DropReplica(const std::string& collection, uint32_t shard, const st
   drop.set_shard(shard);
   v1::ShardDropCollectionResponse dropped;
   auto context = ShardCall(options_.shard_call_timeout);
-  const absl::Status status = FromGrpc((*stub)->DropCollection(context.get(), drop, &dropped));
+  const absl::Status status =
+      FromGrpcStatus((*stub)->DropCollection(context.get(), drop, &dropped));
   if (!status.ok() && status.code() != absl::StatusCode::kNotFound) {
     Log("warning", "replica not dropped; retrying",
         {{"collection", collection},
@@ -701,7 +679,8 @@ absl::Status Router::CreateCollection(const v1::CreateCollectionRequest& request
     *create.mutable_schema() = collection.schema();
     create.set_shard(target.shard);
     auto context = ShardCall(options_.shard_call_timeout);
-    target.status = FromGrpc((*stub)->CreateCollection(context.get(), create, &target.response));
+    target.status =
+        FromGrpcStatus((*stub)->CreateCollection(context.get(), create, &target.response));
   });
   const auto failed =
       std::find_if(targets.begin(), targets.end(), [](const Target& t) { return !t.status.ok(); });
@@ -824,11 +803,12 @@ absl::Status Router::GetCollection(const std::string& name, v1::GetCollectionRes
                       stats.set_collection(name);
                       stats.set_shard(static_cast<uint32_t>(s));
                       auto context = ShardCall(deadline);
-                      return FromGrpc(stub->Stats(context.get(), stats, &per_shard[s]));
+                      return FromGrpcStatus(stub->Stats(context.get(), stats, &per_shard[s]));
                     });
   });
+  CollectionStats stats;
   for (uint32_t s = 0; s < shards; ++s) {
-    if (statuses[s].ok()) AddStats(per_shard[s].stats(), response->mutable_stats());
+    if (statuses[s].ok()) AddStats(server::StatsFromProto(per_shard[s].stats()), &stats);
     v1::ShardStatus* status = response->add_shards();
     status->set_shard(s);
     for (const v1::ReplicaPlacement& replica : collection.shards(static_cast<int>(s)).replicas()) {
@@ -839,7 +819,8 @@ absl::Status Router::GetCollection(const std::string& name, v1::GetCollectionRes
       out->set_state(!address.has_value() ? "down" : replica.stale() ? "stale" : "serving");
     }
   }
-  FinishRatios(response->mutable_stats());
+  SetStatsRatios(&stats);
+  server::StatsToProto(stats, response->mutable_stats());
   return absl::OkStatus();
 }
 
@@ -866,7 +847,7 @@ absl::Status Router::Flush(const std::string& name) {
     flush.set_shard(shard);
     v1::ShardFlushResponse flushed;
     auto context = ShardCall(options_.shard_call_timeout);
-    statuses[i] = FromGrpc((*stub)->Flush(context.get(), flush, &flushed));
+    statuses[i] = FromGrpcStatus((*stub)->Flush(context.get(), flush, &flushed));
   });
   for (size_t i = 0; i < targets.size(); ++i) {
     if (!statuses[i].ok()) {
@@ -904,7 +885,7 @@ std::vector<Router::ReplicaCall<Response>> Router::CallReplicas(
       return;
     }
     auto context = ShardCall(options_.shard_call_timeout);
-    call.status = FromGrpc(send(*stub, context.get(), (*parts)[call.shard], &call.response));
+    call.status = FromGrpcStatus(send(*stub, context.get(), (*parts)[call.shard], &call.response));
     const size_t expected = positions[call.shard].size();
     if (call.status.ok() && count_answers(call.response) != static_cast<int>(expected)) {
       call.status = absl::InternalError(absl::StrCat("node '", call.node, "' answered ",
@@ -1096,7 +1077,7 @@ absl::Status Router::Count(const v1::CountRequest& request, v1::CountResponse* r
           TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
           auto context = ShardCall(attempt_deadline);
           v1::CountResponse answer;
-          TESSERA_RETURN_IF_ERROR(FromGrpc(stub->Count(context.get(), part, &answer)));
+          TESSERA_RETURN_IF_ERROR(FromGrpcStatus(stub->Count(context.get(), part, &answer)));
           counts[i] = answer.count();
           return absl::OkStatus();
         });
@@ -1128,7 +1109,7 @@ absl::Status Router::Scroll(const v1::ScrollRequest& request, v1::ScrollResponse
           TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
           auto context = ShardCall(attempt_deadline);
           pages[i].Clear();
-          return FromGrpc(stub->Scroll(context.get(), part, &pages[i]));
+          return FromGrpcStatus(stub->Scroll(context.get(), part, &pages[i]));
         });
   });
   std::vector<v1::ScrolledDocument> documents;
@@ -1170,7 +1151,7 @@ absl::Status Router::Get(const v1::GetRequest& request, v1::GetResponse* respons
                        TESSERA_ASSIGN_OR_RETURN(v1::ShardService::Stub * stub, StubOf(node));
                        auto context = ShardCall(deadline);
                        response->Clear();
-                       return FromGrpc(stub->Get(context.get(), get, response));
+                       return FromGrpcStatus(stub->Get(context.get(), get, response));
                      });
 }
 
@@ -1196,7 +1177,7 @@ void Router::SearchShards(const grpc::CallbackServerContext& call, const Collect
               WithKey(grpc::ClientContext::FromCallbackServerContext(call), options_.cluster_key);
           context->set_deadline(absl::ToChronoTime(attempt_deadline));
           answer.Clear();
-          return FromGrpc(stub->Search(context.get(), request, &answer));
+          return FromGrpcStatus(stub->Search(context.get(), request, &answer));
         });
     if (status.ok()) {
       results[i] = server::SearchResultFromShardProto(&answer);

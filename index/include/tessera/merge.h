@@ -28,6 +28,15 @@ SearchResult MergeTopK(std::vector<SearchResult> parts, int64_t k);
 // their best hit (score desc, id asc). The other fields as MergeTopK's.
 SearchResult MergeGroups(std::vector<SearchResult> parts, int64_t groups, int64_t group_size);
 
+// The statistics of the one collection from its parts' (a collection's shards, a router's shard
+// nodes): AddStats sums each part's counts (documents, tokens, vectors, bytes, training shards,
+// trainings completed and failed) into `total` and appends its candidate_indexes; once every part
+// is in, SetStatsRatios derives the ratios from the sums (0 where the divisor is 0).
+// last_training_seconds is the most recent training's, which only the caller can tell: AddStats
+// leaves it alone.
+void AddStats(const CollectionStats& part, CollectionStats* total);
+void SetStatsRatios(CollectionStats* stats);
+
 }  // namespace tessera
 
 #endif  // TESSERA_MERGE_H_
