@@ -16,16 +16,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/stubs/logging.h"
 #include "server/convert.h"
 #include "tests/fuzz/engine_fixture.h"
 #include "tests/fuzz/fuzz_util.h"
-
-// Protobuf logs every string field that is not UTF-8; the fuzzer sends thousands.
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);
-  return 0;
-}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera;

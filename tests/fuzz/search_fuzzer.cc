@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/stubs/logging.h"
 #include "server/convert.h"
 #include "tests/fuzz/engine_fixture.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -60,12 +59,6 @@ double ExactMaxSim(const std::vector<float>& query, int64_t rows, const StoredDo
 
 }  // namespace
 }  // namespace tessera::fuzz
-
-// Protobuf logs every string field that is not UTF-8; the fuzzer sends thousands.
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);
-  return 0;
-}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera;
