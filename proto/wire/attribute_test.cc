@@ -4,10 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
+
+#include "absl/base/casts.h"
 
 namespace tessera::wire {
 namespace {
@@ -47,7 +48,7 @@ TEST(WireAttribute, EveryKindRoundTrips) {
     ASSERT_TRUE(std::holds_alternative<double>(back));
     // Bit for bit: -0.0 stays negative, NaN stays NaN.
     const double got = std::get<double>(back);
-    EXPECT_EQ(std::memcmp(&got, &d, sizeof d), 0) << d;
+    EXPECT_EQ(absl::bit_cast<uint64_t>(got), absl::bit_cast<uint64_t>(d)) << d;
   }
   for (const std::string& s :
        {std::string(), std::string("en"), std::string("a\0b", 3), std::string(100000, 'x')}) {

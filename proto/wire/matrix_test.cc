@@ -3,11 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "absl/base/casts.h"
 
 namespace tessera::wire {
 namespace {
@@ -33,7 +34,9 @@ std::vector<float> Values(size_t count) {
   return values;
 }
 
-bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+bool SameBits(float a, float b) {
+  return absl::bit_cast<uint32_t>(a) == absl::bit_cast<uint32_t>(b);
+}
 
 TEST(WireMatrix, DtypeSize) {
   EXPECT_EQ(DtypeSize(v1::DTYPE_FLOAT32), 4u);
