@@ -76,32 +76,23 @@ std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
 // ---- TokenMatrix ----
 
 TokenMatrix TokenMatrix::FromFloat32(uint32_t rows, uint32_t cols, absl::Span<const float> values) {
-  TokenMatrix matrix;
-  matrix.rows = rows;
-  matrix.cols = cols;
-  matrix.dtype = v1::DTYPE_FLOAT32;
-  wire::PackFloat32(values.data(), values.size(), v1::DTYPE_FLOAT32, &matrix.data);
-  return matrix;
+  std::string data;
+  wire::PackFloat32(values.data(), values.size(), v1::DTYPE_FLOAT32, &data);
+  return FromPackedBytes(rows, cols, v1::DTYPE_FLOAT32, std::move(data));
 }
 
 TokenMatrix TokenMatrix::FromFloat16(uint32_t rows, uint32_t cols,
                                      absl::Span<const Float16> values) {
-  TokenMatrix matrix;
-  matrix.rows = rows;
-  matrix.cols = cols;
-  matrix.dtype = v1::DTYPE_FLOAT16;
-  wire::PackFloat16(values.data(), values.size(), &matrix.data);
-  return matrix;
+  std::string data;
+  wire::PackFloat16(values.data(), values.size(), &data);
+  return FromPackedBytes(rows, cols, v1::DTYPE_FLOAT16, std::move(data));
 }
 
 TokenMatrix TokenMatrix::Float32AsFloat16(uint32_t rows, uint32_t cols,
                                           absl::Span<const float> values) {
-  TokenMatrix matrix;
-  matrix.rows = rows;
-  matrix.cols = cols;
-  matrix.dtype = v1::DTYPE_FLOAT16;
-  wire::PackFloat32(values.data(), values.size(), v1::DTYPE_FLOAT16, &matrix.data);
-  return matrix;
+  std::string data;
+  wire::PackFloat32(values.data(), values.size(), v1::DTYPE_FLOAT16, &data);
+  return FromPackedBytes(rows, cols, v1::DTYPE_FLOAT16, std::move(data));
 }
 
 TokenMatrix TokenMatrix::FromPackedBytes(uint32_t rows, uint32_t cols, v1::DType dtype,
