@@ -1,15 +1,15 @@
 #include "server/convert.h"
 
 #include <algorithm>
-#include <cstring>
 #include <limits>
 #include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "tessera/document.h"
-#include "tessera/float16.h"
 #include "tessera/status_macros.h"
+#include "tessera/wire/attribute.h"
+#include "tessera/wire/matrix.h"
 
 namespace tessera::server {
 namespace {
@@ -33,56 +33,16 @@ absl::Status ToInt(const std::string& field, uint32_t value, int* out) {
 
 absl::StatusOr<std::vector<float>> DecodeMatrix(const v1::Matrix& matrix, int64_t expected_cols,
                                                 const std::string& field) {
-  size_t itemsize = 0;
-  if (matrix.dtype() == v1::DTYPE_FLOAT32) {
-    itemsize = 4;
-  } else if (matrix.dtype() == v1::DTYPE_FLOAT16) {
-    itemsize = 2;
-  } else {
-    const std::string& name = v1::DType_Name(matrix.dtype());
-    const int number = static_cast<int>(matrix.dtype());
-    return Invalid(field, absl::StrCat("dtype ",
-                                       name.empty() ? absl::StrCat(number)
-                                                    : absl::StrCat(name, " (", number, ")"),
-                                       ", expected DTYPE_FLOAT32 or DTYPE_FLOAT16"));
-  }
-  if (expected_cols > 0 && static_cast<int64_t>(matrix.cols()) != expected_cols) {
-    return Invalid(field, absl::StrCat("cols (dim) ", matrix.cols(), ", expected ", expected_cols));
-  }
-  const uint64_t count = static_cast<uint64_t>(matrix.rows()) * matrix.cols();  // < 2^64
-  // count × itemsize can pass 2^64 (rows = cols = 2^31 of fp32 wraps to 0 bytes): checked before
-  // the multiplication.
-  const bool too_large = count > std::numeric_limits<uint64_t>::max() / itemsize;
-  if (too_large || matrix.data().size() != count * itemsize) {
-    return Invalid(field, absl::StrCat(matrix.data().size(), " bytes of data, expected rows ",
-                                       matrix.rows(), " × cols ", matrix.cols(), " × ", itemsize,
-                                       too_large ? " (over 2^64)" : " = ",
-                                       too_large ? "" : absl::StrCat(count * itemsize)));
-  }
-  std::vector<float> values(count);
-  if (count == 0) return values;  // memcpy may not take the null data() of an empty vector
-  if (itemsize == 4) {
-    std::memcpy(values.data(), matrix.data().data(), count * 4);
-  } else {
-    HalfToFloat(reinterpret_cast<const Float16*>(matrix.data().data()), count, values.data());
-  }
+  TESSERA_RETURN_IF_ERROR(wire::CheckMatrix(matrix, expected_cols, field));
+  std::vector<float> values(static_cast<size_t>(matrix.rows()) * matrix.cols());
+  wire::UnpackToFloat32(matrix.data().data(), values.size(), matrix.dtype(), values.data());
   return values;
 }
 
 void EncodeMatrix(const float* values, int64_t rows, int64_t cols, VectorDtype dtype,
                   v1::Matrix* out) {
-  out->set_rows(static_cast<uint32_t>(rows));
-  out->set_cols(static_cast<uint32_t>(cols));
-  const size_t count = static_cast<size_t>(rows * cols);
-  if (dtype == VectorDtype::kFloat32) {
-    out->set_dtype(v1::DTYPE_FLOAT32);
-    out->set_data(reinterpret_cast<const char*>(values), count * 4);
-  } else {
-    out->set_dtype(v1::DTYPE_FLOAT16);
-    std::string bytes(count * 2, '\0');
-    FloatToHalf(values, count, reinterpret_cast<Float16*>(bytes.data()));
-    out->set_data(std::move(bytes));
-  }
+  wire::EncodeMatrix(values, static_cast<uint32_t>(rows), static_cast<uint32_t>(cols),
+                     dtype == VectorDtype::kFloat32 ? v1::DTYPE_FLOAT32 : v1::DTYPE_FLOAT16, out);
 }
 
 absl::StatusOr<SparseScoring> SparseFieldFromProto(const v1::SparseField& proto) {
@@ -403,25 +363,22 @@ void StatsToProto(const CollectionStats& stats, v1::CollectionStats* out) {
   for (const std::string& index : stats.candidate_indexes) out->add_candidate_indexes(index);
 }
 
-AttributeValue AttributeFromProto(const v1::AttributeValue& proto) {
-  switch (proto.value_case()) {
-    case v1::AttributeValue::kIntValue:
-      return proto.int_value();
-    case v1::AttributeValue::kDoubleValue:
-      return proto.double_value();
-    default:
-      return proto.string_value();
-  }
-}
-
-void AttributeToProto(const AttributeValue& value, v1::AttributeValue* out) {
-  if (std::holds_alternative<int64_t>(value)) {
-    out->set_int_value(std::get<int64_t>(value));
-  } else if (std::holds_alternative<double>(value)) {
-    out->set_double_value(std::get<double>(value));
-  } else {
-    out->set_string_value(std::get<std::string>(value));
-  }
+CollectionStats StatsFromProto(const v1::CollectionStats& proto) {
+  CollectionStats stats;
+  stats.documents = static_cast<int64_t>(proto.documents());
+  stats.original_tokens = static_cast<int64_t>(proto.original_tokens());
+  stats.rerank_vectors = static_cast<int64_t>(proto.rerank_vectors());
+  stats.candidate_vectors = static_cast<int64_t>(proto.candidate_vectors());
+  stats.disk_bytes = static_cast<int64_t>(proto.disk_bytes());
+  stats.resident_bytes = static_cast<int64_t>(proto.resident_bytes());
+  stats.candidate_bytes = static_cast<int64_t>(proto.candidate_bytes());
+  stats.training_shards = static_cast<int>(proto.training_shards());
+  stats.vectors_per_document = proto.vectors_per_document();
+  stats.disk_bytes_per_original_token = proto.disk_bytes_per_original_token();
+  stats.disk_bytes_per_rerank_vector = proto.disk_bytes_per_rerank_vector();
+  stats.candidate_indexes.assign(proto.candidate_indexes().begin(),
+                                 proto.candidate_indexes().end());
+  return stats;
 }
 
 namespace {
@@ -475,10 +432,11 @@ absl::StatusOr<Filter> FilterFromProtoAt(const v1::Filter& proto, const std::str
                        absl::StrCat("unknown value ", c.op()));
     }
     for (const v1::AttributeValue& value : c.values()) {
-      if (value.value_case() == v1::AttributeValue::VALUE_NOT_SET) {
+      absl::StatusOr<AttributeValue> decoded = wire::AttributeFromProto(value);
+      if (!decoded.ok()) {
         return Invalid(absl::StrCat(path, ".all_of[", i, "].values"), "a value is not set");
       }
-      condition.values.push_back(AttributeFromProto(value));
+      condition.values.push_back(*std::move(decoded));
     }
     filter.all_of.push_back(std::move(condition));
   }
@@ -509,7 +467,7 @@ void HitToProto(const SearchHit& hit, v1::Hit* h) {
     for (int32_t token : match.covered_tokens) m->add_covered_tokens(token);
   }
   for (const auto& [name, value] : hit.attributes) {
-    AttributeToProto(value, &(*h->mutable_attributes())[name]);
+    wire::AttributeToProto(value, &(*h->mutable_attributes())[name]);
   }
   if (hit.dense_score.has_value()) h->set_dense_score(*hit.dense_score);
   if (hit.sparse_score.has_value()) h->set_sparse_score(*hit.sparse_score);
@@ -528,8 +486,10 @@ SearchHit HitFromProto(v1::Hit* h) {
     match.covered_tokens.assign(m.covered_tokens().begin(), m.covered_tokens().end());
     hit.explanation.push_back(std::move(match));
   }
+  // A value with none set (which no shard node sends) is left out, as the C++ client does.
   for (const auto& [name, value] : h->attributes()) {
-    hit.attributes.emplace(name, AttributeFromProto(value));
+    absl::StatusOr<AttributeValue> decoded = wire::AttributeFromProto(value);
+    if (decoded.ok()) hit.attributes.emplace(name, *std::move(decoded));
   }
   if (h->has_dense_score()) hit.dense_score = h->dense_score();
   if (h->has_sparse_score()) hit.sparse_score = h->sparse_score();
@@ -561,13 +521,34 @@ absl::StatusOr<ScrollOptions> ScrollOptionsFromProto(const v1::ScrollRequest& re
   return options;
 }
 
+absl::StatusOr<SearchOptions> SearchOptionsFromProto(const v1::SearchRequest& request) {
+  SearchOptions options;
+  // The numbers go on as sent (every uint32 fits): the collection checks them against its limits
+  // and names the value in its message.
+  options.k = request.k() == 0 ? 10 : request.k();
+  options.num_candidates = request.num_candidates();
+  options.per_token_candidates = request.per_token_candidates();
+  options.nprobe = request.nprobe();
+  TESSERA_ASSIGN_OR_RETURN(options.filter, FilterFromProto(request.filter()));
+  options.exhaustive = request.exhaustive();
+  options.explain = request.explain();
+  options.with_attributes = request.with_attributes();
+  options.attribute_fields.assign(request.attribute_fields().begin(),
+                                  request.attribute_fields().end());
+  options.group_by = request.group_by();
+  options.group_size = request.group_size();
+  options.groups = request.groups();
+  TESSERA_RETURN_IF_ERROR(HybridOptionsFromProto(request, &options.hybrid));
+  return options;
+}
+
 void ScrollPageToProto(ScrollPage page, v1::ScrollResponse* out) {
   for (ScrolledDocument& document : page.documents) {
     v1::ScrolledDocument* d = out->add_documents();
     d->set_id(std::move(document.id));
     d->set_version(document.version);
     for (const auto& [name, value] : document.attributes) {
-      AttributeToProto(value, &(*d->mutable_attributes())[name]);
+      wire::AttributeToProto(value, &(*d->mutable_attributes())[name]);
     }
   }
   out->set_next_after(std::move(page.next_after));
@@ -598,12 +579,13 @@ absl::StatusOr<Document> DocumentFromProto(const v1::Document& proto, int64_t di
         PatchGridLayout{grid.rows(), grid.cols(), grid.prefix_tokens(), grid.suffix_tokens()};
   }
   for (const auto& [name, value] : proto.attributes()) {
-    if (value.value_case() == v1::AttributeValue::VALUE_NOT_SET) {
+    absl::StatusOr<AttributeValue> decoded = wire::AttributeFromProto(value);
+    if (!decoded.ok()) {
       return Invalid(
           absl::StrCat("documents[", index, "].attributes[", QuotedForMessage(name), "]"),
           "no value set");
     }
-    document.attributes[name] = AttributeFromProto(value);
+    document.attributes[name] = *std::move(decoded);
   }
   if (proto.has_sparse()) document.sparse = SparseFromProto(proto.sparse());
   return document;
@@ -621,7 +603,7 @@ void StoredDocumentToProto(StoredDocument document, v1::GetResponse* out) {
     grid->set_suffix_tokens(static_cast<uint32_t>(document.layout->suffix_tokens));
   }
   for (const auto& [name, value] : document.attributes) {
-    AttributeToProto(value, &(*out->mutable_attributes())[name]);
+    wire::AttributeToProto(value, &(*out->mutable_attributes())[name]);
   }
   v1::Matrix* vectors = out->mutable_vectors();
   if (document.vectors.empty() && !document.vector_bytes.empty()) {
@@ -643,7 +625,7 @@ void SearchResultToProto(const SearchResult& result, v1::SearchResponse* out) {
   for (const SearchHit& hit : result.hits) HitToProto(hit, out->add_hits());
   for (const SearchGroup& group : result.groups) {
     v1::HitGroup* g = out->add_groups();
-    AttributeToProto(group.value, g->mutable_value());
+    wire::AttributeToProto(group.value, g->mutable_value());
     for (const SearchHit& hit : group.hits) HitToProto(hit, g->add_hits());
   }
   v1::Timings* timings = out->mutable_timings();
@@ -674,7 +656,8 @@ SearchResult SearchResultFromShardProto(v1::ShardSearchResponse* proto) {
   for (int i = 0; i < search.groups_size(); ++i) {
     v1::HitGroup& g = *search.mutable_groups(i);
     SearchGroup group;
-    group.value = AttributeFromProto(g.value());
+    absl::StatusOr<AttributeValue> value = wire::AttributeFromProto(g.value());
+    if (value.ok()) group.value = *std::move(value);
     for (int j = 0; j < g.hits_size(); ++j) group.hits.push_back(HitFromProto(g.mutable_hits(j)));
     result.groups.push_back(std::move(group));
   }

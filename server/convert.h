@@ -39,16 +39,21 @@ void SparseStatisticsToProto(const SparseStatistics& statistics, v1::SparseStati
 absl::StatusOr<SparseStatistics> SparseStatisticsFromProto(const v1::SparseStatistics& proto);
 void SchemaToProto(const CollectionSchema& schema, v1::CollectionSchema* out);
 void StatsToProto(const CollectionStats& stats, v1::CollectionStats* out);
+// The inverse for the fields the wire carries (a shard node's statistics at the router); the
+// training counts and times it does not carry stay 0.
+CollectionStats StatsFromProto(const v1::CollectionStats& proto);
 
 absl::StatusOr<Filter> FilterFromProto(const v1::Filter& proto);
 // INVALID_ARGUMENT for a delete by filter that also names ids.
 absl::Status CheckDeleteByFilter(const v1::DeleteRequest& request);
 // ScrollRequest → ScrollOptions (limit 0 = 100; the collection checks the rest).
 absl::StatusOr<ScrollOptions> ScrollOptionsFromProto(const v1::ScrollRequest& request);
+// SearchRequest → SearchOptions as every search handler reads it (k 0 = 10; the numbers unclamped:
+// the collection checks them and names the value); INVALID_ARGUMENT for a bad filter. The query
+// matrix (DecodeMatrix), the deadline and whole_shards are the caller's.
+absl::StatusOr<SearchOptions> SearchOptionsFromProto(const v1::SearchRequest& request);
 // A page of Collection::Scroll onto the wire.
 void ScrollPageToProto(ScrollPage page, v1::ScrollResponse* out);
-AttributeValue AttributeFromProto(const v1::AttributeValue& proto);
-void AttributeToProto(const AttributeValue& value, v1::AttributeValue* out);
 
 // documents[index] of an UpsertRequest → Document (dim checked against `dim`).
 absl::StatusOr<Document> DocumentFromProto(const v1::Document& proto, int64_t dim, int index);

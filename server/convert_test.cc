@@ -1,5 +1,6 @@
 #include "server/convert.h"
 
+#include <chrono>
 #include <string>
 #include <vector>
 
@@ -368,6 +369,106 @@ TEST(Convert, SparseFieldHybridOptionsAndStatistics) {
   wire.add_terms(5);
   EXPECT_THAT(SparseStatisticsFromProto(wire).status().message(),
               HasSubstr("4 terms but 3 doc_freq"));
+}
+
+// The numbers go to the collection as sent, whatever their size (it checks them and names the
+// value), so that the fuzz targets and every handler read a request the same way.
+TEST(Convert, SearchOptionsAreTheRequestsUnclamped) {
+  v1::SearchRequest request;
+  absl::StatusOr<SearchOptions> options = SearchOptionsFromProto(request);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->k, 10);  // 0 = the default
+  EXPECT_TRUE(options->filter.empty());
+
+  request.set_k(4000000000u);
+  request.set_num_candidates(4000000001u);
+  request.set_per_token_candidates(4000000002u);
+  request.set_nprobe(4000000003u);
+  request.set_exhaustive(true);
+  request.set_explain(true);
+  request.set_with_attributes(true);
+  request.add_attribute_fields("lang");
+  request.set_group_by("year");
+  request.set_group_size(4000000004u);
+  request.set_groups(4000000005u);
+  v1::Condition* condition = request.mutable_filter()->add_all_of();
+  condition->set_field("lang");
+  condition->set_op(v1::Condition::OP_EQ);
+  condition->add_values()->set_string_value("en");
+  options = SearchOptionsFromProto(request);
+  ASSERT_TRUE(options.ok()) << options.status();
+  EXPECT_EQ(options->k, 4000000000);
+  EXPECT_EQ(options->num_candidates, 4000000001);
+  EXPECT_EQ(options->per_token_candidates, 4000000002);
+  EXPECT_EQ(options->nprobe, 4000000003);
+  EXPECT_TRUE(options->exhaustive);
+  EXPECT_TRUE(options->explain);
+  EXPECT_TRUE(options->with_attributes);
+  EXPECT_EQ(options->attribute_fields, std::vector<std::string>{"lang"});
+  EXPECT_EQ(options->group_by, "year");
+  EXPECT_EQ(options->group_size, 4000000004);
+  EXPECT_EQ(options->groups, 4000000005);
+  ASSERT_EQ(options->filter.all_of.size(), 1u);
+  EXPECT_EQ(options->filter.all_of[0].values, std::vector<AttributeValue>{std::string("en")});
+  // The caller's.
+  EXPECT_EQ(options->whole_shards, 0);
+  EXPECT_EQ(options->deadline, std::chrono::steady_clock::time_point::max());
+
+  condition->add_values();  // no value set
+  EXPECT_EQ(SearchOptionsFromProto(request).status().message(),
+            "filter.all_of[0].values: a value is not set");
+}
+
+TEST(Convert, StatsRoundTripTheFieldsTheWireCarries) {
+  CollectionStats stats;
+  stats.documents = 5;
+  stats.original_tokens = 50;
+  stats.rerank_vectors = 25;
+  stats.candidate_vectors = 10;
+  stats.disk_bytes = 5000;
+  stats.resident_bytes = 700;
+  stats.candidate_bytes = 70;
+  stats.training_shards = 2;
+  stats.vectors_per_document = 5;
+  stats.disk_bytes_per_original_token = 100;
+  stats.disk_bytes_per_rerank_vector = 200;
+  stats.candidate_indexes = {"IDMap2,Flat", "Centroid(256,4b)"};
+  stats.trainings_completed = 3;  // not on the wire
+  v1::CollectionStats proto;
+  StatsToProto(stats, &proto);
+  const CollectionStats back = StatsFromProto(proto);
+  EXPECT_EQ(back.documents, 5);
+  EXPECT_EQ(back.original_tokens, 50);
+  EXPECT_EQ(back.rerank_vectors, 25);
+  EXPECT_EQ(back.candidate_vectors, 10);
+  EXPECT_EQ(back.disk_bytes, 5000);
+  EXPECT_EQ(back.resident_bytes, 700);
+  EXPECT_EQ(back.candidate_bytes, 70);
+  EXPECT_EQ(back.training_shards, 2);
+  EXPECT_EQ(back.vectors_per_document, 5.0);
+  EXPECT_EQ(back.disk_bytes_per_original_token, 100.0);
+  EXPECT_EQ(back.disk_bytes_per_rerank_vector, 200.0);
+  EXPECT_EQ(back.candidate_indexes, stats.candidate_indexes);
+  EXPECT_EQ(back.trainings_completed, 0);
+  v1::CollectionStats again;
+  StatsToProto(back, &again);
+  EXPECT_EQ(again.SerializeAsString(), proto.SerializeAsString());
+}
+
+// A hit from a shard node keeps its attributes; a value with none set (which no node sends) is
+// left out rather than read as an empty string.
+TEST(Convert, ShardHitAttributesDecode) {
+  v1::ShardSearchResponse proto;
+  v1::Hit* hit = proto.mutable_search()->add_hits();
+  hit->set_id("a");
+  (*hit->mutable_attributes())["year"].set_int_value(2020);
+  (*hit->mutable_attributes())["score"].set_double_value(0.5);
+  (*hit->mutable_attributes())["lang"].set_string_value("en");
+  (*hit->mutable_attributes())["unset"];
+  const SearchResult result = SearchResultFromShardProto(&proto);
+  ASSERT_EQ(result.hits.size(), 1u);
+  EXPECT_EQ(result.hits[0].attributes,
+            (Attributes{{"year", int64_t{2020}}, {"score", 0.5}, {"lang", std::string("en")}}));
 }
 
 }  // namespace

@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "server/convert.h"
 #include "server/log.h"
-#include "server/status_util.h"
 #include "tessera/status_macros.h"
+#include "tessera/wire/status.h"
 
 namespace tessera::server {
 
@@ -24,7 +24,7 @@ void FinishCall(const ServiceContext* context, grpc::CallbackServerContext* call
          {"message", std::string(status.message())},
          {"peer", call->peer()}});
   }
-  reactor->Finish(ToGrpcStatus(status));
+  reactor->Finish(wire::ToGrpcStatus(status));
 }
 
 Clock::time_point DeadlineOf(const grpc::CallbackServerContext& call) {
@@ -84,25 +84,9 @@ absl::StatusOr<SearchResult> SearchCollection(const ServiceContext* context,
     TESSERA_ASSIGN_OR_RETURN(query,
                              DecodeMatrix(request.query(), collection.schema().dim, "query"));
   }
-  SearchOptions options;
-  // The numbers go on as sent (every uint32 fits): the collection checks them against its limits
-  // and names the value in its message.
-  options.k = request.k() == 0 ? 10 : request.k();
-  options.num_candidates = request.num_candidates();
-  options.per_token_candidates = request.per_token_candidates();
-  options.nprobe = request.nprobe();
-  TESSERA_ASSIGN_OR_RETURN(options.filter, FilterFromProto(request.filter()));
-  options.exhaustive = request.exhaustive();
-  options.explain = request.explain();
+  TESSERA_ASSIGN_OR_RETURN(SearchOptions options, SearchOptionsFromProto(request));
   options.deadline = DeadlineOf(call);
   options.whole_shards = whole_shards;
-  options.with_attributes = request.with_attributes();
-  options.attribute_fields.assign(request.attribute_fields().begin(),
-                                  request.attribute_fields().end());
-  options.group_by = request.group_by();
-  options.group_size = request.group_size();
-  options.groups = request.groups();
-  TESSERA_RETURN_IF_ERROR(HybridOptionsFromProto(request, &options.hybrid));
   if (sparse_statistics != nullptr && options.hybrid.sparse_query.has_value()) {
     TESSERA_ASSIGN_OR_RETURN(options.hybrid.statistics,
                              SparseStatisticsFromProto(*sparse_statistics));

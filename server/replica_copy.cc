@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "server/log.h"
-#include "server/status_util.h"
 #include "tessera/base/errno_status.h"
 #include "tessera/status_macros.h"
+#include "tessera/wire/status.h"
 
 namespace tessera::server {
 namespace {
@@ -36,11 +36,6 @@ bool IsSafeRelativePath(const std::string& path) {
     if (part.empty() || part == "." || part == "..") return false;
   }
   return true;
-}
-
-absl::Status FromGrpc(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
 class ImportReactor final : public grpc::ServerReadReactor<v1::ShardImportChunk> {
@@ -127,7 +122,7 @@ class ImportReactor final : public grpc::ServerReadReactor<v1::ShardImportChunk>
       Log("warning", "replica copy refused",
           {{"collection", local_}, {"error", std::string(status.message())}});
     }
-    Finish(ToGrpcStatus(status));
+    Finish(wire::ToGrpcStatus(status));
   }
 
   const ServiceContext* context_;
@@ -221,7 +216,7 @@ absl::Status SendReplicaCopy(Engine* engine, const std::string& local,
     response->set_files(response->files() + 1);
   }
   writer->WritesDone();
-  const absl::Status finished = FromGrpc(writer->Finish());
+  const absl::Status finished = wire::FromGrpcStatus(writer->Finish());
   std::error_code ignored;
   fs::remove_all(dir, ignored);
   if (!finished.ok()) {

@@ -8,8 +8,8 @@
 #include "server/convert.h"
 #include "server/handler_util.h"
 #include "server/log.h"
-#include "server/status_util.h"
 #include "tessera/status_macros.h"
+#include "tessera/wire/status.h"
 
 namespace tessera::server {
 namespace {
@@ -86,7 +86,7 @@ class UpsertReactor final : public grpc::ServerBidiReactor<v1::UpsertRequest, v1
   // Ends the stream with `status`, mapped to gRPC's here.
   void Done(const absl::Status& status) {
     final_code_ = status.code();
-    Finish(ToGrpcStatus(status));
+    Finish(wire::ToGrpcStatus(status));
   }
 
   absl::Status Process() {

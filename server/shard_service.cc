@@ -12,7 +12,6 @@
 #include "server/convert.h"
 #include "server/handler_util.h"
 #include "server/log.h"
-#include "server/status_util.h"
 #include "tessera/document.h"
 #include "tessera/status_macros.h"
 

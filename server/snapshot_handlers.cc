@@ -8,8 +8,8 @@
 #include "server/handler_util.h"
 #include "server/log.h"
 #include "server/services.h"
-#include "server/status_util.h"
 #include "tessera/status_macros.h"
+#include "tessera/wire/status.h"
 
 namespace tessera::server {
 namespace {
@@ -101,7 +101,7 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk>
 
   void Done(const absl::Status& status) {
     Record(context_, "DownloadSnapshot", start_, status);
-    Finish(ToGrpcStatus(status));
+    Finish(wire::ToGrpcStatus(status));
   }
 
   const ServiceContext* context_;
@@ -174,7 +174,7 @@ class RestoreReactor final : public grpc::ServerReadReactor<v1::RestoreSnapshotR
   void Done(const absl::Status& status) {
     Record(context_, "RestoreSnapshot", start_, status);
     restore_.reset();  // its staging files go now, not when the reactor is deleted
-    Finish(ToGrpcStatus(status));
+    Finish(wire::ToGrpcStatus(status));
   }
 
   const ServiceContext* context_;

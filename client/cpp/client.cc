@@ -12,53 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "tessera/status_macros.h"
+#include "tessera/wire/attribute.h"
+#include "tessera/wire/matrix.h"
+#include "tessera/wire/status.h"
 
 namespace tessera::client {
 namespace {
-
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
-constexpr bool kLittleEndianHost = false;
-#else
-constexpr bool kLittleEndianHost = true;
-#endif
-
-size_t DtypeSize(v1::DType dtype) {
-  switch (dtype) {
-    case v1::DTYPE_FLOAT32:
-      return 4;
-    case v1::DTYPE_FLOAT16:
-      return 2;
-    default:
-      return 0;
-  }
-}
-
-// Appends `count` values of `width` bytes each, in host order at `src`, little-endian to `out`.
-void PackLittleEndian(const void* src, size_t count, size_t width, std::string* out) {
-  const size_t offset = out->size();
-  out->resize(offset + count * width);
-  char* dst = out->data() + offset;
-  if (kLittleEndianHost) {
-    if (count > 0) std::memcpy(dst, src, count * width);
-    return;
-  }
-  const char* bytes = static_cast<const char*>(src);
-  for (size_t i = 0; i < count; ++i) {
-    for (size_t b = 0; b < width; ++b) dst[i * width + b] = bytes[i * width + width - 1 - b];
-  }
-}
-
-// The inverse of PackLittleEndian: `count` values of `width` bytes from little-endian `src`.
-void UnpackLittleEndian(const char* src, size_t count, size_t width, void* dst) {
-  if (kLittleEndianHost) {
-    if (count > 0) std::memcpy(dst, src, count * width);
-    return;
-  }
-  char* out = static_cast<char*>(dst);
-  for (size_t i = 0; i < count; ++i) {
-    for (size_t b = 0; b < width; ++b) out[i * width + b] = src[i * width + width - 1 - b];
-  }
-}
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path, absl::string_view what) {
   std::ifstream in(path, std::ios::binary);
@@ -119,29 +78,23 @@ std::chrono::system_clock::time_point DeadlineAfter(absl::Duration timeout) {
 // ---- TokenMatrix ----
 
 TokenMatrix TokenMatrix::FromFloat32(uint32_t rows, uint32_t cols, absl::Span<const float> values) {
-  TokenMatrix matrix;
-  matrix.rows = rows;
-  matrix.cols = cols;
-  matrix.dtype = v1::DTYPE_FLOAT32;
-  PackLittleEndian(values.data(), values.size(), sizeof(float), &matrix.data);
-  return matrix;
+  std::string data;
+  wire::PackFloat32(values.data(), values.size(), v1::DTYPE_FLOAT32, &data);
+  return FromPackedBytes(rows, cols, v1::DTYPE_FLOAT32, std::move(data));
 }
 
 TokenMatrix TokenMatrix::FromFloat16(uint32_t rows, uint32_t cols,
                                      absl::Span<const Float16> values) {
-  TokenMatrix matrix;
-  matrix.rows = rows;
-  matrix.cols = cols;
-  matrix.dtype = v1::DTYPE_FLOAT16;
-  PackLittleEndian(values.data(), values.size(), sizeof(Float16), &matrix.data);
-  return matrix;
+  std::string data;
+  wire::PackFloat16(values.data(), values.size(), &data);
+  return FromPackedBytes(rows, cols, v1::DTYPE_FLOAT16, std::move(data));
 }
 
 TokenMatrix TokenMatrix::Float32AsFloat16(uint32_t rows, uint32_t cols,
                                           absl::Span<const float> values) {
-  std::vector<Float16> halves(values.size());
-  FloatToHalf(values.data(), values.size(), halves.data());
-  return FromFloat16(rows, cols, halves);
+  std::string data;
+  wire::PackFloat32(values.data(), values.size(), v1::DTYPE_FLOAT16, &data);
+  return FromPackedBytes(rows, cols, v1::DTYPE_FLOAT16, std::move(data));
 }
 
 TokenMatrix TokenMatrix::FromPackedBytes(uint32_t rows, uint32_t cols, v1::DType dtype,
@@ -155,32 +108,13 @@ TokenMatrix TokenMatrix::FromPackedBytes(uint32_t rows, uint32_t cols, v1::DType
 }
 
 absl::Status TokenMatrix::Validate() const {
-  const size_t width = DtypeSize(dtype);
-  if (width == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("matrix dtype ", static_cast<int>(dtype),
-                     " is not DTYPE_FLOAT32 (1) or DTYPE_FLOAT16 (2)"));
-  }
-  const uint64_t expected = static_cast<uint64_t>(rows) * cols * width;
-  if (data.size() != expected) {
-    return absl::InvalidArgumentError(absl::StrCat("matrix of ", rows, " x ", cols, " ",
-                                                   v1::DType_Name(dtype), " has ", data.size(),
-                                                   " bytes of data, expected ", expected));
-  }
-  return absl::OkStatus();
+  return wire::CheckMatrix(rows, cols, dtype, data.size(), 0, "matrix");
 }
 
 absl::StatusOr<std::vector<float>> TokenMatrix::ToFloat32() const {
   TESSERA_RETURN_IF_ERROR(Validate());
-  const size_t count = static_cast<size_t>(rows) * cols;
-  std::vector<float> values(count);
-  if (dtype == v1::DTYPE_FLOAT32) {
-    UnpackLittleEndian(data.data(), count, sizeof(float), values.data());
-  } else {
-    std::vector<Float16> halves(count);
-    UnpackLittleEndian(data.data(), count, sizeof(Float16), halves.data());
-    HalfToFloat(halves.data(), count, values.data());
-  }
+  std::vector<float> values(static_cast<size_t>(rows) * cols);
+  wire::UnpackToFloat32(data.data(), values.size(), dtype, values.data());
   return values;
 }
 
@@ -209,45 +143,9 @@ absl::StatusOr<TokenMatrix> TokenMatrix::FromProto(v1::Matrix&& matrix) {
   return result;
 }
 
-// ---- Status mapping ----
-
-absl::Status FromGrpcStatus(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  // google.rpc.Code and absl::StatusCode are the same numbers (0 … 16).
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
-
 // ---- Request building and response decoding ----
 
 namespace internal {
-
-v1::AttributeValue AttributeToProto(const AttributeValue& value) {
-  v1::AttributeValue proto;
-  if (const auto* i = std::get_if<int64_t>(&value)) {
-    proto.set_int_value(*i);
-  } else if (const auto* d = std::get_if<double>(&value)) {
-    proto.set_double_value(*d);
-  } else {
-    proto.set_string_value(std::get<std::string>(value));
-  }
-  return proto;
-}
-
-absl::StatusOr<AttributeValue> AttributeFromProto(const v1::AttributeValue& value) {
-  switch (value.value_case()) {
-    case v1::AttributeValue::kIntValue:
-      return AttributeValue(value.int_value());
-    case v1::AttributeValue::kDoubleValue:
-      return AttributeValue(value.double_value());
-    case v1::AttributeValue::kStringValue:
-      return AttributeValue(value.string_value());
-    case v1::AttributeValue::VALUE_NOT_SET:
-      break;
-  }
-  return absl::InvalidArgumentError(
-      "attribute value has none of int_value, double_value, "
-      "string_value set");
-}
 
 v1::Filter FilterToProto(const Filter& filter) {
   v1::Filter proto;
@@ -256,7 +154,7 @@ v1::Filter FilterToProto(const Filter& filter) {
     out->set_field(condition.field);
     out->set_op(OpToProto(condition.op));
     for (const AttributeValue& value : condition.values) {
-      *out->add_values() = AttributeToProto(value);
+      wire::AttributeToProto(value, out->add_values());
     }
   }
   for (const Filter& alternative : filter.any_of) *proto.add_any_of() = FilterToProto(alternative);
@@ -283,7 +181,8 @@ v1::UpsertRequest BuildUpsertRequest(const std::string& collection,
                                                         input.sparse->values.end());
     }
     auto& attributes = *document->mutable_attributes();
-    for (const auto& [name, value] : input.attributes) attributes[name] = AttributeToProto(value);
+    for (const auto& [name, value] : input.attributes)
+      wire::AttributeToProto(value, &attributes[name]);
   }
   return request;
 }
@@ -354,7 +253,7 @@ absl::StatusOr<StoredDocument> DecodeGetResponse(v1::GetResponse&& response) {
   document.num_tokens = response.num_tokens();
   if (response.has_layout()) document.layout = LayoutFromProto(response.layout());
   for (const auto& [name, value] : response.attributes()) {
-    TESSERA_ASSIGN_OR_RETURN(AttributeValue decoded, AttributeFromProto(value));
+    TESSERA_ASSIGN_OR_RETURN(AttributeValue decoded, wire::AttributeFromProto(value));
     document.attributes.emplace(name, std::move(decoded));
   }
   if (response.has_vectors()) {
@@ -380,7 +279,7 @@ absl::StatusOr<StoredDocument> DecodeGetResponse(v1::GetResponse&& response) {
 Attributes DecodeAttributes(const google::protobuf::Map<std::string, v1::AttributeValue>& map) {
   Attributes attributes;
   for (const auto& [name, value] : map) {
-    absl::StatusOr<AttributeValue> decoded = AttributeFromProto(value);
+    absl::StatusOr<AttributeValue> decoded = wire::AttributeFromProto(value);
     if (decoded.ok()) attributes.emplace(name, *std::move(decoded));
   }
   return attributes;
@@ -408,7 +307,7 @@ SearchResult DecodeSearchResponse(const v1::SearchResponse& response) {
   for (const v1::Hit& proto : response.hits()) result.hits.push_back(DecodeHit(proto));
   for (const v1::HitGroup& proto : response.groups()) {
     SearchGroup group;
-    absl::StatusOr<AttributeValue> value = AttributeFromProto(proto.value());
+    absl::StatusOr<AttributeValue> value = wire::AttributeFromProto(proto.value());
     if (value.ok()) group.value = *std::move(value);
     for (const v1::Hit& hit : proto.hits()) group.hits.push_back(DecodeHit(hit));
     result.groups.push_back(std::move(group));
@@ -515,7 +414,7 @@ absl::Status UpsertStream::FinishCall() {
   v1::UpsertResponse discarded;
   while (stream_->Read(&discarded)) {
   }
-  final_status_ = FromGrpcStatus(stream_->Finish());
+  final_status_ = wire::FromGrpcStatus(stream_->Finish());
   finished_ = true;
   return final_status_;
 }
@@ -592,7 +491,7 @@ absl::StatusOr<v1::CollectionSchema> Client::CreateCollection(const v1::Collecti
   v1::CreateCollectionResponse response;
   auto context = MakeContext(options_.timeout);
   TESSERA_RETURN_IF_ERROR(
-      FromGrpcStatus(admin_->CreateCollection(context.get(), request, &response)));
+      wire::FromGrpcStatus(admin_->CreateCollection(context.get(), request, &response)));
   return std::move(*response.mutable_schema());
 }
 
@@ -601,7 +500,7 @@ absl::Status Client::DropCollection(const std::string& name) {
   request.set_name(name);
   v1::DropCollectionResponse response;
   auto context = MakeContext(options_.timeout);
-  return FromGrpcStatus(admin_->DropCollection(context.get(), request, &response));
+  return wire::FromGrpcStatus(admin_->DropCollection(context.get(), request, &response));
 }
 
 absl::StatusOr<std::vector<std::string>> Client::ListCollections() {
@@ -609,7 +508,7 @@ absl::StatusOr<std::vector<std::string>> Client::ListCollections() {
   v1::ListCollectionsResponse response;
   auto context = MakeContext(options_.timeout);
   TESSERA_RETURN_IF_ERROR(
-      FromGrpcStatus(admin_->ListCollections(context.get(), request, &response)));
+      wire::FromGrpcStatus(admin_->ListCollections(context.get(), request, &response)));
   return std::vector<std::string>(response.names().begin(), response.names().end());
 }
 
@@ -618,7 +517,8 @@ absl::StatusOr<CollectionInfo> Client::GetCollection(const std::string& name) {
   request.set_name(name);
   v1::GetCollectionResponse response;
   auto context = MakeContext(options_.timeout);
-  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(admin_->GetCollection(context.get(), request, &response)));
+  TESSERA_RETURN_IF_ERROR(
+      wire::FromGrpcStatus(admin_->GetCollection(context.get(), request, &response)));
   CollectionInfo info;
   info.schema = std::move(*response.mutable_schema());
   info.stats = std::move(*response.mutable_stats());
@@ -631,7 +531,7 @@ absl::Status Client::Flush(const std::string& name) {
   request.set_name(name);
   v1::FlushResponse response;
   auto context = MakeContext(options_.timeout);
-  return FromGrpcStatus(admin_->Flush(context.get(), request, &response));
+  return wire::FromGrpcStatus(admin_->Flush(context.get(), request, &response));
 }
 
 absl::StatusOr<v1::SnapshotInfo> Client::CreateSnapshot(const std::string& collection) {
@@ -640,7 +540,7 @@ absl::StatusOr<v1::SnapshotInfo> Client::CreateSnapshot(const std::string& colle
   v1::CreateSnapshotResponse response;
   auto context = MakeContext(options_.timeout);
   TESSERA_RETURN_IF_ERROR(
-      FromGrpcStatus(admin_->CreateSnapshot(context.get(), request, &response)));
+      wire::FromGrpcStatus(admin_->CreateSnapshot(context.get(), request, &response)));
   return response.snapshot();
 }
 
@@ -649,7 +549,8 @@ absl::StatusOr<std::vector<v1::SnapshotInfo>> Client::ListSnapshots(const std::s
   request.set_collection(collection);
   v1::ListSnapshotsResponse response;
   auto context = MakeContext(options_.timeout);
-  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(admin_->ListSnapshots(context.get(), request, &response)));
+  TESSERA_RETURN_IF_ERROR(
+      wire::FromGrpcStatus(admin_->ListSnapshots(context.get(), request, &response)));
   return std::vector<v1::SnapshotInfo>(response.snapshots().begin(), response.snapshots().end());
 }
 
@@ -658,7 +559,7 @@ absl::Status Client::DeleteSnapshot(const std::string& id) {
   request.set_id(id);
   v1::DeleteSnapshotResponse response;
   auto context = MakeContext(options_.timeout);
-  return FromGrpcStatus(admin_->DeleteSnapshot(context.get(), request, &response));
+  return wire::FromGrpcStatus(admin_->DeleteSnapshot(context.get(), request, &response));
 }
 
 absl::Status Client::DownloadSnapshot(const std::string& id,
@@ -676,7 +577,7 @@ absl::Status Client::DownloadSnapshot(const std::string& id,
     reader->Finish().ok();
     return written;
   }
-  return FromGrpcStatus(reader->Finish());
+  return wire::FromGrpcStatus(reader->Finish());
 }
 
 absl::Status Client::DownloadSnapshotToFile(const std::string& id, const std::string& path) {
@@ -703,7 +604,7 @@ absl::StatusOr<v1::SnapshotInfo> Client::RestoreSnapshot(const std::string& id,
       admin_->RestoreSnapshot(context.get(), &response);
   writer->Write(request);
   writer->WritesDone();
-  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
+  TESSERA_RETURN_IF_ERROR(wire::FromGrpcStatus(writer->Finish()));
   return response.snapshot();
 }
 
@@ -730,7 +631,7 @@ absl::StatusOr<v1::SnapshotInfo> Client::RestoreSnapshotFromFile(
     if (n < buffer.size()) break;
   }
   writer->WritesDone();
-  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
+  TESSERA_RETURN_IF_ERROR(wire::FromGrpcStatus(writer->Finish()));
   return response.snapshot();
 }
 
@@ -790,7 +691,7 @@ absl::StatusOr<std::vector<bool>> Client::Delete(const std::string& collection,
   for (const std::string& id : ids) request.add_ids(id);
   v1::DeleteResponse response;
   auto context = MakeContext(options_.timeout);
-  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(ingest_->Delete(context.get(), request, &response)));
+  TESSERA_RETURN_IF_ERROR(wire::FromGrpcStatus(ingest_->Delete(context.get(), request, &response)));
   if (static_cast<size_t>(response.existed_size()) != ids.size()) {
     return absl::InternalError(absl::StrCat("the server answered a delete of ", ids.size(),
                                             " ids with ", response.existed_size(), " flags"));
@@ -805,7 +706,7 @@ absl::StatusOr<uint64_t> Client::DeleteMatching(const std::string& collection,
   *request.mutable_filter() = internal::FilterToProto(filter);
   v1::DeleteResponse response;
   auto context = MakeContext(options_.timeout);
-  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(ingest_->Delete(context.get(), request, &response)));
+  TESSERA_RETURN_IF_ERROR(wire::FromGrpcStatus(ingest_->Delete(context.get(), request, &response)));
   return response.deleted();
 }
 
@@ -815,7 +716,7 @@ absl::StatusOr<uint64_t> Client::Count(const std::string& collection, const Filt
   *request.mutable_filter() = internal::FilterToProto(filter);
   v1::CountResponse response;
   auto context = MakeContext(options_.timeout);
-  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(query_->Count(context.get(), request, &response)));
+  TESSERA_RETURN_IF_ERROR(wire::FromGrpcStatus(query_->Count(context.get(), request, &response)));
   return response.count();
 }
 
@@ -830,7 +731,7 @@ absl::StatusOr<ScrollPage> Client::Scroll(const std::string& collection,
   for (const std::string& field : options.attribute_fields) request.add_attribute_fields(field);
   v1::ScrollResponse response;
   auto context = MakeContext(options_.timeout);
-  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(query_->Scroll(context.get(), request, &response)));
+  TESSERA_RETURN_IF_ERROR(wire::FromGrpcStatus(query_->Scroll(context.get(), request, &response)));
   ScrollPage page;
   for (const v1::ScrolledDocument& proto : response.documents()) {
     page.documents.push_back(ScrolledDocument{proto.id(), proto.version(),
@@ -846,7 +747,7 @@ absl::StatusOr<StoredDocument> Client::Get(const std::string& collection, const 
   request.set_id(id);
   v1::GetResponse response;
   auto context = MakeContext(options_.timeout);
-  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(ingest_->Get(context.get(), request, &response)));
+  TESSERA_RETURN_IF_ERROR(wire::FromGrpcStatus(ingest_->Get(context.get(), request, &response)));
   return internal::DecodeGetResponse(std::move(response));
 }
 
@@ -856,7 +757,7 @@ absl::StatusOr<SearchResult> Client::Search(const std::string& collection, const
   v1::SearchRequest request = internal::BuildSearchRequest(collection, query, options);
   v1::SearchResponse response;
   auto context = MakeContext(options_.timeout);
-  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(query_->Search(context.get(), request, &response)));
+  TESSERA_RETURN_IF_ERROR(wire::FromGrpcStatus(query_->Search(context.get(), request, &response)));
   return internal::DecodeSearchResponse(response);
 }
 
@@ -870,7 +771,8 @@ absl::StatusOr<std::vector<SearchResult>> Client::SearchBatch(
   }
   v1::SearchBatchResponse response;
   auto context = MakeContext(options_.timeout);
-  TESSERA_RETURN_IF_ERROR(FromGrpcStatus(query_->SearchBatch(context.get(), request, &response)));
+  TESSERA_RETURN_IF_ERROR(
+      wire::FromGrpcStatus(query_->SearchBatch(context.get(), request, &response)));
   if (static_cast<size_t>(response.responses_size()) != queries.size()) {
     return absl::InternalError(absl::StrCat("the server answered ", queries.size(),
                                             " searches with ", response.responses_size(),

@@ -369,10 +369,6 @@ class Client {
   std::unique_ptr<v1::QueryService::Stub> query_;
 };
 
-// The absl status with the same code and message as a gRPC status (the one place the client maps
-// them).
-absl::Status FromGrpcStatus(const grpc::Status& status);
-
 namespace internal {
 
 // Request building and response decoding, exposed for tests.
@@ -381,9 +377,6 @@ v1::UpsertRequest BuildUpsertRequest(const std::string& collection,
 v1::SearchRequest BuildSearchRequest(const std::string& collection, const TokenMatrix& query,
                                      const SearchOptions& options);
 v1::Filter FilterToProto(const Filter& filter);
-v1::AttributeValue AttributeToProto(const AttributeValue& value);
-// INVALID_ARGUMENT for an AttributeValue with no value set.
-absl::StatusOr<AttributeValue> AttributeFromProto(const v1::AttributeValue& value);
 absl::StatusOr<std::vector<DocumentResult>> DecodeUpsertResponse(const v1::UpsertResponse& response,
                                                                  size_t expected_results);
 absl::StatusOr<StoredDocument> DecodeGetResponse(v1::GetResponse&& response);

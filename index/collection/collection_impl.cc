@@ -1162,33 +1162,25 @@ CollectionStats CollectionImpl::Stats() const {
   int64_t last_training_end = 0;
   for (const auto& shard : shards_) {
     const ShardStats s = shard->Stats();
-    stats.documents += s.documents;
-    stats.original_tokens += s.original_tokens;
-    stats.rerank_vectors += s.rerank_vectors;
-    stats.candidate_vectors += s.candidate_vectors;
-    stats.disk_bytes += s.disk_bytes;
-    stats.resident_bytes += s.resident_bytes;
-    stats.candidate_bytes += s.candidate_bytes;
-    stats.training_shards += s.training ? 1 : 0;
-    stats.trainings_completed += s.trainings_completed;
-    stats.trainings_failed += s.trainings_failed;
+    CollectionStats part;
+    part.documents = s.documents;
+    part.original_tokens = s.original_tokens;
+    part.rerank_vectors = s.rerank_vectors;
+    part.candidate_vectors = s.candidate_vectors;
+    part.disk_bytes = s.disk_bytes;
+    part.resident_bytes = s.resident_bytes;
+    part.candidate_bytes = s.candidate_bytes;
+    part.training_shards = s.training ? 1 : 0;
+    part.trainings_completed = s.trainings_completed;
+    part.trainings_failed = s.trainings_failed;
+    part.candidate_indexes.push_back(s.candidate_index);
+    AddStats(part, &stats);
     if (s.last_training_end > last_training_end) {
       last_training_end = s.last_training_end;
       stats.last_training_seconds = s.last_training_seconds;
     }
-    stats.candidate_indexes.push_back(s.candidate_index);
   }
-  if (stats.documents > 0) {
-    stats.vectors_per_document = static_cast<double>(stats.rerank_vectors) / stats.documents;
-  }
-  if (stats.original_tokens > 0) {
-    stats.disk_bytes_per_original_token =
-        static_cast<double>(stats.disk_bytes) / stats.original_tokens;
-  }
-  if (stats.rerank_vectors > 0) {
-    stats.disk_bytes_per_rerank_vector =
-        static_cast<double>(stats.disk_bytes) / stats.rerank_vectors;
-  }
+  SetStatsRatios(&stats);
   return stats;
 }
 

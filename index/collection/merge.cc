@@ -224,4 +224,28 @@ absl::StatusOr<SearchResult> FuseLanes(SearchResult lanes, bool has_dense_lane,
   return result;
 }
 
+void AddStats(const CollectionStats& part, CollectionStats* total) {
+  total->documents += part.documents;
+  total->original_tokens += part.original_tokens;
+  total->rerank_vectors += part.rerank_vectors;
+  total->candidate_vectors += part.candidate_vectors;
+  total->disk_bytes += part.disk_bytes;
+  total->resident_bytes += part.resident_bytes;
+  total->candidate_bytes += part.candidate_bytes;
+  total->training_shards += part.training_shards;
+  total->trainings_completed += part.trainings_completed;
+  total->trainings_failed += part.trainings_failed;
+  total->candidate_indexes.insert(total->candidate_indexes.end(), part.candidate_indexes.begin(),
+                                  part.candidate_indexes.end());
+}
+
+void SetStatsRatios(CollectionStats* stats) {
+  auto ratio = [](int64_t a, int64_t b) {
+    return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b);
+  };
+  stats->vectors_per_document = ratio(stats->rerank_vectors, stats->documents);
+  stats->disk_bytes_per_original_token = ratio(stats->disk_bytes, stats->original_tokens);
+  stats->disk_bytes_per_rerank_vector = ratio(stats->disk_bytes, stats->rerank_vectors);
+}
+
 }  // namespace tessera

@@ -1,7 +1,7 @@
 // MergeSearchResults against its definition: the merged searches of collections that each hold
 // one shard of a collection's documents equal the search of that one collection (ids, order,
 // scores, documents scored), through the cascade, its exhaustive fallbacks, ties at the stage-1
-// cut and filters.
+// cut and filters; and their statistics added up (AddStats) equal that collection's.
 #include "tessera/merge.h"
 
 #include <string>
@@ -245,6 +245,79 @@ TEST(MergeSearchResults, WholeShardsIsValidated) {
             "whole_shards 257, expected 0 or 1 … 256");
   options.whole_shards = 3;
   EXPECT_TRUE(setup.whole->Search(view, options).ok());
+}
+
+// The statistics of the parts, added up, are the one collection's: every count, the stage-1 index
+// of each shard in shard order, and the ratios of the sums. (Disk bytes differ: each part is a
+// database of its own.)
+TEST(MergeStats, PartsAddUpToTheOneCollection) {
+  Collections setup;
+  Build(&setup, 200, "auto");
+  CollectionStats total;
+  for (const auto& part : setup.parts) AddStats(part->Stats(), &total);
+  SetStatsRatios(&total);
+  const CollectionStats whole = setup.whole->Stats();
+  EXPECT_EQ(total.documents, whole.documents);
+  EXPECT_EQ(total.documents, static_cast<int64_t>(setup.documents.size()));
+  EXPECT_EQ(total.original_tokens, whole.original_tokens);
+  EXPECT_EQ(total.rerank_vectors, whole.rerank_vectors);
+  EXPECT_EQ(total.candidate_vectors, whole.candidate_vectors);
+  EXPECT_EQ(total.training_shards, whole.training_shards);
+  EXPECT_EQ(total.candidate_indexes, whole.candidate_indexes);
+  EXPECT_DOUBLE_EQ(total.vectors_per_document, whole.vectors_per_document);
+  EXPECT_GT(total.disk_bytes, 0);
+  EXPECT_DOUBLE_EQ(total.disk_bytes_per_rerank_vector,
+                   static_cast<double>(total.disk_bytes) / total.rerank_vectors);
+}
+
+TEST(MergeStats, SumsCountsAndDerivesRatiosFromTheSums) {
+  CollectionStats a;
+  a.documents = 3;
+  a.original_tokens = 30;
+  a.rerank_vectors = 15;
+  a.candidate_vectors = 6;
+  a.disk_bytes = 3000;
+  a.resident_bytes = 100;
+  a.candidate_bytes = 10;
+  a.training_shards = 1;
+  a.trainings_completed = 2;
+  a.trainings_failed = 1;
+  a.candidate_indexes = {"IDMap2,Flat"};
+  a.vectors_per_document = 99;  // a part's own ratios do not enter the sums
+  a.last_training_seconds = 7;
+  CollectionStats b;
+  b.documents = 1;
+  b.original_tokens = 10;
+  b.rerank_vectors = 5;
+  b.disk_bytes = 1000;
+  b.candidate_indexes = {"Centroid(256,4b)", "Flat"};
+  CollectionStats total;
+  AddStats(a, &total);
+  AddStats(b, &total);
+  SetStatsRatios(&total);
+  EXPECT_EQ(total.documents, 4);
+  EXPECT_EQ(total.original_tokens, 40);
+  EXPECT_EQ(total.rerank_vectors, 20);
+  EXPECT_EQ(total.candidate_vectors, 6);
+  EXPECT_EQ(total.disk_bytes, 4000);
+  EXPECT_EQ(total.resident_bytes, 100);
+  EXPECT_EQ(total.candidate_bytes, 10);
+  EXPECT_EQ(total.training_shards, 1);
+  EXPECT_EQ(total.trainings_completed, 2);
+  EXPECT_EQ(total.trainings_failed, 1);
+  EXPECT_EQ(total.candidate_indexes,
+            (std::vector<std::string>{"IDMap2,Flat", "Centroid(256,4b)", "Flat"}));
+  EXPECT_EQ(total.vectors_per_document, 5.0);
+  EXPECT_EQ(total.disk_bytes_per_original_token, 100.0);
+  EXPECT_EQ(total.disk_bytes_per_rerank_vector, 200.0);
+  EXPECT_EQ(total.last_training_seconds, 0.0);  // the caller's to set
+
+  CollectionStats empty;
+  empty.disk_bytes = 512;  // a schema file, no documents
+  SetStatsRatios(&empty);
+  EXPECT_EQ(empty.vectors_per_document, 0.0);
+  EXPECT_EQ(empty.disk_bytes_per_original_token, 0.0);
+  EXPECT_EQ(empty.disk_bytes_per_rerank_vector, 0.0);
 }
 
 }  // namespace

@@ -20,18 +20,15 @@
 #include "tessera/document.h"
 #include "tessera/merge.h"
 #include "tessera/status_macros.h"
+#include "tessera/wire/status.h"
 
 namespace tessera::cluster {
 namespace {
 
 using server::Log;
+using wire::FromGrpcStatus;
 
 using Clock = std::chrono::steady_clock;
-
-absl::Status FromGrpc(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
 
 // The shards 0 … n - 1.
 std::vector<uint32_t> AllShards(uint32_t n) {
@@ -73,27 +70,6 @@ uint32_t ShardCount(const v1::ClusterCollection& collection) {
 // "shard 2 of collection 'papers'".
 std::string ShardName(const std::string& collection, uint32_t shard) {
   return absl::StrCat("shard ", shard, " of collection '", collection, "'");
-}
-
-void AddStats(const v1::CollectionStats& from, v1::CollectionStats* to) {
-  to->set_documents(to->documents() + from.documents());
-  to->set_original_tokens(to->original_tokens() + from.original_tokens());
-  to->set_rerank_vectors(to->rerank_vectors() + from.rerank_vectors());
-  to->set_candidate_vectors(to->candidate_vectors() + from.candidate_vectors());
-  to->set_disk_bytes(to->disk_bytes() + from.disk_bytes());
-  to->set_resident_bytes(to->resident_bytes() + from.resident_bytes());
-  to->set_candidate_bytes(to->candidate_bytes() + from.candidate_bytes());
-  to->set_training_shards(to->training_shards() + from.training_shards());
-  for (const std::string& index : from.candidate_indexes()) to->add_candidate_indexes(index);
-}
-
-void FinishRatios(v1::CollectionStats* stats) {
-  auto ratio = [](uint64_t a, uint64_t b) {
-    return b == 0 ? 0.0 : static_cast<double>(a) / static_cast<double>(b);
-  };
-  stats->set_vectors_per_document(ratio(stats->rerank_vectors(), stats->documents()));
-  stats->set_disk_bytes_per_original_token(ratio(stats->disk_bytes(), stats->original_tokens()));
-  stats->set_disk_bytes_per_rerank_vector(ratio(stats->disk_bytes(), stats->rerank_vectors()));
 }
 
 // Collection `name` as etcd holds it now, when it is in `state`; nullopt otherwise (absent, in
@@ -192,7 +168,8 @@ bool Router::CatchUpOne() {
           if (stop_) return false;
           copy_call_ = context.get();
         }
-        const absl::Status status = FromGrpc((*stub)->CopyReplica(context.get(), copy, &copied));
+        const absl::Status status =
+            FromGrpcStatus((*stub)->CopyReplica(context.get(), copy, &copied));
         {
           MutexLock lock(&stop_mu_);
           copy_call_ = nullptr;
@@ -335,7 +312,7 @@ bool Router::DropReplica(const std::string& collection, uint32_t shard, const st
   v1::ShardDropCollectionResponse dropped;
   auto context = ShardCall(options_.shard_call_timeout);
   return Dropped(collection, shard, node,
-                 FromGrpc((*stub)->DropCollection(context.get(), drop, &dropped)));
+                 FromGrpcStatus((*stub)->DropCollection(context.get(), drop, &dropped)));
 }
 
 bool Router::Dropped(const std::string& collection, uint32_t shard, const std::string& node,
@@ -533,8 +510,9 @@ void Router::StartOn(FanOut* fan_out, const std::string& node, absl::Time deadli
           : WithKey(grpc::ClientContext::FromCallbackServerContext(*caller), options_.cluster_key);
   // gRPC keeps the earlier of the caller's deadline and this one.
   context->set_deadline(absl::ToChronoTime(deadline));
-  fan_out->Call(std::move(context), make(*stub),
-                [done = std::move(done)](const grpc::Status& status) { done(FromGrpc(status)); });
+  fan_out->Call(
+      std::move(context), make(*stub),
+      [done = std::move(done)](const grpc::Status& status) { done(FromGrpcStatus(status)); });
 }
 
 void Router::TryReplicas(FanOut* fan_out, ReplicaChain* chain, size_t attempt) {
@@ -903,8 +881,9 @@ absl::Status Router::GetCollection(const std::string& name, v1::GetCollectionRes
           return UnaryCall(stub, &v1::ShardService::Stub::AsyncStats, &requests[s], &per_shard[s]);
         };
       });
+  CollectionStats stats;
   for (uint32_t s = 0; s < shards; ++s) {
-    if (statuses[s].ok()) AddStats(per_shard[s].stats(), response->mutable_stats());
+    if (statuses[s].ok()) AddStats(server::StatsFromProto(per_shard[s].stats()), &stats);
     v1::ShardStatus* status = response->add_shards();
     status->set_shard(s);
     for (const v1::ReplicaPlacement& replica : collection.shards(static_cast<int>(s)).replicas()) {
@@ -915,7 +894,8 @@ absl::Status Router::GetCollection(const std::string& name, v1::GetCollectionRes
       out->set_state(!address.has_value() ? "down" : replica.stale() ? "stale" : "serving");
     }
   }
-  FinishRatios(response->mutable_stats());
+  SetStatsRatios(&stats);
+  server::StatsToProto(stats, response->mutable_stats());
   return absl::OkStatus();
 }
 

@@ -20,6 +20,7 @@
 #include "tessera/v1/admin.pb.h"
 #include "tessera/v1/ingest.grpc.pb.h"
 #include "tessera/v1/query.pb.h"
+#include "tessera/wire/status.h"
 
 namespace tessera::server {
 namespace {
@@ -68,10 +69,6 @@ std::string PathRegex(const std::string& path, std::vector<std::string>* fields)
   }
   // Empty values match too, so that the services name an empty name as they do over gRPC.
   return absl::StrReplaceAll(regex, {{"(\\x01)", "([^/]*)"}});
-}
-
-absl::Status FromGrpc(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
 void Answer(httplib::Response* response, int status, const std::string& body, const char* type) {
@@ -126,7 +123,7 @@ absl::Status CallUpsert(const std::shared_ptr<grpc::Channel>& channel, grpc::Cli
   if (stream->Write(static_cast<const v1::UpsertRequest&>(request))) stream->WritesDone();
   const bool answered = stream->Read(static_cast<v1::UpsertResponse*>(response));
   const grpc::Status status = stream->Finish();
-  if (!status.ok()) return FromGrpc(status);
+  if (!status.ok()) return wire::FromGrpcStatus(status);
   if (!answered) return absl::InternalError("Upsert: the stream ended without a response");
   return absl::OkStatus();
 }
@@ -138,7 +135,7 @@ absl::Status CallUnary(const std::shared_ptr<grpc::Channel>& channel, const std:
   std::future<grpc::Status> result = done.get_future();
   stub.UnaryCall(context, method, grpc::StubOptions(), &request, response,
                  [&done](grpc::Status status) { done.set_value(std::move(status)); });
-  return FromGrpc(result.get());
+  return wire::FromGrpcStatus(result.get());
 }
 
 }  // namespace
@@ -332,7 +329,7 @@ void RestGateway::ServeUpsertNdjson(const RestRoute& route, const httplib::Reque
     if (batch.documents_size() > 0) {
       if (!stream->Write(batch) || !stream->Read(&answer)) {
         stream->WritesDone();
-        failure = FromGrpc(stream->Finish());
+        failure = wire::FromGrpcStatus(stream->Finish());
         if (failure.ok()) failure = absl::InternalError("Upsert: the stream ended early");
         stream.reset();
         return false;
@@ -385,7 +382,7 @@ void RestGateway::ServeUpsertNdjson(const RestRoute& route, const httplib::Reque
   if (failure.ok()) send();
   if (failure.ok()) {
     stream->WritesDone();
-    failure = FromGrpc(stream->Finish());
+    failure = wire::FromGrpcStatus(stream->Finish());
   }
   if (!failure.ok()) {
     // Documents of the lines answered above stay written, as on a gRPC stream that fails.

@@ -9,6 +9,9 @@
 #include "absl/strings/str_cat.h"
 #include "index/collection/collection_impl.h"
 #include "server/convert.h"
+#include "server/engine_backend.h"
+#include "server/metrics.h"
+#include "server/services.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace tessera::fuzz {
@@ -70,6 +73,9 @@ CollectionSchema Schema(const std::string& name) {
 struct Fixture {
   server::ServerConfig config;
   std::unique_ptr<Engine> engine;
+  server::Metrics metrics;
+  server::ServiceContext context;
+  std::unique_ptr<server::EngineBackend> backend;
 };
 
 Fixture* OpenFixture() {
@@ -85,6 +91,11 @@ Fixture* OpenFixture() {
   absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Open(ScratchDir() + "/data", options);
   if (!engine.ok()) Die("Engine::Open", engine.status());
   fixture->engine = std::move(*engine);
+  fixture->context.engine = fixture->engine.get();
+  fixture->context.metrics = &fixture->metrics;
+  fixture->context.config = fixture->config;
+  fixture->backend = std::make_unique<server::EngineBackend>(&fixture->context);
+  fixture->context.backend = fixture->backend.get();
   for (const std::string& name : FixtureCollections()) {
     absl::StatusOr<std::shared_ptr<Collection>> collection =
         fixture->engine->CreateCollection(Schema(name));
@@ -157,6 +168,8 @@ std::vector<v1::Document> SeedDocuments(const std::string& collection) {
 Engine& FixtureEngine() { return *TheFixture().engine; }
 
 const server::ServerConfig& FixtureConfig() { return TheFixture().config; }
+
+server::Backend& FixtureBackend() { return *TheFixture().backend; }
 
 absl::StatusOr<std::shared_ptr<Collection>> FindCollection(const std::string& name) {
   if (name.empty()) return absl::InvalidArgumentError("collection: empty name");

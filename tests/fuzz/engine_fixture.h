@@ -1,4 +1,6 @@
-// The engine behind the Upsert, Search and Get fuzzers, and the handlers' steps that they replay.
+// The engine behind the Upsert, Search and Get fuzzers, and the backend they send requests to: the
+// standalone server's own (server/engine_backend.h), so that a fuzzer runs the request mapping that
+// production runs, from the tessera.v1 message to the engine and back.
 //
 // Each fuzzer process opens one tessera::Engine on a fresh scratch data directory with three small
 // collections of dim 8 — "papers" (fp16, Ward pooling, int64/double/string attributes), "pages"
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "server/backend.h"
 #include "server/config.h"
 #include "tessera/collection.h"
 #include "tessera/engine.h"
@@ -36,6 +39,10 @@ std::vector<v1::Document> SeedDocuments(const std::string& collection);
 Engine& FixtureEngine();
 // The server configuration the handlers consult (max_documents_per_batch).
 const server::ServerConfig& FixtureConfig();
+// The standalone server's backend over FixtureEngine() and FixtureConfig(): what the public
+// services call once a request is admitted and names a collection. Search takes a
+// grpc::CallbackServerContext only for its deadline; a default-constructed one has none.
+server::Backend& FixtureBackend();
 
 // services.cc's FindCollection: INVALID_ARGUMENT for an empty name, else Engine::GetCollection.
 absl::StatusOr<std::shared_ptr<Collection>> FindCollection(const std::string& name);

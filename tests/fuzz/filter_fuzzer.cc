@@ -20,7 +20,6 @@
 
 #include "client/cli/commands.h"
 #include "client/cpp/client.h"
-#include "google/protobuf/stubs/logging.h"
 #include "server/convert.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -55,12 +54,6 @@ void CheckFilter(const Filter& filter, const std::map<std::string, AttributeType
 
 }  // namespace
 }  // namespace tessera::fuzz
-
-// Protobuf logs every string field that is not UTF-8; the fuzzer sends thousands.
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);
-  return 0;
-}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera;

@@ -1,8 +1,8 @@
 // Fuzzes Search as the server runs it: the bytes as a tessera.v1.SearchRequest (bytes protobuf
-// cannot parse are skipped), then the steps of services.cc's RunSearch — FindCollection, the empty
-// query check, DecodeMatrix of the query against the collection's dim, the option mapping,
-// FilterFromProto — and Collection::Search on the fixture engine (engine_fixture.h), whose
-// collections hold only their seed documents.
+// cannot parse are skipped) sent to the standalone server's backend (EngineBackend::Search: the
+// collection, DecodeMatrix of the query against its dim, SearchOptionsFromProto, Collection::Search
+// and SearchResultToProto) over the fixture engine (engine_fixture.h), whose collections hold only
+// their seed documents.
 //
 // Asserts, beyond no crash or undefined behaviour (ASan, UBSan):
 // - a failed search is INVALID_ARGUMENT (or NOT_FOUND for the collection);
@@ -11,6 +11,8 @@
 //   query over the document's vectors as Get returns them (within fp32 rounding, where fp32 does
 //   not overflow);
 // - with explain, one token match per query token, naming a vector the document has.
+#include <grpcpp/server_context.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -21,7 +23,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/stubs/logging.h"
 #include "server/convert.h"
 #include "tests/fuzz/engine_fixture.h"
 #include "tests/fuzz/fuzz_util.h"
@@ -59,82 +60,62 @@ double ExactMaxSim(const std::vector<float>& query, int64_t rows, const StoredDo
 }  // namespace
 }  // namespace tessera::fuzz
 
-// Protobuf logs every string field that is not UTF-8; the fuzzer sends thousands.
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera;
   using namespace tessera::fuzz;
   v1::SearchRequest request;
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
 
-  // RunSearch.
+  // What the Search handler runs once the request is admitted and names a collection.
+  const grpc::CallbackServerContext call;  // no deadline
+  v1::SearchResponse response;
+  const absl::Status searched = FixtureBackend().Search(call, request, &response);
+  if (!searched.ok()) {
+    FUZZ_CHECK(absl::IsInvalidArgument(searched) || absl::IsNotFound(searched),
+               searched.ToString());
+    return 0;
+  }
+
+  // The request as the backend read it, through the same functions, for the checks.
   absl::StatusOr<std::shared_ptr<Collection>> collection = FindCollection(request.collection());
-  if (!collection.ok()) return 0;
-  if (request.query().rows() == 0) return 0;
+  FUZZ_CHECK(collection.ok(), collection.status().ToString());
   const absl::StatusOr<std::vector<float>> query =
       server::DecodeMatrix(request.query(), (*collection)->schema().dim, "query");
-  if (!query.ok()) {
-    FUZZ_CHECK(absl::IsInvalidArgument(query.status()), query.status().ToString());
-    return 0;
-  }
-  SearchOptions options;
-  options.k = request.k() == 0 ? 10 : request.k();
-  options.num_candidates = request.num_candidates();
-  options.per_token_candidates =
-      static_cast<int>(std::min<uint32_t>(request.per_token_candidates(), 100000));
-  options.nprobe = static_cast<int>(std::min<uint32_t>(request.nprobe(), 1u << 30));
-  absl::StatusOr<Filter> filter = server::FilterFromProto(request.filter());
-  if (!filter.ok()) {
-    FUZZ_CHECK(absl::IsInvalidArgument(filter.status()), filter.status().ToString());
-    return 0;
-  }
-  options.filter = *filter;
-  options.exhaustive = request.exhaustive();
-  options.explain = request.explain();
+  FUZZ_CHECK(query.ok(), query.status().ToString());
+  const absl::StatusOr<SearchOptions> options = server::SearchOptionsFromProto(request);
+  FUZZ_CHECK(options.ok(), options.status().ToString());
   const int64_t rows = request.query().rows();
-  const FloatMatrixView view{query->data(), rows, request.query().cols()};
-  const absl::StatusOr<SearchResult> result = (*collection)->Search(view, options);
-  if (!result.ok()) {
-    FUZZ_CHECK(absl::IsInvalidArgument(result.status()), result.status().ToString());
-    return 0;
-  }
-  v1::SearchResponse response;
-  server::SearchResultToProto(*result, &response);
-  FUZZ_CHECK(response.hits_size() == static_cast<int>(result->hits.size()), "response hits");
 
-  FUZZ_CHECK(static_cast<int64_t>(result->hits.size()) <= options.k, "more than k hits");
+  FUZZ_CHECK(response.hits_size() <= options->k, "more than k hits");
   std::set<std::string> seen;
-  for (size_t i = 0; i < result->hits.size(); ++i) {
-    const SearchHit& hit = result->hits[i];
-    FUZZ_CHECK(seen.insert(hit.id).second, "hit '" + hit.id + "' twice");
-    FUZZ_CHECK(IsSeedId(request.collection(), hit.id), "hit '" + hit.id + "' is no document");
+  for (int i = 0; i < response.hits_size(); ++i) {
+    const v1::Hit& hit = response.hits(i);
+    FUZZ_CHECK(seen.insert(hit.id()).second, "hit '" + hit.id() + "' twice");
+    FUZZ_CHECK(IsSeedId(request.collection(), hit.id()), "hit '" + hit.id() + "' is no document");
     if (i > 0) {
-      const SearchHit& previous = result->hits[i - 1];
-      FUZZ_CHECK(
-          previous.score > hit.score || (previous.score == hit.score && previous.id < hit.id),
-          absl::StrCat("hits out of order at ", i));
+      const v1::Hit& previous = response.hits(i - 1);
+      FUZZ_CHECK(previous.score() > hit.score() ||
+                     (previous.score() == hit.score() && previous.id() < hit.id()),
+                 absl::StrCat("hits out of order at ", i));
     }
-    const absl::StatusOr<StoredDocument> document = (*collection)->Get(hit.id);
+    const absl::StatusOr<StoredDocument> document = (*collection)->Get(hit.id());
     FUZZ_CHECK(document.ok(), document.status().ToString());
-    FUZZ_CHECK(FilterMatches(options.filter, document->attributes),
-               "hit '" + hit.id + "' does not match the filter");
+    FUZZ_CHECK(FilterMatches(options->filter, document->attributes),
+               "hit '" + hit.id() + "' does not match the filter");
     double magnitude = 0;
     const double exact = ExactMaxSim(*query, rows, *document, &magnitude);
     // Scores whose fp32 partial sums may overflow (a query of huge values) are left out.
     if (magnitude < 1e30) {
       const double tolerance = 1e-4 * (magnitude + static_cast<double>(rows));
-      FUZZ_CHECK(std::abs(hit.score - exact) <= tolerance,
-                 absl::StrCat("hit '", hit.id, "' score ", hit.score, ", exact MaxSim ", exact));
+      FUZZ_CHECK(
+          std::abs(hit.score() - exact) <= tolerance,
+          absl::StrCat("hit '", hit.id(), "' score ", hit.score(), ", exact MaxSim ", exact));
     }
-    if (options.explain) {
-      FUZZ_CHECK(static_cast<int64_t>(hit.explanation.size()) == rows, "explanation size");
-      for (const TokenMatch& match : hit.explanation) {
-        FUZZ_CHECK(match.document_vector >= 0 && match.document_vector < document->num_vectors(),
-                   absl::StrCat("explanation names vector ", match.document_vector));
+    if (options->explain) {
+      FUZZ_CHECK(hit.explanation_size() == rows, "explanation size");
+      for (const v1::TokenMatch& match : hit.explanation()) {
+        FUZZ_CHECK(match.document_vector() < document->num_vectors(),
+                   absl::StrCat("explanation names vector ", match.document_vector()));
       }
     }
   }

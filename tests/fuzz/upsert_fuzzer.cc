@@ -1,16 +1,19 @@
 // Fuzzes Upsert as the server runs it: the bytes as one tessera.v1.UpsertRequest message of the
-// stream (bytes protobuf cannot parse are skipped, as gRPC would reject them), then the steps of
-// services.cc's UpsertReactor::Process — FindCollection, the per-message document limit,
-// DocumentFromProto for each document (DecodeMatrix, layout, attributes) — and Collection::Upsert
-// on the fixture engine (engine_fixture.h), which validates, pools and stores the documents.
+// stream (bytes protobuf cannot parse are skipped, as gRPC would reject them) sent to the
+// standalone server's backend (EngineBackend::Upsert: the collection, the per-message document
+// limit, DocumentFromProto for each document — DecodeMatrix, layout, attributes —
+// Collection::Upsert and one result per document) over the fixture engine (engine_fixture.h), which
+// validates, pools and stores the documents.
 //
 // Asserts, beyond no crash or undefined behaviour (ASan, UBSan):
 // - DecodeMatrix of each document's tokens with no expected dim accepts exactly the packed sizes
 //   of the known dtypes and returns rows × cols values; re-encoded (EncodeMatrix) in their dtype
 //   they give back the bytes sent (a NaN may come back quieted);
-// - DocumentFromProto keeps the id, shape and attributes it was given;
-// - Upsert returns one outcome per document; an accepted document reads back (Collection::Get) with
-//   the version, token count, vector count and attributes the outcome and the request gave.
+// - DocumentFromProto keeps the id, shape and attributes it was given, and a document it refuses
+//   comes back INVALID_ARGUMENT with its message;
+// - a refused message is NOT_FOUND (collection) or RESOURCE_EXHAUSTED (too many documents);
+// - one result per document, with its id; an accepted document reads back (Collection::Get) with
+//   the version and vector count of its result, and the token count and attributes it was sent.
 // Accepted documents that are not seeds are deleted again, so that the collections stay small, and
 // every 4096th input flushes its collection (Collection::Snapshot, as the Flush RPC does).
 #include <cmath>
@@ -19,10 +22,10 @@
 #include <cstring>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/stubs/logging.h"
 #include "server/convert.h"
 #include "tessera/float16.h"
 #include "tests/fuzz/engine_fixture.h"
@@ -73,12 +76,6 @@ void CheckMatrixRoundTrip(const v1::Matrix& matrix) {
 }  // namespace
 }  // namespace tessera::fuzz
 
-// Protobuf logs every string field that is not UTF-8; the fuzzer sends thousands.
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);
-  return 0;
-}
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tessera;
   using namespace tessera::fuzz;
@@ -86,17 +83,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
   for (const v1::Document& document : request.documents()) CheckMatrixRoundTrip(document.tokens());
 
-  // UpsertReactor::Process.
+  // What the Upsert handler runs for each message of a stream that names a collection.
+  v1::UpsertResponse response;
+  const absl::Status upserted = FixtureBackend().Upsert(request, &response);
+  if (!upserted.ok()) {
+    FUZZ_CHECK(absl::IsNotFound(upserted) || absl::IsResourceExhausted(upserted),
+               upserted.ToString());
+    return 0;
+  }
+  FUZZ_CHECK(response.results_size() == request.documents_size(), "one result per document");
+
   absl::StatusOr<std::shared_ptr<Collection>> collection = FindCollection(request.collection());
-  if (!collection.ok()) return 0;
-  if (request.documents_size() > FixtureConfig().max_documents_per_batch) return 0;
+  FUZZ_CHECK(collection.ok(), collection.status().ToString());
   const int64_t dim = (*collection)->schema().dim;
-  std::vector<Document> documents;
+  // The last accepted write of each id is the one that reads back: its index and its decoding.
+  std::map<std::string, std::pair<int, Document>> last;
   for (int i = 0; i < request.documents_size(); ++i) {
     const v1::Document& proto = request.documents(i);
+    const v1::DocumentResult& result = response.results(i);
+    FUZZ_CHECK(result.id() == proto.id(), absl::StrCat("result ", i, " names another id"));
     absl::StatusOr<Document> document = server::DocumentFromProto(proto, dim, i);
     if (!document.ok()) {
       FUZZ_CHECK(absl::IsInvalidArgument(document.status()), document.status().ToString());
+      FUZZ_CHECK(result.code() == static_cast<int>(absl::StatusCode::kInvalidArgument) &&
+                     result.message() == document.status().message(),
+                 absl::StrCat("result ", i, " of a refused document: ", result.code(), " ",
+                              result.message()));
       continue;
     }
     FUZZ_CHECK(document->id == proto.id() && document->num_tokens == proto.tokens().rows() &&
@@ -105,25 +117,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                    document->layout.has_value() == proto.has_layout() &&
                    static_cast<int>(document->attributes.size()) == proto.attributes_size(),
                "DocumentFromProto changed the document");
-    documents.push_back(std::move(*document));
-  }
-  const std::vector<Document> sent = documents;
-  const std::vector<UpsertOutcome> outcomes = (*collection)->Upsert(std::move(documents));
-  FUZZ_CHECK(outcomes.size() == sent.size(), "one outcome per document");
-
-  // The last write of each id is the one that reads back.
-  std::map<std::string, size_t> last;
-  for (size_t i = 0; i < sent.size(); ++i) {
-    if (outcomes[i].status.ok()) last[sent[i].id] = i;
+    if (result.code() == 0) last.insert_or_assign(proto.id(), std::pair{i, *std::move(document)});
   }
   std::vector<std::string> written;
-  for (const auto& [id, i] : last) {
+  for (const auto& [id, accepted] : last) {
+    const auto& [i, sent] = accepted;
+    const v1::DocumentResult& result = response.results(i);
     const absl::StatusOr<StoredDocument> stored = (*collection)->Get(id);
     FUZZ_CHECK(stored.ok(), absl::StrCat("Get after Upsert: ", stored.status().ToString()));
-    FUZZ_CHECK(stored->version == outcomes[i].version, "version");
-    FUZZ_CHECK(stored->num_tokens == sent[i].num_tokens, "num_tokens");
-    FUZZ_CHECK(stored->num_vectors() == outcomes[i].num_vectors, "num_vectors");
-    FUZZ_CHECK(SameAttributes(stored->attributes, sent[i].attributes), "attributes");
+    FUZZ_CHECK(stored->version == result.version(), "version");
+    FUZZ_CHECK(stored->num_tokens == sent.num_tokens, "num_tokens");
+    FUZZ_CHECK(stored->num_vectors() == result.num_vectors(), "num_vectors");
+    FUZZ_CHECK(SameAttributes(stored->attributes, sent.attributes), "attributes");
     if (!IsSeedId(request.collection(), id)) written.push_back(id);
   }
   if (!written.empty()) {

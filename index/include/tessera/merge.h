@@ -47,6 +47,15 @@ absl::StatusOr<SearchResult> FuseLanes(SearchResult lanes, bool has_dense_lane,
 // at most `max_depth`.
 int64_t HybridLaneDepth(const SearchOptions& options, int64_t max_depth);
 
+// The statistics of the one collection from its parts' (a collection's shards, a router's shard
+// nodes): AddStats sums each part's counts (documents, tokens, vectors, bytes, training shards,
+// trainings completed and failed) into `total` and appends its candidate_indexes; once every part
+// is in, SetStatsRatios derives the ratios from the sums (0 where the divisor is 0).
+// last_training_seconds is the most recent training's, which only the caller can tell: AddStats
+// leaves it alone.
+void AddStats(const CollectionStats& part, CollectionStats* total);
+void SetStatsRatios(CollectionStats* stats);
+
 }  // namespace tessera
 
 #endif  // TESSERA_MERGE_H_
