@@ -459,8 +459,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& data_dir
       static_cast<size_t>(std::max<int64_t>(options.block_cache_bytes, 0)));
   context.log = options.log;
   context.resident_rerank_bytes = options.resident_rerank_bytes;
-  // The CPU scorer splits its documents over the engine's pool: one budget of `threads`.
-  auto cpu = std::make_shared<internal::CpuMaxSimScorer>(DetectCpuIsa(), context.pool);
+  // The CPU scorer has a pool of its own, of `threads` too (see EngineOptions::threads for why
+  // not context.pool).
+  auto cpu = std::make_shared<internal::CpuMaxSimScorer>(
+      DetectCpuIsa(), std::make_shared<internal::ThreadPool>(options.threads));
   context.scorer = options.scorer == nullptr
                        ? std::shared_ptr<const MaxSimScorer>(std::move(cpu))
                        : std::shared_ptr<const MaxSimScorer>(NewFallbackMaxSimScorer(

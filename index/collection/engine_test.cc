@@ -114,18 +114,21 @@ int ProcessThreads() {
   return count;
 }
 
-// EngineOptions::threads is one budget: the CPU scorer splits its documents over the engine's pool
-// instead of a second pool of the same size it used to build for itself (an engine of 4 threads
-// started 6 workers: 3 for pooling and reads, 3 for MaxSim).
-TEST(Engine, ThreadsIsOnePoolThatTheCpuScorerShares) {
-  TempDir dir;
-  EngineOptions options;
-  options.threads = 4;
-  const int before = ProcessThreads();
-  auto engine = Engine::Open(dir.path(), options);
-  ASSERT_TRUE(engine.ok()) << engine.status();
-  // The calling thread is the pool's fourth.
-  EXPECT_EQ(ProcessThreads() - before, 3);
+// EngineOptions::threads sizes the engine's two pools, as its header says: one for pooling,
+// stage 1 and rerank reads, one for the CPU scorer's MaxSim (the server used to build the second
+// one itself, out of the engine's sight). An engine of 4 threads starts 2 × 3 workers (the calling
+// thread is each pool's fourth), whether or not it is given a GPU scorer.
+TEST(Engine, ThreadsSizesTheTwoPoolsItOwns) {
+  for (const bool given_scorer : {false, true}) {
+    TempDir dir;
+    EngineOptions options;
+    options.threads = 4;
+    if (given_scorer) options.scorer = *NewCpuMaxSimScorer(CpuMaxSimOptions{CpuIsa::kAuto, 1});
+    const int before = ProcessThreads();
+    auto engine = Engine::Open(dir.path(), options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    EXPECT_EQ(ProcessThreads() - before, 6) << "given a scorer: " << given_scorer;
+  }
 }
 
 // A scorer that always fails as a device does (not INVALID_ARGUMENT).

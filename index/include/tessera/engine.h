@@ -17,12 +17,15 @@
 namespace tessera {
 
 struct EngineOptions {
-  // The engine's one thread budget: a pool of this many threads (the calling thread counted; 0 =
-  // all hardware threads) splits the work of each call (pooling at ingest, reading rerank vectors,
-  // exact stage-1 scans, the CPU scorer's MaxSim) while calls run concurrently on their callers'
-  // threads. Not counted: RocksDB's background threads, a training's thread, and OpenMP's team
-  // in a stage-1 rebuild (training, the switch to HNSW), which is OpenMP's default
-  // (OMP_NUM_THREADS).
+  // The engine's thread budget, as two pools of this many threads each (the calling thread
+  // counted; 0 = all hardware threads) that split the work of a call while calls run concurrently
+  // on their callers' threads: one for pooling at ingest, stage 1 and reading rerank vectors, one
+  // for the CPU scorer's exact MaxSim. A search's stages run one after the other, so one search
+  // keeps at most `threads` threads busy; concurrent searches, up to twice that. Two pools rather
+  // than one because one measured slower: tessera-bench-index, 20k documents, serial searches on 2
+  // shared vCPUs, p50 ~8 ms with one pool against ~3.5 ms with two (ABAB runs, 2026-12-06). Not
+  // counted: RocksDB's background threads, a training's thread, and OpenMP's team in a stage-1
+  // rebuild (training, the switch to HNSW), which is OpenMP's default (OMP_NUM_THREADS).
   int threads = 0;
   // Threads OpenBLAS splits one matrix product over (FAISS's stage-1 scans and trainings), set
   // process-wide at Open (OpenBLAS has one setting per process: the last engine opened wins).
@@ -39,7 +42,7 @@ struct EngineOptions {
   int64_t resident_rerank_bytes = int64_t{4} << 30;
   CollectionLimits limits;
   // An exact scorer tried before the engine's CPU scorer (NewCudaMaxSimScorer); null = the CPU
-  // scorer only. The CPU scorer is the engine's own, on the pool of `threads`. A call `scorer`
+  // scorer only. The CPU scorer is the engine's own, on its pool of `threads`. A call `scorer`
   // fails with anything but INVALID_ARGUMENT (a device error, device memory exhausted) is scored
   // on the CPU scorer instead, after on_scorer_fallback(the failure) when that is set (from any
   // thread: it must be thread-safe).
