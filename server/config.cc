@@ -350,8 +350,8 @@ std::string ServerUsage() {
                                  (presenting --tls_cert/--tls_key when set)
   --insecure [true|false]        allow plaintext on an address beyond loopback (default false:
                                  such a --listen needs --tls_cert)
-  --threads N                    the engine's worker pool: pooling, rerank reads, stage-1
-                                 scans and CPU MaxSim share it (default 0 = all cores)
+  --threads N                    size of each of the engine's two worker pools (pooling, stage
+                                 1 and rerank reads; CPU MaxSim) (default 0 = all cores)
   --blas_threads N               OpenBLAS threads per matrix product in stage 1 (default 1:
                                  searches run in parallel already; 0 = OpenBLAS's own default)
   --sync_writes true|false       fsync before acknowledging writes (default true)

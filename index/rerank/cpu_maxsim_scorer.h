@@ -1,7 +1,7 @@
 // The CPU MaxSim backend: picks a kernel (AVX-512, AVX2 or portable) once at construction and
-// splits the documents of each Score() call across a thread pool: its own (NewCpuMaxSimScorer) or
-// one it shares (the engine's, so that EngineOptions::threads is one budget). The kernels
-// themselves live in index/kernels/, which stage 1 uses too.
+// splits the documents of each Score() call across the thread pool it is given (NewCpuMaxSimScorer
+// makes one; the engine makes one sized by EngineOptions::threads). The kernels themselves live in
+// index/kernels/, which stage 1 uses too.
 #ifndef TESSERA_INDEX_RERANK_CPU_MAXSIM_SCORER_H_
 #define TESSERA_INDEX_RERANK_CPU_MAXSIM_SCORER_H_
 
