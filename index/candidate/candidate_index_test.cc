@@ -785,4 +785,3 @@ TEST(ConfigureFaissForServing, SetsOpenBlasThreadsAndZeroLeavesThem) {
 
 }  // namespace
 }  // namespace tessera::internal
-
