@@ -134,6 +134,12 @@ std::map<std::string, Setter> Settings(ServerConfig* config, std::set<std::strin
     }
     return absl::OkStatus();
   };
+  settings["blas_threads"] = [config](const std::string& value) {
+    if (!absl::SimpleAtoi(value, &config->blas_threads) || config->blas_threads < 0) {
+      return Bad("blas_threads", value, "an integer ≥ 0");
+    }
+    return absl::OkStatus();
+  };
   auto boolean = [&settings, booleans](const std::string& name, bool* field) {
     booleans->insert(name);
     settings[name] = [name, field](const std::string& value) {
@@ -344,7 +350,10 @@ std::string ServerUsage() {
                                  (presenting --tls_cert/--tls_key when set)
   --insecure [true|false]        allow plaintext on an address beyond loopback (default false:
                                  such a --listen needs --tls_cert)
-  --threads N                    pooling and MaxSim threads (default 0 = all cores)
+  --threads N                    size of each of the engine's two worker pools (pooling, stage
+                                 1 and rerank reads; CPU MaxSim) (default 0 = all cores)
+  --blas_threads N               OpenBLAS threads per matrix product in stage 1 (default 1:
+                                 searches run in parallel already; 0 = OpenBLAS's own default)
   --sync_writes true|false       fsync before acknowledging writes (default true)
   --resident_rerank_bytes N      per shard, rerank vectors kept in memory (default 4 GiB; 0 = none)
   --rerank_device auto|cpu|cuda  exact MaxSim on the GPU when one is visible (default auto)

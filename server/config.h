@@ -49,7 +49,8 @@ struct ServerConfig {
   std::string cluster_tls_ca;
   // Plaintext gRPC on an address beyond loopback; without it such a listener needs TLS.
   bool insecure = false;
-  int threads = 0;                                   // pooling and MaxSim threads; 0 = all cores
+  int threads = 0;       // EngineOptions::threads: its two pools' size; 0 = all cores
+  int blas_threads = 1;  // EngineOptions::blas_threads: OpenBLAS threads; 0 = OpenBLAS's default
   int64_t resident_rerank_bytes = int64_t{4} << 30;  // per shard; 0 = none (read per search)
   bool sync_writes = true;                           // fsync the WAL before acknowledging
   std::string rerank_device = "auto";                // auto | cpu | cuda

@@ -42,6 +42,24 @@ TEST(ServerConfig, DefaultsFlagsAndYamlWithFlagsWinning) {
   std::remove(yaml.c_str());
 }
 
+// OpenBLAS's threads are the engine's explicit EngineOptions::blas_threads, one by default.
+TEST(ServerConfig, BlasThreadsDefaultsToOneAndIsAFlagAndAKey) {
+  auto config = ParseServerConfig({"tessera-server"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->blas_threads, 1);
+  const std::string yaml = ::testing::TempDir() + "/server_config_blas.yaml";
+  std::ofstream(yaml) << "blas_threads: 0\n";
+  config = ParseServerConfig({"tessera-server", "--config", yaml});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->blas_threads, 0);
+  config = ParseServerConfig({"tessera-server", "--config", yaml, "--blas_threads", "4"});
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->blas_threads, 4);
+  EXPECT_THAT(ParseServerConfig({"s", "--blas_threads", "-1"}).status().message(),
+              HasSubstr("--blas_threads '-1', expected an integer ≥ 0"));
+  std::remove(yaml.c_str());
+}
+
 TEST(ServerConfig, RejectsWhatItCannotUse) {
   EXPECT_THAT(ParseServerConfig({"s", "--bogus", "1"}).status().message(),
               HasSubstr("unknown flag --bogus"));

@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "server/convert.h"
-#include "server/handler_util.h"
 #include "server/log.h"
+#include "server/request_handlers.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::server {

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "server/backend.h"
-#include "server/services.h"
+#include "server/service_context.h"
 
 namespace tessera::server {
 

@@ -1,11 +1,16 @@
 // Tests of the structured log's line format: every field, and escaping that gives valid JSON for
-// any bytes (control characters, quotes, invalid UTF-8).
+// any bytes (control characters, quotes, invalid UTF-8); and of the sink through which the
+// engine's own log lines reach it.
 #include "server/log.h"
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "absl/time/time.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tessera/engine.h"
 
 namespace tessera::server {
 namespace {
@@ -33,6 +38,43 @@ TEST(JsonQuote, KeepsValidUtf8AndReplacesEveryInvalidByte) {
   EXPECT_EQ(JsonQuote("\xed\xa0\x80"), "\"\\ufffd\\ufffd\\ufffd\"");
   EXPECT_EQ(JsonQuote("\xf4\x90\x80\x80"), "\"\\ufffd\\ufffd\\ufffd\\ufffd\"");
   EXPECT_EQ(JsonQuote("\xff"), "\"\\ufffd\"");
+}
+
+// The engine logs through EngineOptions::log; the server's sink makes its records structured JSON
+// lines on stderr, as the server's own: here the line an engine writes when it finds a collection
+// whose schema file is corrupt.
+TEST(ServerLogSink, WritesTheEnginesRecordsAsJsonLines) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::path(::testing::TempDir()) / "server_log_sink_test";
+  fs::remove_all(dir);
+  {
+    auto engine = Engine::Open(dir.string());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    CollectionSchema schema;
+    schema.name = "papers";
+    schema.dim = 8;
+    ASSERT_TRUE((*engine)->CreateCollection(schema).ok());
+  }
+  int corrupted = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.path().filename() == "schema") {
+      std::ofstream(entry.path(), std::ios::trunc) << "not a schema";
+      ++corrupted;
+    }
+  }
+  ASSERT_EQ(corrupted, 1);
+  EngineOptions options;
+  options.log = ServerLogSink();
+  ::testing::internal::CaptureStderr();
+  auto engine = Engine::Open(dir.string(), options);
+  const std::string written = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  EXPECT_THAT(written, ::testing::MatchesRegex(
+                           "\\{\"ts\":\"[0-9T:.Z-]+\",\"level\":\"error\",\"msg\":\"collection "
+                           "unavailable\",\"collection\":\"papers\",\"directory\":\"[^\"]+\","
+                           "\"error\":\"[^\"]+\"\\}\n"));
+  engine->reset();
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -15,7 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/services.h"
+#include "server/service_context.h"
 #include "tessera/base/mutex.h"
 #include "tessera/v1/shard.grpc.pb.h"
 

@@ -46,17 +46,16 @@
 namespace tessera::server {
 namespace {
 
-// The exact scorer for --rerank_device, and a name for logs. auto: the GPU when one is visible,
-// else the CPU; cuda: the GPU or an error. A GPU scorer falls back to the CPU per call when the
-// device fails; each fallback is logged and counted.
+// The GPU scorer for --rerank_device (EngineOptions::scorer; null: the CPU only), and a name for
+// logs. auto: the GPU when one is visible, else the CPU; cuda: the GPU or an error. The CPU scorer
+// is the engine's own, on its pool of --threads (one pool of that size, not two); the engine falls
+// back to it per call when the device fails, and each fallback is logged and counted
+// (EngineOptions::on_scorer_fallback).
 absl::StatusOr<std::pair<std::shared_ptr<const MaxSimScorer>, std::string>> RerankScorer(
-    const ServerConfig& config, Metrics* metrics) {
-  CpuMaxSimOptions cpu_options;
-  cpu_options.num_threads = config.threads;
-  absl::StatusOr<std::unique_ptr<MaxSimScorer>> cpu = NewCpuMaxSimScorer(cpu_options);
-  if (!cpu.ok()) return cpu.status();
-  std::shared_ptr<const MaxSimScorer> cpu_scorer = std::move(*cpu);
-  if (config.rerank_device == "cpu") return std::make_pair(cpu_scorer, std::string("cpu"));
+    const ServerConfig& config) {
+  if (config.rerank_device == "cpu") {
+    return std::make_pair(std::shared_ptr<const MaxSimScorer>(), std::string("cpu"));
+  }
   absl::StatusOr<std::unique_ptr<MaxSimScorer>> gpu = NewCudaMaxSimScorer();
   if (!gpu.ok()) {
     if (config.rerank_device == "cuda") {
@@ -64,15 +63,9 @@ absl::StatusOr<std::pair<std::shared_ptr<const MaxSimScorer>, std::string>> Rera
                           absl::StrCat("--rerank_device cuda: ", gpu.status().message()));
     }
     Log("info", "exact MaxSim on the CPU", {{"reason", std::string(gpu.status().message())}});
-    return std::make_pair(cpu_scorer, std::string("cpu"));
+    return std::make_pair(std::shared_ptr<const MaxSimScorer>(), std::string("cpu"));
   }
-  std::shared_ptr<const MaxSimScorer> gpu_scorer = std::move(*gpu);
-  auto scorer = NewFallbackMaxSimScorer(gpu_scorer, cpu_scorer, [metrics](const absl::Status& s) {
-    metrics->RecordRerankFallback();
-    Log("warning", "GPU MaxSim failed; scored on the CPU", {{"error", std::string(s.message())}});
-  });
-  return std::make_pair(std::shared_ptr<const MaxSimScorer>(std::move(scorer)),
-                        std::string("cuda"));
+  return std::make_pair(std::shared_ptr<const MaxSimScorer>(std::move(*gpu)), std::string("cuda"));
 }
 
 constexpr int64_t kNodeLeaseSeconds = 10;
@@ -342,11 +335,16 @@ int Run(const ServerConfig& config) {
           std::to_string(cluster_state->CollectionsIn(v1::ClusterCollection::READY).size())}});
   } else {
     EngineOptions engine_options;
-    auto scorer = RerankScorer(config, &metrics);
+    auto scorer = RerankScorer(config);
     if (!scorer.ok()) return Fail(scorer.status());
     engine_options.scorer = std::move(scorer->first);
+    engine_options.on_scorer_fallback = [&metrics](const absl::Status& s) {
+      metrics.RecordRerankFallback();
+      Log("warning", "GPU MaxSim failed; scored on the CPU", {{"error", std::string(s.message())}});
+    };
     const std::string rerank_device = scorer->second;
     engine_options.threads = config.threads;
+    engine_options.blas_threads = config.blas_threads;
     engine_options.log = ServerLogSink();
     engine_options.sync_writes = config.sync_writes;
     engine_options.resident_rerank_bytes = config.resident_rerank_bytes;

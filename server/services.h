@@ -6,31 +6,12 @@
 #ifndef TESSERA_SERVER_SERVICES_H_
 #define TESSERA_SERVER_SERVICES_H_
 
-#include "server/admission.h"
-#include "server/backend.h"
-#include "server/config.h"
-#include "server/metrics.h"
-#include "tessera/engine.h"
-#include "tessera/snapshot.h"
+#include "server/service_context.h"
 #include "tessera/v1/admin.grpc.pb.h"
 #include "tessera/v1/ingest.grpc.pb.h"
 #include "tessera/v1/query.grpc.pb.h"
 
 namespace tessera::server {
-
-// What every handler needs. Outlives the gRPC server.
-struct ServiceContext {
-  Engine* engine = nullptr;            // null on a router
-  Backend* backend = nullptr;          // what the public services serve from
-  SnapshotStore* snapshots = nullptr;  // the engine's snapshots; null on a router
-  Admission* admission = nullptr;
-  Metrics* metrics = nullptr;
-  ServerConfig config;
-  std::string cluster_key;  // from config.cluster_key_file; sent on calls to other nodes
-  // Of calls to other nodes (config.cluster_tls_ca): TLS or plaintext.
-  std::shared_ptr<grpc::ChannelCredentials> cluster_credentials =
-      grpc::InsecureChannelCredentials();
-};
 
 class AdminServiceImpl final : public v1::AdminService::CallbackService {
  public:

@@ -10,8 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "server/convert.h"
-#include "server/handler_util.h"
 #include "server/log.h"
+#include "server/request_handlers.h"
 #include "tessera/document.h"
 #include "tessera/status_macros.h"
 

@@ -21,7 +21,7 @@
 
 #include "absl/strings/string_view.h"
 #include "server/replica_copy.h"
-#include "server/services.h"
+#include "server/service_context.h"
 #include "tessera/v1/shard.grpc.pb.h"
 
 namespace tessera::server {

@@ -5,8 +5,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/handler_util.h"
 #include "server/log.h"
+#include "server/request_handlers.h"
 #include "server/services.h"
 #include "tessera/status_macros.h"
 #include "tessera/wire/status.h"

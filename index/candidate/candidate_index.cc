@@ -111,25 +111,6 @@ absl::Status FaissCall(absl::string_view what, Fn&& fn) {
 // 117 ms with one thread, 879 ms with two (FAISS's per-block OpenMP regions fight OpenBLAS's own
 // threads). TSan builds run rebuilds on one thread as well.
 
-// Process-wide settings of FAISS and OpenBLAS for serving, applied once before the first index
-// can be searched:
-// - FAISS's flat searches (IVF's coarse quantizer; Flat indexes are scanned by ExactSearch) take
-//   one sgemm per block of database vectors when at least distance_compute_blas_threshold (20)
-//   query rows come at once, and otherwise compute one inner product at a time — in Debian's
-//   generic build a scalar loop. Queries here are token matrices of a few to a few dozen rows
-//   (medline, 24k × 384 Flat through FAISS: 45% of the search in fvec_inner_product_ref).
-// - OpenBLAS's own threads split each of those small sgemms (a query's tokens × 1,024 vectors)
-//   and then spin in sched_yield waiting for each other, while the server already runs searches
-//   in parallel; one BLAS thread per search, like one OpenMP thread (ScopedSingleOmpThread).
-void ConfigureBlasForServing() {
-  static const bool kConfigured = [] {
-    faiss::distance_compute_blas_threshold = 1;
-    openblas_set_num_threads(1);
-    return true;
-  }();
-  (void)kConfigured;
-}
-
 // How the inner index is searched. Every kind removes documents by tombstones (dead_), compacted
 // past kCompactionFraction: IDMap2's remove_ids renumbers IVF ids, and for the rest it shifts the
 // storage and rebuilds the whole id → position map, O(index) per document (156k vectors of dim
@@ -349,14 +330,14 @@ absl::string_view AsBytes(const void* data, size_t size) {
 
 }  // namespace
 
-class CandidateIndex::Impl {
+// The one implementation of CandidateIndex.
+class CandidateIndexImpl final : public CandidateIndex {
  public:
   // `index` holds the vectors of `docs`; `dead` marks its tombstoned positions.
-  Impl(const CandidateIndexOptions& options, std::unique_ptr<faiss::IndexIDMap2> index,
-       std::string description, bool trained, std::map<uint64_t, int64_t> docs,
-       std::vector<uint8_t> dead)
+  CandidateIndexImpl(const CandidateIndexOptions& options,
+                     std::unique_ptr<faiss::IndexIDMap2> index, std::string description,
+                     bool trained, std::map<uint64_t, int64_t> docs, std::vector<uint8_t> dead)
       : options_(options), auto_(options.factory == "auto") {
-    ConfigureBlasForServing();
     MutexLock lock(&mu_);
     index_ = std::move(index);
     kind_ = KindOf(index_->index);
@@ -368,14 +349,15 @@ class CandidateIndex::Impl {
     dead_count_ = std::count(dead_.begin(), dead_.end(), uint8_t{1});
   }
 
-  absl::Status Add(uint64_t doc, FloatMatrixView vectors) ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
-  absl::Status Remove(uint64_t doc) ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
+  absl::Status Add(uint64_t doc, FloatMatrixView vectors) override
+      ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
+  absl::Status Remove(uint64_t doc) override ABSL_LOCKS_EXCLUDED(write_mu_, mu_);
   absl::StatusOr<std::vector<std::vector<CandidateHit>>> Search(
       FloatMatrixView queries, int k, const std::function<bool(uint64_t)>* accept,
-      ThreadPool* pool) const ABSL_LOCKS_EXCLUDED(mu_);
-  std::vector<uint64_t> Documents() const ABSL_LOCKS_EXCLUDED(mu_);
-  CandidateIndexStats Stats() const ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status Save(const std::string& path, uint64_t covered) const
+      ThreadPool* pool) const override ABSL_LOCKS_EXCLUDED(mu_);
+  std::vector<uint64_t> Documents() const override ABSL_LOCKS_EXCLUDED(mu_);
+  CandidateIndexStats Stats() const override ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Save(const std::string& path, uint64_t covered) const override
       ABSL_LOCKS_EXCLUDED(save_mu_, mu_);
 
  private:
@@ -421,7 +403,7 @@ class CandidateIndex::Impl {
   int64_t dead_count_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-absl::Status CandidateIndex::Impl::Add(uint64_t doc, FloatMatrixView vectors) {
+absl::Status CandidateIndexImpl::Add(uint64_t doc, FloatMatrixView vectors) {
   if (vectors.cols != options_.dim) {
     return absl::InvalidArgumentError(absl::StrCat("document ", doc, ": candidate vectors of dim ",
                                                    vectors.cols, ", the index expects ",
@@ -454,7 +436,7 @@ absl::Status CandidateIndex::Impl::Add(uint64_t doc, FloatMatrixView vectors) {
   return MaybeRebuild();
 }
 
-absl::Status CandidateIndex::Impl::Remove(uint64_t doc) {
+absl::Status CandidateIndexImpl::Remove(uint64_t doc) {
   MutexLock write_lock(&write_mu_);
   {
     ScopedSingleOmpThread single_thread;
@@ -464,7 +446,7 @@ absl::Status CandidateIndex::Impl::Remove(uint64_t doc) {
   return MaybeRebuild();
 }
 
-absl::Status CandidateIndex::Impl::AddLocked(uint64_t doc, FloatMatrixView vectors) {
+absl::Status CandidateIndexImpl::AddLocked(uint64_t doc, FloatMatrixView vectors) {
   std::vector<FaissId> ids(vectors.rows);
   for (int64_t slot = 0; slot < vectors.rows; ++slot) ids[slot] = MakeId(doc, slot);
   faiss::IndexIDMap2* index = index_.get();  // lambdas escape the lock analysis
@@ -478,7 +460,7 @@ absl::Status CandidateIndex::Impl::AddLocked(uint64_t doc, FloatMatrixView vecto
   return absl::OkStatus();
 }
 
-absl::Status CandidateIndex::Impl::RemoveLocked(uint64_t doc) {
+absl::Status CandidateIndexImpl::RemoveLocked(uint64_t doc) {
   auto it = docs_.find(doc);
   if (it == docs_.end()) return absl::OkStatus();
   const int64_t count = it->second;
@@ -496,8 +478,8 @@ absl::Status CandidateIndex::Impl::RemoveLocked(uint64_t doc) {
   return absl::OkStatus();
 }
 
-absl::Status CandidateIndex::Impl::CollectLive(std::vector<float>* vectors,
-                                               std::vector<FaissId>* ids) const {
+absl::Status CandidateIndexImpl::CollectLive(std::vector<float>* vectors,
+                                             std::vector<FaissId>* ids) const {
   const int64_t ntotal = index_->ntotal;
   const size_t d = static_cast<size_t>(options_.dim);
   vectors->resize(static_cast<size_t>(ntotal) * d);
@@ -521,7 +503,7 @@ absl::Status CandidateIndex::Impl::CollectLive(std::vector<float>* vectors,
   return absl::OkStatus();
 }
 
-absl::Status CandidateIndex::Impl::MaybeRebuild() {
+absl::Status CandidateIndexImpl::MaybeRebuild() {
 #ifdef ABSL_HAVE_THREAD_SANITIZER
   ScopedSingleOmpThread single_thread;
 #endif
@@ -610,7 +592,7 @@ absl::Status CandidateIndex::Impl::MaybeRebuild() {
   return absl::OkStatus();
 }
 
-std::vector<FaissId> CandidateIndex::Impl::AcceptedPositions(
+std::vector<FaissId> CandidateIndexImpl::AcceptedPositions(
     const std::function<bool(uint64_t)>* accept) const {
   std::vector<FaissId> positions;
   const int64_t ntotal = index_->ntotal;
@@ -629,11 +611,11 @@ std::vector<FaissId> CandidateIndex::Impl::AcceptedPositions(
   return positions;
 }
 
-absl::Status CandidateIndex::Impl::ExactSearch(FloatMatrixView queries,
-                                               const std::vector<int64_t>& rows,
-                                               const std::vector<FaissId>& positions, int k,
-                                               ThreadPool* pool,
-                                               std::vector<std::vector<ScoredId>>* hits) const {
+absl::Status CandidateIndexImpl::ExactSearch(FloatMatrixView queries,
+                                             const std::vector<int64_t>& rows,
+                                             const std::vector<FaissId>& positions, int k,
+                                             ThreadPool* pool,
+                                             std::vector<std::vector<ScoredId>>* hits) const {
   const size_t d = static_cast<size_t>(options_.dim);
   const size_t nq = rows.size();
   if (positions.empty()) {
@@ -730,10 +712,10 @@ absl::Status CandidateIndex::Impl::ExactSearch(FloatMatrixView queries,
   return absl::OkStatus();
 }
 
-absl::Status CandidateIndex::Impl::SearchLocked(FloatMatrixView queries, int k,
-                                                const std::function<bool(uint64_t)>* accept,
-                                                ThreadPool* pool,
-                                                std::vector<std::vector<ScoredId>>* hits) const {
+absl::Status CandidateIndexImpl::SearchLocked(FloatMatrixView queries, int k,
+                                              const std::function<bool(uint64_t)>* accept,
+                                              ThreadPool* pool,
+                                              std::vector<std::vector<ScoredId>>* hits) const {
   const int64_t nq = queries.rows;
   const bool has_dead = dead_count_ > 0;
   const bool filtered = accept != nullptr || has_dead;
@@ -794,7 +776,7 @@ absl::Status CandidateIndex::Impl::SearchLocked(FloatMatrixView queries, int k,
   return ExactSearch(queries, rows, positions, k, pool, hits);
 }
 
-absl::StatusOr<std::vector<std::vector<CandidateHit>>> CandidateIndex::Impl::Search(
+absl::StatusOr<std::vector<std::vector<CandidateHit>>> CandidateIndexImpl::Search(
     FloatMatrixView queries, int k, const std::function<bool(uint64_t)>* accept,
     ThreadPool* pool) const {
   if (k < 1) return absl::InvalidArgumentError(absl::StrCat("k ", k, ", expected >= 1"));
@@ -822,7 +804,7 @@ absl::StatusOr<std::vector<std::vector<CandidateHit>>> CandidateIndex::Impl::Sea
   return result;
 }
 
-std::vector<uint64_t> CandidateIndex::Impl::Documents() const {
+std::vector<uint64_t> CandidateIndexImpl::Documents() const {
   ReaderMutexLock lock(&mu_);
   std::vector<uint64_t> docs;
   docs.reserve(docs_.size());
@@ -830,7 +812,7 @@ std::vector<uint64_t> CandidateIndex::Impl::Documents() const {
   return docs;
 }
 
-CandidateIndexStats CandidateIndex::Impl::Stats() const {
+CandidateIndexStats CandidateIndexImpl::Stats() const {
   ReaderMutexLock lock(&mu_);
   CandidateIndexStats stats;
   stats.vectors = live_vectors_;
@@ -857,7 +839,7 @@ CandidateIndexStats CandidateIndex::Impl::Stats() const {
   return stats;
 }
 
-absl::Status CandidateIndex::Impl::Save(const std::string& path, uint64_t covered) const {
+absl::Status CandidateIndexImpl::Save(const std::string& path, uint64_t covered) const {
   MutexLock save_lock(&save_mu_);
   std::string meta;
   faiss::VectorIOWriter writer;
@@ -891,9 +873,6 @@ absl::Status CandidateIndex::Impl::Save(const std::string& path, uint64_t covere
   return WriteFileAtomically(path, {header, meta, AsBytes(writer.data.data(), writer.data.size())});
 }
 
-CandidateIndex::CandidateIndex(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-CandidateIndex::~CandidateIndex() = default;
-
 absl::StatusOr<std::unique_ptr<CandidateIndex>> CandidateIndex::Create(
     const CandidateIndexOptions& options) {
   TESSERA_RETURN_IF_ERROR(ValidateOptions(options));
@@ -920,29 +899,9 @@ absl::StatusOr<std::unique_ptr<CandidateIndex>> CandidateIndex::Create(
     index->own_fields = true;
     static_cast<void>(inner.release());  // index owns it
   }));
-  return std::unique_ptr<CandidateIndex>(new CandidateIndex(
-      std::make_unique<Impl>(options, std::move(index), std::move(description), trained,
-                             std::map<uint64_t, int64_t>{}, std::vector<uint8_t>{})));
-}
-
-absl::Status CandidateIndex::Add(uint64_t doc, FloatMatrixView vectors) {
-  return impl_->Add(doc, vectors);
-}
-
-absl::Status CandidateIndex::Remove(uint64_t doc) { return impl_->Remove(doc); }
-
-absl::StatusOr<std::vector<std::vector<CandidateHit>>> CandidateIndex::Search(
-    FloatMatrixView queries, int k, const std::function<bool(uint64_t doc)>* accept,
-    ThreadPool* pool) const {
-  return impl_->Search(queries, k, accept, pool);
-}
-
-std::vector<uint64_t> CandidateIndex::Documents() const { return impl_->Documents(); }
-
-CandidateIndexStats CandidateIndex::Stats() const { return impl_->Stats(); }
-
-absl::Status CandidateIndex::Save(const std::string& path, uint64_t covered) const {
-  return impl_->Save(path, covered);
+  return std::make_unique<CandidateIndexImpl>(options, std::move(index), std::move(description),
+                                              trained, std::map<uint64_t, int64_t>{},
+                                              std::vector<uint8_t>{});
 }
 
 absl::StatusOr<std::pair<std::unique_ptr<CandidateIndex>, uint64_t>> CandidateIndex::Load(
@@ -1057,10 +1016,21 @@ absl::StatusOr<std::pair<std::unique_ptr<CandidateIndex>, uint64_t>> CandidateIn
   status =
       FaissCall("configuring the loaded index", [&] { ConfigureInner(index->index, options); });
   if (!status.ok()) return status;
-  auto impl = std::make_unique<Impl>(options, std::move(index), std::move(description), trained,
-                                     std::move(docs), std::move(dead));
-  return std::make_pair(std::unique_ptr<CandidateIndex>(new CandidateIndex(std::move(impl))),
-                        covered);
+  std::unique_ptr<CandidateIndex> loaded = std::make_unique<CandidateIndexImpl>(
+      options, std::move(index), std::move(description), trained, std::move(docs), std::move(dead));
+  return std::make_pair(std::move(loaded), covered);
 }
+
+void ConfigureFaissForServing(int blas_threads) {
+  // FAISS's flat searches (IVF's coarse quantizer; Flat indexes are scanned by ExactSearch) take
+  // one sgemm per block of database vectors when at least distance_compute_blas_threshold (20)
+  // query rows come at once, and otherwise compute one inner product at a time — in Debian's
+  // generic build a scalar loop. Queries here are token matrices of a few to a few dozen rows
+  // (medline, 24k × 384 Flat through FAISS: 45% of the search in fvec_inner_product_ref).
+  faiss::distance_compute_blas_threshold = 1;
+  if (blas_threads > 0) openblas_set_num_threads(blas_threads);
+}
+
+int BlasThreads() { return openblas_get_num_threads(); }
 
 }  // namespace tessera::internal

@@ -56,18 +56,41 @@ struct CandidateIndexStats {
   int64_t memory_bytes = 0;  // estimated resident bytes of the FAISS index (tombstones included)
 };
 
+// Process-wide settings of FAISS and OpenBLAS for serving; the engine applies them at open
+// (EngineOptions::blas_threads). FAISS's flat searches take one sgemm even for queries of a few
+// rows (distance_compute_blas_threshold 1), and OpenBLAS splits each sgemm over `blas_threads`
+// threads (0: leave OpenBLAS's count as it is: OPENBLAS_NUM_THREADS or every core). One is best
+// for serving: the sgemms are small (a query's tokens × 1,024 vectors) and searches already run
+// in parallel, so OpenBLAS's threads would only spin in sched_yield waiting for each other. Call
+// it before searches start: it changes globals that searches read. FAISS's OpenMP is not set
+// here: searches and writes run on their calling thread (ScopedSingleOmpThread), and only bulk
+// rebuilds (the auto switch to HNSW, training, compaction) use OpenMP's default team.
+void ConfigureFaissForServing(int blas_threads);
+// OpenBLAS's thread count now (openblas_get_num_threads).
+int BlasThreads();
+
+// The interface; CandidateIndexImpl (candidate_index.cc) is its one implementation (leveldb's DB /
+// DBImpl).
 class CandidateIndex {
  public:
   // INVALID_ARGUMENT for dim < 1 or a factory string FAISS rejects (with FAISS's message).
   static absl::StatusOr<std::unique_ptr<CandidateIndex>> Create(
       const CandidateIndexOptions& options);
-  ~CandidateIndex();
+  // Loads a snapshot written by Save. NOT_FOUND when missing; DATA_LOSS when corrupt or truncated
+  // (checksum, FAISS read error, dim mismatch with `options`).
+  static absl::StatusOr<std::pair<std::unique_ptr<CandidateIndex>, uint64_t>> Load(
+      const std::string& path, const CandidateIndexOptions& options);
+
+  CandidateIndex() = default;
+  CandidateIndex(const CandidateIndex&) = delete;
+  CandidateIndex& operator=(const CandidateIndex&) = delete;
+  virtual ~CandidateIndex() = default;
 
   // Adds a document's candidate vectors (rows × dim fp32), replacing any it had.
   // INVALID_ARGUMENT for a wrong dim, zero rows or more than kMaxCandidateVectorsPerDocument.
-  absl::Status Add(uint64_t doc, FloatMatrixView vectors);
+  virtual absl::Status Add(uint64_t doc, FloatMatrixView vectors) = 0;
   // Removes a document; a no-op for an unknown one.
-  absl::Status Remove(uint64_t doc);
+  virtual absl::Status Remove(uint64_t doc) = 0;
 
   // For each query row (nq × dim), up to k hits with the highest inner product, best first (ties:
   // lower document, then slot), among the vectors of documents for which `accept` returns true
@@ -75,26 +98,17 @@ class CandidateIndex {
   // yields k hits per row. `accept` is called only on the calling thread. Exact scans (Flat, and
   // the exact fallbacks of the other kinds) are split over `pool` when it is not null; the caller
   // works alongside it (ThreadPool::ParallelFor), so calling from inside a pool task is fine.
-  absl::StatusOr<std::vector<std::vector<CandidateHit>>> Search(
+  virtual absl::StatusOr<std::vector<std::vector<CandidateHit>>> Search(
       FloatMatrixView queries, int k, const std::function<bool(uint64_t doc)>* accept,
-      ThreadPool* pool = nullptr) const;
+      ThreadPool* pool) const = 0;
 
   // The documents indexed, ascending.
-  std::vector<uint64_t> Documents() const;
-  CandidateIndexStats Stats() const;
+  virtual std::vector<uint64_t> Documents() const = 0;
+  virtual CandidateIndexStats Stats() const = 0;
 
   // Writes a snapshot to `path` (atomically: a temporary file, fsync, rename) with `covered` (an
   // opaque number the owner uses: the store sequence and iid the snapshot reflects) and a checksum.
-  absl::Status Save(const std::string& path, uint64_t covered) const;
-  // Loads a snapshot written by Save. NOT_FOUND when missing; DATA_LOSS when corrupt or truncated
-  // (checksum, FAISS read error, dim mismatch with `options`).
-  static absl::StatusOr<std::pair<std::unique_ptr<CandidateIndex>, uint64_t>> Load(
-      const std::string& path, const CandidateIndexOptions& options);
-
- private:
-  class Impl;
-  explicit CandidateIndex(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  virtual absl::Status Save(const std::string& path, uint64_t covered) const = 0;
 };
 
 }  // namespace tessera::internal

@@ -220,16 +220,16 @@ TEST_P(FlatExactness, MatchesBruteForce) {
   EXPECT_EQ(index->Stats().description, "IDMap2,Flat");
   const auto queries = RandomUnitRows(8, kDim, 99);
   for (int k : {1, 25, 100000}) {
-    auto hits = index->Search(View(queries, kDim), k, nullptr);
+    auto hits = index->Search(View(queries, kDim), k, nullptr, nullptr);
     ASSERT_TRUE(hits.ok()) << hits.status();
     ExpectSameHits(*hits, corpus.Search(queries, k), 1e-5f);
   }
   std::function<bool(uint64_t)> accept = [](uint64_t doc) { return doc % 3 == 0; };
-  auto filtered = index->Search(View(queries, kDim), 25, &accept);
+  auto filtered = index->Search(View(queries, kDim), 25, &accept, nullptr);
   ASSERT_TRUE(filtered.ok()) << filtered.status();
   ExpectSameHits(*filtered, corpus.Search(queries, 25, accept), 1e-5f);
   // One query row takes the same path as many.
-  auto single = index->Search({queries.data(), 1, kDim}, 25, &accept);
+  auto single = index->Search({queries.data(), 1, kDim}, 25, &accept, nullptr);
   ASSERT_TRUE(single.ok());
   ExpectSameHits(*single, {corpus.Search(queries, 25, accept)[0]}, 1e-5f);
 }
@@ -240,7 +240,7 @@ TEST(CandidateIndex, TiesAreOrderedByAscendingDocument) {
   auto index = MakeIndex(Options(8, "Flat"));
   const auto v = RandomUnitRows(1, 8, 3);
   for (uint64_t doc : {9, 3, 7, 5}) ASSERT_TRUE(index->Add(doc, View(v, 8)).ok());
-  auto hits = index->Search(View(v, 8), 10, nullptr);
+  auto hits = index->Search(View(v, 8), 10, nullptr, nullptr);
   ASSERT_TRUE(hits.ok());
   ASSERT_EQ(hits->size(), 1u);
   std::vector<uint64_t> docs;
@@ -277,7 +277,7 @@ TEST(CandidateIndex, ExactScanSplitOverAPoolMatchesBruteForce) {
   ASSERT_TRUE(filtered.ok()) << filtered.status();
   ExpectSameHits(*filtered, corpus.Search(queries, 50, accept), 1e-5f);
   // Without a pool, the same hits.
-  auto alone = index->Search(View(queries, kDim), 50, &accept);
+  auto alone = index->Search(View(queries, kDim), 50, &accept, nullptr);
   ASSERT_TRUE(alone.ok());
   ExpectSameHits(*alone, *filtered, 0.0f);
 }
@@ -307,7 +307,7 @@ TEST_P(SelectiveFilter, ReturnsKAcceptedHits) {
   std::function<bool(uint64_t)> accept = [](uint64_t doc) { return doc % 100 == 7; };  // 40 vectors
   const auto queries = RandomUnitRows(16, kDim, 5);
   for (int k : {10, 40, 64}) {
-    auto hits = index->Search(View(queries, kDim), k, &accept);
+    auto hits = index->Search(View(queries, kDim), k, &accept, nullptr);
     ASSERT_TRUE(hits.ok()) << hits.status();
     ExpectWellFormed(*hits, k, accept);
     for (const auto& row : *hits) EXPECT_EQ(row.size(), std::min<size_t>(k, 40)) << "k " << k;
@@ -319,7 +319,7 @@ TEST_P(SelectiveFilter, ReturnsKAcceptedHits) {
     }
   }
   // Unfiltered recall of the approximate kinds.
-  auto hits = index->Search(View(queries, kDim), 20, nullptr);
+  auto hits = index->Search(View(queries, kDim), 20, nullptr, nullptr);
   ASSERT_TRUE(hits.ok());
   ExpectWellFormed(*hits, 20, nullptr);
   EXPECT_GE(Recall(*hits, corpus.Search(queries, 20)), min_recall);
@@ -350,7 +350,7 @@ TEST(CandidateIndex, AutoSwitchesToHnswWhenCrossingTheLimit) {
   EXPECT_TRUE(stats.trained);
   ASSERT_NO_FATAL_FAILURE(corpus.AddRange(*index, 125, 1000, 4));
   const auto queries = RandomUnitRows(16, kDim, 77);
-  auto hits = index->Search(View(queries, kDim), 20, nullptr);
+  auto hits = index->Search(View(queries, kDim), 20, nullptr, nullptr);
   ASSERT_TRUE(hits.ok());
   ExpectWellFormed(*hits, 20, nullptr);
   EXPECT_GE(Recall(*hits, corpus.Search(queries, 20)), 0.9);
@@ -368,7 +368,7 @@ TEST(CandidateIndex, FlatRemoveAndReAdd) {
   EXPECT_EQ(index->Stats().documents, 150);
   EXPECT_EQ(index->Stats().vectors, corpus.vectors());
   const auto queries = RandomUnitRows(6, kDim, 12);
-  auto hits = index->Search(View(queries, kDim), 30, nullptr);
+  auto hits = index->Search(View(queries, kDim), 30, nullptr, nullptr);
   ASSERT_TRUE(hits.ok());
   ExpectSameHits(*hits, corpus.Search(queries, 30), 1e-5f);
 
@@ -376,10 +376,10 @@ TEST(CandidateIndex, FlatRemoveAndReAdd) {
   ASSERT_TRUE(corpus.Add(*index, 1, RandomUnitRows(1, kDim, 13)).ok());
   ASSERT_TRUE(corpus.Add(*index, 4, RandomUnitRows(3, kDim, 14)).ok());
   EXPECT_EQ(index->Stats().vectors, corpus.vectors());
-  hits = index->Search(View(queries, kDim), 30, nullptr);
+  hits = index->Search(View(queries, kDim), 30, nullptr, nullptr);
   ASSERT_TRUE(hits.ok());
   ExpectSameHits(*hits, corpus.Search(queries, 30), 1e-5f);
-  auto self = index->Search(View(corpus.vectors_of(4), kDim), 1, nullptr);
+  auto self = index->Search(View(corpus.vectors_of(4), kDim), 1, nullptr, nullptr);
   ASSERT_TRUE(self.ok());
   for (const auto& row : *self) {
     ASSERT_EQ(row.size(), 1u);
@@ -419,7 +419,7 @@ TEST_P(TombstonesAndCompaction, RemovedVectorsAreNeverFound) {
     const auto v = RandomUnitRows(4, kDim, doc);
     removed_queries.insert(removed_queries.end(), v.begin(), v.end());
   }
-  auto hits = index->Search(View(removed_queries, kDim), 50, nullptr);
+  auto hits = index->Search(View(removed_queries, kDim), 50, nullptr, nullptr);
   ASSERT_TRUE(hits.ok());
   for (const auto& row : *hits) {
     EXPECT_EQ(row.size(), 50u);
@@ -431,7 +431,7 @@ TEST_P(TombstonesAndCompaction, RemovedVectorsAreNeverFound) {
     ASSERT_TRUE(index->Save(path, 7).ok());
     auto loaded = CandidateIndex::Load(path, Options(kDim, GetParam()));
     ASSERT_TRUE(loaded.ok()) << loaded.status();
-    auto reloaded_hits = loaded->first->Search(View(removed_queries, kDim), 50, nullptr);
+    auto reloaded_hits = loaded->first->Search(View(removed_queries, kDim), 50, nullptr, nullptr);
     ASSERT_TRUE(reloaded_hits.ok());
     ExpectSameHits(*reloaded_hits, *hits, 0.0f);
   }
@@ -444,7 +444,7 @@ TEST_P(TombstonesAndCompaction, RemovedVectorsAreNeverFound) {
   // Re-adding a live document tombstones its old vectors.
   ASSERT_TRUE(corpus.Add(*index, 11, RandomUnitRows(2, kDim, 5011)).ok());
   for (uint64_t doc : {10, 11, 20, 30}) {
-    auto self = index->Search(View(corpus.vectors_of(doc), kDim), 1, nullptr);
+    auto self = index->Search(View(corpus.vectors_of(doc), kDim), 1, nullptr, nullptr);
     ASSERT_TRUE(self.ok());
     for (const auto& row : *self) {
       ASSERT_EQ(row.size(), 1u);
@@ -452,7 +452,7 @@ TEST_P(TombstonesAndCompaction, RemovedVectorsAreNeverFound) {
       EXPECT_NEAR(row[0].similarity, 1.0f, 1e-5f);
     }
   }
-  auto old_11 = index->Search(View(RandomUnitRows(4, kDim, 11), kDim), 5, nullptr);
+  auto old_11 = index->Search(View(RandomUnitRows(4, kDim, 11), kDim), 5, nullptr, nullptr);
   ASSERT_TRUE(old_11.ok());
   for (const auto& row : *old_11) {
     for (const auto& hit : row) EXPECT_FALSE(hit.doc == 11 && hit.similarity > 0.999f);
@@ -469,7 +469,7 @@ TEST_P(TombstonesAndCompaction, RemovedVectorsAreNeverFound) {
   EXPECT_EQ(index->Stats().vectors, corpus.vectors());
   EXPECT_EQ(index->Stats().description, exact ? "IDMap2,Flat" : "IDMap2,HNSW32");
   const auto queries = RandomUnitRows(16, kDim, 42);
-  hits = index->Search(View(queries, kDim), 20, nullptr);
+  hits = index->Search(View(queries, kDim), 20, nullptr, nullptr);
   ASSERT_TRUE(hits.ok());
   if (exact) {
     ExpectSameHits(*hits, corpus.Search(queries, 20), 1e-5f);
@@ -517,10 +517,10 @@ TEST(CandidateIndex, TrainableFactorySearchesExactlyUntilTrained) {
   EXPECT_EQ(stats.vectors, 396);
   const auto queries = RandomUnitRows(8, kDim, 21);
   std::function<bool(uint64_t)> accept = [](uint64_t doc) { return doc % 7 == 0; };
-  auto hits = index->Search(View(queries, kDim), 15, nullptr);
+  auto hits = index->Search(View(queries, kDim), 15, nullptr, nullptr);
   ASSERT_TRUE(hits.ok());
   ExpectSameHits(*hits, corpus.Search(queries, 15), 1e-5f);
-  hits = index->Search(View(queries, kDim), 15, &accept);
+  hits = index->Search(View(queries, kDim), 15, &accept, nullptr);
   ASSERT_TRUE(hits.ok());
   ExpectSameHits(*hits, corpus.Search(queries, 15, accept), 1e-5f);
 
@@ -529,13 +529,13 @@ TEST(CandidateIndex, TrainableFactorySearchesExactlyUntilTrained) {
   EXPECT_TRUE(stats.trained);
   EXPECT_EQ(stats.description, "IDMap2,IVF16,Flat");
   EXPECT_EQ(stats.vectors, corpus.vectors());
-  hits = index->Search(View(queries, kDim), 15, nullptr);
+  hits = index->Search(View(queries, kDim), 15, nullptr, nullptr);
   ASSERT_TRUE(hits.ok());
   EXPECT_GE(Recall(*hits, corpus.Search(queries, 15)), 0.9);
   // Removal after training (tombstones) and a 1% filter.
   for (uint64_t doc = 0; doc < 400; doc += 3) ASSERT_TRUE(corpus.Remove(*index, doc).ok());
   std::function<bool(uint64_t)> rare = [](uint64_t doc) { return doc % 100 == 1; };
-  hits = index->Search(View(queries, kDim), 10, &rare);
+  hits = index->Search(View(queries, kDim), 10, &rare, nullptr);
   ASSERT_TRUE(hits.ok());
   ExpectWellFormed(*hits, 10, rare);
   // docs 1, 101, 201, 301 minus those removed (201) → 3 docs × 4 vectors
@@ -556,7 +556,7 @@ TEST(CandidateIndex, NonSelectorFactoryFiltersExactly) {
   ASSERT_TRUE(corpus.Remove(*index, 42).ok());
   std::function<bool(uint64_t)> accept = [](uint64_t doc) { return doc % 50 == 42 || doc == 7; };
   const auto queries = RandomUnitRows(4, kDim, 8);
-  auto hits = index->Search(View(queries, kDim), 8, &accept);
+  auto hits = index->Search(View(queries, kDim), 8, &accept, nullptr);
   ASSERT_TRUE(hits.ok()) << hits.status();
   ExpectWellFormed(*hits, 8, accept);
   for (const auto& row : *hits) {
@@ -582,15 +582,15 @@ void ExpectRoundTrip(CandidateIndex& index, const CandidateIndexOptions& options
   const auto queries = RandomUnitRows(8, options.dim, 31);
   const std::function<bool(uint64_t)> accept = [](uint64_t doc) { return doc % 5 != 0; };
   for (const auto* filter : {static_cast<const std::function<bool(uint64_t)>*>(nullptr), &accept}) {
-    auto a = index.Search(View(queries, options.dim), 12, filter);
-    auto b = copy.Search(View(queries, options.dim), 12, filter);
+    auto a = index.Search(View(queries, options.dim), 12, filter, nullptr);
+    auto b = copy.Search(View(queries, options.dim), 12, filter, nullptr);
     ASSERT_TRUE(a.ok() && b.ok());
     ExpectSameHits(*b, *a, 0.0f);
   }
   // The loaded index keeps working, tombstones included.
   const uint64_t first = index.Documents().front();
   ASSERT_TRUE(copy.Remove(first).ok());
-  auto after = copy.Search(View(queries, options.dim), 12, nullptr);
+  auto after = copy.Search(View(queries, options.dim), 12, nullptr, nullptr);
   ASSERT_TRUE(after.ok());
   for (const auto& row : *after) {
     for (const auto& hit : row) EXPECT_NE(hit.doc, first);
@@ -689,10 +689,10 @@ TEST(CandidateIndex, RejectsBadArguments) {
   auto index = MakeIndex(Options(8, "auto"));
   const auto rows = RandomUnitRows(2, 8, 1);
   // Empty index, zero query rows.
-  auto empty = index->Search(View(rows, 8), 5, nullptr);
+  auto empty = index->Search(View(rows, 8), 5, nullptr, nullptr);
   ASSERT_TRUE(empty.ok());
   EXPECT_THAT(*empty, ElementsAre(::testing::IsEmpty(), ::testing::IsEmpty()));
-  auto none = index->Search({rows.data(), 0, 8}, 5, nullptr);
+  auto none = index->Search({rows.data(), 0, 8}, 5, nullptr, nullptr);
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
 
@@ -708,12 +708,12 @@ TEST(CandidateIndex, RejectsBadArguments) {
   EXPECT_EQ(index->Stats().vectors, 0);
 
   ASSERT_TRUE(index->Add((uint64_t{1} << 47) - 1, View(rows, 8)).ok());
-  auto hits = index->Search(View(rows, 8), 1, nullptr);
+  auto hits = index->Search(View(rows, 8), 1, nullptr, nullptr);
   ASSERT_TRUE(hits.ok());
   EXPECT_EQ((*hits)[0][0].doc, (uint64_t{1} << 47) - 1);
-  EXPECT_EQ(index->Search({rows.data(), 2, 4}, 5, nullptr).status().code(),
+  EXPECT_EQ(index->Search({rows.data(), 2, 4}, 5, nullptr, nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(index->Search(View(rows, 8), 0, nullptr).status().code(),
+  EXPECT_EQ(index->Search(View(rows, 8), 0, nullptr, nullptr).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
@@ -736,7 +736,7 @@ TEST(CandidateIndex, ConcurrentSearchesWhileWriting) {
       std::function<bool(uint64_t)> even = [](uint64_t doc) { return doc % 2 == 0; };
       for (int i = 0; !done.load() || i < 5; ++i) {
         const auto* filter = i % 2 == 0 ? &even : nullptr;
-        auto hits = index->Search(View(queries, kDim), 10, filter);
+        auto hits = index->Search(View(queries, kDim), 10, filter, nullptr);
         ASSERT_TRUE(hits.ok()) << hits.status();
         ASSERT_EQ(hits->size(), static_cast<size_t>(rows));
         for (const auto& row : *hits) EXPECT_EQ(row.size(), 10u);
@@ -770,6 +770,17 @@ TEST(CandidateIndex, ConcurrentSearchesWhileWriting) {
       EXPECT_FALSE(std::binary_search(docs.begin(), docs.end(), doc - 30)) << doc - 30;
     }
   }
+}
+
+// The engine sets OpenBLAS's threads explicitly at open (EngineOptions::blas_threads) instead of
+// a static initialiser pinning them to one when the first index was built; 0 leaves them.
+TEST(ConfigureFaissForServing, SetsOpenBlasThreadsAndZeroLeavesThem) {
+  ConfigureFaissForServing(2);
+  EXPECT_EQ(BlasThreads(), 2);
+  ConfigureFaissForServing(1);
+  EXPECT_EQ(BlasThreads(), 1);
+  ConfigureFaissForServing(0);
+  EXPECT_EQ(BlasThreads(), 1);
 }
 
 }  // namespace

@@ -24,6 +24,8 @@
 #include "index/collection/schema_codec.h"
 #include "index/common/dir_lock.h"
 #include "index/common/file_io.h"
+#include "index/common/thread_pool.h"
+#include "index/rerank/cpu_maxsim_scorer.h"
 #include "tessera/base/mutex.h"
 #include "tessera/status_macros.h"
 
@@ -480,6 +482,15 @@ absl::Status ValidateSchema(const CollectionSchema& schema) {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& data_dir,
                                                      const EngineOptions& options) {
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("engine threads ", options.threads,
+                                                   ", expected ≥ 0 (0 = all hardware threads)"));
+  }
+  if (options.blas_threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("engine blas_threads ", options.blas_threads,
+                                                   ", expected ≥ 0 (0 = OpenBLAS's own setting)"));
+  }
+  internal::ConfigureFaissForServing(options.blas_threads);
   internal::CollectionContext context;
   context.pool = std::make_shared<internal::ThreadPool>(options.threads);
   context.limits = options.limits;
@@ -489,13 +500,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& data_dir
       static_cast<size_t>(std::max<int64_t>(options.block_cache_bytes, 0)));
   context.log = options.log;
   context.resident_rerank_bytes = options.resident_rerank_bytes;
-  context.scorer = options.scorer;
-  if (context.scorer == nullptr) {
-    CpuMaxSimOptions cpu;
-    cpu.num_threads = options.threads;
-    TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<MaxSimScorer> scorer, NewCpuMaxSimScorer(cpu));
-    context.scorer = std::move(scorer);
-  }
+  // The CPU scorer has a pool of its own, of `threads` too (see EngineOptions::threads for why
+  // not context.pool).
+  auto cpu = std::make_shared<internal::CpuMaxSimScorer>(
+      DetectCpuIsa(), std::make_shared<internal::ThreadPool>(options.threads));
+  context.scorer = options.scorer == nullptr
+                       ? std::shared_ptr<const MaxSimScorer>(std::move(cpu))
+                       : std::shared_ptr<const MaxSimScorer>(NewFallbackMaxSimScorer(
+                             options.scorer, std::move(cpu), options.on_scorer_fallback));
   // Before the trash and staging directories are emptied: they may be another engine's.
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<internal::DirLock> lock,
                            internal::DirLock::Acquire(data_dir));

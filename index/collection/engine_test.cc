@@ -6,9 +6,11 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/candidate/candidate_index.h"
 #include "index/centroid/centroid_codebook.h"
 #include "index/collection/collection_impl.h"
 #include "index/collection/collection_test_util.h"
@@ -99,6 +102,100 @@ std::vector<std::pair<std::string, float>> Answer(const Collection& collection,
     for (const SearchHit& hit : result->hits) answer.emplace_back(hit.id, hit.score);
   }
   return answer;
+}
+
+// The threads of this process (Linux: the entries of /proc/self/task).
+int ProcessThreads() {
+  int count = 0;
+  for ([[maybe_unused]] const auto& entry :
+       std::filesystem::directory_iterator("/proc/self/task")) {
+    ++count;
+  }
+  return count;
+}
+
+// EngineOptions::threads sizes the engine's two pools, as its header says: one for pooling,
+// stage 1 and rerank reads, one for the CPU scorer's MaxSim (the server used to build the second
+// one itself, out of the engine's sight). An engine of 4 threads starts 2 × 3 workers (the calling
+// thread is each pool's fourth), whether or not it is given a GPU scorer.
+TEST(Engine, ThreadsSizesTheTwoPoolsItOwns) {
+  for (const bool given_scorer : {false, true}) {
+    TempDir dir;
+    EngineOptions options;
+    options.threads = 4;
+    if (given_scorer) options.scorer = *NewCpuMaxSimScorer(CpuMaxSimOptions{CpuIsa::kAuto, 1});
+    const int before = ProcessThreads();
+    auto engine = Engine::Open(dir.path(), options);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    EXPECT_EQ(ProcessThreads() - before, 6) << "given a scorer: " << given_scorer;
+  }
+}
+
+// A scorer that always fails as a device does (not INVALID_ARGUMENT).
+class FailingScorer final : public MaxSimScorer {
+ public:
+  std::string_view name() const override { return "failing"; }
+
+ private:
+  absl::Status ScoreImpl(FloatMatrixView, const DocumentBatch&, const MaxSimOptions&,
+                         MaxSimResult*) const override {
+    return absl::UnavailableError("device lost");
+  }
+};
+
+// EngineOptions::scorer is tried first and the engine's own CPU scorer (on its pool) scores what
+// it fails, after on_scorer_fallback: the server passes the GPU scorer this way instead of
+// building a CPU scorer, and a pool for it, of its own.
+TEST(Engine, ScoresOnItsCpuScorerWhatTheGivenScorerFails) {
+  constexpr int64_t kDim = 16;
+  TempDir plain_dir, failing_dir;
+  std::atomic<int> fallbacks{0};
+  std::string failure;
+  EngineOptions failing_options;
+  failing_options.scorer = std::make_shared<FailingScorer>();
+  failing_options.on_scorer_fallback = [&](const absl::Status& status) {
+    if (fallbacks.fetch_add(1) == 0) failure = std::string(status.message());
+  };
+  auto plain = Engine::Open(plain_dir.path());
+  auto failing = Engine::Open(failing_dir.path(), failing_options);
+  ASSERT_TRUE(plain.ok() && failing.ok());
+  auto a = (*plain)->CreateCollection(Schema("docs", kDim));
+  auto b = (*failing)->CreateCollection(Schema("docs", kDim));
+  ASSERT_TRUE(a.ok() && b.ok());
+  Corpus corpus(kDim, 9);
+  std::vector<Document> documents;
+  for (int i = 0; i < 40; ++i) documents.push_back(corpus.Make(absl::StrCat("d", i), 12));
+  ExpectAllOk((*a)->Upsert(documents));
+  ExpectAllOk((*b)->Upsert(documents));
+  const std::vector<float> query = corpus.QueryFrom(documents[7], 6);
+  const auto expected = Answer(**a, query, kDim);
+  ASSERT_EQ(expected.size(), 10u);
+  EXPECT_EQ(Answer(**b, query, kDim), expected);
+  EXPECT_GE(fallbacks.load(), 1);
+  EXPECT_EQ(failure, "device lost");
+}
+
+// OpenBLAS's threads are an explicit engine option applied at open (they were pinned to one by a
+// static initialiser when the first candidate index was built); negative counts are refused.
+TEST(Engine, SetsOpenBlasThreadsAtOpen) {
+  TempDir first_dir, second_dir, bad_dir;
+  EngineOptions options;
+  options.blas_threads = 2;
+  auto first = Engine::Open(first_dir.path(), options);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(internal::BlasThreads(), 2);
+  auto second = Engine::Open(second_dir.path());  // the default: one
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(internal::BlasThreads(), 1);
+  options.blas_threads = -1;
+  auto bad = Engine::Open(bad_dir.path(), options);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_THAT(bad.status().message(), HasSubstr("blas_threads -1"));
+  options.blas_threads = 1;
+  options.threads = -3;
+  bad = Engine::Open(bad_dir.path(), options);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << bad.status();
+  EXPECT_THAT(bad.status().message(), HasSubstr("threads -3"));
 }
 
 TEST(Engine, CheckpointRestoresAsTheCollectionWasAtTheCut) {

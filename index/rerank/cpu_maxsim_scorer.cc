@@ -24,12 +24,12 @@ int64_t RoundUp(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
 }  // namespace
 
-CpuMaxSimScorer::CpuMaxSimScorer(CpuIsa isa, int num_threads)
+CpuMaxSimScorer::CpuMaxSimScorer(CpuIsa isa, std::shared_ptr<ThreadPool> pool)
     : isa_(isa),
       name_(absl::StrCat("cpu-", CpuIsaName(isa))),
       kernel_(KernelsFor(isa).maxsim),
       lane_multiple_(KernelsFor(isa).lanes),
-      pool_(std::make_unique<ThreadPool>(num_threads)) {}
+      pool_(std::move(pool)) {}
 
 absl::Status CpuMaxSimScorer::ScoreImpl(FloatMatrixView query, const DocumentBatch& docs,
                                         const MaxSimOptions& options, MaxSimResult* result) const {
@@ -88,7 +88,8 @@ absl::StatusOr<std::unique_ptr<MaxSimScorer>> NewCpuMaxSimScorer(const CpuMaxSim
         "isa ", internal::CpuIsaName(isa), " is not supported by this CPU (best available: ",
         internal::CpuIsaName(DetectCpuIsa()), ")"));
   }
-  return std::make_unique<internal::CpuMaxSimScorer>(isa, options.num_threads);
+  return std::make_unique<internal::CpuMaxSimScorer>(
+      isa, std::make_shared<internal::ThreadPool>(options.num_threads));
 }
 
 }  // namespace tessera

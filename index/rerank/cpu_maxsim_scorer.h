@@ -1,6 +1,7 @@
 // The CPU MaxSim backend: picks a kernel (AVX-512, AVX2 or portable) once at construction and
-// splits the documents of each Score() call across a thread pool it owns. The kernels themselves
-// live in index/kernels/, which stage 1 uses too.
+// splits the documents of each Score() call across the thread pool it is given (NewCpuMaxSimScorer
+// makes one; the engine makes one sized by EngineOptions::threads). The kernels themselves live in
+// index/kernels/, which stage 1 uses too.
 #ifndef TESSERA_INDEX_RERANK_CPU_MAXSIM_SCORER_H_
 #define TESSERA_INDEX_RERANK_CPU_MAXSIM_SCORER_H_
 
@@ -21,8 +22,9 @@ namespace internal {
 // ThreadPool) and each call's scratch is private to it.
 class CpuMaxSimScorer final : public MaxSimScorer {
  public:
-  // isa: a concrete ISA the CPU supports (not kAuto); num_threads ≥ 1.
-  CpuMaxSimScorer(CpuIsa isa, int num_threads);
+  // isa: a concrete ISA the CPU supports (not kAuto); pool not null. Other work may share the
+  // pool (ThreadPool::ParallelFor is safe to call concurrently and from inside its own tasks).
+  CpuMaxSimScorer(CpuIsa isa, std::shared_ptr<ThreadPool> pool);
 
   std::string_view name() const override { return name_; }
   CpuIsa isa() const { return isa_; }
@@ -36,7 +38,7 @@ class CpuMaxSimScorer final : public MaxSimScorer {
   const std::string name_;
   void (*const kernel_)(const MaxSimKernelArgs&, int64_t, int64_t, void*);
   const int64_t lane_multiple_;
-  const std::unique_ptr<ThreadPool> pool_;
+  const std::shared_ptr<ThreadPool> pool_;
 };
 
 }  // namespace internal

@@ -163,7 +163,7 @@ void CheckSearch(const CandidateIndex& index, int64_t dim, const std::vector<uin
   std::vector<float> query(2 * dim);
   for (size_t i = 0; i < query.size(); ++i) query[i] = (i % 3 == 0) ? 0.5f : -0.25f;
   const absl::StatusOr<std::vector<std::vector<CandidateHit>>> hits =
-      index.Search(FloatMatrixView{query.data(), 2, dim}, 5, nullptr);
+      index.Search(FloatMatrixView{query.data(), 2, dim}, 5, nullptr, nullptr);
   FUZZ_CHECK(hits.ok(), hits.status().ToString());
   FUZZ_CHECK(hits->size() == 2, "one hit list per query row");
   for (const std::vector<CandidateHit>& row : *hits) {

@@ -2,6 +2,7 @@
 #ifndef TESSERA_ENGINE_H_
 #define TESSERA_ENGINE_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -16,8 +17,22 @@
 namespace tessera {
 
 struct EngineOptions {
-  // Threads for pooling at ingest and for exact MaxSim; 0 = all hardware threads.
+  // The engine's thread budget, as two pools of this many threads each (the calling thread
+  // counted; 0 = all hardware threads) that split the work of a call while calls run concurrently
+  // on their callers' threads: one for pooling at ingest, stage 1 and reading rerank vectors, one
+  // for the CPU scorer's exact MaxSim. A search's stages run one after the other, so one search
+  // keeps at most `threads` threads busy; concurrent searches, up to twice that. Two pools rather
+  // than one because one measured slower: tessera-bench-index, 20k documents, serial searches on 2
+  // shared vCPUs, p50 ~8 ms with one pool against ~3.5 ms with two (ABAB runs, 2026-12-06). Not
+  // counted: RocksDB's background threads, a training's thread, and OpenMP's team in a stage-1
+  // rebuild (training, the switch to HNSW), which is OpenMP's default (OMP_NUM_THREADS).
   int threads = 0;
+  // Threads OpenBLAS splits one matrix product over (FAISS's stage-1 scans and trainings), set
+  // process-wide at Open (OpenBLAS has one setting per process: the last engine opened wins).
+  // Default 1: a search's products are small (its query tokens × 1,024 vectors) and searches
+  // already run in parallel, so more BLAS threads only spin waiting for each other. 0 leaves
+  // OpenBLAS's own setting (OPENBLAS_NUM_THREADS, else every core). INVALID_ARGUMENT if negative.
+  int blas_threads = 1;
   // fsync the WAL before acknowledging a write (default). Off: faster, a crash can lose the last
   // acknowledged writes.
   bool sync_writes = true;
@@ -27,8 +42,13 @@ struct EngineOptions {
   // segment files (from RocksDB for rows not yet moved there). 0 = none resident.
   int64_t resident_rerank_bytes = int64_t{4} << 30;
   CollectionLimits limits;
-  // The exact scorer; null = the CPU scorer.
+  // An exact scorer tried before the engine's CPU scorer (NewCudaMaxSimScorer); null = the CPU
+  // scorer only. The CPU scorer is the engine's own, on its pool of `threads`. A call `scorer`
+  // fails with anything but INVALID_ARGUMENT (a device error, device memory exhausted) is scored
+  // on the CPU scorer instead, after on_scorer_fallback(the failure) when that is set (from any
+  // thread: it must be thread-safe).
   std::shared_ptr<const MaxSimScorer> scorer;
+  std::function<void(const absl::Status&)> on_scorer_fallback;
   // RocksDB memory shared by every shard of every collection, so that it does not grow with the
   // number of shards: the memtables together stay within memtable_bytes (past it, the shard being
   // written flushes its oldest memtable), and SST blocks are cached in one LRU cache of

@@ -1,8 +1,9 @@
-// What every gRPC handler of the server shares, public services (services.cc) and the internal
-// shard service (shard_service.cc) alike: admission, deadlines, metrics and logging of a unary
-// call, and the bodies of a search and of one upsert message once the collection is resolved.
-#ifndef TESSERA_SERVER_HANDLER_UTIL_H_
-#define TESSERA_SERVER_HANDLER_UTIL_H_
+// How the server handles a request, whichever service it comes in on (the public services in
+// services.cc, the internal shard service in shard_service.cc): a unary call admitted, run on an
+// admission worker and finished with its mapped status and metrics (Serve), its deadlines, and the
+// bodies of a search and of one upsert message once the collection is resolved.
+#ifndef TESSERA_SERVER_REQUEST_HANDLERS_H_
+#define TESSERA_SERVER_REQUEST_HANDLERS_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -13,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "server/services.h"
+#include "server/service_context.h"
 #include "tessera/collection.h"
 #include "tessera/v1/ingest.pb.h"
 #include "tessera/v1/query.pb.h"
@@ -62,4 +63,4 @@ absl::Status UpsertDocuments(
 
 }  // namespace tessera::server
 
-#endif  // TESSERA_SERVER_HANDLER_UTIL_H_
+#endif  // TESSERA_SERVER_REQUEST_HANDLERS_H_

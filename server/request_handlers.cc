@@ -1,4 +1,4 @@
-#include "server/handler_util.h"
+#include "server/request_handlers.h"
 
 #include <utility>
 #include <vector>
