@@ -223,9 +223,11 @@ absl::Status CentroidIndex::Add(uint64_t doc, const DocumentCodes& codes) {
   ordinal_doc_.push_back(doc);
   ordinal_vectors_.push_back(static_cast<uint32_t>(n));
   ordinal_dead_.push_back(0);
+  ordinal_first_token_.push_back(token_centroid_.size());
   doc_ordinal_[doc] = ordinal;
   const auto* code = reinterpret_cast<const uint8_t*>(codes.codes.data());
   const std::vector<uint8_t> empty_block(ScanBlockBytes(code_bytes_), 0);
+  std::vector<uint32_t> entries(n);  // the directory's: each vector's entry in its list
   for (int64_t v = 0; v < n; ++v) {
     List& list = lists_[codes.centroids[v]];
     const int64_t entry = static_cast<int64_t>(list.ordinals.size());
@@ -234,7 +236,10 @@ absl::Status CentroidIndex::Add(uint64_t doc, const DocumentCodes& codes) {
     }
     PutBlockedCode(code + v * code_bytes_, code_bytes_, entry, list.blocks.data());
     AppendWithHeadroom(list.ordinals, &ordinal, 1);
+    entries[v] = static_cast<uint32_t>(entry);
   }
+  AppendWithHeadroom(token_centroid_, codes.centroids.data(), codes.centroids.size());
+  AppendWithHeadroom(token_entry_, entries.data(), entries.size());
   live_vectors_ += n;
   if (dead_vectors_ > kCompactionFraction * (live_vectors_ + dead_vectors_)) CompactLocked();
   return absl::OkStatus();
@@ -292,6 +297,24 @@ void CentroidIndex::CompactLocked() {
   ordinal_vectors_ = std::move(vectors);
   ordinal_dead_.assign(ordinal_doc_.size(), 0);
   dead_vectors_ = 0;
+  // The directory anew: every ordinal's vectors, list by list (entries moved).
+  ordinal_first_token_.resize(ordinal_doc_.size());
+  uint64_t tokens = 0;
+  for (size_t o = 0; o < ordinal_doc_.size(); ++o) {
+    ordinal_first_token_[o] = tokens;
+    tokens += ordinal_vectors_[o];
+  }
+  std::vector<uint32_t>(tokens).swap(token_centroid_);
+  std::vector<uint32_t>(tokens).swap(token_entry_);
+  std::vector<uint32_t> filled(ordinal_doc_.size(), 0);
+  for (size_t c = 0; c < lists_.size(); ++c) {
+    const std::vector<uint32_t>& ordinals = lists_[c].ordinals;
+    for (size_t e = 0; e < ordinals.size(); ++e) {
+      const uint64_t slot = ordinal_first_token_[ordinals[e]] + filled[ordinals[e]]++;
+      token_centroid_[slot] = static_cast<uint32_t>(c);
+      token_entry_[slot] = static_cast<uint32_t>(e);
+    }
+  }
 }
 
 bool CentroidIndex::Contains(uint64_t doc) const {
@@ -542,6 +565,31 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   return hits;
 }
 
+void CentroidIndex::GatherCompact(absl::Span<const uint64_t> docs, CompactDocuments* out,
+                                  std::vector<size_t>* positions) const {
+  ReaderMutexLock lock(&mu_);
+  std::vector<std::pair<size_t, uint32_t>> found;  // (index in docs, ordinal)
+  found.reserve(docs.size());
+  int64_t tokens = 0;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    const auto it = doc_ordinal_.find(docs[i]);
+    if (it == doc_ordinal_.end()) continue;
+    found.emplace_back(i, it->second);
+    tokens += ordinal_vectors_[it->second];
+  }
+  out->Reserve(static_cast<int64_t>(found.size()), tokens);
+  for (const auto& [i, ordinal] : found) {
+    const int64_t n = ordinal_vectors_[ordinal];
+    const uint64_t first = ordinal_first_token_[ordinal];
+    uint8_t* blocks = out->AddBlocked(&token_centroid_[first], n);
+    for (int64_t t = 0; t < n; ++t) {
+      CopyBlockedCode(lists_[token_centroid_[first + t]].blocks.data(), token_entry_[first + t],
+                      code_bytes_, blocks, t);
+    }
+    positions->push_back(i);
+  }
+}
+
 std::vector<uint64_t> CentroidIndex::Documents() const {
   ReaderMutexLock lock(&mu_);
   std::vector<uint64_t> docs;
@@ -557,9 +605,10 @@ int64_t CentroidIndex::MemoryBytesLocked() const {
     bytes += static_cast<int64_t>(list.ordinals.capacity() * sizeof(uint32_t) +
                                   list.blocks.capacity() + sizeof(List));
   }
-  bytes += static_cast<int64_t>(ordinal_doc_.capacity() * sizeof(uint64_t) +
-                                ordinal_vectors_.capacity() * sizeof(uint32_t) +
-                                ordinal_dead_.capacity());
+  bytes += static_cast<int64_t>(
+      ordinal_doc_.capacity() * sizeof(uint64_t) + ordinal_vectors_.capacity() * sizeof(uint32_t) +
+      ordinal_dead_.capacity() + ordinal_first_token_.capacity() * sizeof(uint64_t) +
+      (token_centroid_.capacity() + token_entry_.capacity()) * sizeof(uint32_t));
   // flat_hash_map: one control byte and one slot per bucket.
   bytes +=
       static_cast<int64_t>(doc_ordinal_.capacity() * (1 + sizeof(std::pair<uint64_t, uint32_t>)));

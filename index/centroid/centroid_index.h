@@ -26,6 +26,14 @@
 // Documents are removed by tombstones; the lists are compacted (and ordinals renumbered) once the
 // dead vectors pass kCompactionFraction of all vectors.
 //
+// The lists are also stage 2's codes when a shard reranks from codes (rerank_from_codes): a
+// per-document directory says where each of its vectors lies (centroid id and entry of its list),
+// and GatherCompact copies a document's codes from the lists into the compact layout
+// (code_maxsim.h) — one resident copy of the codes serves both stages, and stage 2 reads no
+// storage. The directory costs 8 bytes per vector (centroid id, entry) and 8 per document, beside
+// the lists' code_bytes + 4 (64 + 4 at dim 128 and 4 bits, 32 + 4 at 2 bits). A document's vectors
+// come back grouped by centroid after a compaction (the order MaxSim does not depend on).
+//
 // Thread-safe: searches run concurrently with each other under a shared lock; Add and Remove take
 // it exclusively. The codebook is immutable and shared.
 #ifndef TESSERA_INDEX_CENTROID_CENTROID_INDEX_H_
@@ -45,6 +53,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "index/centroid/centroid_codebook.h"
+#include "index/centroid/code_maxsim.h"
 #include "tessera/base/mutex.h"
 #include "tessera/matrix.h"
 
@@ -146,6 +155,14 @@ class CentroidIndex {
                                                   const std::function<bool(uint64_t doc)>* accept,
                                                   ThreadPool* pool) const;
 
+  // Appends to `out` (whose code_bytes must be the codec's) the compact layout of each document of
+  // `docs` that is indexed, copied from the lists, and its index in `docs` to `positions`; a
+  // document not indexed (removed, or never added) is left out. Its centroid ids and codes are
+  // those Add was given (in another order after a compaction). Copies code_bytes strided bytes per
+  // vector under the shared lock; thread-safe.
+  void GatherCompact(absl::Span<const uint64_t> docs, CompactDocuments* out,
+                     std::vector<size_t>* positions) const;
+
   // The documents indexed, ascending.
   std::vector<uint64_t> Documents() const;
   CentroidIndexStats Stats() const;
@@ -200,6 +217,11 @@ class CentroidIndex {
   std::vector<uint64_t> ordinal_doc_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> ordinal_vectors_ ABSL_GUARDED_BY(mu_);
   std::vector<uint8_t> ordinal_dead_ ABSL_GUARDED_BY(mu_);
+  // The directory: ordinal o's vectors are tokens [ordinal_first_token_[o], + ordinal_vectors_[o])
+  // of token_centroid_ / token_entry_ (the list, and the entry in it, of each vector).
+  std::vector<uint64_t> ordinal_first_token_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> token_centroid_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> token_entry_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, uint32_t> doc_ordinal_ ABSL_GUARDED_BY(mu_);  // live only
   int64_t live_vectors_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dead_vectors_ ABSL_GUARDED_BY(mu_) = 0;

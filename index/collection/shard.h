@@ -47,10 +47,14 @@
 // is live.
 //
 // Rerank from codes (CandidateSpec::rerank_from_codes): once the first codebook is in use, a
-// write stores its codes and a rerank matrix without rows. Stage 2 scores such documents from
-// their codes without decoding them (FetchCodes + ScoreCodes: compact MaxSim, code_maxsim.h),
-// within CompactQuery::ErrorBound of the fp32 MaxSim of the decoded vectors; FetchRerank decodes
-// them (centroid + residual) for explain and Get. Such a shard never retrains.
+// write stores its codes and a rerank matrix without rows, and the training that made the
+// codebook drops the rows (and, as every training, the candidate vectors) of the documents written
+// before it, in the same critical section as its commit (or at the next open after a crash in
+// between): no fp16/fp32 copy remains. Stage 2 scores the documents from the codes resident in
+// the centroid index's lists without decoding them (FetchCodes + ScoreCodes: compact MaxSim,
+// code_maxsim.h; no read of the store per document), within CompactQuery::ErrorBound of the fp32
+// MaxSim of the decoded vectors; FetchRerank decodes the stored codes (centroid + residual) for
+// explain and Get. Such a shard never retrains.
 //
 // Lock order: encode_mu_ → apply_mu_ → stage1_mu_ → table_mu_; failed_mu_ is a leaf.
 #ifndef TESSERA_INDEX_COLLECTION_SHARD_H_
@@ -207,10 +211,10 @@ class Shard {
     std::vector<CompactDocuments> parts;
     std::vector<std::vector<size_t>> positions;
   };
-  // Reads the codes of each iid under the codebook in use (one MultiGet per part, parts split
-  // over the pool as FetchRerank's reads) into the compact layout; an iid no longer stored is
-  // left out. DATA_LOSS when the shard has no codebook (only rerank_from_codes documents have no
-  // rows, and only once it has one) or stored codes do not parse; the store's read errors.
+  // Copies the codes of each iid from the centroid index's lists (resident: no read of the store;
+  // CentroidIndex::GatherCompact, parts split over the pool) into the compact layout; an iid no
+  // longer indexed is left out. DATA_LOSS when the shard has no codebook (only rerank_from_codes
+  // documents have no rows, and only once it has one).
   absl::StatusOr<CodedDocuments> FetchCodes(absl::Span<const uint64_t> iids) const;
   // MaxSim of `query` (nq × dim fp32, validated by the caller) and each document FetchCodes
   // found, scored from the codes with ScoreCompactDocuments (parts split over the pool):
@@ -257,6 +261,9 @@ class Shard {
     std::shared_ptr<Stage1Index> index;
     std::shared_ptr<const CentroidCodebook> codebook;
     uint32_t generation = 0;
+    // The centroid index behind `index` (null with the candidate index): its lists hold the codes
+    // stage 2 reads for documents stored as codes only (FetchCodes).
+    std::shared_ptr<const CentroidIndex> centroids;
   };
 
   // What a training works on, for its log lines and the shard's statistics.
@@ -306,6 +313,9 @@ class Shard {
   // codes into `codes`; documents no longer stored are skipped.
   absl::Status EncodeDocuments(absl::Span<const uint64_t> iids, CentroidIndex* index,
                                std::vector<std::pair<uint64_t, std::string>>* codes) const;
+  // Rerank from codes, once every document has codes under the codebook in use: drops every
+  // document's rerank rows from the store (ShardStore::DropAllRerankRows) and from memory.
+  absl::Status DropRerankRows() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   // Live iids above `after`, ascending.
   std::vector<uint64_t> LiveIidsAbove(uint64_t after) const;
 
