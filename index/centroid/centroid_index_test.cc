@@ -622,11 +622,20 @@ TEST_F(CentroidIndexTest, RemovedAndReplacedDocumentsAreNeverReturned) {
 }
 
 // Stage 2's resident codes (rerank_from_codes): GatherCompact hands back exactly the (centroid,
-// code) pairs each live document was added with, from the lists, through adds, replacements,
-// removals and the compaction they trigger; removed documents are left out, and a document's
-// compact score is the one computed from its own codes.
+// code) pairs each live document was added with, through adds, replacements, removals and the
+// compaction they trigger; removed documents are left out, and a document's compact score is the
+// one computed from its own codes. An index made without keep_document_codes refuses.
 TEST_F(CentroidIndexTest, GatherCompactReturnsEachLiveDocumentsCodes) {
   const int64_t code_bytes = codebook_->codec().code_bytes();
+  {
+    CompactDocuments none(code_bytes);
+    std::vector<size_t> positions;
+    EXPECT_EQ(index_->GatherCompact({1}, &none, &positions).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  // The fixture's documents in an index that keeps their codes for stage 2.
+  index_ = std::make_unique<CentroidIndex>(codebook_, /*keep_document_codes=*/true);
+  for (const auto& [doc, codes] : docs_) ASSERT_TRUE(index_->Add(doc, codes).ok());
   // (centroid, code bytes) pairs, sorted: a document's vectors, whatever their order.
   auto pairs_of = [&](const uint32_t* ids, const uint8_t* row_major, const uint8_t* blocked,
                       int64_t n) {
@@ -649,7 +658,7 @@ TEST_F(CentroidIndexTest, GatherCompactReturnsEachLiveDocumentsCodes) {
     for (uint64_t doc = 0; doc <= 302; ++doc) asked.push_back(doc);  // 0, 301, 302: never added
     CompactDocuments gathered(code_bytes);
     std::vector<size_t> positions;
-    index_->GatherCompact(asked, &gathered, &positions);
+    ASSERT_TRUE(index_->GatherCompact(asked, &gathered, &positions).ok());
     ASSERT_EQ(positions.size(), docs_.size());
     const std::vector<CompactDocument> refs = gathered.refs();
     ASSERT_EQ(refs.size(), docs_.size());

@@ -114,15 +114,6 @@ void CompactDocuments::Add(const uint32_t* centroid_ids, const uint8_t* codes, i
   num_tokens_.push_back(num_tokens);
 }
 
-uint8_t* CompactDocuments::AddBlocked(const uint32_t* centroid_ids, int64_t num_tokens) {
-  ids_.insert(ids_.end(), centroid_ids, centroid_ids + num_tokens);
-  const int64_t blocks = (num_tokens + kScanBlockEntries - 1) / kScanBlockEntries;
-  const size_t first = blocks_.size();
-  blocks_.resize(first + blocks * ScanBlockBytes(code_bytes_), 0);
-  num_tokens_.push_back(num_tokens);
-  return &blocks_[first];
-}
-
 void CompactDocuments::Reserve(int64_t documents, int64_t tokens) {
   ids_.reserve(ids_.size() + tokens);
   // At most one partial block per document.

@@ -88,11 +88,6 @@ class CompactDocuments {
   // centroid_ids: num_tokens ids; codes: num_tokens × code_bytes bytes, row-major; num_tokens ≥ 1.
   // Invalidates earlier refs().
   void Add(const uint32_t* centroid_ids, const uint8_t* codes, int64_t num_tokens);
-  // Appends a document of num_tokens ≥ 1 tokens whose codes the caller copies in: its centroid ids
-  // are copied, its blocks zeroed, and the pointer returned is where they begin (token t's code
-  // goes to entry t, e.g. by CopyBlockedCode). The pointer is valid until the next Add; both
-  // invalidate earlier refs().
-  uint8_t* AddBlocked(const uint32_t* centroid_ids, int64_t num_tokens);
   // Room for `documents` more documents of `tokens` tokens in all (Add then reallocates nothing:
   // a stage-2 batch of 4,096 documents of 64 tokens is 16 MiB of blocks at code_bytes 64).
   void Reserve(int64_t documents, int64_t tokens);

@@ -19,15 +19,6 @@ void GetBlockedCode(const uint8_t* blocks, int64_t code_bytes, int64_t entry, ui
   for (int64_t j = 0; j < code_bytes; ++j) code[j] = at[j * kScanBlockEntries];
 }
 
-void CopyBlockedCode(const uint8_t* from, int64_t from_entry, int64_t code_bytes, uint8_t* to,
-                     int64_t to_entry) {
-  const uint8_t* in = from + (from_entry / kScanBlockEntries) * ScanBlockBytes(code_bytes) +
-                      from_entry % kScanBlockEntries;
-  uint8_t* out = to + (to_entry / kScanBlockEntries) * ScanBlockBytes(code_bytes) +
-                 to_entry % kScanBlockEntries;
-  for (int64_t j = 0; j < code_bytes; ++j) out[j * kScanBlockEntries] = in[j * kScanBlockEntries];
-}
-
 void QuantizeScanTables(const float* lut, int64_t nibbles, ScanTables* out) {
   // The largest level count whose sums over every nibble fit in 16 bits.
   const int64_t max_level = std::min<int64_t>(255, 65535 / std::max<int64_t>(nibbles, 1));

@@ -28,10 +28,6 @@ inline int64_t ScanBlockBytes(int64_t code_bytes) { return code_bytes * kScanBlo
 // Writes / reads entry `entry` (counted from the first block) of blocked codes.
 void PutBlockedCode(const uint8_t* code, int64_t code_bytes, int64_t entry, uint8_t* blocks);
 void GetBlockedCode(const uint8_t* blocks, int64_t code_bytes, int64_t entry, uint8_t* code);
-// Copies entry `from_entry` of blocked codes `from` to entry `to_entry` of blocked codes `to` (a
-// strided byte copy: no row-major code in between).
-void CopyBlockedCode(const uint8_t* from, int64_t from_entry, int64_t code_bytes, uint8_t* to,
-                     int64_t to_entry);
 
 // One query row's quantised tables.
 struct ScanTables {

@@ -239,7 +239,8 @@ absl::Status Shard::LoadCentroids(uint32_t generation) {
     return absl::DataLossError(absl::StrCat("shard '", dir_, "': codebook of dim ",
                                             (*codebook)->dim(), ", the schema has ", schema_.dim));
   }
-  auto index = std::make_shared<CentroidIndex>(std::move(*codebook));
+  auto index =
+      std::make_shared<CentroidIndex>(std::move(*codebook), schema_.candidates.rerank_from_codes);
   const int64_t code_bytes = index->codebook().codec().code_bytes();
   const int64_t num_centroids = index->codebook().num_centroids();
   std::vector<uint64_t> orphans;
@@ -634,7 +635,8 @@ absl::Status Shard::Train(TrainingRun* run) {
                               pool_.get()));
   std::vector<float>().swap(sample);
   TESSERA_RETURN_IF_ERROR(store_->PutMeta(CodebookKey(generation), codebook->Serialize()));
-  auto index = std::make_shared<CentroidIndex>(std::move(codebook));
+  auto index =
+      std::make_shared<CentroidIndex>(std::move(codebook), schema_.candidates.rerank_from_codes);
 
   // 2. Encode every live document into the new index and generation, while writes go on against
   // the old index. Removals delete codes of both generations from now on.
@@ -828,20 +830,23 @@ absl::StatusOr<Shard::CodedDocuments> Shard::FetchCodes(absl::Span<const uint64_
   }
   documents.codebook = stage1.codebook;
   const int64_t code_bytes = documents.codebook->codec().code_bytes();
-  // Resident codes: a strided copy of code_bytes bytes per vector, split over the pool in parts
-  // of at least kMinReadsPerPart documents as the reads of stored rows are.
+  // Resident codes (the centroid index keeps each document's for a rerank_from_codes shard): laid
+  // out in parts of at least kMinReadsPerPart documents over the pool, as the reads of stored rows
+  // are.
   const int64_t parts = ReadParts(iids.size(), pool_->num_threads());
   documents.parts.assign(parts, CompactDocuments(code_bytes));
   documents.positions.resize(parts);
+  std::vector<absl::Status> statuses(parts);
   pool_->ParallelFor(parts, 1, [&](int64_t begin, int64_t end) {
     for (int64_t part = begin; part < end; ++part) {
       const size_t first = iids.size() * part / parts;
       const size_t last = iids.size() * (part + 1) / parts;
-      stage1.centroids->GatherCompact(iids.subspan(first, last - first), &documents.parts[part],
-                                      &documents.positions[part]);
+      statuses[part] = stage1.centroids->GatherCompact(
+          iids.subspan(first, last - first), &documents.parts[part], &documents.positions[part]);
       for (size_t& position : documents.positions[part]) position += first;
     }
   });
+  for (const absl::Status& status : statuses) TESSERA_RETURN_IF_ERROR(status);
   return documents;
 }
 

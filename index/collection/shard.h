@@ -50,9 +50,10 @@
 // write stores its codes and a rerank matrix without rows, and the training that made the
 // codebook drops the rows (and, as every training, the candidate vectors) of the documents written
 // before it, in the same critical section as its commit (or at the next open after a crash in
-// between): no fp16/fp32 copy remains. Stage 2 scores the documents from the codes resident in
-// the centroid index's lists without decoding them (FetchCodes + ScoreCodes: compact MaxSim,
-// code_maxsim.h; no read of the store per document), within CompactQuery::ErrorBound of the fp32
+// between): no fp16/fp32 copy remains. Stage 2 scores the documents from the codes the centroid
+// index keeps resident per document (keep_document_codes: 4 + code_bytes bytes per vector beside
+// the lists') without decoding them (FetchCodes + ScoreCodes: compact MaxSim, code_maxsim.h; no
+// read of the store per document), within CompactQuery::ErrorBound of the fp32
 // MaxSim of the decoded vectors; FetchRerank decodes the stored codes (centroid + residual) for
 // explain and Get. Such a shard never retrains.
 //
@@ -211,10 +212,11 @@ class Shard {
     std::vector<CompactDocuments> parts;
     std::vector<std::vector<size_t>> positions;
   };
-  // Copies the codes of each iid from the centroid index's lists (resident: no read of the store;
-  // CentroidIndex::GatherCompact, parts split over the pool) into the compact layout; an iid no
-  // longer indexed is left out. DATA_LOSS when the shard has no codebook (only rerank_from_codes
-  // documents have no rows, and only once it has one).
+  // Copies the codes of each iid from the centroid index, which keeps every document's codes in a
+  // rerank_from_codes shard (resident: no read of the store; CentroidIndex::GatherCompact, parts
+  // split over the pool), into the compact layout; an iid no longer indexed is left out. DATA_LOSS
+  // when the shard has no codebook (only rerank_from_codes documents have no rows, and only once
+  // it has one).
   absl::StatusOr<CodedDocuments> FetchCodes(absl::Span<const uint64_t> iids) const;
   // MaxSim of `query` (nq × dim fp32, validated by the caller) and each document FetchCodes
   // found, scored from the codes with ScoreCompactDocuments (parts split over the pool):
@@ -261,8 +263,8 @@ class Shard {
     std::shared_ptr<Stage1Index> index;
     std::shared_ptr<const CentroidCodebook> codebook;
     uint32_t generation = 0;
-    // The centroid index behind `index` (null with the candidate index): its lists hold the codes
-    // stage 2 reads for documents stored as codes only (FetchCodes).
+    // The centroid index behind `index` (null with the candidate index): it keeps the codes stage 2
+    // reads for documents stored as codes only (FetchCodes) in a rerank_from_codes shard.
     std::shared_ptr<const CentroidIndex> centroids;
   };
 

@@ -63,9 +63,10 @@ struct CandidateSpec {
   // Needs factory "auto" or "centroid" and then behaves as "centroid" (a shard trains once it
   // holds centroid_min_training_vectors vectors; the documents written before are encoded by that
   // training, which then drops their rerank and candidate vectors: no fp16/fp32 copy remains).
-  // The codes stay resident in the centroid index, whose lists serve both stages: stage 2 reads no
-  // storage per document. The first codebook is kept for good: without the original vectors there
-  // is nothing to retrain on.
+  // The codes stay resident in the centroid index (its lists for stage 1, and a per-document copy
+  // for stage 2: 4 + dim · residual_bits / 8 bytes per pooled vector more memory, 68 at dim 128
+  // and 4 bits), so stage 2 reads no storage per document. The first codebook is kept for good:
+  // without the original vectors there is nothing to retrain on.
   bool rerank_from_codes = false;
 };
 
