@@ -792,9 +792,21 @@ absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> Shard::Fetc
     std::vector<StoredMatrixView> views;
     std::vector<std::shared_ptr<const StoredMatrix>> matrices;
   };
+  std::vector<std::shared_ptr<const StoredMatrixView>> views(iids.size());
+  if (schema_.candidates.rerank_from_codes && CurrentStage1().centroids != nullptr) {
+    // Every document of the shard is in its centroid index, whose codes stage 2 reads (those
+    // written before the codebook keep rows only until its training drops them): a view without
+    // rows for each live one, and no read of the store.
+    const auto codes_only = std::make_shared<const StoredMatrixView>(
+        StoredMatrixView{schema_.dtype, 0, schema_.dim, absl::string_view()});
+    ReaderMutexLock lock(&table_mu_);
+    for (size_t i = 0; i < iids.size(); ++i) {
+      if (live_.contains(iids[i])) views[i] = codes_only;
+    }
+    return views;
+  }
   auto resident = std::make_shared<Resident>();
   resident->views.resize(iids.size());
-  std::vector<std::shared_ptr<const StoredMatrixView>> views(iids.size());
   std::vector<uint64_t> missing;
   std::vector<size_t> missing_at;
   {

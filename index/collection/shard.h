@@ -198,7 +198,8 @@ class Shard {
   // The search's read: views of each iid's rerank vectors, resident ones in memory, the others in
   // place in the store's mapped segments (ShardStore::ReadRerank: no copy, no checksum pass), each
   // view keeping what it points into alive; null for an iid that is no longer stored. A document
-  // stored as codes only comes back as a view without rows (its codes are for FetchCodes).
+  // stored as codes only comes back as a view without rows (its codes are for FetchCodes); in a
+  // rerank_from_codes shard with its codebook that is every live document, and nothing is read.
   absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> FetchStoredRerank(
       absl::Span<const uint64_t> iids) const;
 
