@@ -23,7 +23,7 @@
 // of every document included).
 // --rerank codes makes stage 2 score the vectors decoded from the centroid codes
 // (CandidateSpec::rerank_from_codes) instead of stored fp16 rerank vectors; --residual_bits sets
-// the codes' bits per dimension (default: the schema's).
+// the codes' bits per dimension (default: the mode's, 4 with --rerank codes).
 // --max_merge_height defaults to 0, the plain n / p cut, so that a shard holds exactly
 // docs · tokens / p pooled vectors whatever the corpus (collections default to an adaptive limit
 // that keeps more vectors where tokens are far apart; scripts/eval measures it on real text).
@@ -105,7 +105,7 @@ struct Flags {
   int candidate_pool_factor = 4;
   std::string factory = "auto";
   std::string rerank = "exact";  // exact | codes (CandidateSpec::rerank_from_codes)
-  int residual_bits = 0;         // 0: the schema's default
+  int residual_bits = 0;         // 0: the mode's default (4 with codes, 2 otherwise)
   std::string resample_from;     // resample_source.py output
   std::string data_dir = "/tmp/tessera-bench-index";
   std::string json;
@@ -741,7 +741,7 @@ int Run(const Flags& flags) {
       "\",\n  \"docs\": ", flags.docs, ",\n  \"tokens_per_document\": ", flags.tokens,
       ",\n  \"dim\": ", flags.dim, ",\n  \"pool_factor\": ", flags.pool_factor,
       ",\n  \"max_merge_height\": ", flags.max_merge_height, ",\n  \"rerank\": \"", flags.rerank,
-      "\",\n  \"residual_bits\": ", flags.residual_bits,
+      "\",\n  \"residual_bits\": ", EffectiveResidualBits(schema.candidates),
       ",\n  \"pooled_vectors\": ", stats.rerank_vectors,
       ",\n  \"vectors_per_document\": ", stats.vectors_per_document, ",\n  \"candidate_index\": \"",
       stats.candidate_indexes.empty() ? "" : stats.candidate_indexes[0],

@@ -328,7 +328,7 @@ void SchemaToProto(const CollectionSchema& schema, v1::CollectionSchema* out) {
                   : v1::CandidateVectors::KIND_POOLED);
   c->set_pool_factor(static_cast<uint32_t>(schema.candidates.pool_factor));
   c->set_factory(schema.candidates.factory);
-  c->set_residual_bits(static_cast<uint32_t>(schema.candidates.residual_bits));
+  c->set_residual_bits(static_cast<uint32_t>(EffectiveResidualBits(schema.candidates)));
   c->set_centroid_min_vectors(static_cast<uint64_t>(schema.candidates.centroid_min_vectors));
   c->set_centroid_min_training_vectors(
       static_cast<uint64_t>(schema.candidates.centroid_min_training_vectors));

@@ -155,9 +155,11 @@ absl::StatusOr<DocumentCodes> ParseDocumentCodes(absl::string_view bytes, int64_
   return codes;
 }
 
-CentroidIndex::CentroidIndex(std::shared_ptr<const CentroidCodebook> codebook)
+CentroidIndex::CentroidIndex(std::shared_ptr<const CentroidCodebook> codebook,
+                             bool keep_document_codes)
     : codebook_(std::move(codebook)),
       code_bytes_(codebook_->codec().code_bytes()),
+      keep_document_codes_(keep_document_codes),
       lists_(codebook_->num_centroids()) {}
 
 DocumentCodes CentroidIndex::Encode(FloatMatrixView vectors) const {
@@ -214,6 +216,7 @@ absl::Status CentroidIndex::Add(uint64_t doc, const DocumentCodes& codes) {
   }
   const auto existing = doc_ordinal_.find(doc);
   if (existing != doc_ordinal_.end()) {
+    if (keep_document_codes_) ordinal_codes_[existing->second] = DocumentCodes();
     ordinal_dead_[existing->second] = 1;
     live_vectors_ -= ordinal_vectors_[existing->second];
     dead_vectors_ += ordinal_vectors_[existing->second];
@@ -223,6 +226,7 @@ absl::Status CentroidIndex::Add(uint64_t doc, const DocumentCodes& codes) {
   ordinal_doc_.push_back(doc);
   ordinal_vectors_.push_back(static_cast<uint32_t>(n));
   ordinal_dead_.push_back(0);
+  if (keep_document_codes_) ordinal_codes_.push_back(codes);
   doc_ordinal_[doc] = ordinal;
   const auto* code = reinterpret_cast<const uint8_t*>(codes.codes.data());
   const std::vector<uint8_t> empty_block(ScanBlockBytes(code_bytes_), 0);
@@ -244,6 +248,7 @@ void CentroidIndex::Remove(uint64_t doc) {
   MutexLock lock(&mu_);
   const auto it = doc_ordinal_.find(doc);
   if (it == doc_ordinal_.end()) return;
+  if (keep_document_codes_) ordinal_codes_[it->second] = DocumentCodes();
   ordinal_dead_[it->second] = 1;
   live_vectors_ -= ordinal_vectors_[it->second];
   dead_vectors_ += ordinal_vectors_[it->second];
@@ -263,6 +268,7 @@ void CentroidIndex::CompactLocked() {
     renumber[o] = static_cast<uint32_t>(docs.size());
     docs.push_back(ordinal_doc_[o]);
     vectors.push_back(ordinal_vectors_[o]);
+    if (keep_document_codes_) ordinal_codes_[docs.size() - 1] = std::move(ordinal_codes_[o]);
   }
   std::vector<uint8_t> code(code_bytes_);
   for (List& list : lists_) {
@@ -291,6 +297,10 @@ void CentroidIndex::CompactLocked() {
   ordinal_doc_ = std::move(docs);
   ordinal_vectors_ = std::move(vectors);
   ordinal_dead_.assign(ordinal_doc_.size(), 0);
+  if (keep_document_codes_) {
+    ordinal_codes_.resize(ordinal_doc_.size());
+    ordinal_codes_.shrink_to_fit();
+  }
   dead_vectors_ = 0;
 }
 
@@ -542,6 +552,32 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   return hits;
 }
 
+absl::Status CentroidIndex::GatherCompact(absl::Span<const uint64_t> docs, CompactDocuments* out,
+                                          std::vector<size_t>* positions) const {
+  if (!keep_document_codes_) {
+    return absl::FailedPreconditionError(
+        "centroid index: GatherCompact needs an index made with keep_document_codes");
+  }
+  ReaderMutexLock lock(&mu_);
+  std::vector<std::pair<size_t, uint32_t>> found;  // (index in docs, ordinal)
+  found.reserve(docs.size());
+  int64_t tokens = 0;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    const auto it = doc_ordinal_.find(docs[i]);
+    if (it == doc_ordinal_.end()) continue;
+    found.emplace_back(i, it->second);
+    tokens += ordinal_vectors_[it->second];
+  }
+  out->Reserve(static_cast<int64_t>(found.size()), tokens);
+  for (const auto& [i, ordinal] : found) {
+    const DocumentCodes& codes = ordinal_codes_[ordinal];
+    out->Add(codes.centroids.data(), reinterpret_cast<const uint8_t*>(codes.codes.data()),
+             codes.size());
+    positions->push_back(i);
+  }
+  return absl::OkStatus();
+}
+
 std::vector<uint64_t> CentroidIndex::Documents() const {
   ReaderMutexLock lock(&mu_);
   std::vector<uint64_t> docs;
@@ -557,9 +593,13 @@ int64_t CentroidIndex::MemoryBytesLocked() const {
     bytes += static_cast<int64_t>(list.ordinals.capacity() * sizeof(uint32_t) +
                                   list.blocks.capacity() + sizeof(List));
   }
-  bytes += static_cast<int64_t>(ordinal_doc_.capacity() * sizeof(uint64_t) +
-                                ordinal_vectors_.capacity() * sizeof(uint32_t) +
-                                ordinal_dead_.capacity());
+  bytes += static_cast<int64_t>(
+      ordinal_doc_.capacity() * sizeof(uint64_t) + ordinal_vectors_.capacity() * sizeof(uint32_t) +
+      ordinal_dead_.capacity() + ordinal_codes_.capacity() * sizeof(DocumentCodes));
+  for (const DocumentCodes& codes : ordinal_codes_) {
+    bytes += static_cast<int64_t>(codes.centroids.capacity() * sizeof(uint32_t) +
+                                  codes.codes.capacity());
+  }
   // flat_hash_map: one control byte and one slot per bucket.
   bytes +=
       static_cast<int64_t>(doc_ordinal_.capacity() * (1 + sizeof(std::pair<uint64_t, uint32_t>)));

@@ -26,6 +26,17 @@
 // Documents are removed by tombstones; the lists are compacted (and ordinals renumbered) once the
 // dead vectors pass kCompactionFraction of all vectors.
 //
+// Stage 2 from codes (rerank_from_codes): an index made with keep_document_codes also keeps each
+// document's codes as added (centroid ids and row-major codes, 4 + code_bytes bytes per vector:
+// 68 at dim 128 and 4 bits, 36 at 2 bits), which GatherCompact lays out for the compact MaxSim
+// kernel (code_maxsim.h), so that stage 2 reads no storage. Why a second copy and not the lists':
+// a vector's code lies in the lists byte-transposed, one byte per 32-byte row of its block, so
+// gathering it touches code_bytes / 2 cache lines; measured (bench/code_maxsim_benchmark.cc,
+// BM_GatherCompact, AMD EPYC Zen 4, shared) a gather from the lists through a per-document
+// directory (8 bytes per vector) ran at 45k documents of 64 vectors per CPU second at 4 bits, 3.7×
+// the time of scoring them and slower than the RocksDB read it was to replace; from the
+// per-document copy it is one transpose of contiguous bytes (~2.6M documents/s, BM_CompactLayout).
+//
 // Thread-safe: searches run concurrently with each other under a shared lock; Add and Remove take
 // it exclusively. The codebook is immutable and shared.
 #ifndef TESSERA_INDEX_CENTROID_CENTROID_INDEX_H_
@@ -45,6 +56,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "index/centroid/centroid_codebook.h"
+#include "index/centroid/code_maxsim.h"
 #include "tessera/base/mutex.h"
 #include "tessera/matrix.h"
 
@@ -119,7 +131,9 @@ struct CentroidIndexStats {
 
 class CentroidIndex {
  public:
-  explicit CentroidIndex(std::shared_ptr<const CentroidCodebook> codebook);
+  // keep_document_codes: keep each document's codes for GatherCompact (above).
+  explicit CentroidIndex(std::shared_ptr<const CentroidCodebook> codebook,
+                         bool keep_document_codes = false);
 
   const CentroidCodebook& codebook() const { return *codebook_; }
   std::shared_ptr<const CentroidCodebook> shared_codebook() const { return codebook_; }
@@ -145,6 +159,14 @@ class CentroidIndex {
                                                   const CentroidSearchOptions& options,
                                                   const std::function<bool(uint64_t doc)>* accept,
                                                   ThreadPool* pool) const;
+
+  // Appends to `out` (whose code_bytes must be the codec's) the compact layout of each document of
+  // `docs` that is indexed, and its index in `docs` to `positions`; a document not indexed
+  // (removed, or never added) is left out. Its centroid ids and codes are those Add was given.
+  // Copies them from the per-document codes under the shared lock; thread-safe. FAILED_PRECONDITION
+  // for an index made without keep_document_codes.
+  absl::Status GatherCompact(absl::Span<const uint64_t> docs, CompactDocuments* out,
+                             std::vector<size_t>* positions) const;
 
   // The documents indexed, ascending.
   std::vector<uint64_t> Documents() const;
@@ -193,6 +215,7 @@ class CentroidIndex {
 
   const std::shared_ptr<const CentroidCodebook> codebook_;
   const int64_t code_bytes_;
+  const bool keep_document_codes_;
 
   mutable Mutex mu_;
   std::vector<List> lists_ ABSL_GUARDED_BY(mu_);
@@ -200,6 +223,8 @@ class CentroidIndex {
   std::vector<uint64_t> ordinal_doc_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> ordinal_vectors_ ABSL_GUARDED_BY(mu_);
   std::vector<uint8_t> ordinal_dead_ ABSL_GUARDED_BY(mu_);
+  // With keep_document_codes_: each ordinal's codes as added (emptied when it is removed).
+  std::vector<DocumentCodes> ordinal_codes_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, uint32_t> doc_ordinal_ ABSL_GUARDED_BY(mu_);  // live only
   int64_t live_vectors_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dead_vectors_ ABSL_GUARDED_BY(mu_) = 0;

@@ -621,6 +621,103 @@ TEST_F(CentroidIndexTest, RemovedAndReplacedDocumentsAreNeverReturned) {
   EXPECT_TRUE(index_->Contains(2));
 }
 
+// Stage 2's resident codes (rerank_from_codes): GatherCompact hands back exactly the (centroid,
+// code) pairs each live document was added with, through adds, replacements, removals and the
+// compaction they trigger; removed documents are left out, and a document's compact score is the
+// one computed from its own codes. An index made without keep_document_codes refuses.
+TEST_F(CentroidIndexTest, GatherCompactReturnsEachLiveDocumentsCodes) {
+  const int64_t code_bytes = codebook_->codec().code_bytes();
+  {
+    CompactDocuments none(code_bytes);
+    std::vector<size_t> positions;
+    EXPECT_EQ(index_->GatherCompact({1}, &none, &positions).code(),
+              absl::StatusCode::kFailedPrecondition);
+  }
+  // The fixture's documents in an index that keeps their codes for stage 2.
+  index_ = std::make_unique<CentroidIndex>(codebook_, /*keep_document_codes=*/true);
+  for (const auto& [doc, codes] : docs_) ASSERT_TRUE(index_->Add(doc, codes).ok());
+  // (centroid, code bytes) pairs, sorted: a document's vectors, whatever their order.
+  auto pairs_of = [&](const uint32_t* ids, const uint8_t* row_major, const uint8_t* blocked,
+                      int64_t n) {
+    std::vector<std::pair<uint32_t, std::string>> pairs;
+    std::string code(code_bytes, '\0');
+    for (int64_t t = 0; t < n; ++t) {
+      if (blocked != nullptr) {
+        GetBlockedCode(blocked, code_bytes, t, reinterpret_cast<uint8_t*>(code.data()));
+      } else {
+        code.assign(reinterpret_cast<const char*>(row_major) + t * code_bytes, code_bytes);
+      }
+      pairs.emplace_back(ids[t], code);
+    }
+    std::sort(pairs.begin(), pairs.end());
+    return pairs;
+  };
+  auto expect_gathered = [&](const std::string& when) {
+    SCOPED_TRACE(when);
+    std::vector<uint64_t> asked;
+    for (uint64_t doc = 0; doc <= 302; ++doc) asked.push_back(doc);  // 0, 301, 302: never added
+    CompactDocuments gathered(code_bytes);
+    std::vector<size_t> positions;
+    ASSERT_TRUE(index_->GatherCompact(asked, &gathered, &positions).ok());
+    ASSERT_EQ(positions.size(), docs_.size());
+    const std::vector<CompactDocument> refs = gathered.refs();
+    ASSERT_EQ(refs.size(), docs_.size());
+    auto expected = docs_.begin();
+    for (size_t i = 0; i < refs.size(); ++i, ++expected) {
+      ASSERT_EQ(asked[positions[i]], expected->first) << "document " << i << " of the gather";
+      const DocumentCodes& codes = expected->second;
+      ASSERT_EQ(refs[i].num_tokens, codes.size()) << "document " << expected->first;
+      EXPECT_EQ(
+          pairs_of(refs[i].centroid_ids, nullptr, refs[i].blocks, refs[i].num_tokens),
+          pairs_of(codes.centroids.data(), reinterpret_cast<const uint8_t*>(codes.codes.data()),
+                   nullptr, codes.size()))
+          << "document " << expected->first;
+    }
+    // The compact scores of the gathered documents equal those of the codes as added.
+    const std::vector<float> query = Clustered(8, kDim, 50, 77);
+    std::vector<float> table(8 * codebook_->num_centroids());
+    for (int64_t i = 0; i < 8; ++i) {
+      for (int64_t c = 0; c < codebook_->num_centroids(); ++c) {
+        table[i * codebook_->num_centroids() + c] =
+            static_cast<float>(Dot(&query[i * kDim], codebook_->centroids() + c * kDim, kDim));
+      }
+    }
+    const CompactQuery compact(codebook_->codec(), query.data(), 8, table.data(),
+                               codebook_->num_centroids());
+    CompactDocuments added(code_bytes);
+    for (const auto& [doc, codes] : docs_) {
+      added.Add(codes.centroids.data(), reinterpret_cast<const uint8_t*>(codes.codes.data()),
+                codes.size());
+    }
+    std::vector<float> from_lists(refs.size()), from_codes(refs.size());
+    ASSERT_TRUE(ScoreCompactDocuments(compact, refs, from_lists.data()).ok());
+    ASSERT_TRUE(ScoreCompactDocuments(compact, added.refs(), from_codes.data()).ok());
+    EXPECT_EQ(from_lists, from_codes);
+  };
+  expect_gathered("as added");
+  // Below the compaction fraction: tombstones only.
+  for (uint64_t doc = 1; doc <= 30; doc += 3) {
+    index_->Remove(doc);
+    docs_.erase(doc);
+  }
+  for (uint64_t doc = 2; doc <= 20; doc += 3) AddDocument(*index_, doc, 7000 + doc);
+  ASSERT_GT(index_->Stats().dead_vectors, 0);
+  expect_gathered("tombstoned and replaced");
+  // Past it: compacted, entries and ordinals renumbered.
+  for (uint64_t doc = 31; doc <= 300; doc += 3) {
+    index_->Remove(doc);
+    docs_.erase(doc);
+  }
+  // A third of the documents removed or replaced, and at most the compaction fraction dead: the
+  // lists were compacted.
+  const CentroidIndexStats stats = index_->Stats();
+  ASSERT_LE(stats.dead_vectors,
+            CentroidIndex::kCompactionFraction * (stats.vectors + stats.dead_vectors));
+  expect_gathered("compacted");
+  AddDocument(*index_, 301, 9001);
+  expect_gathered("added after the compaction");
+}
+
 TEST_F(CentroidIndexTest, OrdinalTilesDoNotChangeResults) {
   // 2,000 documents: 8 accumulation tiles of 256 ordinals with the 2-thread pool, 4 of 500
   // without one. Both must give the same hits, bit for bit, and the documented scores.

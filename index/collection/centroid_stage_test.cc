@@ -470,8 +470,8 @@ TEST(CentroidStage, RerankFromCodesScoresWithinTheErrorBound) {
     schema.candidates.centroid_min_training_vectors = 4'000;
     auto collection = (*engine)->CreateCollection(schema);
     ASSERT_TRUE(collection.ok()) << collection.status();
-    // The first 200 documents train the codebook and keep their rerank vectors; the rest are
-    // stored as codes only.
+    // The first 200 documents train the codebook (which re-encodes them and drops their rerank
+    // vectors); the rest are stored as codes only.
     UpsertAll(**collection, std::vector<Document>(documents.begin(), documents.begin() + 200));
     Impl(**collection).WaitForTrainingForTesting();
     ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid")) << StageOf(**collection);
@@ -670,9 +670,159 @@ TEST(CentroidStage, RerankFromCodesScoresTheDecodedVectors) {
   ASSERT_TRUE(reopened.ok());
   EXPECT_EQ(reopened->vectors, before);
   EXPECT_EQ((*codes)->Get(documents[5].id).status().code(), absl::StatusCode::kNotFound);
+  // Written before the codebook, re-encoded by its training: Get decodes its codes too.
   auto again = (*codes)->Get(first.id);
   ASSERT_TRUE(again.ok());
-  EXPECT_EQ(again->vectors, exact_get->vectors);  // written before the codebook: stored
+  ASSERT_EQ(again->vectors.size(), exact_get->vectors.size());
+  EXPECT_NE(again->vectors, exact_get->vectors);
+  double first_error = 0, first_norm = 0;
+  for (size_t i = 0; i < again->vectors.size(); ++i) {
+    first_error += std::pow(again->vectors[i] - exact_get->vectors[i], 2);
+    first_norm += std::pow(exact_get->vectors[i], 2);
+  }
+  EXPECT_LT(first_error, 0.05 * first_norm) << "relative squared error of the decoded vectors";
+}
+
+// Every shard database under `root`: the directories named "db".
+std::vector<std::string> ShardDatabases(const std::string& root) {
+  std::vector<std::string> dirs;
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(root)) {
+    if (entry.is_directory() && entry.path().filename() == "db") {
+      dirs.push_back(entry.path().string());
+    }
+  }
+  return dirs;
+}
+
+// rerank_from_codes, compact mode: 4 bits by default; the training that makes the codebook
+// re-encodes the documents written before it and drops their fp16 rerank and fp32 candidate
+// vectors (none remains in the store, in RocksDB or in a segment), and they still answer from
+// their codes; stage 1 holds exactly the live documents' codes after deletes (stage 2 reads them
+// there); a reopen rebuilds the resident codes from the store and answers the same, bit for bit.
+TEST(CentroidStage, RerankFromCodesKeepsNoVectorsOfDocumentsWrittenBeforeTheCodebook) {
+  TempDir dir;
+  Corpus corpus(kDim, 43);
+  std::vector<Document> sources;
+  const std::vector<Document> documents = FamiliesAndNoise(corpus, 30, 500, &sources);
+  std::vector<std::string> ids;
+  for (const Document& document : documents) ids.push_back(document.id);
+  auto engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok());
+  CollectionSchema schema = Schema("codes", kDim);
+  schema.num_shards = 2;
+  schema.candidates.rerank_from_codes = true;  // residual_bits left at 0: the mode's default
+  schema.candidates.centroid_min_training_vectors = 2'000;
+  auto collection = (*engine)->CreateCollection(schema);
+  ASSERT_TRUE(collection.ok()) << collection.status();
+  // ~125 documents per shard train its codebook: written with fp16 rerank vectors and fp32
+  // candidate vectors, which the rerank vectors' segments receive once flushed.
+  UpsertAll(**collection, std::vector<Document>(documents.begin(), documents.begin() + 250));
+  ASSERT_TRUE((*collection)->Snapshot().ok());  // moves the rerank rows into segments
+  Impl(**collection).WaitForTrainingForTesting();
+  for (int s = 0; s < 2; ++s) {
+    const auto codebook = Impl(**collection).CodebookForTesting(s);
+    ASSERT_NE(codebook, nullptr) << "shard " << s;
+    EXPECT_EQ(codebook->codec().nbits(), 4) << "shard " << s << ": the compact mode's default";
+  }
+  UpsertAll(**collection, std::vector<Document>(documents.begin() + 250, documents.end()));
+  // Deletes of documents written before and after the codebook.
+  std::vector<std::string> deleted;
+  for (size_t d = 0; d < documents.size(); d += 37) deleted.push_back(documents[d].id);
+  ASSERT_TRUE((*collection)->Delete(deleted).ok());
+  Impl(**collection).WaitForTrainingForTesting();
+  const CollectionStats stats = (*collection)->Stats();
+  EXPECT_EQ(stats.documents, static_cast<int64_t>(documents.size() - deleted.size()));
+  // Stage 1's codes (stage 2's too) are the live documents' vectors, no more.
+  EXPECT_EQ(stats.candidate_vectors, stats.rerank_vectors);
+
+  // Exhaustive and default searches: brute force's top 10 over the decoded vectors (except at
+  // near-ties), never a deleted document.
+  const std::set<std::string> gone(deleted.begin(), deleted.end());
+  std::vector<std::vector<std::pair<std::string, float>>> answers;
+  std::vector<std::vector<float>> queries;
+  for (int q = 0; q < 6; ++q) {
+    SCOPED_TRACE(absl::StrCat("query ", q));
+    queries.push_back(corpus.QueryFrom(sources[q * 5], 16));
+    const std::vector<float>& query = queries.back();
+    const auto expected = BruteForce(**collection, ids, query, kDim);
+    const double tolerance = CodesErrorBound(**collection, query) + 2 * 16 * std::ldexp(1.0, -11);
+    for (const bool exhaustive : {true, false}) {
+      SearchOptions options;
+      options.exhaustive = exhaustive;
+      auto result = (*collection)->Search(FloatMatrixView{query.data(), 16, kDim}, options);
+      ASSERT_TRUE(result.ok()) << result.status();
+      ASSERT_EQ(result->hits.size(), 10u);
+      std::vector<std::pair<std::string, float>> answer;
+      for (size_t i = 0; i < 10; ++i) {
+        const SearchHit& hit = result->hits[i];
+        EXPECT_EQ(gone.count(hit.id), 0u) << hit.id << " was deleted";
+        if (hit.id != expected[i].first) {  // only at a near-tie
+          EXPECT_NEAR(hit.score, expected[i].second, 2 * tolerance)
+              << "rank " << i << ": " << hit.id << " instead of " << expected[i].first;
+        }
+        answer.emplace_back(hit.id, hit.score);
+      }
+      if (exhaustive) answers.push_back(answer);
+    }
+  }
+
+  // The store: no rerank rows (in RocksDB or in a segment) and no candidate vectors are left.
+  collection = absl::NotFoundError("closed");
+  engine = absl::NotFoundError("closed");
+  const std::vector<std::string> databases = ShardDatabases(dir.path());
+  ASSERT_EQ(databases.size(), 2u);
+  int64_t documents_seen = 0;
+  for (const std::string& db : databases) {
+    SCOPED_TRACE(db);
+    internal::ShardStoreOptions options;
+    options.create_if_missing = false;
+    auto store = internal::ShardStore::Open(db, options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    std::vector<uint64_t> iids;
+    ASSERT_TRUE((*store)
+                    ->ForEachDocument([&](const internal::DocumentRecord& record) {
+                      iids.push_back(record.iid);
+                      return absl::OkStatus();
+                    })
+                    .ok());
+    documents_seen += static_cast<int64_t>(iids.size());
+    auto rerank = (*store)->MultiGetRerank(iids);
+    ASSERT_TRUE(rerank.ok()) << rerank.status();
+    for (size_t i = 0; i < iids.size(); ++i) {
+      ASSERT_TRUE((*rerank)[i].has_value()) << "iid " << iids[i];
+      EXPECT_EQ((*rerank)[i]->rows, 0) << "iid " << iids[i] << " keeps rerank rows";
+    }
+    int64_t candidates = 0;
+    ASSERT_TRUE((*store)
+                    ->ForEachCandidates(0,
+                                        [&](uint64_t, const internal::StoredMatrix&) {
+                                          ++candidates;
+                                          return absl::OkStatus();
+                                        })
+                    .ok());
+    EXPECT_EQ(candidates, 0) << "documents with candidate vectors";
+    const internal::ShardStoreStats store_stats = (*store)->Stats();
+    EXPECT_EQ(store_stats.rerank_segments, 0);
+    EXPECT_EQ(store_stats.rerank_unflushed_bytes, 0);
+  }
+  EXPECT_EQ(documents_seen, static_cast<int64_t>(documents.size() - deleted.size()));
+
+  // Reopened: the resident codes rebuilt from the store give the same answers, bit for bit.
+  engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok());
+  collection = (*engine)->GetCollection("codes");
+  ASSERT_TRUE(collection.ok());
+  for (size_t q = 0; q < queries.size(); ++q) {
+    SearchOptions options;
+    options.exhaustive = true;
+    auto result = (*collection)->Search(FloatMatrixView{queries[q].data(), 16, kDim}, options);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_EQ(result->hits.size(), 10u);
+    for (size_t i = 0; i < 10; ++i) {
+      EXPECT_EQ(result->hits[i].id, answers[q][i].first) << "query " << q << " rank " << i;
+      EXPECT_EQ(result->hits[i].score, answers[q][i].second) << "query " << q << " rank " << i;
+    }
+  }
 }
 
 }  // namespace

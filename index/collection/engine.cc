@@ -450,9 +450,11 @@ absl::Status ValidateSchema(const CollectionSchema& schema) {
     TESSERA_RETURN_IF_ERROR(internal::CandidateIndex::Create(options).status());
     TESSERA_RETURN_IF_ERROR(CheckTrainable(options));
   }
-  if (schema.candidates.residual_bits != 2 && schema.candidates.residual_bits != 4) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "candidate residual_bits ", schema.candidates.residual_bits, ", expected 2 or 4"));
+  if (schema.candidates.residual_bits != 0 && schema.candidates.residual_bits != 2 &&
+      schema.candidates.residual_bits != 4) {
+    return absl::InvalidArgumentError(absl::StrCat("candidate residual_bits ",
+                                                   schema.candidates.residual_bits,
+                                                   ", expected 2 or 4 (0: the mode's default)"));
   }
   // A training needs at least one vector per centroid of the smallest codebook
   // (internal::kMinCentroids): below that k-means cannot fill the codebook, every sampled vector

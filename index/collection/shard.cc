@@ -255,7 +255,8 @@ absl::Status Shard::LoadCentroids(uint32_t generation) {
     return absl::DataLossError(absl::StrCat("shard '", dir_, "': codebook of dim ",
                                             (*codebook)->dim(), ", the schema has ", schema_.dim));
   }
-  auto index = std::make_shared<CentroidIndex>(std::move(*codebook));
+  auto index =
+      std::make_shared<CentroidIndex>(std::move(*codebook), schema_.candidates.rerank_from_codes);
   const int64_t code_bytes = index->codebook().codec().code_bytes();
   const int64_t num_centroids = index->codebook().num_centroids();
   std::vector<uint64_t> orphans;
@@ -287,6 +288,8 @@ absl::Status Shard::LoadCentroids(uint32_t generation) {
   if (!healed.empty() || !orphans.empty()) {
     TESSERA_RETURN_IF_ERROR(store_->PutCodes(generation, healed, orphans));
   }
+  // A crash between a training's commit and its drop of the rerank rows left them.
+  if (schema_.candidates.rerank_from_codes) TESSERA_RETURN_IF_ERROR(DropRerankRows());
   // A training that did not finish left a newer generation; an older one may not be dropped yet.
   TESSERA_RETURN_IF_ERROR(store_->DropCodeGenerationsExcept(generation));
   store_->SetCodeGenerations({generation});
@@ -297,7 +300,7 @@ absl::Status Shard::LoadCentroids(uint32_t generation) {
   std::filesystem::remove(dir_ + "/" + kSnapshotFile, ignored);
   MutexLock lock(&stage1_mu_);
   stage1_ = Stage1{std::make_shared<CentroidStage1>(index, generation), index->shared_codebook(),
-                   generation};
+                   generation, index};
   return absl::OkStatus();
 }
 
@@ -313,7 +316,7 @@ absl::Status Shard::RebuildCandidates() {
   MutexLock lock(&stage1_mu_);
   stage1_ = Stage1{
       std::make_shared<CandidateStage1>(std::move(index), schema_.dim, schema_.candidates, max_iid),
-      nullptr, 0};
+      nullptr, 0, nullptr};
   return absl::OkStatus();
 }
 
@@ -357,7 +360,7 @@ absl::Status Shard::LoadOrRebuildCandidates() {
   MutexLock lock(&stage1_mu_);
   stage1_ = Stage1{
       std::make_shared<CandidateStage1>(std::move(index), schema_.dim, schema_.candidates, max_iid),
-      nullptr, 0};
+      nullptr, 0, nullptr};
   return absl::OkStatus();
 }
 
@@ -657,7 +660,7 @@ absl::Status Shard::Train(TrainingRun* run) {
   }
   CentroidTrainingOptions options;
   options.num_centroids = num_centroids;
-  options.nbits = schema_.candidates.residual_bits;
+  options.nbits = EffectiveResidualBits(schema_.candidates);
   const int64_t sample_rows = static_cast<int64_t>(sample.size()) / schema_.dim;
   TESSERA_ASSIGN_OR_RETURN(
       std::unique_ptr<CentroidCodebook> codebook,
@@ -665,7 +668,8 @@ absl::Status Shard::Train(TrainingRun* run) {
                               pool_.get()));
   std::vector<float>().swap(sample);
   TESSERA_RETURN_IF_ERROR(store_->PutMeta(CodebookKey(generation), codebook->Serialize()));
-  auto index = std::make_shared<CentroidIndex>(std::move(codebook));
+  auto index =
+      std::make_shared<CentroidIndex>(std::move(codebook), schema_.candidates.rerank_from_codes);
 
   // 2. Encode every live document into the new index and generation, while writes go on against
   // the old index. Removals delete codes of both generations from now on.
@@ -716,9 +720,12 @@ absl::Status Shard::Train(TrainingRun* run) {
   {
     MutexLock swap(&stage1_mu_);
     stage1_ = Stage1{std::make_shared<CentroidStage1>(index, generation), index->shared_codebook(),
-                     generation};
+                     generation, index};
   }
   store_->SetCodeGenerations({generation});
+  // Rerank from codes: the documents written before the codebook have codes now, and keep no
+  // rows (a crash before this is healed at open).
+  if (schema_.candidates.rerank_from_codes) TESSERA_RETURN_IF_ERROR(DropRerankRows());
   // What the old stage 1 left on disk: its codes, the candidate vectors, the candidate index
   // snapshot.
   TESSERA_RETURN_IF_ERROR(store_->DropCodeGenerationsExcept(generation));
@@ -729,6 +736,18 @@ absl::Status Shard::Train(TrainingRun* run) {
   }
   std::error_code ignored;
   std::filesystem::remove(dir_ + "/" + kSnapshotFile, ignored);
+  return absl::OkStatus();
+}
+
+absl::Status Shard::DropRerankRows() {
+  TESSERA_ASSIGN_OR_RETURN(const std::vector<uint64_t> dropped, store_->DropAllRerankRows());
+  MutexLock lock(&table_mu_);
+  for (uint64_t iid : dropped) {
+    const auto it = live_.find(iid);
+    if (it == live_.end() || it->second.rerank == nullptr) continue;
+    resident_bytes_ -= static_cast<int64_t>(it->second.rerank->bytes.size());
+    it->second.rerank.reset();
+  }
   return absl::OkStatus();
 }
 
@@ -849,9 +868,21 @@ absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> Shard::Fetc
     std::vector<StoredMatrixView> views;
     std::vector<std::shared_ptr<const StoredMatrix>> matrices;
   };
+  std::vector<std::shared_ptr<const StoredMatrixView>> views(iids.size());
+  if (schema_.candidates.rerank_from_codes && CurrentStage1().centroids != nullptr) {
+    // Every document of the shard is in its centroid index, whose codes stage 2 reads (those
+    // written before the codebook keep rows only until its training drops them): a view without
+    // rows for each live one, and no read of the store.
+    const auto codes_only = std::make_shared<const StoredMatrixView>(
+        StoredMatrixView{schema_.dtype, 0, schema_.dim, absl::string_view()});
+    ReaderMutexLock lock(&table_mu_);
+    for (size_t i = 0; i < iids.size(); ++i) {
+      if (live_.contains(iids[i])) views[i] = codes_only;
+    }
+    return views;
+  }
   auto resident = std::make_shared<Resident>();
   resident->views.resize(iids.size());
-  std::vector<std::shared_ptr<const StoredMatrixView>> views(iids.size());
   std::vector<uint64_t> missing;
   std::vector<size_t> missing_at;
   {
@@ -881,13 +912,15 @@ absl::StatusOr<Shard::CodedDocuments> Shard::FetchCodes(absl::Span<const uint64_
   documents.requested = iids.size();
   if (iids.empty()) return documents;
   const Stage1 stage1 = CurrentStage1();
-  if (stage1.codebook == nullptr) {
+  if (stage1.codebook == nullptr || stage1.centroids == nullptr) {
     return absl::DataLossError(absl::StrCat("shard '", dir_, "': iid ", iids[0],
                                             " has no rerank vectors and the shard no codebook"));
   }
   documents.codebook = stage1.codebook;
   const int64_t code_bytes = documents.codebook->codec().code_bytes();
-  const int64_t num_centroids = documents.codebook->num_centroids();
+  // Resident codes (the centroid index keeps each document's for a rerank_from_codes shard): laid
+  // out in parts of at least kMinReadsPerPart documents over the pool, as the reads of stored rows
+  // are.
   const int64_t parts = ReadParts(iids.size(), pool_->num_threads());
   documents.parts.assign(parts, CompactDocuments(code_bytes));
   documents.positions.resize(parts);
@@ -896,36 +929,9 @@ absl::StatusOr<Shard::CodedDocuments> Shard::FetchCodes(absl::Span<const uint64_
     for (int64_t part = begin; part < end; ++part) {
       const size_t first = iids.size() * part / parts;
       const size_t last = iids.size() * (part + 1) / parts;
-      absl::StatusOr<std::vector<std::optional<std::string>>> stored =
-          store_->MultiGetCodes(stage1.generation, iids.subspan(first, last - first));
-      if (!stored.ok()) {
-        statuses[part] = stored.status();
-        continue;
-      }
-      int64_t found = 0, tokens = 0;
-      for (const std::optional<std::string>& bytes : *stored) {
-        if (!bytes.has_value()) continue;
-        ++found;
-        tokens += static_cast<int64_t>(bytes->size()) / (4 + code_bytes);
-      }
-      documents.parts[part].Reserve(found, tokens);
-      for (size_t j = first; j < last; ++j) {
-        const std::optional<std::string>& bytes = (*stored)[j - first];
-        if (!bytes.has_value()) continue;  // removed since (a removal deletes its codes)
-        absl::StatusOr<DocumentCodes> codes = ParseDocumentCodes(*bytes, code_bytes, num_centroids);
-        if (codes.ok() && codes->size() == 0) {
-          codes = absl::DataLossError("no vectors");
-        }
-        if (!codes.ok()) {
-          statuses[part] = absl::DataLossError(absl::StrCat(
-              "shard '", dir_, "': codes of iid ", iids[j], ": ", codes.status().message()));
-          break;
-        }
-        documents.parts[part].Add(codes->centroids.data(),
-                                  reinterpret_cast<const uint8_t*>(codes->codes.data()),
-                                  codes->size());
-        documents.positions[part].push_back(j);
-      }
+      statuses[part] = stage1.centroids->GatherCompact(
+          iids.subspan(first, last - first), &documents.parts[part], &documents.positions[part]);
+      for (size_t& position : documents.positions[part]) position += first;
     }
   });
   for (const absl::Status& status : statuses) TESSERA_RETURN_IF_ERROR(status);

@@ -47,10 +47,15 @@
 // is live.
 //
 // Rerank from codes (CandidateSpec::rerank_from_codes): once the first codebook is in use, a
-// write stores its codes and a rerank matrix without rows. Stage 2 scores such documents from
-// their codes without decoding them (FetchCodes + ScoreCodes: compact MaxSim, code_maxsim.h),
-// within CompactQuery::ErrorBound of the fp32 MaxSim of the decoded vectors; FetchRerank decodes
-// them (centroid + residual) for explain and Get. Such a shard never retrains.
+// write stores its codes and a rerank matrix without rows, and the training that made the
+// codebook drops the rows (and, as every training, the candidate vectors) of the documents written
+// before it, in the same critical section as its commit (or at the next open after a crash in
+// between): no fp16/fp32 copy remains. Stage 2 scores the documents from the codes the centroid
+// index keeps resident per document (keep_document_codes: 4 + code_bytes bytes per vector beside
+// the lists') without decoding them (FetchCodes + ScoreCodes: compact MaxSim, code_maxsim.h; no
+// read of the store per document), within CompactQuery::ErrorBound of the fp32
+// MaxSim of the decoded vectors; FetchRerank decodes the stored codes (centroid + residual) for
+// explain and Get. Such a shard never retrains.
 //
 // Sparse vectors (CollectionSchema::sparse): a document's sparse vector is part of its record
 // (same WriteBatch, same durability), and the shard's SparseIndex over its live documents is
@@ -222,7 +227,8 @@ class Shard {
   // The search's read: views of each iid's rerank vectors, resident ones in memory, the others in
   // place in the store's mapped segments (ShardStore::ReadRerank: no copy, no checksum pass), each
   // view keeping what it points into alive; null for an iid that is no longer stored. A document
-  // stored as codes only comes back as a view without rows (its codes are for FetchCodes).
+  // stored as codes only comes back as a view without rows (its codes are for FetchCodes); in a
+  // rerank_from_codes shard with its codebook that is every live document, and nothing is read.
   absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> FetchStoredRerank(
       absl::Span<const uint64_t> iids) const;
 
@@ -236,10 +242,11 @@ class Shard {
     std::vector<CompactDocuments> parts;
     std::vector<std::vector<size_t>> positions;
   };
-  // Reads the codes of each iid under the codebook in use (one MultiGet per part, parts split
-  // over the pool as FetchRerank's reads) into the compact layout; an iid no longer stored is
-  // left out. DATA_LOSS when the shard has no codebook (only rerank_from_codes documents have no
-  // rows, and only once it has one) or stored codes do not parse; the store's read errors.
+  // Copies the codes of each iid from the centroid index, which keeps every document's codes in a
+  // rerank_from_codes shard (resident: no read of the store; CentroidIndex::GatherCompact, parts
+  // split over the pool), into the compact layout; an iid no longer indexed is left out. DATA_LOSS
+  // when the shard has no codebook (only rerank_from_codes documents have no rows, and only once
+  // it has one).
   absl::StatusOr<CodedDocuments> FetchCodes(absl::Span<const uint64_t> iids) const;
   // MaxSim of `query` (nq × dim fp32, validated by the caller) and each document FetchCodes
   // found, scored from the codes with ScoreCompactDocuments (parts split over the pool):
@@ -287,6 +294,9 @@ class Shard {
     std::shared_ptr<Stage1Index> index;
     std::shared_ptr<const CentroidCodebook> codebook;
     uint32_t generation = 0;
+    // The centroid index behind `index` (null with the candidate index): it keeps the codes stage 2
+    // reads for documents stored as codes only (FetchCodes) in a rerank_from_codes shard.
+    std::shared_ptr<const CentroidIndex> centroids;
   };
 
   // What a training works on, for its log lines and the shard's statistics.
@@ -336,6 +346,9 @@ class Shard {
   // codes into `codes`; documents no longer stored are skipped.
   absl::Status EncodeDocuments(absl::Span<const uint64_t> iids, CentroidIndex* index,
                                std::vector<std::pair<uint64_t, std::string>>* codes) const;
+  // Rerank from codes, once every document has codes under the codebook in use: drops every
+  // document's rerank rows from the store (ShardStore::DropAllRerankRows) and from memory.
+  absl::Status DropRerankRows() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   // Live iids above `after`, ascending.
   std::vector<uint64_t> LiveIidsAbove(uint64_t after) const;
 

@@ -319,6 +319,7 @@ class ShardStore::Impl {
                         absl::Span<const uint64_t> removed);
   absl::Status DropCodeGenerationsExcept(uint32_t keep);
   absl::Status DropAllCandidates();
+  absl::StatusOr<std::vector<uint64_t>> DropAllRerankRows() ABSL_LOCKS_EXCLUDED(commit_mu_);
   absl::Status ForEachCodes(uint32_t generation,
                             const std::function<absl::Status(uint64_t, std::string)>& fn) const;
   uint64_t LatestSequence() const { return db_->GetLatestSequenceNumber(); }
@@ -1630,6 +1631,54 @@ absl::Status ShardStore::Impl::DropAllCandidates() {
   return DropRanges(candidates_, {{"", std::string(9, '\xff')}}, "candidate vectors");
 }
 
+absl::StatusOr<std::vector<uint64_t>> ShardStore::Impl::DropAllRerankRows() {
+  std::vector<uint64_t> dropped;
+  {
+    // Under commit_mu_ from the scan to the bookkeeping: no write commits in between, so every
+    // value replaced is the document's latest and no removed document gets a value back; a flush
+    // or rewrite in progress sees the dropped iids as removed (ApplyRerankChanges).
+    MutexLock commit(&commit_mu_);
+    rocksdb::ReadOptions read_options;
+    read_options.fill_cache = false;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, rerank_));
+    rocksdb::WriteBatch batch;
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      uint64_t iid = 0;
+      if (!DecodeIidKey(absl::string_view(it->key().data(), it->key().size()), &iid)) {
+        return absl::DataLossError(absl::StrCat("shard '", dir_, "': rerank CF has a key of ",
+                                                it->key().size(), " bytes"));
+      }
+      const absl::string_view value(it->value().data(), it->value().size());
+      StoredMatrix empty;
+      if (IsRerankPointer(value)) {
+        TESSERA_ASSIGN_OR_RETURN(const RerankPointer pointer,
+                                 Codec(DecodeRerankPointer(value, iid)));
+        empty.dtype = pointer.dtype;
+        empty.cols = pointer.cols;
+      } else {
+        TESSERA_ASSIGN_OR_RETURN(const StoredMatrix matrix,
+                                 Codec(DecodeStoredMatrix(value, kRerankCf, iid)));
+        if (matrix.rows == 0) continue;
+        empty.dtype = matrix.dtype;
+        empty.cols = matrix.cols;
+      }
+      batch.Put(rerank_, it->key(), EncodeStoredMatrix(empty));
+      dropped.push_back(iid);
+    }
+    TESSERA_RETURN_IF_ERROR(Rocks(it->status(), "scanning rerank"));
+    if (dropped.empty()) return dropped;
+    TESSERA_RETURN_IF_ERROR(WriteToDb(&batch, "dropping rerank rows", nullptr, /*sync=*/true));
+    ApplyRerankChanges({}, dropped);
+  }
+  // Segments left without live rows are deleted, and the replaced values compacted away.
+  TESSERA_RETURN_IF_ERROR(FlushRerank());
+  rocksdb::CompactRangeOptions compact;
+  compact.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
+  TESSERA_RETURN_IF_ERROR(Rocks(db_->CompactRange(compact, rerank_, nullptr, nullptr),
+                                "compacting dropped rerank rows"));
+  return dropped;
+}
+
 absl::Status ShardStore::Impl::ForEachCodes(
     uint32_t generation, const std::function<absl::Status(uint64_t, std::string)>& fn) const {
   rocksdb::ManagedSnapshot snapshot(db_.get());
@@ -1844,6 +1893,9 @@ absl::Status ShardStore::DropCodeGenerationsExcept(uint32_t keep) {
 }
 
 absl::Status ShardStore::DropAllCandidates() { return impl_->DropAllCandidates(); }
+absl::StatusOr<std::vector<uint64_t>> ShardStore::DropAllRerankRows() {
+  return impl_->DropAllRerankRows();
+}
 
 absl::Status ShardStore::ForEachCodes(
     uint32_t generation, const std::function<absl::Status(uint64_t, std::string)>& fn) const {

@@ -256,6 +256,13 @@ class ShardStore {
   // the disk space is freed now (a shard whose stage 1 became the centroid index never reads them
   // again). Candidate vectors written afterwards are kept.
   absl::Status DropAllCandidates();
+  // Replaces every document's rerank rows by a matrix without rows (same dtype and cols), durably
+  // and in one WriteBatch, and frees their space now: segments left without live rows are deleted
+  // and the replaced RocksDB values compacted away. For a shard whose stage 2 scores its documents
+  // from their centroid codes (rerank_from_codes), once every document has codes. Returns the iids
+  // whose rows it dropped (none when every document is stored without rows). DATA_LOSS for a value
+  // that fails its checksum; write errors as Write's.
+  absl::StatusOr<std::vector<uint64_t>> DropAllRerankRows();
   // Calls fn(iid, codes) for every document with codes under `generation`, in iid order, from a
   // consistent snapshot (documents removed since may still have codes: see SetCodeGenerations).
   absl::Status ForEachCodes(uint32_t generation,

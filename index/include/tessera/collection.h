@@ -42,8 +42,12 @@ struct CandidateSpec {
   //   otherwise   a FAISS index_factory string for the candidate vectors ("Flat", "HNSW32", …).
   std::string factory = "auto";
   // The centroid index (DESIGN §5): k-means centroids over the rerank vectors, each vector stored
-  // as its centroid id and a residual code of residual_bits ∈ {2, 4} bits per dimension.
-  int residual_bits = 2;
+  // as its centroid id and a residual code of residual_bits ∈ {2, 4} bits per dimension; 0: the
+  // mode's default (EffectiveResidualBits): 4 with rerank_from_codes, where the codes are stage
+  // 2's vectors (nDCG@10 −0.4% to +0.6% of exact fp16 at 4 bits on the four real sets, −2.1% to
+  // +0.4% at 2; docs/results.md, "Rerank from codes"), and 2 otherwise, where they only rank
+  // candidates for the exact rerank.
+  int residual_bits = 0;
   // "auto" switches at the training threshold: on every real set measured, from 98k vectors
   // on, the centroid index found the exact top 10 as often as the candidate scan or more at
   // equal N, at 2.2–3.1× its speed (docs/notes/2026-12-05.md, "Stage 1 defaults from the
@@ -59,11 +63,20 @@ struct CandidateSpec {
   // query tokens of ⌈dim · residual_bits / 4⌉ · step / 2, step = the token's largest table range
   // / 255) of the MaxSim of the decoded vectors; explain and Get return the decoded vectors.
   // Needs factory "auto" or "centroid" and then behaves as "centroid" (a shard trains once it
-  // holds centroid_min_training_vectors vectors; documents written before keep their rerank
-  // vectors, scored exactly). The first codebook is kept for good: without the original vectors
-  // there is nothing to retrain on.
+  // holds centroid_min_training_vectors vectors; the documents written before are encoded by that
+  // training, which then drops their rerank and candidate vectors: no fp16/fp32 copy remains).
+  // The codes stay resident in the centroid index (its lists for stage 1, and a per-document copy
+  // for stage 2: 4 + dim · residual_bits / 8 bytes per pooled vector more memory, 68 at dim 128
+  // and 4 bits), so stage 2 reads no storage per document. The first codebook is kept for good:
+  // without the original vectors there is nothing to retrain on.
   bool rerank_from_codes = false;
 };
+
+// The residual bits of a CandidateSpec: residual_bits, or the mode's default when it is 0.
+inline int EffectiveResidualBits(const CandidateSpec& spec) {
+  if (spec.residual_bits != 0) return spec.residual_bits;
+  return spec.rerank_from_codes ? 4 : 2;
+}
 
 // The most shards a collection may have.
 inline constexpr int kMaxShards = 256;
