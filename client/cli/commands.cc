@@ -918,7 +918,7 @@ Exit status: 0 success, 1 failure ("tessera: CODE: message" on stderr), 2 usage 
 }
 
 std::string CommandUsage(const std::vector<std::string>& words) {
-  const std::string usage = TesseraUsage();
+  std::string usage = TesseraUsage();
   std::string name = words.empty() ? "" : words[0];
   if (name == "collections" && words.size() > 1) name = absl::StrCat(name, " ", words[1]);
   bool known = false;

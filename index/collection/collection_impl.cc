@@ -112,17 +112,6 @@ SparseVector SortedSparse(const SparseVector& vector) {
   return sorted;
 }
 
-// Only `fields` of `attributes` (all when empty).
-Attributes SelectAttributes(Attributes attributes, const std::vector<std::string>& fields) {
-  if (fields.empty()) return attributes;
-  Attributes selected;
-  for (const std::string& field : fields) {
-    auto it = attributes.find(field);
-    if (it != attributes.end()) selected.insert(std::move(*it));
-  }
-  return selected;
-}
-
 }  // namespace
 
 struct CollectionImpl::Scored {

@@ -92,16 +92,6 @@ void KeepBest(std::vector<SearchHit>* hits, int64_t depth) {
   hits->resize(keep);
 }
 
-Attributes Selected(Attributes attributes, const std::vector<std::string>& fields) {
-  if (fields.empty()) return attributes;
-  Attributes selected;
-  for (const std::string& field : fields) {
-    auto it = attributes.find(field);
-    if (it != attributes.end()) selected.insert(std::move(*it));
-  }
-  return selected;
-}
-
 }  // namespace
 
 int64_t HybridLaneDepth(const SearchOptions& options, int64_t max_depth) {
@@ -189,7 +179,7 @@ absl::StatusOr<SearchResult> FuseLanes(SearchResult lanes, bool has_dense_lane,
   }
   auto finish = [&options](SearchHit& hit) {
     if (options.with_attributes) {
-      hit.attributes = Selected(std::move(hit.attributes), options.attribute_fields);
+      hit.attributes = SelectAttributes(std::move(hit.attributes), options.attribute_fields);
     } else {
       hit.attributes.clear();
     }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -106,6 +107,16 @@ const char* AttributeTypeName(AttributeType type) {
       return "string";
   }
   return "unknown";
+}
+
+Attributes SelectAttributes(Attributes attributes, const std::vector<std::string>& fields) {
+  if (fields.empty()) return attributes;
+  Attributes selected;
+  for (const std::string& field : fields) {
+    auto it = attributes.find(field);
+    if (it != attributes.end()) selected.insert(std::move(*it));
+  }
+  return selected;
 }
 
 bool FilterMatches(const Filter& filter, const Attributes& attributes) {

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tessera/base/errno_status.h"
+#include "tessera/status_macros.h"
 
 namespace tessera::internal {
 namespace {
@@ -31,6 +32,24 @@ std::string DirectoryOf(const std::string& path) {
   if (slash == std::string::npos) return ".";
   return slash == 0 ? "/" : path.substr(0, slash);
 }
+
+// A file opened read-only with its stat, or the error naming it; the caller closes fd.
+struct OpenForReading {
+  int fd = -1;
+  struct stat st {};
+
+  static absl::StatusOr<OpenForReading> Open(const std::string& path) {
+    OpenForReading file;
+    file.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (file.fd < 0) return ErrnoStatus(errno, "cannot open", path);
+    if (::fstat(file.fd, &file.st) != 0) {
+      const absl::Status status = ErrnoStatus(errno, "cannot stat", path);
+      ::close(file.fd);
+      return status;
+    }
+    return file;
+  }
+};
 
 }  // namespace
 
@@ -62,14 +81,9 @@ absl::Status WriteFileAtomically(const std::string& path,
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const absl::Status status = ErrnoStatus(errno, "cannot stat", path);
-    ::close(fd);
-    return status;
-  }
+  TESSERA_ASSIGN_OR_RETURN(const OpenForReading file, OpenForReading::Open(path));
+  const int fd = file.fd;
+  const struct stat& st = file.st;
   std::string bytes(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;
   while (done < bytes.size()) {
@@ -90,14 +104,9 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
 
 absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::string& path,
                                                                    bool populate) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "cannot open", path);
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const absl::Status status = ErrnoStatus(errno, "cannot stat", path);
-    ::close(fd);
-    return status;
-  }
+  TESSERA_ASSIGN_OR_RETURN(const OpenForReading file, OpenForReading::Open(path));
+  const int fd = file.fd;
+  const struct stat& st = file.st;
   const size_t size = static_cast<size_t>(st.st_size);
   void* data = nullptr;
   if (size > 0) {

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "index/common/crc32.h"
+#include "index/common/little_endian.h"
 #include "tessera/float16.h"
 #include "tessera/status_macros.h"
 
@@ -26,13 +27,13 @@ void PutU8(std::string* out, uint8_t v) { out->push_back(static_cast<char>(v)); 
 
 void PutU32(std::string* out, uint32_t v) {
   char buf[4];
-  for (int i = 0; i < 4; ++i) buf[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  StoreLittleEndian32(buf, v);
   out->append(buf, 4);
 }
 
 void PutU64(std::string* out, uint64_t v) {
   char buf[8];
-  for (int i = 0; i < 8; ++i) buf[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  StoreLittleEndian64(buf, v);
   out->append(buf, 8);
 }
 
@@ -56,18 +57,6 @@ void FinishEnvelope(size_t start, std::string* out) {
   PutU32(out, crc);
 }
 
-uint32_t LoadU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
-
-uint64_t LoadU64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
-
 // A bounds-checked little-endian reader over a payload. Every Read* returns false, without
 // consuming, when the payload has too few bytes left.
 class Reader {
@@ -84,13 +73,13 @@ class Reader {
   }
   bool ReadU32(uint32_t* v) {
     if (data_.size() < 4) return false;
-    *v = LoadU32(data_.data());
+    *v = LoadLittleEndian32(data_.data());
     data_.remove_prefix(4);
     return true;
   }
   bool ReadU64(uint64_t* v) {
     if (data_.size() < 8) return false;
-    *v = LoadU64(data_.data());
+    *v = LoadLittleEndian64(data_.data());
     data_.remove_prefix(8);
     return true;
   }
@@ -109,7 +98,7 @@ class Reader {
   bool ReadString(absl::string_view* v) {
     uint32_t n;
     if (data_.size() < 4) return false;
-    n = LoadU32(data_.data());
+    n = LoadLittleEndian32(data_.data());
     if (data_.size() - 4 < n) return false;
     data_.remove_prefix(4);
     return ReadBytes(n, v);
@@ -119,12 +108,12 @@ class Reader {
   bool ReadI32Array(std::vector<int32_t>* v) {
     uint32_t n;
     if (data_.size() < 4) return false;
-    n = LoadU32(data_.data());
+    n = LoadLittleEndian32(data_.data());
     if ((data_.size() - 4) / 4 < n) return false;
     data_.remove_prefix(4);
     v->resize(n);
     for (uint32_t i = 0; i < n; ++i) {
-      (*v)[i] = static_cast<int32_t>(LoadU32(data_.data() + 4 * static_cast<size_t>(i)));
+      (*v)[i] = static_cast<int32_t>(LoadLittleEndian32(data_.data() + 4 * static_cast<size_t>(i)));
     }
     data_.remove_prefix(4 * static_cast<size_t>(n));
     return true;
@@ -201,7 +190,7 @@ absl::StatusOr<absl::string_view> OpenEnvelope(absl::string_view value, RecordKi
                                       kRecordOverheadBytes, "-byte envelope"));
   }
   const size_t body = value.size() - 4;
-  const uint32_t stored = LoadU32(value.data() + body);
+  const uint32_t stored = LoadLittleEndian32(value.data() + body);
   const uint32_t computed = Crc32(value.substr(0, body));
   if (stored != computed) {
     return Corrupt(

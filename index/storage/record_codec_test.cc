@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tessera/float16.h"
@@ -55,7 +56,9 @@ void ExpectSameRecord(const DocumentRecord& a, const DocumentRecord& b) {
     ASSERT_EQ(value.index(), it->second.index()) << name;
     if (const auto* d = std::get_if<double>(&value)) {
       // Bit-exact, NaN included.
-      EXPECT_EQ(0, std::memcmp(d, &std::get<double>(it->second), sizeof(double))) << name;
+      EXPECT_EQ(absl::bit_cast<uint64_t>(*d),
+                absl::bit_cast<uint64_t>(std::get<double>(it->second)))
+          << name;
     } else {
       EXPECT_TRUE(value == it->second) << name;
     }

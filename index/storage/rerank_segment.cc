@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "index/common/crc32.h"
+#include "index/common/little_endian.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::internal {
@@ -24,23 +25,6 @@ constexpr uint64_t kEntryBytes = 32;
 constexpr uint64_t kTrailerBytes = 28;
 constexpr char kPrefix[] = "rerank-";
 constexpr char kSuffix[] = ".seg";
-
-void PutU32(char* p, uint32_t v) {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-void PutU64(char* p, uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-uint32_t LoadU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
-uint64_t LoadU64(const char* p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
 
 size_t ItemSize(VectorDtype dtype) { return dtype == VectorDtype::kFloat16 ? 2 : 4; }
 
@@ -72,8 +56,8 @@ absl::StatusOr<int64_t> WriteRerankSegment(const std::string& path, uint32_t num
                                            absl::Span<const absl::string_view> rows) {
   std::string header(kHeaderBytes, '\0');
   std::memcpy(header.data(), kHeaderMagic, 8);
-  PutU32(&header[8], kSegmentFormat);
-  PutU32(&header[12], number);
+  StoreLittleEndian32(&header[8], kSegmentFormat);
+  StoreLittleEndian32(&header[12], number);
   static const std::string kZeros(kRowAlignment, '\0');
   std::vector<absl::string_view> parts;
   parts.reserve(2 * entries.size() + 3);
@@ -92,20 +76,20 @@ absl::StatusOr<int64_t> WriteRerankSegment(const std::string& path, uint32_t num
   std::string table(entries.size() * kEntryBytes + kTrailerBytes, '\0');
   for (size_t i = 0; i < entries.size(); ++i) {
     char* p = &table[i * kEntryBytes];
-    PutU64(p, entries[i].iid);
-    PutU64(p + 8, entries[i].offset);
-    PutU32(p + 16, static_cast<uint32_t>(entries[i].rows));
-    PutU32(p + 20, static_cast<uint32_t>(entries[i].cols));
+    StoreLittleEndian64(p, entries[i].iid);
+    StoreLittleEndian64(p + 8, entries[i].offset);
+    StoreLittleEndian32(p + 16, static_cast<uint32_t>(entries[i].rows));
+    StoreLittleEndian32(p + 20, static_cast<uint32_t>(entries[i].cols));
     p[24] = entries[i].dtype == VectorDtype::kFloat16 ? 1 : 0;
-    PutU32(p + 28, entries[i].crc);
+    StoreLittleEndian32(p + 28, entries[i].crc);
   }
   char* trailer = &table[entries.size() * kEntryBytes];
-  PutU64(trailer, entries.size());
-  PutU64(trailer + 8, offset);
+  StoreLittleEndian64(trailer, entries.size());
+  StoreLittleEndian64(trailer + 8, offset);
   uint32_t crc = 0;
   for (absl::string_view part : parts) crc = Crc32(part, crc);
   crc = Crc32(absl::string_view(table.data(), entries.size() * kEntryBytes + 16), crc);
-  PutU32(trailer + 16, crc);
+  StoreLittleEndian32(trailer + 16, crc);
   std::memcpy(trailer + 20, kTrailerMagic.data(), kTrailerMagic.size());
   parts.push_back(table);
   TESSERA_RETURN_IF_ERROR(WriteFileAtomically(path, parts));
@@ -128,21 +112,22 @@ absl::StatusOr<std::shared_ptr<const RerankSegment>> RerankSegment::Open(const s
       std::memcmp(bytes.data() + size - 8, kTrailerMagic.data(), kTrailerMagic.size()) != 0) {
     return Corrupt(path, "no segment header or trailer (torn or not a segment)");
   }
-  if (LoadU32(bytes.data() + 8) != kSegmentFormat) {
-    return Corrupt(path, absl::StrCat("format ", LoadU32(bytes.data() + 8), ", this build reads ",
-                                      kSegmentFormat));
+  if (LoadLittleEndian32(bytes.data() + 8) != kSegmentFormat) {
+    return Corrupt(path, absl::StrCat("format ", LoadLittleEndian32(bytes.data() + 8),
+                                      ", this build reads ", kSegmentFormat));
   }
-  if (LoadU32(bytes.data() + 12) != number) {
-    return Corrupt(path, absl::StrCat("header says segment ", LoadU32(bytes.data() + 12)));
+  if (LoadLittleEndian32(bytes.data() + 12) != number) {
+    return Corrupt(path,
+                   absl::StrCat("header says segment ", LoadLittleEndian32(bytes.data() + 12)));
   }
   const char* trailer = bytes.data() + size - kTrailerBytes;
   const uint32_t crc = Crc32(bytes.substr(0, size - kTrailerBytes + 16));
-  if (crc != LoadU32(trailer + 16)) {
+  if (crc != LoadLittleEndian32(trailer + 16)) {
     return Corrupt(path, absl::StrFormat("checksum mismatch (stored %08x, computed %08x)",
-                                         LoadU32(trailer + 16), crc));
+                                         LoadLittleEndian32(trailer + 16), crc));
   }
-  const uint64_t count = LoadU64(trailer);
-  const uint64_t table_offset = LoadU64(trailer + 8);
+  const uint64_t count = LoadLittleEndian64(trailer);
+  const uint64_t table_offset = LoadLittleEndian64(trailer + 8);
   if (table_offset < kHeaderBytes || table_offset > size - kTrailerBytes ||
       (size - kTrailerBytes - table_offset) / kEntryBytes != count ||
       (size - kTrailerBytes - table_offset) % kEntryBytes != 0) {
@@ -153,12 +138,12 @@ absl::StatusOr<std::shared_ptr<const RerankSegment>> RerankSegment::Open(const s
   for (uint64_t i = 0; i < count; ++i) {
     const char* p = bytes.data() + table_offset + i * kEntryBytes;
     RerankSegmentEntry& entry = entries[i];
-    entry.iid = LoadU64(p);
-    entry.offset = LoadU64(p + 8);
-    entry.rows = LoadU32(p + 16);
-    entry.cols = LoadU32(p + 20);
+    entry.iid = LoadLittleEndian64(p);
+    entry.offset = LoadLittleEndian64(p + 8);
+    entry.rows = LoadLittleEndian32(p + 16);
+    entry.cols = LoadLittleEndian32(p + 20);
     entry.dtype = p[24] == 1 ? VectorDtype::kFloat16 : VectorDtype::kFloat32;
-    entry.crc = LoadU32(p + 28);
+    entry.crc = LoadLittleEndian32(p + 28);
     if (entry.offset < kHeaderBytes || entry.offset > table_offset ||
         static_cast<uint64_t>(entry.bytes()) > table_offset - entry.offset) {
       return Corrupt(path,

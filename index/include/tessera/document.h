@@ -88,6 +88,9 @@ struct Filter {
 
 bool FilterMatches(const Filter& filter, const Attributes& attributes);
 
+// Only `fields` of `attributes` (all of them when `fields` is empty); fields it lacks are skipped.
+Attributes SelectAttributes(Attributes attributes, const std::vector<std::string>& fields);
+
 // INVALID_ARGUMENT unless the filter nests at most kMaxFilterDepth deep and every condition names
 // a field of `fields`, has a value of a comparable type (numbers with numbers, strings with
 // strings) that is not NaN, exactly one value for ops other than kIn, kExists and kMissing, at
