@@ -419,6 +419,11 @@ class ClusterRestore final : public SnapshotRestore {
   absl::StatusOr<SnapshotManifest> Finish() override {
     TESSERA_RETURN_IF_ERROR(error_);
     if (state_ != State::kEnded) {
+      if (state_ == State::kShard) {
+        // The nodes say where their archive was cut (DATA_LOSS naming the file).
+        const absl::Status cut = CloseShard();
+        if (!cut.ok()) return cut;
+      }
       return absl::DataLossError(absl::StrCat(
           "cluster snapshot archive: truncated",
           state_ == State::kShard ? absl::StrCat(" in shard ", shard_, "'s archive") : ""));
