@@ -21,9 +21,7 @@ constexpr size_t kChunkBytes = size_t{1} << 20;
 
 absl::Status NeedStore(const ServiceContext* context) {
   if (context->snapshots != nullptr) return absl::OkStatus();
-  return absl::UnimplementedError(
-      "snapshots are taken and restored on a standalone server or shard node, not through a "
-      "router (yet)");
+  return absl::UnimplementedError("this server has no snapshot store");
 }
 
 }  // namespace

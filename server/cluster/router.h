@@ -35,6 +35,10 @@
 //   move never drops the last copy of acknowledged writes from the map. When a node (re)joins,
 //   the router drops the replicas it holds that the map has moved away from it, reading the map
 //   from etcd right before each drop.
+// - Snapshots (router_snapshots.cc, the router's SnapshotStore): every shard snapshotted by one
+//   serving replica's node while this router holds the collection's writes (one cut of this
+//   router's acknowledged writes), recorded in etcd under /tessera/snapshots/<id>; downloaded as
+//   one archive of the shards' archives; restored (by id, or from an archive) placed like a create.
 #ifndef TESSERA_SERVER_CLUSTER_ROUTER_H_
 #define TESSERA_SERVER_CLUSTER_ROUTER_H_
 
