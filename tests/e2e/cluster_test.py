@@ -234,6 +234,13 @@ class ClusterTest(unittest.TestCase):
         self.assertNotIn("broken", other.list_collections())
         self.assertNotIn("/tessera/collections/broken", etcd.keys("/tessera/collections/"))
 
+        # The CLI through the router.
+        listed_cli = json.loads(self.tessera("snapshot", "list", name, "--json").stdout)
+        self.assertEqual([info["id"] for info in listed_cli["snapshots"]], [snapshot])
+        self.tessera("snapshot", "restore", snapshot, "snapped-cli")
+        self.addCleanup(router.drop_collection, "snapped-cli")
+        self.assertEqual(router.count("snapped-cli"), want[0])
+
         router.delete_snapshot(snapshot)
         self.assertEqual(router.list_snapshots(name), [])
         with self.assertRaises(tessera.TesseraError) as gone:
