@@ -401,7 +401,11 @@ int Run(const ServerConfig& config) {
     router_options.channel_credentials = context.cluster_credentials;
     router_options.move_lost_replicas_after =
         absl::Seconds(config.move_lost_replicas_after_seconds);
-    backend = std::make_unique<cluster::Router>(cluster_state.get(), router_options);
+    auto router = std::make_unique<cluster::Router>(cluster_state.get(), router_options);
+    // The cluster's snapshots (server/cluster/router_snapshots.cc), served by the same handlers.
+    snapshots = cluster::NewRouterSnapshots(router.get());
+    context.snapshots = snapshots.get();
+    backend = std::move(router);
   } else {
     backend = std::make_unique<EngineBackend>(&context);
   }

@@ -6,12 +6,26 @@
 #ifndef TESSERA_SERVER_SERVICES_H_
 #define TESSERA_SERVER_SERVICES_H_
 
+#include <functional>
+#include <string>
+
 #include "server/service_context.h"
 #include "tessera/v1/admin.grpc.pb.h"
 #include "tessera/v1/ingest.grpc.pb.h"
 #include "tessera/v1/query.grpc.pb.h"
 
 namespace tessera::server {
+
+// The snapshot handlers' pieces that a shard node's ShardService serves too
+// (server/snapshot_handlers.cc): `method` names the RPC in the metrics and logs; `check_name`,
+// when set, vets the new collection's name of a restore.
+void SnapshotInfoToProto(const SnapshotManifest& manifest, v1::SnapshotInfo* out);
+grpc::ServerWriteReactor<v1::SnapshotChunk>* NewSnapshotDownload(
+    const ServiceContext* context, const v1::DownloadSnapshotRequest& request, const char* method);
+grpc::ServerReadReactor<v1::RestoreSnapshotRequest>* NewSnapshotRestore(
+    const ServiceContext* context, grpc::CallbackServerContext* call,
+    v1::RestoreSnapshotResponse* response, const char* method,
+    std::function<absl::Status(const std::string&)> check_name);
 
 class AdminServiceImpl final : public v1::AdminService::CallbackService {
  public:

@@ -12,6 +12,7 @@
 #include "server/convert.h"
 #include "server/log.h"
 #include "server/request_handlers.h"
+#include "server/services.h"
 #include "tessera/document.h"
 #include "tessera/status_macros.h"
 
@@ -347,6 +348,66 @@ grpc::ServerReadReactor<v1::ShardImportChunk>* ShardServiceImpl::ImportReplica(
                                                      ReplicaOf(named.collection(), named.shard()));
                             return replica.local;
                           });
+}
+
+namespace {
+
+absl::Status NeedSnapshots(const ServiceContext* context) {
+  if (context->snapshots != nullptr) return absl::OkStatus();
+  return absl::FailedPreconditionError("this node has no snapshot store");
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* ShardServiceImpl::CreateReplicaSnapshot(
+    grpc::CallbackServerContext* call, const v1::ShardSnapshotRequest* request,
+    v1::ShardSnapshotResponse* response) {
+  return Serve(context_, call, "ShardService/CreateReplicaSnapshot", 0,
+               [this, request, response]() -> absl::Status {
+                 TESSERA_RETURN_IF_ERROR(NeedSnapshots(context_));
+                 TESSERA_ASSIGN_OR_RETURN(const Replica replica,
+                                          ReplicaOf(request->collection(), request->shard()));
+                 TESSERA_RETURN_IF_ERROR(FindReplica(context_, replica).status());
+                 absl::StatusOr<SnapshotManifest> manifest =
+                     context_->snapshots->Create(replica.local);
+                 if (!manifest.ok()) return replica.Rewrite(manifest.status());
+                 SnapshotInfoToProto(*manifest, response->mutable_snapshot());
+                 // The archive's length: head (magic, length, CRC), manifest, files, trailer
+                 // (tessera/snapshot.h).
+                 response->set_archive_bytes(8 + 4 + 4 + EncodeSnapshotManifest(*manifest).size() +
+                                             static_cast<uint64_t>(manifest->total_bytes()) + 8);
+                 Log("info", "replica snapshot created",
+                     {{"collection", replica.collection},
+                      {"shard", std::to_string(replica.shard)},
+                      {"snapshot", manifest->id}});
+                 return absl::OkStatus();
+               });
+}
+
+grpc::ServerUnaryReactor* ShardServiceImpl::DeleteReplicaSnapshot(
+    grpc::CallbackServerContext* call, const v1::DeleteSnapshotRequest* request,
+    v1::DeleteSnapshotResponse*) {
+  return Serve(context_, call, "ShardService/DeleteReplicaSnapshot", 0,
+               [this, request]() -> absl::Status {
+                 TESSERA_RETURN_IF_ERROR(NeedSnapshots(context_));
+                 return context_->snapshots->Delete(request->id());
+               });
+}
+
+grpc::ServerWriteReactor<v1::SnapshotChunk>* ShardServiceImpl::DownloadReplicaSnapshot(
+    grpc::CallbackServerContext*, const v1::DownloadSnapshotRequest* request) {
+  return NewSnapshotDownload(context_, *request, "ShardService/DownloadReplicaSnapshot");
+}
+
+grpc::ServerReadReactor<v1::RestoreSnapshotRequest>* ShardServiceImpl::RestoreReplicaSnapshot(
+    grpc::CallbackServerContext* call, v1::RestoreSnapshotResponse* response) {
+  return NewSnapshotRestore(context_, call, response, "ShardService/RestoreReplicaSnapshot",
+                            [](const std::string& name) -> absl::Status {
+                              if (ParseReplicaName(name).has_value()) return absl::OkStatus();
+                              return absl::InvalidArgumentError(absl::StrCat(
+                                  "new_collection ", QuotedForMessage(name),
+                                  ": not a replica's name (\"<collection>.shard-<i>\")"));
+                            });
 }
 
 }  // namespace tessera::server

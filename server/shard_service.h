@@ -93,6 +93,17 @@ class ShardServiceImpl final : public v1::ShardService::CallbackService {
                                         v1::ShardCopyResponse* response) override;
   grpc::ServerReadReactor<v1::ShardImportChunk>* ImportReplica(
       grpc::CallbackServerContext* call, v1::ShardImportResponse* response) override;
+  // Snapshots of replicas with the node's SnapshotStore, for a router's cluster snapshots.
+  grpc::ServerUnaryReactor* CreateReplicaSnapshot(grpc::CallbackServerContext* call,
+                                                  const v1::ShardSnapshotRequest* request,
+                                                  v1::ShardSnapshotResponse* response) override;
+  grpc::ServerUnaryReactor* DeleteReplicaSnapshot(grpc::CallbackServerContext* call,
+                                                  const v1::DeleteSnapshotRequest* request,
+                                                  v1::DeleteSnapshotResponse* response) override;
+  grpc::ServerWriteReactor<v1::SnapshotChunk>* DownloadReplicaSnapshot(
+      grpc::CallbackServerContext* call, const v1::DownloadSnapshotRequest* request) override;
+  grpc::ServerReadReactor<v1::RestoreSnapshotRequest>* RestoreReplicaSnapshot(
+      grpc::CallbackServerContext* call, v1::RestoreSnapshotResponse* response) override;
 
  private:
   const ServiceContext* context_;

@@ -353,6 +353,87 @@ TEST_F(ShardServiceTest, ShardSearchIsThePublicSearchOfTheSameDocuments) {
   }
 }
 
+// The snapshot RPCs a router's cluster snapshots use: a replica's snapshot (its archive's length
+// as announced), downloaded and restored under another replica's local name, answers the same;
+// bad input names what is wrong.
+TEST_F(ShardServiceTest, ReplicaSnapshotRestoresUnderAnotherReplicaName) {
+  ASSERT_TRUE(CreateReplica(Schema("papers", 2), 1).ok());
+  std::vector<v1::Document> documents;
+  for (int i = 0; i < 20; ++i) {
+    documents.push_back(RandomDocument(absl::StrCat("d", i), 4, static_cast<uint32_t>(i)));
+  }
+  v1::UpsertResponse upserted;
+  ASSERT_TRUE(ShardUpsert("papers", 1, documents, &upserted).ok());
+
+  v1::ShardSnapshotRequest create;
+  create.set_collection("papers");
+  create.set_shard(0);  // not held here
+  v1::ShardSnapshotResponse created;
+  {
+    grpc::ClientContext call;
+    const grpc::Status status = shard_stub_->CreateReplicaSnapshot(&call, create, &created);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr("'papers'"));
+  }
+  create.set_shard(1);
+  {
+    grpc::ClientContext call;
+    const grpc::Status status = shard_stub_->CreateReplicaSnapshot(&call, create, &created);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  EXPECT_THAT(created.snapshot().id(), ::testing::StartsWith("papers.shard-1@"));
+
+  std::string archive;
+  {
+    v1::DownloadSnapshotRequest request;
+    request.set_id(created.snapshot().id());
+    grpc::ClientContext call;
+    auto reader = shard_stub_->DownloadReplicaSnapshot(&call, request);
+    v1::SnapshotChunk chunk;
+    while (reader->Read(&chunk)) archive += chunk.data();
+    ASSERT_TRUE(reader->Finish().ok());
+  }
+  EXPECT_EQ(archive.size(), created.archive_bytes());
+
+  const auto restore = [&](const std::string& name) {
+    grpc::ClientContext call;
+    v1::RestoreSnapshotResponse response;
+    auto writer = shard_stub_->RestoreReplicaSnapshot(&call, &response);
+    v1::RestoreSnapshotRequest request;
+    request.set_new_collection(name);
+    request.set_data(archive);
+    writer->Write(request);
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  const grpc::Status not_a_replica = restore("copy");
+  EXPECT_EQ(not_a_replica.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(not_a_replica.error_message(), HasSubstr("new_collection 'copy': not a replica"));
+  const grpc::Status restored = restore(ReplicaName("copy", 1));
+  ASSERT_TRUE(restored.ok()) << restored.error_message();
+  for (const v1::Document& document : documents) {
+    v1::GetResponse want;
+    v1::GetResponse got;
+    ASSERT_TRUE(ShardGet("papers", 1, document.id(), &want).ok());
+    ASSERT_TRUE(ShardGet("copy", 1, document.id(), &got).ok()) << document.id();
+    EXPECT_EQ(got.vectors().data(), want.vectors().data()) << document.id();
+    EXPECT_EQ(got.version(), want.version()) << document.id();
+  }
+
+  v1::DeleteSnapshotRequest drop;
+  drop.set_id(created.snapshot().id());
+  v1::DeleteSnapshotResponse dropped;
+  {
+    grpc::ClientContext call;
+    EXPECT_TRUE(shard_stub_->DeleteReplicaSnapshot(&call, drop, &dropped).ok());
+  }
+  {
+    grpc::ClientContext call;
+    EXPECT_EQ(shard_stub_->DeleteReplicaSnapshot(&call, drop, &dropped).error_code(),
+              grpc::StatusCode::NOT_FOUND);
+  }
+}
+
 TEST_F(ShardServiceTest, BadInputIsAnsweredAsThePublicApiAnswersIt) {
   // The public collection "c" and the replica c/0 ("c.shard-0") live side by side, so that
   // messages naming the collection must come out the same.

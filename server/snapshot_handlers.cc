@@ -1,7 +1,10 @@
 // The AdminService's snapshot RPCs over the node's SnapshotStore (tessera/snapshot.h): create,
 // list and delete as unary calls on the admission's workers; DownloadSnapshot streams the archive
 // a chunk per message; RestoreSnapshot takes one (or names a snapshot on this server) and
-// restores it into a new collection. A router has no store of its own: UNIMPLEMENTED there.
+// restores it into a new collection. On a router the store is the cluster's
+// (server/cluster/router_snapshots.h); a shard node serves the same reactors to routers through
+// its ShardService (NewSnapshotDownload, NewSnapshotRestore).
+#include <functional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -18,12 +21,12 @@ constexpr size_t kChunkBytes = size_t{1} << 20;
 
 absl::Status NeedStore(const ServiceContext* context) {
   if (context->snapshots != nullptr) return absl::OkStatus();
-  return absl::UnimplementedError(
-      "snapshots are taken and restored on a standalone server or shard node, not through a "
-      "router (yet)");
+  return absl::UnimplementedError("this server has no snapshot store");
 }
 
-void InfoToProto(const SnapshotManifest& manifest, v1::SnapshotInfo* out) {
+}  // namespace
+
+void SnapshotInfoToProto(const SnapshotManifest& manifest, v1::SnapshotInfo* out) {
   out->set_id(manifest.id);
   out->set_collection(manifest.collection);
   out->set_created_unix_micros(manifest.created_unix_micros);
@@ -31,6 +34,12 @@ void InfoToProto(const SnapshotManifest& manifest, v1::SnapshotInfo* out) {
   out->set_files(manifest.files.size());
   out->set_bytes(static_cast<uint64_t>(manifest.total_bytes()));
   out->set_cut_seconds(static_cast<double>(manifest.cut_micros) / 1e6);
+}
+
+namespace {
+
+void InfoToProto(const SnapshotManifest& manifest, v1::SnapshotInfo* out) {
+  SnapshotInfoToProto(manifest, out);
 }
 
 absl::Status CheckNotEmpty(absl::string_view field, const std::string& value) {
@@ -54,8 +63,9 @@ void Record(const ServiceContext* context, const char* method, Clock::time_point
 
 class DownloadReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk> {
  public:
-  DownloadReactor(const ServiceContext* context, const v1::DownloadSnapshotRequest& request)
-      : context_(context), start_(Clock::now()) {
+  DownloadReactor(const ServiceContext* context, const v1::DownloadSnapshotRequest& request,
+                  const char* method)
+      : context_(context), method_(method), start_(Clock::now()) {
     absl::Status status = NeedStore(context_);
     if (status.ok()) status = CheckNotEmpty("id", request.id());
     if (status.ok()) {
@@ -100,11 +110,12 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk>
   }
 
   void Done(const absl::Status& status) {
-    Record(context_, "DownloadSnapshot", start_, status);
+    Record(context_, method_, start_, status);
     Finish(wire::ToGrpcStatus(status));
   }
 
   const ServiceContext* context_;
+  const char* const method_;
   const Clock::time_point start_;
   std::unique_ptr<SnapshotArchive> archive_;
   v1::SnapshotChunk chunk_;
@@ -113,8 +124,14 @@ class DownloadReactor final : public grpc::ServerWriteReactor<v1::SnapshotChunk>
 class RestoreReactor final : public grpc::ServerReadReactor<v1::RestoreSnapshotRequest> {
  public:
   RestoreReactor(const ServiceContext* context, grpc::CallbackServerContext* call,
-                 v1::RestoreSnapshotResponse* response)
-      : context_(context), call_(call), response_(response), start_(Clock::now()) {
+                 v1::RestoreSnapshotResponse* response, const char* method,
+                 std::function<absl::Status(const std::string&)> check_name)
+      : context_(context),
+        call_(call),
+        response_(response),
+        method_(method),
+        check_name_(std::move(check_name)),
+        start_(Clock::now()) {
     const absl::Status status = NeedStore(context_);
     if (!status.ok()) {
       Done(status);
@@ -145,6 +162,7 @@ class RestoreReactor final : public grpc::ServerReadReactor<v1::RestoreSnapshotR
       new_name_ = request_.new_collection();
       snapshot_id_ = request_.snapshot_id();
       TESSERA_RETURN_IF_ERROR(CheckNotEmpty("new_collection", new_name_));
+      if (check_name_) TESSERA_RETURN_IF_ERROR(check_name_(new_name_));
       if (snapshot_id_.empty()) restore_ = context_->snapshots->NewRestore(new_name_);
     } else if (!request_.new_collection().empty() || !request_.snapshot_id().empty()) {
       return absl::InvalidArgumentError(
@@ -172,7 +190,7 @@ class RestoreReactor final : public grpc::ServerReadReactor<v1::RestoreSnapshotR
   }
 
   void Done(const absl::Status& status) {
-    Record(context_, "RestoreSnapshot", start_, status);
+    Record(context_, method_, start_, status);
     restore_.reset();  // its staging files go now, not when the reactor is deleted
     Finish(wire::ToGrpcStatus(status));
   }
@@ -180,6 +198,8 @@ class RestoreReactor final : public grpc::ServerReadReactor<v1::RestoreSnapshotR
   const ServiceContext* context_;
   grpc::CallbackServerContext* call_;
   v1::RestoreSnapshotResponse* response_;
+  const char* const method_;
+  const std::function<absl::Status(const std::string&)> check_name_;
   const Clock::time_point start_;
   v1::RestoreSnapshotRequest request_;
   bool first_ = true;
@@ -189,6 +209,18 @@ class RestoreReactor final : public grpc::ServerReadReactor<v1::RestoreSnapshotR
 };
 
 }  // namespace
+
+grpc::ServerWriteReactor<v1::SnapshotChunk>* NewSnapshotDownload(
+    const ServiceContext* context, const v1::DownloadSnapshotRequest& request, const char* method) {
+  return new DownloadReactor(context, request, method);
+}
+
+grpc::ServerReadReactor<v1::RestoreSnapshotRequest>* NewSnapshotRestore(
+    const ServiceContext* context, grpc::CallbackServerContext* call,
+    v1::RestoreSnapshotResponse* response, const char* method,
+    std::function<absl::Status(const std::string&)> check_name) {
+  return new RestoreReactor(context, call, response, method, std::move(check_name));
+}
 
 grpc::ServerUnaryReactor* AdminServiceImpl::CreateSnapshot(grpc::CallbackServerContext* call,
                                                            const v1::CreateSnapshotRequest* request,
@@ -237,12 +269,12 @@ grpc::ServerUnaryReactor* AdminServiceImpl::DeleteSnapshot(grpc::CallbackServerC
 
 grpc::ServerWriteReactor<v1::SnapshotChunk>* AdminServiceImpl::DownloadSnapshot(
     grpc::CallbackServerContext*, const v1::DownloadSnapshotRequest* request) {
-  return new DownloadReactor(context_, *request);
+  return new DownloadReactor(context_, *request, "DownloadSnapshot");
 }
 
 grpc::ServerReadReactor<v1::RestoreSnapshotRequest>* AdminServiceImpl::RestoreSnapshot(
     grpc::CallbackServerContext* call, v1::RestoreSnapshotResponse* response) {
-  return new RestoreReactor(context_, call, response);
+  return new RestoreReactor(context_, call, response, "RestoreSnapshot", nullptr);
 }
 
 }  // namespace tessera::server

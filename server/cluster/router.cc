@@ -968,7 +968,15 @@ std::vector<Router::ReplicaCall<Response>> Router::CallReplicas(
   return calls;
 }
 
+Mutex* Router::WritesOf(const std::string& name) {
+  MutexLock lock(&writes_mu_);
+  std::unique_ptr<Mutex>& mu = writes_[name];
+  if (mu == nullptr) mu = std::make_unique<Mutex>();
+  return mu.get();
+}
+
 absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse* response) {
+  ReaderMutexLock hold_writes(WritesOf(request.collection()));
   TESSERA_ASSIGN_OR_RETURN(const CollectionEntry entry, ReadyCollection(request.collection()));
   const std::string& name = request.collection();
   if (request.documents_size() > options_.max_documents_per_batch) {
@@ -1053,6 +1061,7 @@ absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse
 }
 
 absl::Status Router::Delete(const v1::DeleteRequest& request, v1::DeleteResponse* response) {
+  ReaderMutexLock hold_writes(WritesOf(request.collection()));
   TESSERA_ASSIGN_OR_RETURN(const CollectionEntry entry, ReadyCollection(request.collection()));
   const std::string& name = request.collection();
   const uint32_t shards = ShardCount(entry.collection);

@@ -35,6 +35,10 @@
 //   move never drops the last copy of acknowledged writes from the map. When a node (re)joins,
 //   the router drops the replicas it holds that the map has moved away from it, reading the map
 //   from etcd right before each drop.
+// - Snapshots (router_snapshots.cc, the router's SnapshotStore): every shard snapshotted by one
+//   serving replica's node while this router holds the collection's writes (one cut of this
+//   router's acknowledged writes), recorded in etcd under /tessera/snapshots/<id>; downloaded as
+//   one archive of the shards' archives; restored (by id, or from an archive) placed like a create.
 #ifndef TESSERA_SERVER_CLUSTER_ROUTER_H_
 #define TESSERA_SERVER_CLUSTER_ROUTER_H_
 
@@ -55,6 +59,7 @@
 #include "server/cluster/fan_out.h"
 #include "tessera/base/mutex.h"
 #include "tessera/collection.h"
+#include "tessera/snapshot.h"
 #include "tessera/v1/shard.grpc.pb.h"
 
 namespace tessera::cluster {
@@ -114,6 +119,14 @@ class Router final : public server::Backend {
                       v1::SearchResponse* response) override;
 
  private:
+  friend class RouterSnapshots;  // server/cluster/router_snapshots.cc
+  friend class ClusterArchive;
+  friend class ClusterRestore;
+  // The lock of collection `name`'s writes: Upsert and Delete hold it shared, a snapshot
+  // exclusively while its shards are snapshotted, so that every shard is at one acknowledged cut
+  // (this router's: with several routers writing, the cut would need a fence in etcd that every
+  // router's writes wait on). Entries are never removed (one per name ever written).
+  Mutex* WritesOf(const std::string& name);
   // A context for a call to a shard node with this deadline, carrying the cluster key.
   std::unique_ptr<grpc::ClientContext> ShardCall(absl::Duration timeout) const;
   std::unique_ptr<grpc::ClientContext> ShardCall(absl::Time deadline) const;
@@ -250,7 +263,12 @@ class Router final : public server::Backend {
   std::map<std::string, absl::Time> down_since_;
   std::set<std::string> checked_nodes_;
   std::thread catch_up_thread_;
+  Mutex writes_mu_;
+  std::map<std::string, std::unique_ptr<Mutex>> writes_ ABSL_GUARDED_BY(writes_mu_);
 };
+
+// The cluster's snapshots (the router's ServiceContext::snapshots): see router_snapshots.cc.
+std::unique_ptr<SnapshotStore> NewRouterSnapshots(Router* router);
 
 }  // namespace tessera::cluster
 
