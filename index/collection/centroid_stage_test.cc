@@ -250,60 +250,70 @@ class LiveWrites {
   std::map<std::string, Document> deleted_;
 };
 
+// Both modes: stored rerank vectors, and rerank_from_codes, whose retraining re-encodes the
+// documents (those written during it too) from their decoded codes.
 TEST(CentroidStage, WritesDuringTrainingAndRetrainingAreFoundAndDeletesNeverReturned) {
-  TempDir dir;
-  Corpus corpus(kDim, 23);
-  std::vector<Document> sources;
-  // ~2,500 documents of ~20 vectors: past kRetrainGrowth × the first training's ~10,000.
-  const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 2000, &sources);
-  {
+  for (const bool compact : {false, true}) {
+    SCOPED_TRACE(compact ? "rerank_from_codes" : "rerank vectors stored");
+    TempDir dir;
+    Corpus corpus(kDim, 23);
+    std::vector<Document> sources;
+    // ~2,500 documents of ~20 vectors: past kRetrainGrowth × the first training's ~10,000.
+    const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 2000, &sources);
+    {
+      auto engine = Engine::Open(dir.path());
+      ASSERT_TRUE(engine.ok());
+      CollectionSchema schema = CentroidSchema("live", 8'000);
+      schema.candidates.rerank_from_codes = compact;
+      auto collection = (*engine)->CreateCollection(schema);
+      ASSERT_TRUE(collection.ok());
+      TrainingGate gate(Impl(**collection));
+      LiveWrites live(**collection, corpus);
+
+      // The first training: from the exact candidate scan to the centroid index.
+      gate.Arm();
+      UpsertAll(**collection, std::vector<Document>(documents.begin(), documents.begin() + 500));
+      ASSERT_TRUE(gate.WaitReached());
+      EXPECT_EQ(StageOf(**collection), "IDMap2,Flat");
+      for (int round = 0; round < 3; ++round) live.WriteRound(round);
+      live.Check();
+      gate.Release();
+      Impl(**collection).WaitForTrainingForTesting();
+      ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid")) << StageOf(**collection);
+      live.Check();
+
+      // A retrain once the shard has grown kRetrainGrowth times, with writes going on against the
+      // old index.
+      gate.Arm();
+      UpsertAll(**collection, std::vector<Document>(documents.begin() + 500, documents.end()));
+      const int64_t centroids = Impl(**collection).CodebookForTesting(0)->num_centroids();
+      ASSERT_TRUE(gate.WaitReached());
+      for (int round = 3; round < 6; ++round) live.WriteRound(round);
+      live.Check();
+      gate.Release();
+      Impl(**collection).WaitForTrainingForTesting();
+      EXPECT_GT(Impl(**collection).CodebookForTesting(0)->num_centroids(), centroids)
+          << "not retrained";
+      live.Check();
+      for (int round = 6; round < 8; ++round) live.WriteRound(round);
+      live.Check();
+      ASSERT_TRUE((*collection)->Snapshot().ok());
+    }
+    // Reopened: the lists come back from the stored codes.
     auto engine = Engine::Open(dir.path());
     ASSERT_TRUE(engine.ok());
-    auto collection = (*engine)->CreateCollection(CentroidSchema("live", 8'000));
+    auto collection = (*engine)->GetCollection("live");
     ASSERT_TRUE(collection.ok());
-    TrainingGate gate(Impl(**collection));
-    LiveWrites live(**collection, corpus);
-
-    // The first training: from the exact candidate scan to the centroid index.
-    gate.Arm();
-    UpsertAll(**collection, std::vector<Document>(documents.begin(), documents.begin() + 500));
-    ASSERT_TRUE(gate.WaitReached());
-    EXPECT_EQ(StageOf(**collection), "IDMap2,Flat");
-    for (int round = 0; round < 3; ++round) live.WriteRound(round);
-    live.Check();
-    gate.Release();
-    Impl(**collection).WaitForTrainingForTesting();
-    ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid")) << StageOf(**collection);
-    live.Check();
-
-    // A retrain once the shard has grown kRetrainGrowth times, with writes going on against the
-    // old index.
-    gate.Arm();
-    UpsertAll(**collection, std::vector<Document>(documents.begin() + 500, documents.end()));
-    ASSERT_TRUE(gate.WaitReached());
-    for (int round = 3; round < 6; ++round) live.WriteRound(round);
-    live.Check();
-    gate.Release();
-    Impl(**collection).WaitForTrainingForTesting();
-    live.Check();
-    for (int round = 6; round < 8; ++round) live.WriteRound(round);
-    live.Check();
-    ASSERT_TRUE((*collection)->Snapshot().ok());
-  }
-  // Reopened: the lists come back from the stored codes.
-  auto engine = Engine::Open(dir.path());
-  ASSERT_TRUE(engine.ok());
-  auto collection = (*engine)->GetCollection("live");
-  ASSERT_TRUE(collection.ok());
-  ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid"));
-  const CollectionStats stats = (*collection)->Stats();
-  EXPECT_EQ(stats.candidate_vectors, stats.rerank_vectors);
-  for (int q = 0; q < 20; ++q) {
-    const std::vector<float> query = corpus.QueryFrom(sources[q], 24);
-    SearchOptions options;
-    auto fast = (*collection)->Search(FloatMatrixView{query.data(), 24, kDim}, options);
-    ASSERT_TRUE(fast.ok());
-    EXPECT_EQ(fast->hits.size(), 10u);
+    ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid"));
+    const CollectionStats stats = (*collection)->Stats();
+    EXPECT_EQ(stats.candidate_vectors, stats.rerank_vectors);
+    for (int q = 0; q < 20; ++q) {
+      const std::vector<float> query = corpus.QueryFrom(sources[q], 24);
+      SearchOptions options;
+      auto fast = (*collection)->Search(FloatMatrixView{query.data(), 24, kDim}, options);
+      ASSERT_TRUE(fast.ok());
+      EXPECT_EQ(fast->hits.size(), 10u);
+    }
   }
 }
 
