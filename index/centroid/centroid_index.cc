@@ -578,6 +578,21 @@ absl::Status CentroidIndex::GatherCompact(absl::Span<const uint64_t> docs, Compa
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<std::optional<DocumentCodes>>> CentroidIndex::CodesOf(
+    absl::Span<const uint64_t> docs) const {
+  if (!keep_document_codes_) {
+    return absl::FailedPreconditionError(
+        "centroid index: CodesOf needs an index made with keep_document_codes");
+  }
+  std::vector<std::optional<DocumentCodes>> codes(docs.size());
+  ReaderMutexLock lock(&mu_);
+  for (size_t i = 0; i < docs.size(); ++i) {
+    const auto it = doc_ordinal_.find(docs[i]);
+    if (it != doc_ordinal_.end()) codes[i] = ordinal_codes_[it->second];
+  }
+  return codes;
+}
+
 std::vector<uint64_t> CentroidIndex::Documents() const {
   ReaderMutexLock lock(&mu_);
   std::vector<uint64_t> docs;

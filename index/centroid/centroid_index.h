@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -167,6 +168,12 @@ class CentroidIndex {
   // for an index made without keep_document_codes.
   absl::Status GatherCompact(absl::Span<const uint64_t> docs, CompactDocuments* out,
                              std::vector<size_t>* positions) const;
+
+  // Each document's codes as Add was given them (copied under the shared lock, so consistent with
+  // the codebook), std::nullopt for one not indexed; thread-safe. FAILED_PRECONDITION for an index
+  // made without keep_document_codes.
+  absl::StatusOr<std::vector<std::optional<DocumentCodes>>> CodesOf(
+      absl::Span<const uint64_t> docs) const;
 
   // The documents indexed, ascending.
   std::vector<uint64_t> Documents() const;

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <utility>
@@ -632,6 +633,7 @@ TEST_F(CentroidIndexTest, GatherCompactReturnsEachLiveDocumentsCodes) {
     std::vector<size_t> positions;
     EXPECT_EQ(index_->GatherCompact({1}, &none, &positions).code(),
               absl::StatusCode::kFailedPrecondition);
+    EXPECT_EQ(index_->CodesOf({1}).status().code(), absl::StatusCode::kFailedPrecondition);
   }
   // The fixture's documents in an index that keeps their codes for stage 2.
   index_ = std::make_unique<CentroidIndex>(codebook_, /*keep_document_codes=*/true);
@@ -660,6 +662,17 @@ TEST_F(CentroidIndexTest, GatherCompactReturnsEachLiveDocumentsCodes) {
     std::vector<size_t> positions;
     ASSERT_TRUE(index_->GatherCompact(asked, &gathered, &positions).ok());
     ASSERT_EQ(positions.size(), docs_.size());
+    // CodesOf (what the shard decodes for Get and a retraining): the codes as added, in order.
+    const absl::StatusOr<std::vector<std::optional<DocumentCodes>>> of = index_->CodesOf(asked);
+    ASSERT_TRUE(of.ok()) << of.status();
+    ASSERT_EQ(of->size(), asked.size());
+    for (size_t i = 0; i < asked.size(); ++i) {
+      const auto added = docs_.find(asked[i]);
+      ASSERT_EQ((*of)[i].has_value(), added != docs_.end()) << "document " << asked[i];
+      if (added == docs_.end()) continue;
+      EXPECT_EQ((*of)[i]->centroids, added->second.centroids) << "document " << asked[i];
+      EXPECT_EQ((*of)[i]->codes, added->second.codes) << "document " << asked[i];
+    }
     const std::vector<CompactDocument> refs = gathered.refs();
     ASSERT_EQ(refs.size(), docs_.size());
     auto expected = docs_.begin();

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "index/centroid/centroid_codebook.h"
+#include "index/centroid/centroid_index.h"
 #include "index/centroid/code_maxsim.h"
 #include "index/collection/collection_impl.h"
 #include "index/collection/collection_test_util.h"
@@ -249,60 +250,70 @@ class LiveWrites {
   std::map<std::string, Document> deleted_;
 };
 
+// Both modes: stored rerank vectors, and rerank_from_codes, whose retraining re-encodes the
+// documents (those written during it too) from their decoded codes.
 TEST(CentroidStage, WritesDuringTrainingAndRetrainingAreFoundAndDeletesNeverReturned) {
-  TempDir dir;
-  Corpus corpus(kDim, 23);
-  std::vector<Document> sources;
-  // ~2,500 documents of ~20 vectors: past kRetrainGrowth × the first training's ~10,000.
-  const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 2000, &sources);
-  {
+  for (const bool compact : {false, true}) {
+    SCOPED_TRACE(compact ? "rerank_from_codes" : "rerank vectors stored");
+    TempDir dir;
+    Corpus corpus(kDim, 23);
+    std::vector<Document> sources;
+    // ~2,500 documents of ~20 vectors: past kRetrainGrowth × the first training's ~10,000.
+    const std::vector<Document> documents = FamiliesAndNoise(corpus, 60, 2000, &sources);
+    {
+      auto engine = Engine::Open(dir.path());
+      ASSERT_TRUE(engine.ok());
+      CollectionSchema schema = CentroidSchema("live", 8'000);
+      schema.candidates.rerank_from_codes = compact;
+      auto collection = (*engine)->CreateCollection(schema);
+      ASSERT_TRUE(collection.ok());
+      TrainingGate gate(Impl(**collection));
+      LiveWrites live(**collection, corpus);
+
+      // The first training: from the exact candidate scan to the centroid index.
+      gate.Arm();
+      UpsertAll(**collection, std::vector<Document>(documents.begin(), documents.begin() + 500));
+      ASSERT_TRUE(gate.WaitReached());
+      EXPECT_EQ(StageOf(**collection), "IDMap2,Flat");
+      for (int round = 0; round < 3; ++round) live.WriteRound(round);
+      live.Check();
+      gate.Release();
+      Impl(**collection).WaitForTrainingForTesting();
+      ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid")) << StageOf(**collection);
+      live.Check();
+
+      // A retrain once the shard has grown kRetrainGrowth times, with writes going on against the
+      // old index.
+      gate.Arm();
+      UpsertAll(**collection, std::vector<Document>(documents.begin() + 500, documents.end()));
+      const int64_t centroids = Impl(**collection).CodebookForTesting(0)->num_centroids();
+      ASSERT_TRUE(gate.WaitReached());
+      for (int round = 3; round < 6; ++round) live.WriteRound(round);
+      live.Check();
+      gate.Release();
+      Impl(**collection).WaitForTrainingForTesting();
+      EXPECT_GT(Impl(**collection).CodebookForTesting(0)->num_centroids(), centroids)
+          << "not retrained";
+      live.Check();
+      for (int round = 6; round < 8; ++round) live.WriteRound(round);
+      live.Check();
+      ASSERT_TRUE((*collection)->Snapshot().ok());
+    }
+    // Reopened: the lists come back from the stored codes.
     auto engine = Engine::Open(dir.path());
     ASSERT_TRUE(engine.ok());
-    auto collection = (*engine)->CreateCollection(CentroidSchema("live", 8'000));
+    auto collection = (*engine)->GetCollection("live");
     ASSERT_TRUE(collection.ok());
-    TrainingGate gate(Impl(**collection));
-    LiveWrites live(**collection, corpus);
-
-    // The first training: from the exact candidate scan to the centroid index.
-    gate.Arm();
-    UpsertAll(**collection, std::vector<Document>(documents.begin(), documents.begin() + 500));
-    ASSERT_TRUE(gate.WaitReached());
-    EXPECT_EQ(StageOf(**collection), "IDMap2,Flat");
-    for (int round = 0; round < 3; ++round) live.WriteRound(round);
-    live.Check();
-    gate.Release();
-    Impl(**collection).WaitForTrainingForTesting();
-    ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid")) << StageOf(**collection);
-    live.Check();
-
-    // A retrain once the shard has grown kRetrainGrowth times, with writes going on against the
-    // old index.
-    gate.Arm();
-    UpsertAll(**collection, std::vector<Document>(documents.begin() + 500, documents.end()));
-    ASSERT_TRUE(gate.WaitReached());
-    for (int round = 3; round < 6; ++round) live.WriteRound(round);
-    live.Check();
-    gate.Release();
-    Impl(**collection).WaitForTrainingForTesting();
-    live.Check();
-    for (int round = 6; round < 8; ++round) live.WriteRound(round);
-    live.Check();
-    ASSERT_TRUE((*collection)->Snapshot().ok());
-  }
-  // Reopened: the lists come back from the stored codes.
-  auto engine = Engine::Open(dir.path());
-  ASSERT_TRUE(engine.ok());
-  auto collection = (*engine)->GetCollection("live");
-  ASSERT_TRUE(collection.ok());
-  ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid"));
-  const CollectionStats stats = (*collection)->Stats();
-  EXPECT_EQ(stats.candidate_vectors, stats.rerank_vectors);
-  for (int q = 0; q < 20; ++q) {
-    const std::vector<float> query = corpus.QueryFrom(sources[q], 24);
-    SearchOptions options;
-    auto fast = (*collection)->Search(FloatMatrixView{query.data(), 24, kDim}, options);
-    ASSERT_TRUE(fast.ok());
-    EXPECT_EQ(fast->hits.size(), 10u);
+    ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid"));
+    const CollectionStats stats = (*collection)->Stats();
+    EXPECT_EQ(stats.candidate_vectors, stats.rerank_vectors);
+    for (int q = 0; q < 20; ++q) {
+      const std::vector<float> query = corpus.QueryFrom(sources[q], 24);
+      SearchOptions options;
+      auto fast = (*collection)->Search(FloatMatrixView{query.data(), 24, kDim}, options);
+      ASSERT_TRUE(fast.ok());
+      EXPECT_EQ(fast->hits.size(), 10u);
+    }
   }
 }
 
@@ -812,6 +823,163 @@ TEST(CentroidStage, RerankFromCodesKeepsNoVectorsOfDocumentsWrittenBeforeTheCode
   ASSERT_TRUE(engine.ok());
   collection = (*engine)->GetCollection("codes");
   ASSERT_TRUE(collection.ok());
+  for (size_t q = 0; q < queries.size(); ++q) {
+    SearchOptions options;
+    options.exhaustive = true;
+    auto result = (*collection)->Search(FloatMatrixView{queries[q].data(), 16, kDim}, options);
+    ASSERT_TRUE(result.ok()) << result.status();
+    ASSERT_EQ(result->hits.size(), 10u);
+    for (size_t i = 0; i < 10; ++i) {
+      EXPECT_EQ(result->hits[i].id, answers[q][i].first) << "query " << q << " rank " << i;
+      EXPECT_EQ(result->hits[i].score, answers[q][i].second) << "query " << q << " rank " << i;
+    }
+  }
+}
+
+// rerank_from_codes retrains as the exact mode does once a shard outgrows its codebook
+// (kRetrainGrowth × the vectors it was trained on, or a size that calls for more centroids),
+// sampling the vectors decoded from its codes and re-encoding every live document from them: the
+// codebook grows to DefaultNumCentroids of the shard's vectors (the exact mode's count), searches
+// stay within CompactQuery::ErrorBound of brute force over the new decoded vectors, no rerank row
+// comes back, and a reopen answers the same, bit for bit. The second quantisation of the
+// re-encoded documents is measured against one quantisation by the final codebook.
+TEST(CentroidStage, RerankFromCodesRetrainsFromItsDecodedCodes) {
+  TempDir dir;
+  Corpus corpus(kDim, 71);
+  std::vector<Document> sources;
+  const std::vector<Document> documents = FamiliesAndNoise(corpus, 30, 300, &sources);
+  std::vector<std::string> ids;
+  for (const Document& document : documents) ids.push_back(document.id);
+  auto engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok());
+  CollectionSchema schema = Schema("codes", kDim);
+  schema.candidates.rerank_from_codes = true;
+  schema.candidates.centroid_min_training_vectors = 2'000;
+  auto collection = (*engine)->CreateCollection(schema);
+  ASSERT_TRUE(collection.ok()) << collection.status();
+  // ~100 documents (~4,000 vectors) train the first codebook.
+  UpsertAll(**collection, std::vector<Document>(documents.begin(), documents.begin() + 100));
+  Impl(**collection).WaitForTrainingForTesting();
+  const auto first = Impl(**collection).CodebookForTesting(0);
+  ASSERT_NE(first, nullptr);
+  // The rest: ~21,000 vectors, past kRetrainGrowth × the first training and calling for more
+  // centroids.
+  UpsertAll(**collection, std::vector<Document>(documents.begin() + 100, documents.end()));
+  Impl(**collection).WaitForTrainingForTesting();
+  const CollectionStats stats = (*collection)->Stats();
+  const auto codebook = Impl(**collection).CodebookForTesting(0);
+  ASSERT_NE(codebook, nullptr);
+  const int64_t expected_centroids = internal::DefaultNumCentroids(stats.rerank_vectors);
+  ASSERT_GT(expected_centroids, first->num_centroids());
+  EXPECT_EQ(codebook->num_centroids(), expected_centroids)
+      << "first codebook " << first->num_centroids() << " at " << stats.rerank_vectors
+      << " vectors: the compact shard did not retrain";
+  EXPECT_EQ(StageOf(**collection), absl::StrCat("Centroid", expected_centroids, ",Residual4bit"));
+  EXPECT_EQ(stats.documents, static_cast<int64_t>(documents.size()));
+  EXPECT_EQ(stats.candidate_vectors, stats.rerank_vectors);
+
+  // The loss of the second quantisation: Get decodes the re-encoded codes of the first documents;
+  // encoding their stored vectors (as an exact collection keeps them, pooled, fp16) with the final
+  // codebook once is the reference.
+  {
+    auto stored = (*engine)->CreateCollection(Schema("stored", kDim));
+    ASSERT_TRUE(stored.ok()) << stored.status();
+    UpsertAll(**stored, std::vector<Document>(documents.begin(), documents.begin() + 100));
+    internal::CentroidIndex once(codebook);
+    const int64_t code_bytes = codebook->codec().code_bytes();
+    double twice_error = 0, once_error = 0, norm = 0;
+    std::vector<float> decoded(kDim);
+    for (size_t d = 0; d < 100; ++d) {
+      auto got = (*collection)->Get(documents[d].id);
+      auto reference = (*stored)->Get(documents[d].id);
+      ASSERT_TRUE(got.ok() && reference.ok()) << got.status() << " " << reference.status();
+      ASSERT_EQ(got->vectors.size(), reference->vectors.size());
+      const int64_t rows = reference->num_vectors();
+      const internal::DocumentCodes codes =
+          once.Encode(FloatMatrixView{reference->vectors.data(), rows, kDim});
+      for (int64_t v = 0; v < rows; ++v) {
+        codebook->Decode(codes.centroids[v],
+                         reinterpret_cast<const uint8_t*>(codes.codes.data()) + v * code_bytes,
+                         decoded.data());
+        for (int64_t k = 0; k < kDim; ++k) {
+          const double x = reference->vectors[v * kDim + k];
+          twice_error += std::pow(got->vectors[v * kDim + k] - x, 2);
+          once_error += std::pow(decoded[k] - x, 2);
+          norm += x * x;
+        }
+      }
+    }
+    std::cout << "relative squared error of the decoded vectors: " << twice_error / norm
+              << " re-encoded from the first codebook's codes, " << once_error / norm
+              << " encoded once by the final codebook\n";
+    EXPECT_LT(twice_error, 0.05 * norm);
+    EXPECT_LT(twice_error, 3 * once_error);
+  }
+
+  // Exhaustive and default searches: brute force's top 10 over the decoded vectors (except at
+  // near-ties, within the bound).
+  std::vector<std::vector<std::pair<std::string, float>>> answers;
+  std::vector<std::vector<float>> queries;
+  for (int q = 0; q < 6; ++q) {
+    SCOPED_TRACE(absl::StrCat("query ", q));
+    queries.push_back(corpus.QueryFrom(sources[q * 5], 16));
+    const std::vector<float>& query = queries.back();
+    const auto expected = BruteForce(**collection, ids, query, kDim);
+    const double tolerance = CodesErrorBound(**collection, query) + 2 * 16 * std::ldexp(1.0, -11);
+    for (const bool exhaustive : {true, false}) {
+      SearchOptions options;
+      options.exhaustive = exhaustive;
+      auto result = (*collection)->Search(FloatMatrixView{query.data(), 16, kDim}, options);
+      ASSERT_TRUE(result.ok()) << result.status();
+      ASSERT_EQ(result->hits.size(), 10u);
+      std::vector<std::pair<std::string, float>> answer;
+      for (size_t i = 0; i < 10; ++i) {
+        const SearchHit& hit = result->hits[i];
+        if (hit.id == expected[i].first) {
+          EXPECT_NEAR(hit.score, expected[i].second, tolerance) << "rank " << i;
+        } else {  // only at a near-tie
+          EXPECT_NEAR(hit.score, expected[i].second, 2 * tolerance)
+              << "rank " << i << ": " << hit.id << " instead of " << expected[i].first;
+        }
+        answer.emplace_back(hit.id, hit.score);
+      }
+      if (exhaustive) answers.push_back(answer);
+    }
+  }
+
+  // The store keeps no rerank rows; a reopen answers the same, bit for bit, on the same codebook.
+  collection = absl::NotFoundError("closed");
+  engine = absl::NotFoundError("closed");
+  int checked = 0;
+  for (const std::string& db : ShardDatabases(dir.path())) {
+    if (!absl::StrContains(db, "/codes@")) continue;  // not the exact collection
+    SCOPED_TRACE(db);
+    ++checked;
+    internal::ShardStoreOptions options;
+    options.create_if_missing = false;
+    auto store = internal::ShardStore::Open(db, options);
+    ASSERT_TRUE(store.ok()) << store.status();
+    std::vector<uint64_t> iids;
+    ASSERT_TRUE((*store)
+                    ->ForEachDocument([&](const internal::DocumentRecord& record) {
+                      iids.push_back(record.iid);
+                      return absl::OkStatus();
+                    })
+                    .ok());
+    EXPECT_EQ(iids.size(), documents.size());
+    auto rerank = (*store)->MultiGetRerank(iids);
+    ASSERT_TRUE(rerank.ok()) << rerank.status();
+    for (size_t i = 0; i < iids.size(); ++i) {
+      ASSERT_TRUE((*rerank)[i].has_value()) << "iid " << iids[i];
+      EXPECT_EQ((*rerank)[i]->rows, 0) << "iid " << iids[i] << " keeps rerank rows";
+    }
+  }
+  EXPECT_EQ(checked, 1);
+  engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok());
+  collection = (*engine)->GetCollection("codes");
+  ASSERT_TRUE(collection.ok());
+  EXPECT_EQ(Impl(**collection).CodebookForTesting(0)->Serialize(), codebook->Serialize());
   for (size_t q = 0; q < queries.size(); ++q) {
     SearchOptions options;
     options.exhaustive = true;

@@ -531,8 +531,7 @@ bool Shard::OutgrewTraining() const {
     vectors = rerank_vectors_;
   }
   if (trained_vectors_ == 0) return WantsCentroidIndex(schema_.candidates, vectors);
-  // Without stored rerank vectors there is nothing to retrain on.
-  if (schema_.candidates.rerank_from_codes) return false;
+  // A rerank_from_codes shard retrains by the same rules, on its decoded codes (Train).
   // Grown kRetrainGrowth times past the last training, or large enough to call for more centroids
   // than the last training asked for: a training that started late (while another ran) sized its
   // codebook from the count it saw, and the shard may end its growth before the next 4× (a
@@ -1023,25 +1022,26 @@ absl::Status Shard::DecodeRerankFromCodes(
     }
   }
   if (coded.empty()) return absl::OkStatus();
-  // Only rerank_from_codes writes documents without rows, and only once the centroid index (whose
-  // codebook then never changes) is in use.
+  // Only rerank_from_codes writes documents without rows, and only once the centroid index is in
+  // use. Its codebook changes with each retraining: the codes come from the centroid index of the
+  // same Stage1 (which keeps every document's), so that they always match the codebook, even when
+  // a training swaps its index in meanwhile and drops the older generation's stored codes.
   const Stage1 stage1 = CurrentStage1();
-  if (stage1.codebook == nullptr) {
+  if (stage1.codebook == nullptr || stage1.centroids == nullptr) {
     return absl::DataLossError(absl::StrCat("shard '", dir_, "': iid ", coded[0],
                                             " has no rerank vectors and the shard no codebook"));
   }
   const CentroidCodebook& codebook = *stage1.codebook;
   const int64_t code_bytes = codebook.codec().code_bytes();
-  TESSERA_ASSIGN_OR_RETURN(std::vector<std::optional<std::string>> stored,
-                           store_->MultiGetCodes(stage1.generation, coded));
+  TESSERA_ASSIGN_OR_RETURN(const std::vector<std::optional<DocumentCodes>> found,
+                           stage1.centroids->CodesOf(coded));
   for (size_t j = 0; j < coded.size(); ++j) {
     std::shared_ptr<const StoredMatrix>& matrix = (*matrices)[coded_at[j]];
-    if (!stored[j].has_value()) {  // removed since (a removal deletes its codes)
+    if (!found[j].has_value()) {  // removed since (a removal deletes its codes)
       matrix = nullptr;
       continue;
     }
-    TESSERA_ASSIGN_OR_RETURN(DocumentCodes codes,
-                             ParseDocumentCodes(*stored[j], code_bytes, codebook.num_centroids()));
+    const DocumentCodes& codes = *found[j];
     std::vector<float> values(codes.size() * schema_.dim);
     for (int64_t v = 0; v < codes.size(); ++v) {
       codebook.Decode(codes.centroids[v],
