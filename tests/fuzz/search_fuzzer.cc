@@ -57,6 +57,24 @@ double ExactMaxSim(const std::vector<float>& query, int64_t rows, const StoredDo
   return total;
 }
 
+// How far a rerank_from_codes collection's score may be from the MaxSim of its decoded vectors:
+// CompactQuery::ErrorBound (collection.h), bounded here from the fixture's data. Its rows are unit
+// vectors, so every value and centroid component lies in [-1, 1] and every residual level in
+// [-2, 2]; a nibble covers 4 / bits dimensions, so its table's range is at most
+// (4 / bits) · 4 · max_d |q_id|, and row i's error at most ⌈dim · bits / 4⌉ · range / 255 / 2.
+double CodesErrorBound(const std::vector<float>& query, int64_t rows, int64_t dim, int bits) {
+  const double nibbles = std::ceil(static_cast<double>(dim * bits) / 4.0);
+  double bound = 0;
+  for (int64_t q = 0; q < rows; ++q) {
+    double largest = 0;
+    for (int64_t k = 0; k < dim; ++k) {
+      largest = std::max(largest, std::abs(static_cast<double>(query[q * dim + k])));
+    }
+    bound += nibbles * (16.0 / bits) * largest / 255.0 / 2.0;
+  }
+  return bound;
+}
+
 }  // namespace
 }  // namespace tessera::fuzz
 
@@ -106,7 +124,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const double exact = ExactMaxSim(*query, rows, *document, &magnitude);
     // Scores whose fp32 partial sums may overflow (a query of huge values) are left out.
     if (magnitude < 1e30) {
-      const double tolerance = 1e-4 * (magnitude + static_cast<double>(rows));
+      const CollectionSchema& schema = (*collection)->schema();
+      const double tolerance =
+          1e-4 * (magnitude + static_cast<double>(rows)) +
+          (schema.candidates.rerank_from_codes
+               ? CodesErrorBound(*query, rows, schema.dim, EffectiveResidualBits(schema.candidates))
+               : 0.0);
       FUZZ_CHECK(
           std::abs(hit.score() - exact) <= tolerance,
           absl::StrCat("hit '", hit.id(), "' score ", hit.score(), ", exact MaxSim ", exact));

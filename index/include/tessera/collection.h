@@ -67,8 +67,8 @@ struct CandidateSpec {
   // training, which then drops their rerank and candidate vectors: no fp16/fp32 copy remains).
   // The codes stay resident in the centroid index (its lists for stage 1, and a per-document copy
   // for stage 2: 4 + dim · residual_bits / 8 bytes per pooled vector more memory, 68 at dim 128
-  // and 4 bits), so stage 2 reads no storage per document. The first codebook is kept for good:
-  // without the original vectors there is nothing to retrain on.
+  // and 4 bits), so stage 2 reads no storage per document. Such a shard retrains as the others
+  // do, from the vectors its codes decode to, and re-encodes every document from them.
   bool rerank_from_codes = false;
 };
 
