@@ -182,20 +182,8 @@ class EngineImpl : public Engine {
           absl::StrCat("collection ", QuotedForMessage(name), " already exists"));
     }
     TESSERA_RETURN_IF_ERROR(WriteSchemaFile(dir, schema));
-    const fs::path target = NewCollectionDirectory(name);
-    std::error_code error;
-    fs::rename(dir, target, error);
-    if (error) {
-      return absl::InternalError(
-          absl::StrCat("cannot move ", dir, " to ", target.string(), ": ", error.message()));
-    }
-    absl::StatusOr<std::shared_ptr<CollectionImpl>> opened =
-        CollectionImpl::Open(target.string(), schema, context_);
-    if (!opened.ok()) {
-      fs::remove_all(target, error);
-      return opened.status();
-    }
-    collections_[name] = *std::move(opened);
+    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<CollectionImpl> opened, MoveInAndOpen(dir, schema));
+    collections_[name] = std::move(opened);
     return absl::OkStatus();
   }
 
@@ -218,21 +206,9 @@ class EngineImpl : public Engine {
         unavailable_.erase(broken);
       }
     }
-    const fs::path target = NewCollectionDirectory(name);
-    std::error_code error;
-    fs::rename(dir, target, error);
-    if (error) {
-      return absl::InternalError(
-          absl::StrCat("cannot move ", dir, " to ", target.string(), ": ", error.message()));
-    }
-    absl::StatusOr<std::shared_ptr<CollectionImpl>> opened =
-        CollectionImpl::Open(target.string(), schema, context_);
-    if (!opened.ok()) {
-      fs::remove_all(target, error);
-      return opened.status();
-    }
+    TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<CollectionImpl> opened, MoveInAndOpen(dir, schema));
     MutexLock lock(&mu_);
-    collections_[name] = *std::move(opened);
+    collections_[name] = std::move(opened);
     return absl::OkStatus();
   }
 
@@ -313,6 +289,23 @@ class EngineImpl : public Engine {
   }
 
  private:
+  // Renames the collection directory `dir` to a fresh directory of schema.name and opens it
+  // there; on failure to open, the moved directory is removed.
+  absl::StatusOr<std::shared_ptr<CollectionImpl>> MoveInAndOpen(const std::string& dir,
+                                                                const CollectionSchema& schema) {
+    const fs::path target = NewCollectionDirectory(schema.name);
+    std::error_code error;
+    fs::rename(dir, target, error);
+    if (error) {
+      return absl::InternalError(
+          absl::StrCat("cannot move ", dir, " to ", target.string(), ": ", error.message()));
+    }
+    absl::StatusOr<std::shared_ptr<CollectionImpl>> opened =
+        CollectionImpl::Open(target.string(), schema, context_);
+    if (!opened.ok()) fs::remove_all(target, error);
+    return opened;
+  }
+
   // A fresh directory per incarnation: a dropped collection of the same name may still be open
   // (RocksDB locks by path) until its last search finishes.
   fs::path NewCollectionDirectory(const std::string& name) const {
