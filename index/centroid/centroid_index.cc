@@ -160,6 +160,10 @@ CentroidIndex::CentroidIndex(std::shared_ptr<const CentroidCodebook> codebook,
     : codebook_(std::move(codebook)),
       code_bytes_(codebook_->codec().code_bytes()),
       keep_document_codes_(keep_document_codes),
+      scan_codec_(keep_document_codes && codebook_->codec().nbits() == 4
+                      ? codebook_->codec().Coarsened()
+                      : codebook_->codec()),
+      scan_code_bytes_(scan_codec_.code_bytes()),
       lists_(codebook_->num_centroids()) {}
 
 DocumentCodes CentroidIndex::Encode(FloatMatrixView vectors) const {
@@ -229,14 +233,21 @@ absl::Status CentroidIndex::Add(uint64_t doc, const DocumentCodes& codes) {
   if (keep_document_codes_) ordinal_codes_.push_back(codes);
   doc_ordinal_[doc] = ordinal;
   const auto* code = reinterpret_cast<const uint8_t*>(codes.codes.data());
-  const std::vector<uint8_t> empty_block(ScanBlockBytes(code_bytes_), 0);
+  const bool coarsen = scan_code_bytes_ != code_bytes_;
+  std::vector<uint8_t> scan_code(scan_code_bytes_);
+  const std::vector<uint8_t> empty_block(ScanBlockBytes(scan_code_bytes_), 0);
   for (int64_t v = 0; v < n; ++v) {
     List& list = lists_[codes.centroids[v]];
     const int64_t entry = static_cast<int64_t>(list.ordinals.size());
     if (entry % kScanBlockEntries == 0) {
       AppendWithHeadroom(list.blocks, empty_block.data(), empty_block.size());
     }
-    PutBlockedCode(code + v * code_bytes_, code_bytes_, entry, list.blocks.data());
+    const uint8_t* listed = code + v * code_bytes_;
+    if (coarsen) {
+      codebook_->codec().CoarsenCode(listed, scan_code.data());
+      listed = scan_code.data();
+    }
+    PutBlockedCode(listed, scan_code_bytes_, entry, list.blocks.data());
     AppendWithHeadroom(list.ordinals, &ordinal, 1);
   }
   live_vectors_ += n;
@@ -270,7 +281,7 @@ void CentroidIndex::CompactLocked() {
     vectors.push_back(ordinal_vectors_[o]);
     if (keep_document_codes_) ordinal_codes_[docs.size() - 1] = std::move(ordinal_codes_[o]);
   }
-  std::vector<uint8_t> code(code_bytes_);
+  std::vector<uint8_t> code(scan_code_bytes_);
   for (List& list : lists_) {
     // In place: entry `kept` ≤ e, so a code is read before its slot is overwritten.
     size_t kept = 0;
@@ -278,17 +289,17 @@ void CentroidIndex::CompactLocked() {
       const uint32_t ordinal = renumber[list.ordinals[e]];
       if (ordinal == std::numeric_limits<uint32_t>::max()) continue;
       list.ordinals[kept] = ordinal;
-      GetBlockedCode(list.blocks.data(), code_bytes_, e, code.data());
-      PutBlockedCode(code.data(), code_bytes_, kept, list.blocks.data());
+      GetBlockedCode(list.blocks.data(), scan_code_bytes_, e, code.data());
+      PutBlockedCode(code.data(), scan_code_bytes_, kept, list.blocks.data());
       ++kept;
     }
     const size_t blocks = (kept + kScanBlockEntries - 1) / kScanBlockEntries;
     list.ordinals.resize(kept);
-    list.blocks.resize(blocks * ScanBlockBytes(code_bytes_));
+    list.blocks.resize(blocks * ScanBlockBytes(scan_code_bytes_));
     // The tail of the last block keeps no stale codes (a scan reads them, never uses them).
     for (size_t e = kept; e < blocks * kScanBlockEntries; ++e) {
       std::fill(code.begin(), code.end(), 0);
-      PutBlockedCode(code.data(), code_bytes_, e, list.blocks.data());
+      PutBlockedCode(code.data(), scan_code_bytes_, e, list.blocks.data());
     }
     list.ordinals.shrink_to_fit();
     list.blocks.shrink_to_fit();
@@ -341,11 +352,10 @@ void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, 
   std::sort(ranked.begin(), ranked.end(), better);
   out->missing = ranked[nprobe - 1].first;
 
-  const ResidualCodec& codec = codebook_->codec();
-  std::vector<float> lut(codec.nibbles() * 16);
-  codec.BuildLookupTable(query, lut.data());
+  std::vector<float> lut(scan_codec_.nibbles() * 16);
+  scan_codec_.BuildLookupTable(query, lut.data());
   ScanTables tables;
-  QuantizeScanTables(lut.data(), codec.nibbles(), &tables);
+  QuantizeScanTables(lut.data(), scan_codec_.nibbles(), &tables);
   out->step = tables.step;
   out->probes.clear();
   int64_t sums_size = 0;
@@ -353,15 +363,15 @@ void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, 
     const List& list = lists_[ranked[p].second];
     if (list.ordinals.empty()) continue;
     out->probes.push_back(Probe{&list, ranked[p].first + tables.bias, sums_size});
-    sums_size +=
-        static_cast<int64_t>(list.blocks.size()) / ScanBlockBytes(code_bytes_) * kScanBlockEntries;
+    sums_size += static_cast<int64_t>(list.blocks.size()) / ScanBlockBytes(scan_code_bytes_) *
+                 kScanBlockEntries;
   }
   // Every entry is written by the scan: no zero fill.
   out->sums.reset(new uint16_t[sums_size]);
   for (const Probe& probe : out->probes) {
     const int64_t blocks =
-        static_cast<int64_t>(probe.list->blocks.size()) / ScanBlockBytes(code_bytes_);
-    ScanBlocks(probe.list->blocks.data(), blocks, code_bytes_, tables, &out->sums[probe.sums]);
+        static_cast<int64_t>(probe.list->blocks.size()) / ScanBlockBytes(scan_code_bytes_);
+    ScanBlocks(probe.list->blocks.data(), blocks, scan_code_bytes_, tables, &out->sums[probe.sums]);
   }
 }
 

@@ -407,7 +407,7 @@ class CentroidIndexTest : public ::testing::Test {
 
   // Token i's quantised lookup tables (code_scan.h), as the index builds them.
   ScanTables Tables(const float* token) const {
-    const ResidualCodec& codec = codebook_->codec();
+    const ResidualCodec& codec = ScanCodec();
     std::vector<float> lut(codec.nibbles() * 16);
     codec.BuildLookupTable(token, lut.data());
     ScanTables tables;
@@ -419,7 +419,7 @@ class CentroidIndexTest : public ::testing::Test {
   double QuantisationBound(const std::vector<float>& query) const {
     double bound = 0.0;
     for (size_t i = 0; i < query.size() / kDim; ++i) {
-      bound += codebook_->codec().nibbles() * Tables(&query[i * kDim]).step * 0.5;
+      bound += ScanCodec().nibbles() * Tables(&query[i * kDim]).step * 0.5;
     }
     return bound;
   }
@@ -460,6 +460,7 @@ class CentroidIndexTest : public ::testing::Test {
     std::vector<CentroidHit> hits;
     std::vector<float> decoded(kDim);
     const int64_t code_bytes = codebook_->codec().code_bytes();
+    std::vector<uint8_t> coarse(ScanCodec().code_bytes());
     for (const auto& [doc, codes] : docs_) {
       if (!accept(doc)) continue;
       double total = 0.0;
@@ -471,10 +472,15 @@ class CentroidIndexTest : public ::testing::Test {
           const auto* code = reinterpret_cast<const uint8_t*>(codes.codes.data()) + v * code_bytes;
           double score = 0.0;
           if (quantised) {
+            const uint8_t* scanned = code;
+            if (scan_codec_ != nullptr) {
+              codebook_->codec().CoarsenCode(code, coarse.data());
+              scanned = coarse.data();
+            }
             int64_t levels = 0;
-            for (int64_t j = 0; j < code_bytes; ++j) {
-              levels += tables[i].levels[2 * j * 16 + (code[j] & 15)] +
-                        tables[i].levels[(2 * j + 1) * 16 + (code[j] >> 4)];
+            for (int64_t j = 0; j < ScanCodec().code_bytes(); ++j) {
+              levels += tables[i].levels[2 * j * 16 + (scanned[j] & 15)] +
+                        tables[i].levels[(2 * j + 1) * 16 + (scanned[j] >> 4)];
             }
             score =
                 Dot(&query[i * kDim], codebook_->centroids() + codes.centroids[v] * kDim, kDim) +
@@ -520,10 +526,17 @@ class CentroidIndexTest : public ::testing::Test {
     }
   }
 
+  // The codec the index scans: the codebook's unless scan_codec_ is set.
+  const ResidualCodec& ScanCodec() const {
+    return scan_codec_ != nullptr ? *scan_codec_ : codebook_->codec();
+  }
+
   ThreadPool pool_{2};
   std::shared_ptr<const CentroidCodebook> codebook_;
   std::unique_ptr<CentroidIndex> index_;
   std::map<uint64_t, DocumentCodes> docs_;
+  // Set for an index whose lists hold a coarsening of the codebook's codes (index_->scan_codec()).
+  const ResidualCodec* scan_codec_ = nullptr;
 };
 
 TEST_F(CentroidIndexTest, ProbingEveryCentroidGivesMaxSimOverDecodedVectors) {
@@ -548,6 +561,37 @@ TEST_F(CentroidIndexTest, ProbingEveryCentroidGivesMaxSimOverDecodedVectors) {
 
 TEST_F(CentroidIndexTest, FewProbesMatchTheDocumentedApproximation) {
   for (int nprobe : {1, 3, 8}) ExpectMatchesReference(*index_, nprobe, nullptr, 20 + nprobe);
+}
+
+TEST_F(CentroidIndexTest, KeptDocumentCodesOfFourBitsAreScannedAtTwo) {
+  // A 4-bit index that keeps its documents' codes for stage 2 lists their 2-bit coarsening:
+  // stage 1 scores as the documented approximation with the coarse codec's tables, on the
+  // coarsened codes; GatherCompact still hands back the 4-bit codes as added.
+  const std::vector<float> sample = Clustered(4000, kDim, 50, 7);
+  codebook_ = std::shared_ptr<const CentroidCodebook>(TrainOrDie(sample, kDim, 64, 4, &pool_));
+  index_ = std::make_unique<CentroidIndex>(codebook_, /*keep_document_codes=*/true);
+  docs_.clear();
+  for (uint64_t doc = 1; doc <= 300; ++doc) AddDocument(*index_, doc, doc);
+  ASSERT_EQ(index_->scan_codec().nbits(), 2);
+  scan_codec_ = &index_->scan_codec();
+  for (int nprobe : {1, 8, static_cast<int>(codebook_->num_centroids())}) {
+    ExpectMatchesReference(*index_, nprobe, nullptr, 40 + nprobe);
+  }
+  const std::vector<uint64_t> some = {3, 150, 299};
+  absl::StatusOr<std::vector<std::optional<DocumentCodes>>> codes = index_->CodesOf(some);
+  ASSERT_TRUE(codes.ok()) << codes.status();
+  for (size_t i = 0; i < some.size(); ++i) {
+    ASSERT_TRUE((*codes)[i].has_value());
+    EXPECT_EQ((*codes)[i]->codes, docs_.at(some[i]).codes);
+  }
+  // Removing a third compacts the lists (kCompactionFraction); the scan still matches.
+  for (uint64_t doc = 1; doc <= 100; ++doc) {
+    index_->Remove(doc);
+    docs_.erase(doc);
+  }
+  ExpectMatchesReference(*index_, 8, nullptr, 60);
+  // Without the kept codes the lists hold the codebook's own 4-bit codes.
+  EXPECT_EQ(CentroidIndex(codebook_).scan_codec().nbits(), 4);
 }
 
 TEST(DefaultNprobe, GrowsWithTheSquareRootOfTheCodebook) {

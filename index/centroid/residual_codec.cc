@@ -131,6 +131,27 @@ void ResidualCodec::Encode(const float* residual, uint8_t* code) const {
   }
 }
 
+ResidualCodec ResidualCodec::Coarsened() const {
+  std::vector<float> coarse_cutoffs(dim_ * 3);
+  std::vector<float> coarse_weights(dim_ * 4);
+  for (int64_t d = 0; d < dim_; ++d) {
+    for (int j = 0; j < 4; ++j) {
+      if (j < 3) coarse_cutoffs[d * 3 + j] = cutoffs(d)[4 * j + 3];
+      const float* w = weights(d) + 4 * j;
+      coarse_weights[d * 4 + j] = (w[0] + w[1] + w[2] + w[3]) / 4.0f;
+    }
+  }
+  return ResidualCodec(dim_, 2, std::move(coarse_cutoffs), std::move(coarse_weights));
+}
+
+void ResidualCodec::CoarsenCode(const uint8_t* code, uint8_t* out) const {
+  std::memset(out, 0, (dim_ * 2 + 7) / 8);
+  for (int64_t d = 0; d < dim_; ++d) {
+    const int bucket = (code[d >> 1] >> ((d & 1) * 4)) & 15;
+    out[d >> 2] |= static_cast<uint8_t>((bucket >> 2) << ((d & 3) * 2));
+  }
+}
+
 void ResidualCodec::Decode(const uint8_t* code, float* out) const {
   const int mask = buckets() - 1;
   for (int64_t d = 0; d < dim_; ++d) {

@@ -43,6 +43,15 @@ class ResidualCodec {
 
   // residual: dim values → code: code_bytes() bytes.
   void Encode(const float* residual, uint8_t* code) const;
+
+  // A 4-bit codec's 2-bit coarsening: bucket j of dimension d merges this codec's buckets 4j …
+  // 4j + 3 (cutoffs 3, 7 and 11 of d: the training's quantiles at 1/4, 2/4 and 3/4, which are a
+  // 2-bit codec's on the same sample), weighing each by the mean of their four weights (buckets of
+  // equal mass on the sample). Its Encode(r) is CoarsenCode(Encode(r)). nbits() must be 4.
+  ResidualCodec Coarsened() const;
+  // code: a code of this (4-bit) codec → out: Coarsened()'s code of the same residual, the top two
+  // bits of each dimension's bucket.
+  void CoarsenCode(const uint8_t* code, uint8_t* out) const;
   // code → out: dim values, the decoded residual.
   void Decode(const uint8_t* code, float* out) const;
 

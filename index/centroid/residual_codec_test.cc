@@ -3,6 +3,7 @@
 // byte form.
 #include "index/centroid/residual_codec.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -126,6 +127,43 @@ INSTANTIATE_TEST_SUITE_P(Bits, ResidualCodecTest, ::testing::Values(2, 4));
 // tests/fuzz/centroid_codebook_fuzzer found a codebook whose tables held a NaN (with a valid
 // checksum): it parsed, and the NaN reached the quantisation of the search's lookup tables, a
 // float → byte conversion that is undefined (corpus/centroid_codebook/regression-nan-weight).
+TEST(ResidualCodec, CoarseningIsTheTwoBitCodecOfTheSameSample) {
+  // dim 10: a code whose last byte is partly used, at both widths.
+  const int64_t n = 4000, dim = 10;
+  const std::vector<float> x = Gaussian(n, dim, 5);
+  absl::StatusOr<ResidualCodec> fine = ResidualCodec::Train(x.data(), n, dim, 4);
+  absl::StatusOr<ResidualCodec> two_bit = ResidualCodec::Train(x.data(), n, dim, 2);
+  ASSERT_TRUE(fine.ok() && two_bit.ok());
+  const ResidualCodec coarse = fine->Coarsened();
+  ASSERT_EQ(coarse.nbits(), 2);
+  ASSERT_EQ(coarse.code_bytes(), two_bit->code_bytes());
+  for (int64_t d = 0; d < dim; ++d) {
+    for (int j = 0; j < 3; ++j) {
+      // The quantiles at 1/4, 2/4 and 3/4 of the same sorted sample.
+      EXPECT_EQ(coarse.cutoffs(d)[j], two_bit->cutoffs(d)[j]) << "dim " << d << " cutoff " << j;
+    }
+    for (int j = 0; j < 4; ++j) {
+      // Equal-mass buckets: the mean of the four means is the merged bucket's mean, up to ties.
+      EXPECT_NEAR(coarse.weights(d)[j], two_bit->weights(d)[j],
+                  1e-3 * std::abs(two_bit->weights(d)[j]) + 1e-6)
+          << "dim " << d << " weight " << j;
+    }
+  }
+  // Coarsening a code is encoding with the coarse codec, on the sample and on values outside it.
+  std::vector<float> probe = Gaussian(500, dim, 6);
+  for (int64_t d = 0; d < dim; ++d) probe[d] = coarse.cutoffs(d)[d % 3];  // exactly on a cutoff
+  for (int64_t d = 0; d < dim; ++d) probe[dim + d] = (d % 2 ? 1.0f : -1.0f);
+  std::vector<uint8_t> code(fine->code_bytes()), coarsened(coarse.code_bytes()),
+      direct(coarse.code_bytes());
+  for (int64_t i = 0; i < 500; ++i) {
+    fine->Encode(&probe[i * dim], code.data());
+    std::fill(coarsened.begin(), coarsened.end(), 0xff);
+    fine->CoarsenCode(code.data(), coarsened.data());
+    coarse.Encode(&probe[i * dim], direct.data());
+    ASSERT_EQ(coarsened, direct) << "row " << i;
+  }
+}
+
 TEST(ResidualCodec, ParseRejectsNonFiniteTables) {
   const int64_t dim = 4;
   const std::vector<float> x = Gaussian(100, dim, 5);
