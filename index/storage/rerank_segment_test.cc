@@ -371,7 +371,7 @@ TEST_F(RerankSegmentTest, CheckpointCarriesTheSegments) {
   const std::vector<uint64_t> iids = WriteDocs(store.get(), 60);
   ASSERT_TRUE(store->FlushRerank().ok());
   const std::string copy = root_.path() + "/copy";
-  ASSERT_TRUE(store->Checkpoint(copy).ok());
+  ASSERT_TRUE(store->Checkpoint(copy, /*sequence=*/nullptr).ok());
   ShardStoreOptions options;
   options.rerank_flush_bytes = 0;
   auto reopened = ShardStore::Open(copy, options);

@@ -179,8 +179,8 @@ class InfoLog : public rocksdb::Logger {
 
 // Keeps RocksDB from recovering by itself from a full disk. Its own recovery (SstFileManager)
 // waits for free space of the largest write buffer (128 MiB here) and, while it waits, refuses
-// DB::Resume(); the store resumes instead on the next write once statvfs shows room (Impl::
-// ResumeIfStopped), so writes come back as soon as a little space is freed.
+// DB::Resume(); the store resumes instead on the next write once statvfs shows room
+// (ShardStoreImpl::ResumeIfStopped), so writes come back as soon as a little space is freed.
 class NoSpaceRecoveryListener : public rocksdb::EventListener {
  public:
   void OnErrorRecoveryBegin(rocksdb::BackgroundErrorReason, rocksdb::Status error,
@@ -282,51 +282,59 @@ std::shared_ptr<SharedStoreMemory> NewSharedStoreMemory(size_t memtable_bytes,
   return std::make_shared<SharedStoreMemory>(memtable_bytes, block_cache_bytes);
 }
 
-class ShardStore::Impl {
+// The one implementation of ShardStore.
+class ShardStoreImpl final : public ShardStore {
  public:
-  Impl(std::string dir, const ShardStoreOptions& options)
+  ShardStoreImpl(std::string dir, const ShardStoreOptions& options)
       : dir_(std::move(dir)), options_(options) {}
-  ~Impl();
+  ~ShardStoreImpl() override;
 
+  // ShardStore::Open's work, once, before any other call.
   absl::Status Open();
 
-  absl::Status PutMeta(const std::string& key, const std::string& value);
-  absl::StatusOr<std::string> GetMeta(const std::string& key) const;
+  absl::Status PutMeta(const std::string& key, const std::string& value) override;
+  absl::StatusOr<std::string> GetMeta(const std::string& key) const override;
   absl::StatusOr<WriteResult> Write(std::vector<DocumentWrite> upserts,
-                                    const std::vector<std::string>& deletes);
-  absl::StatusOr<uint64_t> LookupId(const std::string& external_id) const;
-  absl::StatusOr<DocumentRecord> GetRecord(uint64_t iid) const;
-  absl::StatusOr<StoredMatrix> GetRerank(uint64_t iid) const;
+                                    const std::vector<std::string>& deletes) override;
+  absl::StatusOr<uint64_t> LookupId(const std::string& external_id) const override;
+  absl::StatusOr<DocumentRecord> GetRecord(uint64_t iid) const override;
+  absl::StatusOr<StoredMatrix> GetRerank(uint64_t iid) const override;
   absl::StatusOr<std::vector<std::optional<StoredMatrix>>> MultiGetRerank(
-      absl::Span<const uint64_t> iids) const;
+      absl::Span<const uint64_t> iids) const override;
   absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ReadRerank(
-      absl::Span<const uint64_t> iids) const;
-  absl::Status FlushRerank() ABSL_LOCKS_EXCLUDED(flush_mu_) {
+      absl::Span<const uint64_t> iids) const override;
+  absl::Status FlushRerank() override ABSL_LOCKS_EXCLUDED(flush_mu_) {
     MutexLock flush(&flush_mu_);
     return MaintainRerank(/*force=*/true);
   }
   absl::StatusOr<std::vector<std::optional<std::string>>> MultiGetCodes(
-      uint32_t generation, absl::Span<const uint64_t> iids) const;
-  absl::Status ForEachDocument(const std::function<absl::Status(const DocumentRecord&)>& fn) const;
+      uint32_t generation, absl::Span<const uint64_t> iids) const override;
+  absl::Status ForEachDocument(
+      const std::function<absl::Status(const DocumentRecord&)>& fn) const override;
   absl::Status ForEachCandidates(
-      uint64_t min_iid, const std::function<absl::Status(uint64_t, const StoredMatrix&)>& fn) const;
-  void SetCodeGenerations(std::vector<uint32_t> generations) ABSL_LOCKS_EXCLUDED(mu_) {
+      uint64_t min_iid,
+      const std::function<absl::Status(uint64_t, const StoredMatrix&)>& fn) const override;
+  void SetCodeGenerations(std::vector<uint32_t> generations) override ABSL_LOCKS_EXCLUDED(mu_) {
     MutexLock lock(&mu_);
     code_generations_ = std::move(generations);
   }
   absl::Status PutCodes(uint32_t generation,
                         const std::vector<std::pair<uint64_t, std::string>>& codes,
-                        absl::Span<const uint64_t> removed);
-  absl::Status DropCodeGenerationsExcept(uint32_t keep);
-  absl::Status DropAllCandidates();
-  absl::StatusOr<std::vector<uint64_t>> DropAllRerankRows() ABSL_LOCKS_EXCLUDED(commit_mu_);
-  absl::Status ForEachCodes(uint32_t generation,
-                            const std::function<absl::Status(uint64_t, std::string)>& fn) const;
-  uint64_t LatestSequence() const { return db_->GetLatestSequenceNumber(); }
-  ShardStoreStats Stats() const;
-  absl::Status Flush();
-  absl::Status Checkpoint(const std::string& dir, uint64_t* sequence);
-  int64_t SyncedWrites() const { return synced_writes_.load(std::memory_order_relaxed); }
+                        absl::Span<const uint64_t> removed) override;
+  absl::Status DropCodeGenerationsExcept(uint32_t keep) override;
+  absl::Status DropAllCandidates() override;
+  absl::StatusOr<std::vector<uint64_t>> DropAllRerankRows() override
+      ABSL_LOCKS_EXCLUDED(commit_mu_);
+  absl::Status ForEachCodes(
+      uint32_t generation,
+      const std::function<absl::Status(uint64_t, std::string)>& fn) const override;
+  uint64_t LatestSequence() const override { return db_->GetLatestSequenceNumber(); }
+  ShardStoreStats Stats() const override;
+  absl::Status Flush() override;
+  absl::Status Checkpoint(const std::string& dir, uint64_t* sequence) override;
+  int64_t SyncedWritesForTesting() const override {
+    return synced_writes_.load(std::memory_order_relaxed);
+  }
 
  private:
   // One queued Write() or PutMeta() call. Lives on its caller's stack until `done`.
@@ -525,7 +533,7 @@ class ShardStore::Impl {
   std::thread maintainer_;
 };
 
-ShardStore::Impl::~Impl() {
+ShardStoreImpl::~ShardStoreImpl() {
   stopping_.store(true, std::memory_order_release);
   {
     MutexLock lock(&maintain_mu_);
@@ -540,7 +548,7 @@ ShardStore::Impl::~Impl() {
   db_.reset();
 }
 
-absl::Status ShardStore::Impl::Open() {
+absl::Status ShardStoreImpl::Open() {
   namespace fs = std::filesystem;
   std::error_code error;
   const bool exists = fs::exists(fs::path(dir_) / "CURRENT", error);
@@ -680,7 +688,7 @@ absl::Status ShardStore::Impl::Open() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint64_t> ShardStore::Impl::ReadCounter(const char* key) const {
+absl::StatusOr<uint64_t> ShardStoreImpl::ReadCounter(const char* key) const {
   std::string value;
   const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, key, &value);
   if (s.IsNotFound()) return 0;
@@ -688,7 +696,7 @@ absl::StatusOr<uint64_t> ShardStore::Impl::ReadCounter(const char* key) const {
   return Codec(DecodeCounterValue(value, key));
 }
 
-absl::Status ShardStore::Impl::PutMeta(const std::string& key, const std::string& value) {
+absl::Status ShardStoreImpl::PutMeta(const std::string& key, const std::string& value) {
   Writer w;
   w.counts_commit = false;
   w.meta.emplace_back(kUserMetaPrefix + key, EncodeMetaValue(value));
@@ -697,7 +705,7 @@ absl::Status ShardStore::Impl::PutMeta(const std::string& key, const std::string
   return w.status;
 }
 
-absl::StatusOr<std::string> ShardStore::Impl::GetMeta(const std::string& key) const {
+absl::StatusOr<std::string> ShardStoreImpl::GetMeta(const std::string& key) const {
   std::string value;
   const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), meta_, kUserMetaPrefix + key, &value);
   if (s.IsNotFound()) {
@@ -707,8 +715,8 @@ absl::StatusOr<std::string> ShardStore::Impl::GetMeta(const std::string& key) co
   return Codec(DecodeMetaValue(value, key));
 }
 
-absl::StatusOr<WriteResult> ShardStore::Impl::Write(std::vector<DocumentWrite> upserts,
-                                                    const std::vector<std::string>& deletes) {
+absl::StatusOr<WriteResult> ShardStoreImpl::Write(std::vector<DocumentWrite> upserts,
+                                                  const std::vector<std::string>& deletes) {
   Writer w;
   w.deletes = &deletes;
   w.documents = upserts.size() + deletes.size();
@@ -747,7 +755,7 @@ absl::StatusOr<WriteResult> ShardStore::Impl::Write(std::vector<DocumentWrite> u
   return std::move(w.result);
 }
 
-void ShardStore::Impl::Commit(Writer* w) {
+void ShardStoreImpl::Commit(Writer* w) {
   std::vector<Writer*> group;
   {
     MutexLock lock(&mu_);
@@ -784,7 +792,7 @@ void ShardStore::Impl::Commit(Writer* w) {
   if (!writers_.empty()) writers_.front()->cv.Signal();
 }
 
-absl::Status ShardStore::Impl::ReadIid(const std::string& external_id, uint64_t* iid) const {
+absl::Status ShardStoreImpl::ReadIid(const std::string& external_id, uint64_t* iid) const {
   std::string value;
   const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), ids_, external_id, &value);
   if (s.IsNotFound()) {
@@ -796,8 +804,8 @@ absl::Status ShardStore::Impl::ReadIid(const std::string& external_id, uint64_t*
   return absl::OkStatus();
 }
 
-absl::Status ShardStore::Impl::ReadVersion(const std::string& external_id, uint64_t iid,
-                                           uint64_t* version) const {
+absl::Status ShardStoreImpl::ReadVersion(const std::string& external_id, uint64_t iid,
+                                         uint64_t* version) const {
   rocksdb::PinnableSlice value;
   const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), docs_, EncodeIidKey(iid), &value);
   if (s.IsNotFound()) {
@@ -812,8 +820,8 @@ absl::Status ShardStore::Impl::ReadVersion(const std::string& external_id, uint6
   return absl::OkStatus();
 }
 
-void ShardStore::Impl::DeleteRows(rocksdb::WriteBatch* batch, uint64_t iid,
-                                  const std::vector<uint32_t>& code_generations) {
+void ShardStoreImpl::DeleteRows(rocksdb::WriteBatch* batch, uint64_t iid,
+                                const std::vector<uint32_t>& code_generations) {
   const std::string key = EncodeIidKey(iid);
   batch->Delete(docs_, key);
   batch->Delete(rerank_, key);
@@ -823,7 +831,7 @@ void ShardStore::Impl::DeleteRows(rocksdb::WriteBatch* batch, uint64_t iid,
   }
 }
 
-void ShardStore::Impl::CommitGroup(const std::vector<Writer*>& group) {
+void ShardStoreImpl::CommitGroup(const std::vector<Writer*>& group) {
   rocksdb::WriteBatch batch;
   // The state of every external id the group has touched so far, after its operations so far.
   absl::flat_hash_map<std::string, IdState> states;
@@ -960,7 +968,7 @@ void ShardStore::Impl::CommitGroup(const std::vector<Writer*>& group) {
   }
 }
 
-absl::StatusOr<uint64_t> ShardStore::Impl::LookupId(const std::string& external_id) const {
+absl::StatusOr<uint64_t> ShardStoreImpl::LookupId(const std::string& external_id) const {
   std::string value;
   const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), ids_, external_id, &value);
   if (s.IsNotFound()) {
@@ -971,7 +979,7 @@ absl::StatusOr<uint64_t> ShardStore::Impl::LookupId(const std::string& external_
   return Codec(DecodeIdValue(value, external_id));
 }
 
-absl::StatusOr<DocumentRecord> ShardStore::Impl::GetRecord(uint64_t iid) const {
+absl::StatusOr<DocumentRecord> ShardStoreImpl::GetRecord(uint64_t iid) const {
   rocksdb::PinnableSlice value;
   const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), docs_, EncodeIidKey(iid), &value);
   if (s.IsNotFound()) {
@@ -981,7 +989,7 @@ absl::StatusOr<DocumentRecord> ShardStore::Impl::GetRecord(uint64_t iid) const {
   return Codec(DecodeDocumentRecord(absl::string_view(value.data(), value.size()), iid));
 }
 
-absl::StatusOr<StoredMatrix> ShardStore::Impl::GetRerank(uint64_t iid) const {
+absl::StatusOr<StoredMatrix> ShardStoreImpl::GetRerank(uint64_t iid) const {
   rocksdb::PinnableSlice value;
   const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), rerank_, EncodeIidKey(iid), &value);
   if (s.IsNotFound()) {
@@ -1005,7 +1013,7 @@ absl::StatusOr<StoredMatrix> ShardStore::Impl::GetRerank(uint64_t iid) const {
   return matrix;
 }
 
-absl::StatusOr<std::vector<std::optional<StoredMatrix>>> ShardStore::Impl::MultiGetRerank(
+absl::StatusOr<std::vector<std::optional<StoredMatrix>>> ShardStoreImpl::MultiGetRerank(
     absl::Span<const uint64_t> iids) const {
   std::vector<std::string> keys;
   keys.reserve(iids.size());
@@ -1020,8 +1028,8 @@ absl::StatusOr<std::vector<std::optional<StoredMatrix>>> ShardStore::Impl::Multi
   return out;
 }
 
-absl::StatusOr<StoredMatrix> ShardStore::Impl::DecodeRerank(absl::string_view value,
-                                                            uint64_t iid) const {
+absl::StatusOr<StoredMatrix> ShardStoreImpl::DecodeRerank(absl::string_view value,
+                                                          uint64_t iid) const {
   if (!IsRerankPointer(value)) return DecodeStoredMatrix(value, kRerankCf, iid);
   TESSERA_ASSIGN_OR_RETURN(const RerankPointer pointer, DecodeRerankPointer(value, iid));
   std::shared_ptr<const RerankSegment> segment;
@@ -1052,7 +1060,7 @@ absl::StatusOr<StoredMatrix> ShardStore::Impl::DecodeRerank(absl::string_view va
   return matrix;
 }
 
-absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ShardStore::Impl::ReadRerank(
+absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ShardStoreImpl::ReadRerank(
     absl::Span<const uint64_t> iids) const {
   const size_t n = iids.size();
   auto batch = std::make_shared<RerankReadBatch>();
@@ -1138,7 +1146,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ShardStore:
   return out;
 }
 
-absl::Status ShardStore::Impl::OpenRerankSegments() {
+absl::Status ShardStoreImpl::OpenRerankSegments() {
   namespace fs = std::filesystem;
   // The committed segments (number → size), from meta.
   std::map<uint32_t, int64_t> committed;
@@ -1248,14 +1256,14 @@ absl::Status ShardStore::Impl::OpenRerankSegments() {
   return absl::OkStatus();
 }
 
-void ShardStore::Impl::TrackRemovals(bool on) {
+void ShardStoreImpl::TrackRemovals(bool on) {
   MutexLock commit(&commit_mu_);
   tracking_removals_ = on;
   removed_while_tracking_.clear();
 }
 
-bool ShardStore::Impl::ApplyRerankChanges(const std::vector<std::pair<uint64_t, int64_t>>& added,
-                                          const std::vector<uint64_t>& removed) {
+bool ShardStoreImpl::ApplyRerankChanges(const std::vector<std::pair<uint64_t, int64_t>>& added,
+                                        const std::vector<uint64_t>& removed) {
   if (tracking_removals_) removed_while_tracking_.insert(removed.begin(), removed.end());
   MutexLock lock(&rerank_mu_);
   for (const auto& [iid, bytes] : added) {
@@ -1280,13 +1288,13 @@ bool ShardStore::Impl::ApplyRerankChanges(const std::vector<std::pair<uint64_t, 
   return due;
 }
 
-void ShardStore::Impl::SignalMaintenance() {
+void ShardStoreImpl::SignalMaintenance() {
   MutexLock lock(&maintain_mu_);
   maintain_wanted_ = true;
   maintain_cv_.Signal();
 }
 
-void ShardStore::Impl::MaintainLoop() {
+void ShardStoreImpl::MaintainLoop() {
   for (;;) {
     {
       MutexLock lock(&maintain_mu_);
@@ -1312,7 +1320,7 @@ void ShardStore::Impl::MaintainLoop() {
   }
 }
 
-absl::Status ShardStore::Impl::MaintainRerank(bool force) {
+absl::Status ShardStoreImpl::MaintainRerank(bool force) {
   if (!options_.rerank_segments) return absl::OkStatus();
   bool flush = false;
   {
@@ -1324,7 +1332,7 @@ absl::Status ShardStore::Impl::MaintainRerank(bool force) {
   return RewriteSegments();
 }
 
-absl::Status ShardStore::Impl::FlushRowsToSegments() {
+absl::Status ShardStoreImpl::FlushRowsToSegments() {
   // Removals committed from here on are recorded, and the snapshot holds every commit before.
   const rocksdb::Snapshot* snapshot = nullptr;
   std::vector<uint64_t> iids;
@@ -1411,7 +1419,7 @@ absl::Status ShardStore::Impl::FlushRowsToSegments() {
                "compacting rerank rows moved to segments");
 }
 
-absl::Status ShardStore::Impl::RewriteSegments() {
+absl::Status ShardStoreImpl::RewriteSegments() {
   std::vector<uint32_t> due;
   {
     ReaderMutexLock lock(&rerank_mu_);
@@ -1452,9 +1460,9 @@ absl::Status ShardStore::Impl::RewriteSegments() {
   return absl::OkStatus();
 }
 
-absl::Status ShardStore::Impl::WriteSegmentAndCommit(std::vector<RerankSegmentEntry> entries,
-                                                     const std::vector<absl::string_view>& rows,
-                                                     const std::vector<uint32_t>& replaced) {
+absl::Status ShardStoreImpl::WriteSegmentAndCommit(std::vector<RerankSegmentEntry> entries,
+                                                   const std::vector<absl::string_view>& rows,
+                                                   const std::vector<uint32_t>& replaced) {
   std::error_code ignored;
   uint32_t number = 0;
   std::string path;
@@ -1526,7 +1534,7 @@ absl::Status ShardStore::Impl::WriteSegmentAndCommit(std::vector<RerankSegmentEn
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::optional<std::string>>> ShardStore::Impl::MultiGetCodes(
+absl::StatusOr<std::vector<std::optional<std::string>>> ShardStoreImpl::MultiGetCodes(
     uint32_t generation, absl::Span<const uint64_t> iids) const {
   std::vector<std::string> keys;
   keys.reserve(iids.size());
@@ -1537,7 +1545,7 @@ absl::StatusOr<std::vector<std::optional<std::string>>> ShardStore::Impl::MultiG
                                       });
 }
 
-absl::Status ShardStore::Impl::ForEachDocument(
+absl::Status ShardStoreImpl::ForEachDocument(
     const std::function<absl::Status(const DocumentRecord&)>& fn) const {
   rocksdb::ManagedSnapshot snapshot(db_.get());
   rocksdb::ReadOptions read_options;
@@ -1558,7 +1566,7 @@ absl::Status ShardStore::Impl::ForEachDocument(
   return Rocks(it->status(), "scanning docs");
 }
 
-absl::Status ShardStore::Impl::ForEachCandidates(
+absl::Status ShardStoreImpl::ForEachCandidates(
     uint64_t min_iid, const std::function<absl::Status(uint64_t, const StoredMatrix&)>& fn) const {
   rocksdb::ManagedSnapshot snapshot(db_.get());
   rocksdb::ReadOptions read_options;
@@ -1580,9 +1588,9 @@ absl::Status ShardStore::Impl::ForEachCandidates(
   return Rocks(it->status(), "scanning candidates");
 }
 
-absl::Status ShardStore::Impl::PutCodes(uint32_t generation,
-                                        const std::vector<std::pair<uint64_t, std::string>>& codes,
-                                        absl::Span<const uint64_t> removed) {
+absl::Status ShardStoreImpl::PutCodes(uint32_t generation,
+                                      const std::vector<std::pair<uint64_t, std::string>>& codes,
+                                      absl::Span<const uint64_t> removed) {
   rocksdb::WriteBatch batch;
   for (const auto& [iid, bytes] : codes) {
     batch.Put(codes_, EncodeCodesKey(generation, iid), EncodeCodesValue(bytes));
@@ -1591,7 +1599,7 @@ absl::Status ShardStore::Impl::PutCodes(uint32_t generation,
   return WriteToDb(&batch, "writing centroid codes");
 }
 
-absl::Status ShardStore::Impl::DropRanges(
+absl::Status ShardStoreImpl::DropRanges(
     rocksdb::ColumnFamilyHandle* cf, const std::vector<std::pair<std::string, std::string>>& ranges,
     absl::string_view what) {
   std::vector<std::pair<std::string, std::string>> occupied;
@@ -1616,7 +1624,7 @@ absl::Status ShardStore::Impl::DropRanges(
   return absl::OkStatus();
 }
 
-absl::Status ShardStore::Impl::DropCodeGenerationsExcept(uint32_t keep) {
+absl::Status ShardStoreImpl::DropCodeGenerationsExcept(uint32_t keep) {
   // One past every key: 13 bytes of 0xff sort after any 12-byte key. A generation's keys are a
   // range of their own, so compacting them mostly deletes whole files.
   const std::string end(13, '\xff');
@@ -1626,12 +1634,12 @@ absl::Status ShardStore::Impl::DropCodeGenerationsExcept(uint32_t keep) {
   return DropRanges(codes_, dropped, "old centroid codes");
 }
 
-absl::Status ShardStore::Impl::DropAllCandidates() {
+absl::Status ShardStoreImpl::DropAllCandidates() {
   // One past every key: 9 bytes of 0xff sort after any 8-byte iid key.
   return DropRanges(candidates_, {{"", std::string(9, '\xff')}}, "candidate vectors");
 }
 
-absl::StatusOr<std::vector<uint64_t>> ShardStore::Impl::DropAllRerankRows() {
+absl::StatusOr<std::vector<uint64_t>> ShardStoreImpl::DropAllRerankRows() {
   std::vector<uint64_t> dropped;
   {
     // Under commit_mu_ from the scan to the bookkeeping: no write commits in between, so every
@@ -1679,7 +1687,7 @@ absl::StatusOr<std::vector<uint64_t>> ShardStore::Impl::DropAllRerankRows() {
   return dropped;
 }
 
-absl::Status ShardStore::Impl::ForEachCodes(
+absl::Status ShardStoreImpl::ForEachCodes(
     uint32_t generation, const std::function<absl::Status(uint64_t, std::string)>& fn) const {
   rocksdb::ManagedSnapshot snapshot(db_.get());
   rocksdb::ReadOptions read_options;
@@ -1707,7 +1715,7 @@ absl::Status ShardStore::Impl::ForEachCodes(
   return Rocks(it->status(), "scanning centroid codes");
 }
 
-ShardStoreStats ShardStore::Impl::Stats() const {
+ShardStoreStats ShardStoreImpl::Stats() const {
   ShardStoreStats stats;
   stats.documents = live_documents_snapshot_.load(std::memory_order_relaxed);
   stats.disk_bytes = AllocatedBytes(dir_);
@@ -1719,7 +1727,7 @@ ShardStoreStats ShardStore::Impl::Stats() const {
   return stats;
 }
 
-absl::Status ShardStore::Impl::Flush() {
+absl::Status ShardStoreImpl::Flush() {
   TESSERA_RETURN_IF_ERROR(FlushRerank());
   TESSERA_RETURN_IF_ERROR(ResumeIfStopped(0));
   rocksdb::FlushOptions flush_options;
@@ -1729,7 +1737,7 @@ absl::Status ShardStore::Impl::Flush() {
   return s.ok() ? absl::OkStatus() : WriteFailed(s, "flushing");
 }
 
-absl::Status ShardStore::Impl::Checkpoint(const std::string& dir, uint64_t* sequence) {
+absl::Status ShardStoreImpl::Checkpoint(const std::string& dir, uint64_t* sequence) {
   // No segment is committed or replaced meanwhile: the copied pointers name the linked segments.
   MutexLock flush(&flush_mu_);
   rocksdb::Checkpoint* raw = nullptr;
@@ -1768,8 +1776,8 @@ absl::Status ShardStore::Impl::Checkpoint(const std::string& dir, uint64_t* sequ
   return absl::OkStatus();
 }
 
-absl::Status ShardStore::Impl::WriteToDb(rocksdb::WriteBatch* batch, absl::string_view context,
-                                         bool* attempted, bool sync) {
+absl::Status ShardStoreImpl::WriteToDb(rocksdb::WriteBatch* batch, absl::string_view context,
+                                       bool* attempted, bool sync) {
   TESSERA_RETURN_IF_ERROR(ResumeIfStopped(batch->GetDataSize()));
   if (attempted != nullptr) *attempted = true;
   rocksdb::WriteOptions write_options;
@@ -1778,7 +1786,7 @@ absl::Status ShardStore::Impl::WriteToDb(rocksdb::WriteBatch* batch, absl::strin
   return s.ok() ? absl::OkStatus() : WriteFailed(s, context);
 }
 
-absl::Status ShardStore::Impl::WriteFailed(const rocksdb::Status& s, absl::string_view context) {
+absl::Status ShardStoreImpl::WriteFailed(const rocksdb::Status& s, absl::string_view context) {
   if (s.IsNoSpace()) {
     stopped_by_full_disk_.store(true, std::memory_order_release);
     return Rocks(s, context);
@@ -1792,7 +1800,7 @@ absl::Status ShardStore::Impl::WriteFailed(const rocksdb::Status& s, absl::strin
       absl::StrCat(status.message(), " (the shard refuses writes until it is reopened)"));
 }
 
-absl::Status ShardStore::Impl::ResumeIfStopped(uint64_t bytes) {
+absl::Status ShardStoreImpl::ResumeIfStopped(uint64_t bytes) {
   if (!stopped_by_full_disk_.load(std::memory_order_acquire)) return absl::OkStatus();
   MutexLock lock(&resume_mu_);
   if (!stopped_by_full_disk_.load(std::memory_order_acquire)) return absl::OkStatus();
@@ -1814,104 +1822,11 @@ absl::Status ShardStore::Impl::ResumeIfStopped(uint64_t bytes) {
   return absl::OkStatus();
 }
 
-// ShardStore: forwards to Impl.
-
-ShardStore::ShardStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-ShardStore::~ShardStore() = default;
-
 absl::StatusOr<std::unique_ptr<ShardStore>> ShardStore::Open(const std::string& dir,
                                                              const ShardStoreOptions& options) {
-  auto impl = std::make_unique<Impl>(dir, options);
-  TESSERA_RETURN_IF_ERROR(impl->Open());
-  return std::unique_ptr<ShardStore>(new ShardStore(std::move(impl)));
+  auto store = std::make_unique<ShardStoreImpl>(dir, options);
+  TESSERA_RETURN_IF_ERROR(store->Open());
+  return store;
 }
-
-absl::Status ShardStore::PutMeta(const std::string& key, const std::string& value) {
-  return impl_->PutMeta(key, value);
-}
-
-absl::StatusOr<std::string> ShardStore::GetMeta(const std::string& key) const {
-  return impl_->GetMeta(key);
-}
-
-absl::StatusOr<WriteResult> ShardStore::Write(std::vector<DocumentWrite> upserts,
-                                              const std::vector<std::string>& deletes) {
-  return impl_->Write(std::move(upserts), deletes);
-}
-
-absl::StatusOr<uint64_t> ShardStore::LookupId(const std::string& external_id) const {
-  return impl_->LookupId(external_id);
-}
-
-absl::StatusOr<DocumentRecord> ShardStore::GetRecord(uint64_t iid) const {
-  return impl_->GetRecord(iid);
-}
-
-absl::StatusOr<StoredMatrix> ShardStore::GetRerank(uint64_t iid) const {
-  return impl_->GetRerank(iid);
-}
-
-absl::StatusOr<std::vector<std::optional<StoredMatrix>>> ShardStore::MultiGetRerank(
-    absl::Span<const uint64_t> iids) const {
-  return impl_->MultiGetRerank(iids);
-}
-
-absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ShardStore::ReadRerank(
-    absl::Span<const uint64_t> iids) const {
-  return impl_->ReadRerank(iids);
-}
-
-absl::Status ShardStore::FlushRerank() { return impl_->FlushRerank(); }
-
-absl::StatusOr<std::vector<std::optional<std::string>>> ShardStore::MultiGetCodes(
-    uint32_t generation, absl::Span<const uint64_t> iids) const {
-  return impl_->MultiGetCodes(generation, iids);
-}
-
-absl::Status ShardStore::ForEachDocument(
-    const std::function<absl::Status(const DocumentRecord&)>& fn) const {
-  return impl_->ForEachDocument(fn);
-}
-
-absl::Status ShardStore::ForEachCandidates(
-    uint64_t min_iid, const std::function<absl::Status(uint64_t, const StoredMatrix&)>& fn) const {
-  return impl_->ForEachCandidates(min_iid, fn);
-}
-
-void ShardStore::SetCodeGenerations(std::vector<uint32_t> generations) {
-  impl_->SetCodeGenerations(std::move(generations));
-}
-
-absl::Status ShardStore::PutCodes(uint32_t generation,
-                                  const std::vector<std::pair<uint64_t, std::string>>& codes,
-                                  absl::Span<const uint64_t> removed) {
-  return impl_->PutCodes(generation, codes, removed);
-}
-
-absl::Status ShardStore::DropCodeGenerationsExcept(uint32_t keep) {
-  return impl_->DropCodeGenerationsExcept(keep);
-}
-
-absl::Status ShardStore::DropAllCandidates() { return impl_->DropAllCandidates(); }
-absl::StatusOr<std::vector<uint64_t>> ShardStore::DropAllRerankRows() {
-  return impl_->DropAllRerankRows();
-}
-
-absl::Status ShardStore::ForEachCodes(
-    uint32_t generation, const std::function<absl::Status(uint64_t, std::string)>& fn) const {
-  return impl_->ForEachCodes(generation, fn);
-}
-
-uint64_t ShardStore::LatestSequence() const { return impl_->LatestSequence(); }
-
-ShardStoreStats ShardStore::Stats() const { return impl_->Stats(); }
-
-absl::Status ShardStore::Flush() { return impl_->Flush(); }
-
-absl::Status ShardStore::Checkpoint(const std::string& dir, uint64_t* sequence) {
-  return impl_->Checkpoint(dir, sequence);
-}
-
-int64_t ShardStore::SyncedWritesForTesting() const { return impl_->SyncedWrites(); }
 
 }  // namespace tessera::internal

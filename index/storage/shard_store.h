@@ -176,6 +176,7 @@ struct ShardStoreStats {
   int64_t rerank_unflushed_bytes = 0;
 };
 
+// The interface; ShardStoreImpl (shard_store.cc) is its one implementation (leveldb's DB / DBImpl).
 class ShardStore {
  public:
   // Opens (or creates) the database in `dir`. NOT_FOUND when it does not exist and
@@ -184,12 +185,16 @@ class ShardStore {
   // info log goes to dir/LOG (rolled to LOG.old past 8 MiB).
   static absl::StatusOr<std::unique_ptr<ShardStore>> Open(const std::string& dir,
                                                           const ShardStoreOptions& options);
-  ~ShardStore();
+
+  ShardStore() = default;
+  ShardStore(const ShardStore&) = delete;
+  ShardStore& operator=(const ShardStore&) = delete;
+  virtual ~ShardStore() = default;
 
   // Opaque metadata (meta CF), written durably.
-  absl::Status PutMeta(const std::string& key, const std::string& value);
+  virtual absl::Status PutMeta(const std::string& key, const std::string& value) = 0;
   // NOT_FOUND when absent.
-  absl::StatusOr<std::string> GetMeta(const std::string& key) const;
+  virtual absl::StatusOr<std::string> GetMeta(const std::string& key) const = 0;
 
   // Upserts and deletes (by external id) in one atomic, durable WriteBatch. Within one call, and
   // across calls committed in one group, requests apply in order: a later upsert of the same id
@@ -203,90 +208,87 @@ class ShardStore {
   // - UNAVAILABLE naming the file ("IO error: While fdatasync: <dir>/000004.log: …") for any
   //   other write or sync error. RocksDB stops the database for good then: writes fail until the
   //   store is reopened (the message says so).
-  absl::StatusOr<WriteResult> Write(std::vector<DocumentWrite> upserts,
-                                    const std::vector<std::string>& deletes);
+  virtual absl::StatusOr<WriteResult> Write(std::vector<DocumentWrite> upserts,
+                                            const std::vector<std::string>& deletes) = 0;
 
   // The live iid of an external id; NOT_FOUND when there is none.
-  absl::StatusOr<uint64_t> LookupId(const std::string& external_id) const;
+  virtual absl::StatusOr<uint64_t> LookupId(const std::string& external_id) const = 0;
   // NOT_FOUND for an unknown iid; DATA_LOSS when a stored value fails its checksum.
-  absl::StatusOr<DocumentRecord> GetRecord(uint64_t iid) const;
+  virtual absl::StatusOr<DocumentRecord> GetRecord(uint64_t iid) const = 0;
   // A copy of the rerank vectors, checked: a segment's rows against the CRC-32 in the pointer
   // (DATA_LOSS naming the segment file on a mismatch).
-  absl::StatusOr<StoredMatrix> GetRerank(uint64_t iid) const;
+  virtual absl::StatusOr<StoredMatrix> GetRerank(uint64_t iid) const = 0;
   // Batched GetRerank (one RocksDB MultiGet): one entry per iid, in order, std::nullopt for an
   // iid that has no rerank vectors (unknown, or removed meanwhile). Any other failure of any iid
   // fails the call as a whole: DATA_LOSS for a value that fails its checksum, the mapped RocksDB
   // status for a read error.
-  absl::StatusOr<std::vector<std::optional<StoredMatrix>>> MultiGetRerank(
-      absl::Span<const uint64_t> iids) const;
+  virtual absl::StatusOr<std::vector<std::optional<StoredMatrix>>> MultiGetRerank(
+      absl::Span<const uint64_t> iids) const = 0;
   // The search's read: one view per iid, in order, null for an iid without rerank vectors. Rows in
   // a segment are views into its mapping (no copy, no checksum pass: segments are verified whole
   // at open and when written), taken from an in-memory table of locations; only rows still in
   // RocksDB are read from it (one MultiGet, decoded and checked as MultiGetRerank does). The views
   // keep what they point into alive. Fails as a whole as MultiGetRerank does.
-  absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ReadRerank(
-      absl::Span<const uint64_t> iids) const;
+  virtual absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ReadRerank(
+      absl::Span<const uint64_t> iids) const = 0;
   // Moves every committed document's rerank rows still in RocksDB into segment files and
   // rewrites the segments that passed the dead fraction, now (see the file comment). Errors as
   // Write's, or ErrnoStatus naming a segment file that cannot be written.
-  absl::Status FlushRerank();
+  virtual absl::Status FlushRerank() = 0;
   // The codes of each iid under `generation` (one MultiGet), in order; std::nullopt for an iid
   // without codes under it. Fails as a whole as MultiGetRerank does.
-  absl::StatusOr<std::vector<std::optional<std::string>>> MultiGetCodes(
-      uint32_t generation, absl::Span<const uint64_t> iids) const;
+  virtual absl::StatusOr<std::vector<std::optional<std::string>>> MultiGetCodes(
+      uint32_t generation, absl::Span<const uint64_t> iids) const = 0;
 
   // Calls fn for every live document in iid order, from a consistent snapshot. Stops at and
   // returns the first non-OK status fn returns.
-  absl::Status ForEachDocument(const std::function<absl::Status(const DocumentRecord&)>& fn) const;
+  virtual absl::Status ForEachDocument(
+      const std::function<absl::Status(const DocumentRecord&)>& fn) const = 0;
   // Calls fn(iid, candidates) for every live document with iid ≥ min_iid, in iid order.
-  absl::Status ForEachCandidates(
-      uint64_t min_iid, const std::function<absl::Status(uint64_t, const StoredMatrix&)>& fn) const;
+  virtual absl::Status ForEachCandidates(
+      uint64_t min_iid,
+      const std::function<absl::Status(uint64_t, const StoredMatrix&)>& fn) const = 0;
 
   // Removing a document (delete or replacement) deletes its codes under these generations (the
   // current one, and the next while a retrain writes it). Initially none.
-  void SetCodeGenerations(std::vector<uint32_t> generations);
+  virtual void SetCodeGenerations(std::vector<uint32_t> generations) = 0;
   // Writes codes of documents under `generation` and deletes those of `removed`, in one durable
   // WriteBatch (outside the writer queue: no document or counter changes).
-  absl::Status PutCodes(uint32_t generation,
-                        const std::vector<std::pair<uint64_t, std::string>>& codes,
-                        absl::Span<const uint64_t> removed);
+  virtual absl::Status PutCodes(uint32_t generation,
+                                const std::vector<std::pair<uint64_t, std::string>>& codes,
+                                absl::Span<const uint64_t> removed) = 0;
   // Deletes the codes of every generation but `keep`, durably, and compacts them away.
-  absl::Status DropCodeGenerationsExcept(uint32_t keep);
+  virtual absl::Status DropCodeGenerationsExcept(uint32_t keep) = 0;
   // Deletes every document's candidate vectors, durably, and compacts their column family so that
   // the disk space is freed now (a shard whose stage 1 became the centroid index never reads them
   // again). Candidate vectors written afterwards are kept.
-  absl::Status DropAllCandidates();
+  virtual absl::Status DropAllCandidates() = 0;
   // Replaces every document's rerank rows by a matrix without rows (same dtype and cols), durably
   // and in one WriteBatch, and frees their space now: segments left without live rows are deleted
   // and the replaced RocksDB values compacted away. For a shard whose stage 2 scores its documents
   // from their centroid codes (rerank_from_codes), once every document has codes. Returns the iids
   // whose rows it dropped (none when every document is stored without rows). DATA_LOSS for a value
   // that fails its checksum; write errors as Write's.
-  absl::StatusOr<std::vector<uint64_t>> DropAllRerankRows();
+  virtual absl::StatusOr<std::vector<uint64_t>> DropAllRerankRows() = 0;
   // Calls fn(iid, codes) for every document with codes under `generation`, in iid order, from a
   // consistent snapshot (documents removed since may still have codes: see SetCodeGenerations).
-  absl::Status ForEachCodes(uint32_t generation,
-                            const std::function<absl::Status(uint64_t, std::string)>& fn) const;
+  virtual absl::Status ForEachCodes(
+      uint32_t generation, const std::function<absl::Status(uint64_t, std::string)>& fn) const = 0;
 
-  uint64_t LatestSequence() const;
-  ShardStoreStats Stats() const;
+  virtual uint64_t LatestSequence() const = 0;
+  virtual ShardStoreStats Stats() const = 0;
   // FlushRerank, then flushes memtables to SST files (not needed for durability: the WAL already
   // has every write).
-  absl::Status Flush();
+  virtual absl::Status Flush() = 0;
   // A consistent copy of the database in `dir` (which must not exist; its parent must), openable
   // by Open: RocksDB's checkpoint and the segment files it points to, hard links where the
   // filesystem allows. A write racing with it may or may not be in the copy. `sequence`, when not
   // null, gets the RocksDB sequence number the copy holds.
-  absl::Status Checkpoint(const std::string& dir, uint64_t* sequence = nullptr);
+  virtual absl::Status Checkpoint(const std::string& dir, uint64_t* sequence) = 0;
 
   // WAL-synced RocksDB writes so far (one per committed group when options.sync), so tests can
   // see group commit at work.
-  int64_t SyncedWritesForTesting() const;
-
- private:
-  class Impl;
-  explicit ShardStore(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  virtual int64_t SyncedWritesForTesting() const = 0;
 };
 
 }  // namespace tessera::internal

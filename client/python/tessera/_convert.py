@@ -8,9 +8,10 @@ Token matrices travel as packed little-endian fp32 or fp16 bytes with their shap
 row-major).
 """
 
+import contextlib
 import os
 import time
-from typing import (Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
+from typing import (Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple,
                     TypeVar, Union)
 
 import grpc
@@ -818,6 +819,16 @@ def error_of(error: Exception, failure: List[BaseException]) -> BaseException:
     if isinstance(error, grpc.RpcError):
         return TesseraError.from_rpc_error(error)
     return error
+
+
+@contextlib.contextmanager
+def tessera_errors() -> Iterator[None]:
+    """Raises a gRPC error of the block as TesseraError (for the calls a client does not make
+    through its `_call`: the streams, which are sent once)."""
+    try:
+        yield
+    except grpc.RpcError as error:
+        raise TesseraError.from_rpc_error(error) from None
 
 
 def retry_delay(policy: Optional[RetryPolicy], error: grpc.RpcError, retry: int,

@@ -1,13 +1,19 @@
 """What both clients' `ingest` and `upsert` share: batching by document count and token bytes,
-and the progress bar."""
+the progress bar, and the bookkeeping around their Upsert streams (Upsert, Tally)."""
 
 import math
 import sys
+import threading
 import time
 from typing import (Any, AsyncIterable, AsyncIterator, Iterable, Iterator, List, Mapping,
                     Optional, Union)
 
+import grpc
+
+from tessera import _convert
+from tessera._convert import Document
 from tessera._proto.tessera.v1 import ingest_pb2
+from tessera.types import DocumentResult, IngestSummary, TesseraError
 
 
 class ProgressBar:
@@ -155,3 +161,82 @@ async def abatched(items: Union[Iterable[Any], AsyncIterable[Any]], size: int,
     last = batcher.finish()
     if last:
         yield last
+
+
+class Upsert:
+    """What `upsert` does around its Upsert stream: checks every document before anything is
+    sent, cuts them into `batches`, and collects the per-document results as the server
+    acknowledges each batch."""
+
+    def __init__(self, docs: Iterable[Document], batch_size: int, batch_bytes: int):
+        docs = list(docs)
+        _convert.check_documents(docs)  # every document checked before anything is sent
+        self.batches = list(batched(docs, batch_size, batch_bytes))
+        self._results: List[DocumentResult] = []
+        self._answered = 0
+
+    def acknowledged(self, results: List[DocumentResult]) -> None:
+        self._results.extend(results)
+        self._answered += 1
+
+    def results(self) -> List[DocumentResult]:
+        """One per document, in order; TesseraError when a batch was not acknowledged."""
+        if self._answered != len(self.batches):
+            raise TesseraError(grpc.StatusCode.UNKNOWN,
+                               f"server acknowledged {self._answered} of {len(self.batches)} "
+                               "batches")
+        return self._results
+
+
+class Tally:
+    """What `ingest` counts over its Upsert stream: the documents sent (on whichever thread pulls
+    the batches: gRPC's own for the blocking client), stored and failed, on a progress bar that
+    leaving the `with` block closes."""
+
+    def __init__(self, collection: str, docs: Any, total: Optional[int], progress: bool):
+        if total is None and hasattr(docs, "__len__"):
+            total = len(docs)
+        self._bar = ProgressBar(total, f"ingest {collection}", progress)
+        self._start = time.monotonic()
+        self._lock = threading.Lock()
+        self._sent = 0
+        self.stored = 0
+        self.failed: List[DocumentResult] = []
+
+    def __enter__(self) -> "Tally":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._bar.close()
+
+    def counted(self, batches: Iterable[List[Any]]) -> Iterator[List[Any]]:
+        """`batches`, each counted as sent when it is taken."""
+        for batch in batches:
+            self._sent_batch(batch)
+            yield batch
+
+    async def acounted(self, batches: AsyncIterable[List[Any]]) -> AsyncIterator[List[Any]]:
+        """The same for an async iterable."""
+        async for batch in batches:
+            self._sent_batch(batch)
+            yield batch
+
+    def _sent_batch(self, batch: List[Any]) -> None:
+        with self._lock:
+            self._sent += len(batch)
+
+    def acknowledged(self, results: List[DocumentResult]) -> None:
+        bad = [r for r in results if not r.ok]
+        self.failed.extend(bad)
+        self.stored += len(results) - len(bad)
+        self._bar.update(len(results), len(bad))
+
+    def summary(self) -> IngestSummary:
+        """TesseraError when the server acknowledged fewer documents than were sent."""
+        with self._lock:
+            documents = self._sent
+        if self.stored + len(self.failed) != documents:
+            raise TesseraError(grpc.StatusCode.UNKNOWN,
+                               f"server acknowledged {self.stored + len(self.failed)} of "
+                               f"{documents} documents")
+        return IngestSummary(documents, self.stored, self.failed, time.monotonic() - self._start)

@@ -5,8 +5,11 @@ A snapshot id names its collection ("papers@20261206T030455Z-1f0c9a2b"). An arch
 restore verifies every file's CRC-32 before the new collection opens.
 """
 
-from typing import Any, Dict, Iterator, List
+import contextlib
+import os
+from typing import Any, BinaryIO, Dict, Iterator, List
 
+from tessera import _convert
 from tessera._proto.tessera.v1 import admin_pb2
 
 CHUNK_BYTES = 1 << 20
@@ -44,6 +47,37 @@ def delete_request(snapshot_id: str) -> Any:
 
 def download_request(snapshot_id: str) -> Any:
     return admin_pb2.DownloadSnapshotRequest(id=snapshot_id)
+
+
+class Download:
+    """An archive being written by `download_snapshot`, a DownloadSnapshot chunk at a time."""
+
+    def __init__(self, out: BinaryIO):
+        self._out = out
+        self.written = 0  # bytes
+
+    def write(self, chunk: Any) -> None:
+        self._out.write(chunk.data)
+        self.written += len(chunk.data)
+
+
+@contextlib.contextmanager
+def download_to(path: str) -> Iterator[Download]:
+    """The archive's file at `path`, removed again when the block fails (a gRPC error raised as
+    TesseraError)."""
+    try:
+        with _convert.tessera_errors(), open(path, "wb") as out:
+            yield Download(out)
+    except BaseException:
+        _remove_quietly(path)
+        raise
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
 
 
 def restore_by_id_requests(snapshot_id: str, new_name: str) -> Iterator[Any]:

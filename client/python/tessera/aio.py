@@ -16,21 +16,18 @@ returns the same values; see `Client` for what they mean. What differs:
 """
 
 import asyncio
-import os
-import time
-from typing import (Any, AsyncIterable, AsyncIterator, Callable, Dict, Iterable, List, Mapping,
-                    Optional, Sequence, Tuple, TypeVar, Union)
+from typing import (Any, AsyncIterable, AsyncIterator, Callable, Dict, Iterable, Iterator, List,
+                    Mapping, Optional, Sequence, Tuple, TypeVar, Union)
 
 import grpc
 import grpc.aio
 
-from tessera import _convert, _snapshots
+from tessera import _convert, _ingest, _snapshots
+from tessera._connection import Connection
 from tessera._convert import (AttributesLike, DTypeLike, Document, FilterLike, PemLike,
                               SparseLike)
-from tessera._ingest import ProgressBar, abatched, batched
-from tessera._proto.tessera.v1 import admin_pb2_grpc, ingest_pb2_grpc, query_pb2_grpc
-from tessera.types import (DocumentResult, IngestSummary, RetryPolicy, ScrollPage, SearchResult,
-                           TesseraError)
+from tessera._ingest import abatched
+from tessera.types import DocumentResult, IngestSummary, RetryPolicy, ScrollPage, SearchResult
 
 __all__ = ["AsyncClient"]
 
@@ -38,7 +35,7 @@ _Response = TypeVar("_Response")
 Batches = Union[Iterable[Iterable[Document]], AsyncIterable[Iterable[Document]]]
 
 
-class AsyncClient:
+class AsyncClient(Connection):
     """A connection to a Tessera server on asyncio; arguments as `tessera.Client`'s, and
     retry: the `RetryPolicy` of the idempotent calls (None = fail at once)."""
 
@@ -48,21 +45,8 @@ class AsyncClient:
                  tls_server_name: Optional[str] = None,
                  options: Sequence[Tuple[str, Any]] = (),
                  retry: Optional[RetryPolicy] = RetryPolicy()):
-        self.address = address
-        self.timeout = timeout
-        self.retry = retry
-        self.metadata = _convert.call_metadata(api_key)
-        settings = _convert.channel_options(tls_server_name, options)
-        credentials = _convert.channel_credentials(tls_root_cert, tls_client_cert,
-                                                   tls_client_key)
-        if credentials is not None:
-            self.channel = grpc.aio.secure_channel(address, credentials, options=settings)
-        else:
-            self.channel = grpc.aio.insecure_channel(address, options=settings)
-        self.admin_stub = admin_pb2_grpc.AdminServiceStub(self.channel)
-        self.ingest_stub = ingest_pb2_grpc.IngestServiceStub(self.channel)
-        self.query_stub = query_pb2_grpc.QueryServiceStub(self.channel)
-        self._health = self.channel.unary_unary(_convert.HEALTH_METHOD)
+        super().__init__(grpc.aio, address, api_key, tls_root_cert, timeout, tls_client_cert,
+                         tls_client_key, tls_server_name, options, retry)
 
     # Lifecycle -----------------------------------------------------------------------------
 
@@ -76,27 +60,15 @@ class AsyncClient:
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    def _timeout(self, timeout: Optional[float]) -> Optional[float]:
-        return self.timeout if timeout is None else timeout
-
     async def _call(self, method: Callable[..., Any], request: Any, timeout: Optional[float],
                     idempotent: bool = False) -> Any:
-        timeout = self._timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        retry = 0
+        attempts = self._attempts(timeout, idempotent)
         while True:
-            # The caller's timeout as given on the first try (gRPC fails a negative one at
-            # once); what is left of it on a retry (retry_delay leaves some).
-            remaining = timeout if retry == 0 or deadline is None else deadline - time.monotonic()
             try:
-                return await method(request, metadata=self.metadata, timeout=remaining)
+                return await method(request, metadata=self.metadata, timeout=attempts.timeout())
             except grpc.RpcError as error:
-                delay = _convert.retry_delay(self.retry if idempotent else None, error, retry,
-                                             deadline)
-                if delay is None:
-                    raise TesseraError.from_rpc_error(error) from None
+                delay = attempts.delay(error)
             await asyncio.sleep(delay)
-            retry += 1
 
     async def health(self, service: str = "", timeout: Optional[float] = 5.0) -> str:
         return _convert.health_result(await self._call(
@@ -152,40 +124,26 @@ class AsyncClient:
 
     async def download_snapshot(self, snapshot: str, path: str,
                                 timeout: Optional[float] = None) -> int:
-        written = 0
-        try:
-            with open(path, "wb") as out:
-                call = self.admin_stub.DownloadSnapshot(_snapshots.download_request(snapshot),
-                                                        metadata=self.metadata, timeout=timeout)
-                async for chunk in call:
-                    out.write(chunk.data)
-                    written += len(chunk.data)
-        except grpc.RpcError as error:
-            _remove_quietly(path)
-            raise TesseraError.from_rpc_error(error) from None
-        except BaseException:
-            _remove_quietly(path)
-            raise
-        return written
+        with _snapshots.download_to(path) as download:
+            call = self.admin_stub.DownloadSnapshot(_snapshots.download_request(snapshot),
+                                                    metadata=self.metadata, timeout=timeout)
+            async for chunk in call:
+                download.write(chunk)
+        return download.written
 
     async def restore_snapshot(self, snapshot: str, new_name: str,
                                timeout: Optional[float] = None) -> Dict[str, Any]:
-        try:
-            response = await self.admin_stub.RestoreSnapshot(
-                _snapshots.restore_by_id_requests(snapshot, new_name), metadata=self.metadata,
-                timeout=timeout)
-        except grpc.RpcError as error:
-            raise TesseraError.from_rpc_error(error) from None
-        return _snapshots.info_dict(response.snapshot)
+        return await self._restore(_snapshots.restore_by_id_requests(snapshot, new_name), timeout)
 
     async def restore_snapshot_from_file(self, path: str, new_name: str,
                                          timeout: Optional[float] = None) -> Dict[str, Any]:
-        try:
-            response = await self.admin_stub.RestoreSnapshot(
-                _snapshots.restore_from_file_requests(path, new_name), metadata=self.metadata,
-                timeout=timeout)
-        except grpc.RpcError as error:
-            raise TesseraError.from_rpc_error(error) from None
+        return await self._restore(_snapshots.restore_from_file_requests(path, new_name), timeout)
+
+    async def _restore(self, requests: Iterator[Any], timeout: Optional[float]) -> Dict[str, Any]:
+        # Not through _call: a stream of requests is sent once, and no default deadline applies.
+        with _convert.tessera_errors():
+            response = await self.admin_stub.RestoreSnapshot(requests, metadata=self.metadata,
+                                                             timeout=timeout)
         return _snapshots.info_dict(response.snapshot)
 
     async def flush(self, name: str, timeout: Optional[float] = None) -> None:
@@ -249,19 +207,11 @@ class AsyncClient:
                      batch_bytes: int = 4 << 20,
                      max_in_flight: int = 4) -> List[DocumentResult]:
         """As `Client.upsert`: every document is checked before anything is sent."""
-        docs = list(docs)
-        _convert.check_documents(docs)
-        batches = list(batched(docs, batch_size, batch_bytes))
-        results: List[DocumentResult] = []
-        answered = 0
-        async for batch_results in self.upsert_stream(collection, batches, dtype, timeout,
-                                                      max_in_flight):
-            results.extend(batch_results)
-            answered += 1
-        if answered != len(batches):
-            raise TesseraError(grpc.StatusCode.UNKNOWN,
-                               f"server acknowledged {answered} of {len(batches)} batches")
-        return results
+        upsert = _ingest.Upsert(docs, batch_size, batch_bytes)
+        async for results in self.upsert_stream(collection, upsert.batches, dtype, timeout,
+                                                max_in_flight):
+            upsert.acknowledged(results)
+        return upsert.results()
 
     async def ingest(self, collection: str,
                      docs: Union[Iterable[Document], AsyncIterable[Document]],
@@ -273,34 +223,14 @@ class AsyncClient:
         `max_in_flight` batches sent ahead of the acknowledgements. `on_progress(stored,
         failed)`, when given, is called after each acknowledged batch with the running
         totals."""
-        if total is None and hasattr(docs, "__len__"):
-            total = len(docs)  # type: ignore[arg-type]
-        bar = ProgressBar(total, f"ingest {collection}", progress)
-        start = time.monotonic()
-        sent = stored = 0
-        failed: List[DocumentResult] = []
-
-        async def counted() -> AsyncIterator[List[Document]]:
-            nonlocal sent
-            async for batch in abatched(docs, batch_size, batch_bytes):
-                sent += len(batch)
-                yield batch
-
-        try:
-            async for results in self.upsert_stream(collection, counted(), dtype, timeout,
-                                                    max_in_flight):
-                bad = [r for r in results if not r.ok]
-                failed.extend(bad)
-                stored += len(results) - len(bad)
-                bar.update(len(results), len(bad))
+        with _ingest.Tally(collection, docs, total, progress) as tally:
+            async for results in self.upsert_stream(
+                    collection, tally.acounted(abatched(docs, batch_size, batch_bytes)), dtype,
+                    timeout, max_in_flight):
+                tally.acknowledged(results)
                 if on_progress is not None:
-                    on_progress(stored, len(failed))
-        finally:
-            bar.close()
-        if stored + len(failed) != sent:
-            raise TesseraError(grpc.StatusCode.UNKNOWN,
-                               f"server acknowledged {stored + len(failed)} of {sent} documents")
-        return IngestSummary(sent, stored, failed, time.monotonic() - start)
+                    on_progress(tally.stored, len(tally.failed))
+        return tally.summary()
 
     async def delete(self, collection: str, ids: Union[str, Sequence[str], None] = None,
                      timeout: Optional[float] = None,
@@ -378,10 +308,3 @@ def _document_from_client() -> None:
 
 
 _document_from_client()
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass

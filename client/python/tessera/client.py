@@ -9,20 +9,18 @@ take the same arguments and return the same values. Every gRPC error is raised a
 A `Client` owns one gRPC channel and is thread-safe (gRPC channels and stubs are).
 """
 
-import os
-import threading
 import time
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence,
                     Tuple, TypeVar, Union)
 
 import grpc
 
-from tessera import _convert, _snapshots
+from tessera import _convert, _ingest, _snapshots
+from tessera._connection import Connection
 from tessera._convert import (AttributesLike, DTypeLike, Document, FilterLike, PemLike, SparseLike,
                               decode_matrix, encode_document, encode_filter, encode_matrix,
                               message_to_dict)
-from tessera._ingest import ProgressBar, batched
-from tessera._proto.tessera.v1 import admin_pb2_grpc, ingest_pb2_grpc, query_pb2_grpc
+from tessera._ingest import batched
 from tessera.types import (DocumentResult, Group, Hit, IngestSummary, RetryPolicy, ScrollPage,
                            SearchResult, TesseraError, TokenMatch)
 
@@ -35,7 +33,7 @@ __all__ = [
 _Response = TypeVar("_Response")
 
 
-class Client:
+class Client(Connection):
     """A connection to a Tessera server.
 
     address: "host:port". api_key: sent as `authorization: Bearer KEY` on every call.
@@ -52,21 +50,8 @@ class Client:
                  tls_server_name: Optional[str] = None,
                  options: Sequence[Tuple[str, Any]] = (),
                  retry: Optional[RetryPolicy] = None):
-        self.address = address
-        self.timeout = timeout
-        self.retry = retry
-        self.metadata = _convert.call_metadata(api_key)
-        settings = _convert.channel_options(tls_server_name, options)
-        credentials = _convert.channel_credentials(tls_root_cert, tls_client_cert,
-                                                   tls_client_key)
-        if credentials is not None:
-            self.channel = grpc.secure_channel(address, credentials, options=settings)
-        else:
-            self.channel = grpc.insecure_channel(address, options=settings)
-        self.admin_stub = admin_pb2_grpc.AdminServiceStub(self.channel)
-        self.ingest_stub = ingest_pb2_grpc.IngestServiceStub(self.channel)
-        self.query_stub = query_pb2_grpc.QueryServiceStub(self.channel)
-        self._health = self.channel.unary_unary(_convert.HEALTH_METHOD)
+        super().__init__(grpc, address, api_key, tls_root_cert, timeout, tls_client_cert,
+                         tls_client_key, tls_server_name, options, retry)
 
     # Lifecycle -----------------------------------------------------------------------------
 
@@ -79,29 +64,17 @@ class Client:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _timeout(self, timeout: Optional[float]) -> Optional[float]:
-        return self.timeout if timeout is None else timeout
-
     def _call(self, method: Callable[..., _Response], request: Any, timeout: Optional[float],
               idempotent: bool = False) -> _Response:
         """One unary call; an idempotent one is retried as `self.retry` says, within the
         call's deadline."""
-        timeout = self._timeout(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        retry = 0
+        attempts = self._attempts(timeout, idempotent)
         while True:
-            # The caller's timeout as given on the first try (gRPC fails a negative one at
-            # once); what is left of it on a retry (retry_delay leaves some).
-            remaining = timeout if retry == 0 or deadline is None else deadline - time.monotonic()
             try:
-                return method(request, metadata=self.metadata, timeout=remaining)
+                return method(request, metadata=self.metadata, timeout=attempts.timeout())
             except grpc.RpcError as error:
-                delay = _convert.retry_delay(self.retry if idempotent else None, error, retry,
-                                             deadline)
-                if delay is None:
-                    raise TesseraError.from_rpc_error(error) from None
+                delay = attempts.delay(error)
             time.sleep(delay)
-            retry += 1
 
     def health(self, service: str = "", timeout: Optional[float] = 5.0) -> str:
         """grpc.health.v1 Check: "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN" or "UNKNOWN"."""
@@ -188,45 +161,31 @@ class Client:
                           timeout: Optional[float] = None) -> int:
         """Writes the snapshot's archive to `path` (removed again if the download fails);
         returns its size in bytes. No deadline unless `timeout` is given."""
-        written = 0
-        try:
-            with open(path, "wb") as out:
-                for chunk in self.admin_stub.DownloadSnapshot(
-                        _snapshots.download_request(snapshot), metadata=self.metadata,
-                        timeout=timeout):
-                    out.write(chunk.data)
-                    written += len(chunk.data)
-        except grpc.RpcError as error:
-            _remove_quietly(path)
-            raise TesseraError.from_rpc_error(error) from None
-        except BaseException:
-            _remove_quietly(path)
-            raise
-        return written
+        with _snapshots.download_to(path) as download:
+            for chunk in self.admin_stub.DownloadSnapshot(
+                    _snapshots.download_request(snapshot), metadata=self.metadata,
+                    timeout=timeout):
+                download.write(chunk)
+        return download.written
 
     def restore_snapshot(self, snapshot: str, new_name: str,
                          timeout: Optional[float] = None) -> Dict[str, Any]:
         """Restores snapshot `snapshot` (held by the server) into new collection `new_name`;
         returns the snapshot's info. ALREADY_EXISTS for a taken name, DATA_LOSS naming the file
         for a corrupt snapshot (nothing is left of the restore then)."""
-        try:
-            response = self.admin_stub.RestoreSnapshot(
-                _snapshots.restore_by_id_requests(snapshot, new_name), metadata=self.metadata,
-                timeout=timeout)
-        except grpc.RpcError as error:
-            raise TesseraError.from_rpc_error(error) from None
-        return _snapshots.info_dict(response.snapshot)
+        return self._restore(_snapshots.restore_by_id_requests(snapshot, new_name), timeout)
 
     def restore_snapshot_from_file(self, path: str, new_name: str,
                                    timeout: Optional[float] = None) -> Dict[str, Any]:
         """Uploads the archive at `path` (from `download_snapshot`, of this server or another)
         and restores it into new collection `new_name`."""
-        try:
-            response = self.admin_stub.RestoreSnapshot(
-                _snapshots.restore_from_file_requests(path, new_name), metadata=self.metadata,
-                timeout=timeout)
-        except grpc.RpcError as error:
-            raise TesseraError.from_rpc_error(error) from None
+        return self._restore(_snapshots.restore_from_file_requests(path, new_name), timeout)
+
+    def _restore(self, requests: Iterator[Any], timeout: Optional[float]) -> Dict[str, Any]:
+        # Not through _call: a stream of requests is sent once, and no default deadline applies.
+        with _convert.tessera_errors():
+            response = self.admin_stub.RestoreSnapshot(requests, metadata=self.metadata,
+                                                          timeout=timeout)
         return _snapshots.info_dict(response.snapshot)
 
     # Documents -----------------------------------------------------------------------------
@@ -278,18 +237,10 @@ class Client:
         "fp16"/"fp32"); layout: (rows, cols[, prefix_tokens, suffix_tokens]) or None; attributes:
         {field: int | float | str}. Raises TesseraError when the stream fails.
         """
-        docs = list(docs)
-        _convert.check_documents(docs)  # every document checked before anything is sent
-        batches = list(batched(docs, batch_size, batch_bytes))
-        results: List[DocumentResult] = []
-        answered = 0
-        for batch_results in self.upsert_stream(collection, batches, dtype, timeout):
-            results.extend(batch_results)
-            answered += 1
-        if answered != len(batches):
-            raise TesseraError(grpc.StatusCode.UNKNOWN,
-                               f"server acknowledged {answered} of {len(batches)} batches")
-        return results
+        upsert = _ingest.Upsert(docs, batch_size, batch_bytes)
+        for results in self.upsert_stream(collection, upsert.batches, dtype, timeout):
+            upsert.acknowledged(results)
+        return upsert.results()
 
     def ingest(self, collection: str, docs: Iterable[Document], batch_size: int = 64,
                progress: bool = True, total: Optional[int] = None, dtype: DTypeLike = None,
@@ -297,37 +248,12 @@ class Client:
         """Streams any number of documents (a list or a lazy iterable, see `upsert`) in batches
         over one Upsert stream, with a progress bar on stderr (docs/s, ETA when the total is known).
         Returns an IngestSummary; rejected documents are in `.failed`."""
-        if total is None and hasattr(docs, "__len__"):
-            total = len(docs)  # type: ignore[arg-type]
-        bar = ProgressBar(total, f"ingest {collection}", progress)
-        start = time.monotonic()
-        sent = stored = 0
-        failed: List[DocumentResult] = []
-        lock = threading.Lock()
-
-        def counted(batches: Iterable[List[Document]]) -> Iterator[List[Document]]:
-            nonlocal sent
-            for batch in batches:
-                with lock:
-                    sent += len(batch)
-                yield batch
-
-        try:
+        with _ingest.Tally(collection, docs, total, progress) as tally:
             for results in self.upsert_stream(
-                    collection, counted(batched(docs, batch_size, batch_bytes)), dtype, timeout):
-                bad = [r for r in results if not r.ok]
-                failed.extend(bad)
-                stored += len(results) - len(bad)
-                bar.update(len(results), len(bad))
-        finally:
-            bar.close()
-        with lock:
-            documents = sent
-        if stored + len(failed) != documents:
-            raise TesseraError(grpc.StatusCode.UNKNOWN,
-                               f"server acknowledged {stored + len(failed)} of {documents} "
-                               "documents")
-        return IngestSummary(documents, stored, failed, time.monotonic() - start)
+                    collection, tally.counted(batched(docs, batch_size, batch_bytes)), dtype,
+                    timeout):
+                tally.acknowledged(results)
+        return tally.summary()
 
     def delete(self, collection: str, ids: Union[str, Sequence[str], None] = None,
                timeout: Optional[float] = None,
@@ -412,10 +338,3 @@ class Client:
         request = _convert.scroll_request(collection, filter, after, limit, with_attributes)
         return _convert.scroll_result(self._call(self.query_stub.Scroll, request, timeout,
                                                  idempotent=True))
-
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass
