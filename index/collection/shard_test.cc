@@ -91,11 +91,11 @@ class ShardTest : public ::testing::Test {
     request.num_documents = 100;
     absl::StatusOr<std::vector<Stage1Hit>> hits = shard_->SearchCandidates(request);
     if (!hits.ok()) return hits.status();
+    std::vector<uint64_t> iids;
+    for (const Stage1Hit& hit : *hits) iids.push_back(hit.iid);
     std::set<std::string> ids;
-    for (const Stage1Hit& hit : *hits) {
-      std::string id;
-      uint64_t version = 0;
-      if (shard_->Describe(hit.iid, &id, &version)) ids.insert(id);
+    for (const std::optional<LiveEntry>& entry : shard_->Describe(iids, false)) {
+      if (entry.has_value()) ids.insert(entry->external_id);
     }
     return ids;
   }
