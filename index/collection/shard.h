@@ -332,7 +332,9 @@ class Shard {
   absl::Status LoadCentroids(uint32_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status LoadOrRebuildCandidates() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status RebuildCandidates() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
-  Stage1 CurrentStage1() const;
+
+  // The write path and the reads (shard.cc).
+  Stage1 CurrentStage1() const ABSL_LOCKS_EXCLUDED(stage1_mu_);
   // OK, or the INTERNAL error a failed shard answers with.
   absl::Status FailedStatus() const ABSL_LOCKS_EXCLUDED(failed_mu_);
   // Applies one committed write to the stage-1 index (the upserts' payloads, which `index`
@@ -341,6 +343,11 @@ class Shard {
   absl::Status ApplyDerived(Stage1Index& index, std::vector<LiveDocument> documents,
                             const std::vector<Stage1Payload>& payloads, const WriteResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  // Replaces each matrix without rows (a document stored for rerank_from_codes) by the vectors
+  // decoded from its codes, or by null when it was removed since.
+  absl::Status DecodeRerankFromCodes(
+      absl::Span<const uint64_t> iids,
+      std::vector<std::shared_ptr<const StoredMatrix>>* matrices) const;
 
   // The training's lifecycle (shard_training.cc).
   // Whether the shard should (re)train now: past the first training threshold, or grown to
@@ -364,12 +371,6 @@ class Shard {
   // Rerank from codes, once every document has codes under the codebook in use: drops every
   // document's rerank rows from the store (ShardStore::DropAllRerankRows) and from memory.
   absl::Status DropRerankRows() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
-
-  // Replaces each matrix without rows (a document stored for rerank_from_codes) by the vectors
-  // decoded from its codes, or by null when it was removed since.
-  absl::Status DecodeRerankFromCodes(
-      absl::Span<const uint64_t> iids,
-      std::vector<std::shared_ptr<const StoredMatrix>>* matrices) const;
 
   const std::string dir_;
   const CollectionSchema schema_;
