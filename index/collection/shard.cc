@@ -105,7 +105,7 @@ absl::StatusOr<std::string> Shard::GetMeta(const std::string& key) const {
 }
 
 Shard::Stage1 Shard::CurrentStage1() const {
-  ReaderMutexLock lock(&stage1_mu_);
+  ReaderMutexLock lock(&state_mu_);
   return stage1_;
 }
 
@@ -207,7 +207,7 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<ShardWrite> upserts,
         "); the shard refuses writes and searches until it is reopened, which rebuilds its "
         "index from the store"));
     Log(log_, {LogSeverity::kError, "shard failed", {{"error", std::string(failed.message())}}});
-    MutexLock failed_lock(&failed_mu_);
+    MutexLock failed_lock(&state_mu_);
     if (failed_.ok()) failed_ = failed;
     return failed_;
   }
@@ -216,7 +216,7 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<ShardWrite> upserts,
 }
 
 absl::Status Shard::FailedStatus() const {
-  ReaderMutexLock lock(&failed_mu_);
+  ReaderMutexLock lock(&state_mu_);
   return failed_;
 }
 

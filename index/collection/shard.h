@@ -77,8 +77,9 @@
 // rebuilt from the records at Open() and maintained with the table in ApplyDerived (under the
 // table's lock): an upsert replaces the old vector, a delete removes it.
 //
-// Lock order: encode_mu_ → apply_mu_ → stage1_mu_ → the LiveTable's lock; failed_mu_ is a leaf.
-// The table's lock is taken last everywhere, and nothing of the shard is called under it.
+// Lock order: encode_mu_ → apply_mu_ → state_mu_, and apply_mu_ → the LiveTable's lock
+// (live_table.h). state_mu_ (the stage 1 in use and the failure, held only to copy or replace
+// them) and the table's lock are leaves: no lock of the shard is taken while either is held.
 #ifndef TESSERA_INDEX_COLLECTION_SHARD_H_
 #define TESSERA_INDEX_COLLECTION_SHARD_H_
 
@@ -334,9 +335,9 @@ class Shard {
   absl::Status RebuildCandidates() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
 
   // The write path and the reads (shard.cc).
-  Stage1 CurrentStage1() const ABSL_LOCKS_EXCLUDED(stage1_mu_);
+  Stage1 CurrentStage1() const ABSL_LOCKS_EXCLUDED(state_mu_);
   // OK, or the INTERNAL error a failed shard answers with.
-  absl::Status FailedStatus() const ABSL_LOCKS_EXCLUDED(failed_mu_);
+  absl::Status FailedStatus() const ABSL_LOCKS_EXCLUDED(state_mu_);
   // Applies one committed write to the stage-1 index (the upserts' payloads, which `index`
   // derived) and the table. Every step runs; the table always ends up matching the store. Returns
   // the first error of the index.
@@ -396,9 +397,7 @@ class Shard {
   std::function<void()> training_hook_ ABSL_GUARDED_BY(apply_mu_);
   absl::Status index_fault_ ABSL_GUARDED_BY(apply_mu_);  // FailNextIndexUpdateForTesting
 
-  // Set once, when an index update after a durable write failed (a leaf lock).
-  mutable Mutex failed_mu_;
-  absl::Status failed_ ABSL_GUARDED_BY(failed_mu_);
+  // The training's thread (shard_training.cc), and the shard's closing, which it watches.
   std::thread trainer_;
   std::atomic<bool> stopping_{false};
   // See ShardStats (written by the training thread, read by Stats()).
@@ -407,8 +406,12 @@ class Shard {
   std::atomic<double> last_training_seconds_{0};
   std::atomic<int64_t> last_training_end_{0};
 
-  mutable Mutex stage1_mu_;
-  Stage1 stage1_ ABSL_GUARDED_BY(stage1_mu_);
+  // What a search reads of the shard's derived state, each copied or replaced under it (a leaf
+  // lock): the stage 1 in use (replaced at Open and by a training's swap), and the failure (set
+  // once, when an index update after a durable write failed).
+  mutable Mutex state_mu_;
+  Stage1 stage1_ ABSL_GUARDED_BY(state_mu_);
+  absl::Status failed_ ABSL_GUARDED_BY(state_mu_);
 
   // The live-document table (its own lock, the last in the order). Written only at Open and in
   // ApplyDerived and DropRerankRows (apply_mu_ held).

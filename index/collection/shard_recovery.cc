@@ -141,7 +141,7 @@ absl::Status Shard::LoadCentroids(uint32_t generation) {
   TESSERA_RETURN_IF_ERROR(store_->DropAllCandidates());
   std::error_code ignored;
   std::filesystem::remove(dir_ + "/" + kSnapshotFile, ignored);
-  MutexLock lock(&stage1_mu_);
+  MutexLock lock(&state_mu_);
   stage1_ = Stage1{std::make_shared<CentroidStage1>(index, generation), index->shared_codebook(),
                    generation, index};
   return absl::OkStatus();
@@ -156,7 +156,7 @@ absl::Status Shard::RebuildCandidates() {
         max_iid = std::max(max_iid, iid);
         return index->Add(iid, View(vectors));
       }));
-  MutexLock lock(&stage1_mu_);
+  MutexLock lock(&state_mu_);
   stage1_ = Stage1{
       std::make_shared<CandidateStage1>(std::move(index), schema_.dim, schema_.candidates, max_iid),
       nullptr, 0, nullptr};
@@ -197,7 +197,7 @@ absl::Status Shard::LoadOrRebuildCandidates() {
         max_iid = std::max(max_iid, iid);
         return index->Add(iid, View(v));
       }));
-  MutexLock lock(&stage1_mu_);
+  MutexLock lock(&state_mu_);
   stage1_ = Stage1{
       std::make_shared<CandidateStage1>(std::move(index), schema_.dim, schema_.candidates, max_iid),
       nullptr, 0, nullptr};

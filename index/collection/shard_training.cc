@@ -141,7 +141,7 @@ absl::Status Shard::TrainAndReport() {
 absl::Status Shard::Train(TrainingRun* run) {
   uint32_t generation = 0;
   {
-    ReaderMutexLock lock(&stage1_mu_);
+    ReaderMutexLock lock(&state_mu_);
     generation = stage1_.generation + 1;
   }
   // 1. A sample: all vectors of documents taken in a seeded random order.
@@ -226,7 +226,7 @@ absl::Status Shard::Train(TrainingRun* run) {
       store_->PutMeta(kGenerationKey, absl::StrCat(generation, " ", total_vectors)));
   trained_vectors_ = total_vectors;
   {
-    MutexLock swap(&stage1_mu_);
+    MutexLock swap(&state_mu_);
     stage1_ = Stage1{std::make_shared<CentroidStage1>(index, generation), index->shared_codebook(),
                      generation, index};
   }
