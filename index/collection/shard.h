@@ -137,7 +137,8 @@ struct RankingDocument {
   Attributes attributes;  // when asked
   // A view of its rerank vectors (resident in memory, or in place in the store), keeping what it
   // points into alive; without rows for a document stored as codes only (scored by FetchCodes +
-  // ScoreCodes). Null: the document is no longer live, and the rest is empty.
+  // ScoreCodes). Null: the document is not live (or was removed from the store since the table's
+  // pass), and is to be skipped.
   std::shared_ptr<const StoredMatrixView> rerank;
 };
 
