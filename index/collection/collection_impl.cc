@@ -679,12 +679,15 @@ absl::StatusOr<std::optional<std::vector<uint64_t>>> CollectionImpl::NominateCan
         std::string id;
         Stage1Hit nominee;
       };
+      std::vector<uint64_t> tied_iids;
+      for (auto it = tied_begin; it != tied_end; ++it) tied_iids.push_back(it->iid);
+      std::vector<std::optional<LiveEntry>> described =
+          shards_[s]->Describe(tied_iids, /*want_attributes=*/false);
       std::vector<Tied> tied;
       for (auto it = tied_begin; it != tied_end; ++it) {
-        Tied entry{false, "", *it};
-        uint64_t version = 0;
-        entry.gone = !shards_[s]->Describe(it->iid, &entry.id, &version);
-        tied.push_back(std::move(entry));
+        std::optional<LiveEntry>& found = described[it - tied_begin];
+        tied.push_back(
+            Tied{!found.has_value(), found.has_value() ? std::move(found->external_id) : "", *it});
       }
       std::sort(tied.begin(), tied.end(), [](const Tied& a, const Tied& b) {
         return a.gone != b.gone ? b.gone : a.id < b.id;
@@ -704,29 +707,32 @@ absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_bes
                                             const std::vector<std::pair<int, uint64_t>>& documents,
                                             std::vector<Scored>* scored,
                                             SearchTimings* timings) const {
-  // Fetch the rerank vectors per shard (resident ones from memory), and the codes of documents
-  // stored as codes only (rerank_from_codes); documents replaced or deleted since stage 1 come
-  // back null (or without codes) and are skipped.
+  // Fetch the rerank vectors per shard (resident ones from memory) with each document's id,
+  // version and attributes (one pass of the shard's table: a hit is described as it was scored),
+  // and the codes of documents stored as codes only (rerank_from_codes); documents replaced or
+  // deleted since stage 1 come back null (or without codes) and are skipped.
   Clock::time_point start = Clock::now();
   std::vector<std::vector<uint64_t>> by_shard(shards_.size());
   for (const auto& [shard, iid] : documents) by_shard[shard].push_back(iid);
-  std::vector<std::shared_ptr<const StoredMatrixView>> matrices;
+  std::vector<RankingDocument> fetched_documents;
   std::vector<std::pair<int, uint64_t>> fetched;
-  matrices.reserve(documents.size());
+  fetched_documents.reserve(documents.size());
   fetched.reserve(documents.size());
   std::vector<std::vector<uint64_t>> coded_iids(shards_.size());
+  std::vector<std::vector<RankingDocument>> coded_documents(shards_.size());
   std::vector<Shard::CodedDocuments> coded(shards_.size());
   for (size_t s = 0; s < shards_.size(); ++s) {
     if (by_shard[s].empty()) continue;
-    TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrixView>> batch,
-                             shards_[s]->FetchStoredRerank(by_shard[s]));
+    TESSERA_ASSIGN_OR_RETURN(std::vector<RankingDocument> batch,
+                             shards_[s]->FetchForRanking(by_shard[s], want_attributes));
     for (size_t j = 0; j < batch.size(); ++j) {
-      if (batch[j] == nullptr) continue;
-      if (batch[j]->rows == 0) {
+      if (batch[j].rerank == nullptr) continue;
+      if (batch[j].rerank->rows == 0) {
         coded_iids[s].push_back(by_shard[s][j]);
+        coded_documents[s].push_back(std::move(batch[j]));
         continue;
       }
-      matrices.push_back(std::move(batch[j]));
+      fetched_documents.push_back(std::move(batch[j]));
       fetched.emplace_back(static_cast<int>(s), by_shard[s][j]);
     }
     if (!coded_iids[s].empty()) {
@@ -736,33 +742,33 @@ absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_bes
   timings->fetch_ms += MillisecondsSince(start);
 
   start = Clock::now();
-  auto add = [&](int shard, uint64_t iid, float score, Scored* entry) {
+  auto add = [&](int shard, uint64_t iid, float score, RankingDocument& document, Scored* entry) {
     entry->score = score;
     entry->shard = shard;
     entry->iid = iid;
-    if (!shards_[shard]->Describe(iid, &entry->id, &entry->version,
-                                  want_attributes ? &entry->attributes : nullptr)) {
-      return;
-    }
+    entry->id = std::move(document.external_id);
+    entry->version = document.version;
+    entry->attributes = std::move(document.attributes);
     scored->push_back(std::move(*entry));
   };
-  if (!matrices.empty()) {
-    std::vector<DocumentRef> refs(matrices.size());
-    for (size_t d = 0; d < matrices.size(); ++d) {
-      refs[d] = DocumentRef{matrices[d]->bytes.data(), matrices[d]->rows};
+  if (!fetched_documents.empty()) {
+    std::vector<DocumentRef> refs(fetched_documents.size());
+    for (size_t d = 0; d < fetched_documents.size(); ++d) {
+      const StoredMatrixView& rerank = *fetched_documents[d].rerank;
+      refs[d] = DocumentRef{rerank.bytes.data(), rerank.rows};
     }
     DocumentBatch batch{schema_.dtype, schema_.dim, refs};
     MaxSimOptions options;
     options.want_best_tokens = want_best_tokens;
     TESSERA_ASSIGN_OR_RETURN(MaxSimResult result, context_.scorer->Score(query, batch, options));
-    for (size_t d = 0; d < matrices.size(); ++d) {
+    for (size_t d = 0; d < fetched_documents.size(); ++d) {
       Scored entry;
       if (want_best_tokens) {
         entry.best_tokens.assign(result.best_tokens.begin() + d * query.rows,
                                  result.best_tokens.begin() + (d + 1) * query.rows);
-        entry.vectors = MatrixToFloat(*matrices[d]);
+        entry.vectors = MatrixToFloat(*fetched_documents[d].rerank);
       }
-      add(fetched[d].first, fetched[d].second, result.scores[d], &entry);
+      add(fetched[d].first, fetched[d].second, result.scores[d], fetched_documents[d], &entry);
     }
   }
   // Documents stored as codes only: scored from the codes, merged into the same ranking.
@@ -773,7 +779,7 @@ absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_bes
     for (size_t j = 0; j < scores.size(); ++j) {
       if (!scores[j].has_value()) continue;
       Scored entry;
-      add(static_cast<int>(s), coded_iids[s][j], *scores[j], &entry);
+      add(static_cast<int>(s), coded_iids[s][j], *scores[j], coded_documents[s][j], &entry);
     }
   }
   timings->rerank_ms += MillisecondsSince(start);
@@ -862,13 +868,17 @@ absl::StatusOr<std::vector<CollectionImpl::ScoredGroup>> CollectionImpl::RankGro
 
 absl::StatusOr<std::vector<TokenMatch>> CollectionImpl::Explain(FloatMatrixView query,
                                                                 const Scored& entry) const {
+  // The record's member lists (which original tokens each rerank vector covers) are read from the
+  // store: the table does not keep them.
   TESSERA_ASSIGN_OR_RETURN(DocumentRecord record, shards_[entry.shard]->GetRecord(entry.iid));
-  // A hit scored from its codes: its decoded vectors, and the best of them per query token.
+  // A hit scored from its codes (the others carry the vectors they were scored with): its vectors
+  // decoded from the codes the shard's centroid index keeps (no read of the store), and the best
+  // of them per query token.
   std::vector<float> decoded;
   if (entry.best_tokens.empty()) {
     const uint64_t iid = entry.iid;
     TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> matrices,
-                             shards_[entry.shard]->FetchRerank(absl::MakeConstSpan(&iid, 1)));
+                             shards_[entry.shard]->DecodeCodes(absl::MakeConstSpan(&iid, 1)));
     if (matrices[0] == nullptr) {
       return absl::NotFoundError(
           absl::StrCat("document '", entry.id, "' was removed while the search explained it"));

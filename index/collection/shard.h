@@ -1,5 +1,9 @@
-// One shard of a collection: its ShardStore (RocksDB), its stage-1 index and an in-memory table of
-// its live documents (external id, attributes, sizes) used for filtering and statistics.
+// One shard of a collection: its ShardStore (RocksDB), its stage-1 index and the LiveTable of its
+// live documents (live_table.h: external id, attributes, sizes, resident rerank vectors, sparse
+// index) used for filtering, statistics and describing hits. The class is split by job over
+// three files: shard.cc (the write path and the reads), shard_training.cc (the centroid
+// training's lifecycle, below) and shard_recovery.cc (the derived state rebuilt at Open: the
+// table, the resident rerank vectors, stage 1).
 //
 // Stage 1 is one Stage1Index (index/stage1/stage1_index.h, DESIGN §5), held through the interface:
 // the shard derives each written document's stage-1 payload with it, stores the payload in the
@@ -44,7 +48,9 @@
 // Resident rerank vectors: up to a byte budget, the table also holds each live document's rerank
 // vectors (shared, immutable), loaded at Open() and replaced or dropped with the document in
 // ApplyDerived, so searches that rerank them read no storage and see exactly what the table says
-// is live.
+// is live. A search reads the table once per batch of documents it ranks (FetchForRanking: id,
+// version, attributes and resident rows in one locked pass), and describes its hits from that
+// read.
 //
 // Rerank from codes (CandidateSpec::rerank_from_codes): once the first codebook is in use, a
 // write stores its codes and a rerank matrix without rows, and the training that made the
@@ -68,10 +74,12 @@
 //
 // Sparse vectors (CollectionSchema::sparse): a document's sparse vector is part of its record
 // (same WriteBatch, same durability), and the shard's SparseIndex over its live documents is
-// rebuilt from the records at Open() and maintained with the table in ApplyDerived (under
-// table_mu_): an upsert replaces the old vector, a delete removes it.
+// rebuilt from the records at Open() and maintained with the table in ApplyDerived (under the
+// table's lock): an upsert replaces the old vector, a delete removes it.
 //
-// Lock order: encode_mu_ → apply_mu_ → stage1_mu_ → table_mu_; failed_mu_ is a leaf.
+// Lock order: encode_mu_ → apply_mu_ → state_mu_, and apply_mu_ → the LiveTable's lock
+// (live_table.h). state_mu_ (the stage 1 in use and the failure, held only to copy or replace
+// them) and the table's lock are leaves: no lock of the shard is taken while either is held.
 #ifndef TESSERA_INDEX_COLLECTION_SHARD_H_
 #define TESSERA_INDEX_COLLECTION_SHARD_H_
 
@@ -85,12 +93,12 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "index/centroid/centroid_index.h"
 #include "index/centroid/code_maxsim.h"
+#include "index/collection/live_table.h"
 #include "index/sparse/sparse_index.h"
 #include "index/stage1/stage1_index.h"
 #include "index/storage/shard_store.h"
@@ -100,29 +108,6 @@
 namespace tessera::internal {
 
 class ThreadPool;
-
-// What the shard keeps in memory per live document.
-struct LiveDocument {
-  std::string external_id;
-  uint64_t version = 0;
-  Attributes attributes;
-  int64_t num_tokens = 0;
-  int64_t num_rerank_vectors = 0;
-  // The stored rerank vectors when resident; null when the budget was spent.
-  std::shared_ptr<const StoredMatrix> rerank;
-  // Only on its way from Apply to ApplyDerived, which moves it into the sparse index: the table
-  // does not keep it.
-  std::optional<SparseVector> sparse;
-};
-
-// One hit of a shard's sparse lane, described from the table in the same lookup as the search.
-struct SparseLaneHit {
-  uint64_t iid = 0;
-  float score = 0.0f;
-  std::string external_id;
-  uint64_t version = 0;
-  Attributes attributes;  // when asked
-};
 
 struct ShardStats {
   int64_t documents = 0;
@@ -142,6 +127,19 @@ struct ShardStats {
   // ticks since its epoch; 0: none yet).
   double last_training_seconds = 0;
   int64_t last_training_end = 0;
+};
+
+// One document a search ranks (Shard::FetchForRanking): how the table described it and its rerank
+// vectors, read together.
+struct RankingDocument {
+  std::string external_id;
+  uint64_t version = 0;
+  Attributes attributes;  // when asked
+  // A view of its rerank vectors (resident in memory, or in place in the store), keeping what it
+  // points into alive; without rows for a document stored as codes only (scored by FetchCodes +
+  // ScoreCodes). Null: the document is not live (or was removed from the store since the table's
+  // pass), and is to be skipped.
+  std::shared_ptr<const StoredMatrixView> rerank;
 };
 
 // Stage 1 of one query on one shard: the query and, when not null or empty, the filter the
@@ -221,12 +219,11 @@ class Shard {
   // Calls fn(iid, document) for every live document matching `filter`, under a reader lock.
   void ForEachLive(const Filter& filter,
                    const std::function<void(uint64_t, const LiveDocument&)>& fn) const;
-  // The live document's external id and version; false if iid is no longer live.
-  bool Describe(uint64_t iid, std::string* external_id, uint64_t* version) const;
-  // Describe, and the document's attributes (copied) in the same lookup: consistent with the id
-  // and version.
-  bool Describe(uint64_t iid, std::string* external_id, uint64_t* version,
-                Attributes* attributes) const;
+  // Per iid, in order, the live document's external id, version, attributes (want_attributes,
+  // copied) and resident rerank vectors, read in one locked pass of the table; std::nullopt for an
+  // iid no longer live.
+  std::vector<std::optional<LiveEntry>> Describe(absl::Span<const uint64_t> iids,
+                                                 bool want_attributes) const;
   // The rerank vectors of each iid, copied: resident ones from memory, the others read from the
   // store and checked against their checksums (Get, explain, training), decoded from the
   // centroid codes for documents stored without them (rerank_from_codes: the codes and codebook
@@ -234,12 +231,20 @@ class Shard {
   // no longer stored.
   absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> FetchRerank(
       absl::Span<const uint64_t> iids) const;
-  // The search's read: views of each iid's rerank vectors, resident ones in memory, the others in
-  // place in the store's mapped segments (ShardStore::ReadRerank: no copy, no checksum pass), each
-  // view keeping what it points into alive; null for an iid that is no longer stored. A document
-  // stored as codes only comes back as a view without rows (its codes are for FetchCodes); in a
+  // The search's read, one per iid in order: the document as the table describes it (id,
+  // version, attributes when want_attributes) and a view of its rerank vectors, from one locked
+  // pass of the table, so that a hit is described as it was scored. Resident rows are viewed in
+  // memory, the others in place in the store's mapped segments (ShardStore::ReadRerank: no copy,
+  // no checksum pass); documents the table no longer holds are not read. A document stored as
+  // codes only comes back as a view without rows (its codes are for FetchCodes); in a
   // rerank_from_codes shard with its codebook that is every live document, and nothing is read.
-  absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> FetchStoredRerank(
+  // A document not live (or removed from the store since the table's pass) has a null `rerank`.
+  absl::StatusOr<std::vector<RankingDocument>> FetchForRanking(absl::Span<const uint64_t> iids,
+                                                               bool want_attributes) const;
+  // The rerank vectors of documents stored as codes only (rerank_from_codes), decoded from the
+  // codes the centroid index in use keeps (no read of the store), as FetchRerank decodes them;
+  // null for an iid no longer indexed. DATA_LOSS when the shard has no codebook.
+  absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> DecodeCodes(
       absl::Span<const uint64_t> iids) const;
 
   // Documents stored as codes only (rerank_from_codes), read for ScoreCodes: immutable once read.
@@ -319,6 +324,8 @@ class Shard {
 
   Shard(std::string dir, const CollectionSchema& schema, std::unique_ptr<ShardStore> store,
         int64_t resident_rerank_bytes, std::shared_ptr<ThreadPool> pool, LogSink log);
+
+  // Recovery at Open (shard_recovery.cc).
   absl::Status LoadDocuments();
   // Reads the rerank vectors of live documents, in iid order, until the budget is spent.
   absl::Status LoadResidentRerank();
@@ -327,18 +334,24 @@ class Shard {
   absl::Status LoadCentroids(uint32_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status LoadOrRebuildCandidates() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status RebuildCandidates() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
-  Stage1 CurrentStage1() const;
+
+  // The write path and the reads (shard.cc).
+  Stage1 CurrentStage1() const ABSL_LOCKS_EXCLUDED(state_mu_);
   // OK, or the INTERNAL error a failed shard answers with.
-  absl::Status FailedStatus() const ABSL_LOCKS_EXCLUDED(failed_mu_);
+  absl::Status FailedStatus() const ABSL_LOCKS_EXCLUDED(state_mu_);
   // Applies one committed write to the stage-1 index (the upserts' payloads, which `index`
   // derived) and the table. Every step runs; the table always ends up matching the store. Returns
   // the first error of the index.
   absl::Status ApplyDerived(Stage1Index& index, std::vector<LiveDocument> documents,
                             const std::vector<Stage1Payload>& payloads, const WriteResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
-  void AddLive(uint64_t iid, LiveDocument document) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_mu_);
-  void RemoveLive(uint64_t iid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(table_mu_);
+  // Replaces each matrix without rows (a document stored for rerank_from_codes) by the vectors
+  // decoded from its codes, or by null when it was removed since.
+  absl::Status DecodeRerankFromCodes(
+      absl::Span<const uint64_t> iids,
+      std::vector<std::shared_ptr<const StoredMatrix>>* matrices) const;
 
+  // The training's lifecycle (shard_training.cc).
   // Whether the shard should (re)train now: past the first training threshold, or grown to
   // kRetrainGrowth × the vectors its codebook was trained on, or to a size that calls for more
   // centroids than its codebook has.
@@ -360,14 +373,6 @@ class Shard {
   // Rerank from codes, once every document has codes under the codebook in use: drops every
   // document's rerank rows from the store (ShardStore::DropAllRerankRows) and from memory.
   absl::Status DropRerankRows() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
-  // Live iids above `after`, ascending.
-  std::vector<uint64_t> LiveIidsAbove(uint64_t after) const;
-
-  // Replaces each matrix without rows (a document stored for rerank_from_codes) by the vectors
-  // decoded from its codes, or by null when it was removed since.
-  absl::Status DecodeRerankFromCodes(
-      absl::Span<const uint64_t> iids,
-      std::vector<std::shared_ptr<const StoredMatrix>>* matrices) const;
 
   const std::string dir_;
   const CollectionSchema schema_;
@@ -393,9 +398,7 @@ class Shard {
   std::function<void()> training_hook_ ABSL_GUARDED_BY(apply_mu_);
   absl::Status index_fault_ ABSL_GUARDED_BY(apply_mu_);  // FailNextIndexUpdateForTesting
 
-  // Set once, when an index update after a durable write failed (a leaf lock).
-  mutable Mutex failed_mu_;
-  absl::Status failed_ ABSL_GUARDED_BY(failed_mu_);
+  // The training's thread (shard_training.cc), and the shard's closing, which it watches.
   std::thread trainer_;
   std::atomic<bool> stopping_{false};
   // See ShardStats (written by the training thread, read by Stats()).
@@ -404,18 +407,16 @@ class Shard {
   std::atomic<double> last_training_seconds_{0};
   std::atomic<int64_t> last_training_end_{0};
 
-  mutable Mutex stage1_mu_;
-  Stage1 stage1_ ABSL_GUARDED_BY(stage1_mu_);
+  // What a search reads of the shard's derived state, each copied or replaced under it (a leaf
+  // lock): the stage 1 in use (replaced at Open and by a training's swap), and the failure (set
+  // once, when an index update after a durable write failed).
+  mutable Mutex state_mu_;
+  Stage1 stage1_ ABSL_GUARDED_BY(state_mu_);
+  absl::Status failed_ ABSL_GUARDED_BY(state_mu_);
 
-  // The live-document table. Written only inside ApplyDerived (apply_mu_ held, then table_mu_).
-  mutable Mutex table_mu_;
-  absl::flat_hash_map<uint64_t, LiveDocument> live_ ABSL_GUARDED_BY(table_mu_);
-  int64_t original_tokens_ ABSL_GUARDED_BY(table_mu_) = 0;
-  int64_t rerank_vectors_ ABSL_GUARDED_BY(table_mu_) = 0;
-  const int64_t resident_budget_;
-  int64_t resident_bytes_ ABSL_GUARDED_BY(table_mu_) = 0;
-  // The live documents' sparse vectors; empty without a sparse field.
-  std::optional<SparseIndex> sparse_ ABSL_GUARDED_BY(table_mu_);
+  // The live-document table (its own lock, the last in the order). Written only at Open and in
+  // ApplyDerived and DropRerankRows (apply_mu_ held).
+  LiveTable live_;
 };
 
 }  // namespace tessera::internal

@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -65,10 +66,10 @@ ShardWrite Write(const std::string& id, int seed, VectorDtype dtype = VectorDtyp
 class ShardTest : public ::testing::Test {
  protected:
   void Open(VectorDtype dtype = VectorDtype::kFloat32) { Open(Schema(dtype)); }
-  void Open(const CollectionSchema& schema) {
+  void Open(const CollectionSchema& schema, int64_t resident_bytes = 1 << 20) {
     shard_.reset();
     absl::StatusOr<std::unique_ptr<Shard>> shard =
-        Shard::Open(dir_.path() + "/shard", schema, ShardStoreOptions{}, 1 << 20, pool_);
+        Shard::Open(dir_.path() + "/shard", schema, ShardStoreOptions{}, resident_bytes, pool_);
     ASSERT_TRUE(shard.ok()) << shard.status();
     shard_ = std::move(*shard);
   }
@@ -91,11 +92,11 @@ class ShardTest : public ::testing::Test {
     request.num_documents = 100;
     absl::StatusOr<std::vector<Stage1Hit>> hits = shard_->SearchCandidates(request);
     if (!hits.ok()) return hits.status();
+    std::vector<uint64_t> iids;
+    for (const Stage1Hit& hit : *hits) iids.push_back(hit.iid);
     std::set<std::string> ids;
-    for (const Stage1Hit& hit : *hits) {
-      std::string id;
-      uint64_t version = 0;
-      if (shard_->Describe(hit.iid, &id, &version)) ids.insert(id);
+    for (const std::optional<LiveEntry>& entry : shard_->Describe(iids, false)) {
+      if (entry.has_value()) ids.insert(entry->external_id);
     }
     return ids;
   }
@@ -151,6 +152,89 @@ TEST_F(ShardTest, NonFiniteCandidateVectorsAreRejectedBeforeTheWrite) {
   absl::StatusOr<std::set<std::string>> found = Search(2);
   ASSERT_TRUE(found.ok()) << found.status();
   EXPECT_EQ(*found, (std::set<std::string>{"a", "c"}));
+}
+
+// A search's read of a batch (FetchForRanking): per document its id, version, attributes and
+// rerank vectors from one pass of the table, whether they are resident or read from the store,
+// and nothing for documents replaced, deleted or never written; the resident budget accounts for
+// the replacement and the delete, and after a reopen for the documents loaded in iid order.
+TEST_F(ShardTest, FetchForRankingDescribesAndReadsABatchInOnePass) {
+  // Each document's rows take 3 × 8 × 4 = 96 bytes: two fit in 200.
+  constexpr int64_t kBudget = 200;
+  Open(Schema(), kBudget);
+  std::vector<ShardWrite> first;
+  const std::vector<std::string> colours = {"red", "green", "blue", "white"};
+  for (int d = 0; d < 4; ++d) {
+    first.push_back(Write(std::string(1, static_cast<char>('a' + d)), d));
+    first.back().document.record.attributes = {{"colour", colours[d]}};
+  }
+  const absl::StatusOr<WriteResult> written = shard_->Apply(std::move(first), {});
+  ASSERT_TRUE(written.ok()) << written.status();
+  const std::vector<uint64_t> iids = written->upserted_iids;  // a, b, c, d
+  EXPECT_EQ(shard_->Stats().resident_bytes, 192) << "a and b resident, c and d not";
+
+  // "b" again (its old iid is replaced: its 96 bytes go back, the new version takes them) and
+  // "a" deleted (its 96 bytes go back).
+  std::vector<ShardWrite> second;
+  second.push_back(Write("b", 7));
+  second.back().document.record.attributes = {{"colour", "black"}};
+  const absl::StatusOr<WriteResult> replaced = shard_->Apply(std::move(second), {"a"});
+  ASSERT_TRUE(replaced.ok()) << replaced.status();
+  const uint64_t new_b = replaced->upserted_iids[0];
+  EXPECT_EQ(replaced->replaced_iids[0], iids[1]);
+  EXPECT_EQ(replaced->deleted_iids[0], iids[0]);
+  EXPECT_EQ(shard_->Stats().resident_bytes, 96) << "the new b only";
+
+  struct Want {
+    uint64_t iid;
+    std::string id;  // empty: not live
+    uint64_t version;
+    std::string colour;
+    int seed;
+  };
+  const std::vector<Want> wants = {{iids[3], "d", 1, "white", 3}, {iids[2], "c", 1, "blue", 2},
+                                   {new_b, "b", 2, "black", 7},   {iids[1], "", 0, "", 0},
+                                   {iids[0], "", 0, "", 0},       {999999, "", 0, "", 0}};
+  std::vector<uint64_t> batch;
+  for (const Want& want : wants) batch.push_back(want.iid);
+  auto check = [&](const std::string& when) {
+    for (bool want_attributes : {true, false}) {
+      absl::StatusOr<std::vector<RankingDocument>> fetched =
+          shard_->FetchForRanking(batch, want_attributes);
+      ASSERT_TRUE(fetched.ok()) << when << ": " << fetched.status();
+      ASSERT_EQ(fetched->size(), wants.size()) << when;
+      for (size_t i = 0; i < wants.size(); ++i) {
+        const Want& want = wants[i];
+        const RankingDocument& got = (*fetched)[i];
+        const std::string what = absl::StrCat(when, ", iid ", want.iid, " ('", want.id, "')");
+        if (want.id.empty()) {
+          EXPECT_EQ(got.rerank, nullptr) << what << ": not live, yet fetched";
+          EXPECT_TRUE(got.external_id.empty()) << what << ": described as " << got.external_id;
+          continue;
+        }
+        ASSERT_NE(got.rerank, nullptr) << what;
+        EXPECT_EQ(got.external_id, want.id) << what;
+        EXPECT_EQ(got.version, want.version) << what;
+        if (want_attributes) {
+          ASSERT_EQ(got.attributes.count("colour"), 1u) << what;
+          EXPECT_EQ(std::get<std::string>(got.attributes.at("colour")), want.colour) << what;
+        } else {
+          EXPECT_TRUE(got.attributes.empty()) << what;
+        }
+        ASSERT_EQ(got.rerank->rows, 3) << what;
+        EXPECT_EQ(
+            MatrixToFloat(*got.rerank),
+            MatrixToFloat(MatrixFromFloat(Vectors(want.seed, 3), 3, kDim, VectorDtype::kFloat32)))
+            << what << ": not the rows of the version described";
+      }
+    }
+  };
+  check("after the writes");
+  // Reopened: loaded resident in iid order until the budget is spent (c and d; the new b is read
+  // from the store).
+  Open(Schema(), kBudget);
+  EXPECT_EQ(shard_->Stats().resident_bytes, 192);
+  check("after a reopen");
 }
 
 // fp16 storage turns a finite fp32 value beyond 65504 into infinity: stored, it would poison every

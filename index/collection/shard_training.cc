@@ -1,0 +1,266 @@
+// Shard, part 2 of 3: the lifecycle of the centroid training (see shard.h). A write that finds
+// the shard outgrown (OutgrewTraining) starts one background thread (MaybeStartTraining), which
+// trains a codebook on a seeded sample of the live documents' vectors, encodes every live document
+// into a new centroid index and code generation while writes go on, then holds the write path
+// (encode_mu_, then apply_mu_ once every committed write is applied) to catch up, commit the
+// generation and swap the index in; and again while the shard has outgrown what it trained on.
+// The trainings' outcomes are logged and counted for ShardStats. A closing shard abandons its
+// training (CANCELLED between batches); a failed one leaves stage 1 as it was.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "index/collection/shard.h"
+#include "index/collection/shard_internal.h"
+#include "index/common/thread_pool.h"
+#include "index/stage1/centroid_stage1.h"
+#include "tessera/status_macros.h"
+
+namespace tessera::internal {
+namespace {
+
+using shard_files::CodebookKey;
+using shard_files::kGenerationKey;
+using shard_files::kReadBatch;
+using shard_files::kSnapshotFile;
+
+// A training catches up without holding the write path until fewer documents than this were
+// written since its last pass; the rest it encodes with writes held.
+constexpr size_t kCatchUpDocuments = 512;
+constexpr uint64_t kSampleSeed = 0x53414d504c453031;
+
+// Whether the schema lets a shard of `rerank_vectors` vectors move to the centroid index.
+bool WantsCentroidIndex(const CandidateSpec& spec, int64_t rerank_vectors) {
+  if (spec.factory == "centroid" || spec.rerank_from_codes) {
+    return rerank_vectors >= spec.centroid_min_training_vectors;
+  }
+  if (spec.factory == "auto") return rerank_vectors >= spec.centroid_min_vectors;
+  return false;
+}
+
+}  // namespace
+
+bool Shard::OutgrewTraining() const {
+  if (stopping_.load(std::memory_order_acquire) || !FailedStatus().ok()) return false;
+  const int64_t vectors = live_.rerank_vectors();
+  if (trained_vectors_ == 0) return WantsCentroidIndex(schema_.candidates, vectors);
+  // A rerank_from_codes shard retrains by the same rules, on its decoded codes (Train).
+  // Grown kRetrainGrowth times past the last training, or large enough to call for more centroids
+  // than the last training asked for: a training that started late (while another ran) sized its
+  // codebook from the count it saw, and the shard may end its growth before the next 4× (a
+  // 20k-document shard kept 4,096 centroids where its 1.28M vectors call for 8,192). Compared with
+  // what the training asked for, not with the codebook it got: k-means keeps at most one centroid
+  // per sampled vector, so a shard below kMinCentroids vectors gets fewer centroids than
+  // DefaultNumCentroids' floor, and comparing with that retrained it on the same vectors forever.
+  // Both tests are false right after a training on the shard's current vectors.
+  return vectors >= kRetrainGrowth * trained_vectors_ ||
+         DefaultNumCentroids(vectors) > DefaultNumCentroids(trained_vectors_);
+}
+
+void Shard::MaybeStartTraining() {
+  if (training_ || !OutgrewTraining()) return;
+  training_ = true;
+  // The previous training's thread has finished (training_ was false); reap it.
+  if (trainer_.joinable()) trainer_.join();
+  trainer_ = std::thread([this] { TrainingThread(); });
+}
+
+void Shard::TrainingThread() {
+  for (;;) {
+    // On failure stage 1 stays as it was; the next write that finds the shard outgrown tries again.
+    const absl::Status status = TrainAndReport();
+    MutexLock lock(&apply_mu_);
+    // Writes that found the shard outgrown while this training ran did not start another (one
+    // runs at a time), and once ingest has ended no write comes to notice: check here.
+    if (status.ok() && trained_vectors_ > 0 && OutgrewTraining()) continue;
+    training_ = false;
+    applied_.SignalAll();
+    return;
+  }
+}
+
+absl::Status Shard::EncodeDocuments(absl::Span<const uint64_t> iids, CentroidIndex* index,
+                                    std::vector<std::pair<uint64_t, std::string>>* codes) const {
+  for (size_t start = 0; start < iids.size(); start += kReadBatch) {
+    if (stopping_.load(std::memory_order_acquire)) {
+      return absl::CancelledError("the shard is closing");
+    }
+    const absl::Span<const uint64_t> batch = iids.subspan(start, kReadBatch);
+    TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> matrices,
+                             FetchRerank(batch));
+    std::vector<const StoredMatrix*> stored(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) stored[i] = matrices[i].get();
+    const std::vector<DocumentCodes> encoded = EncodeOnPool(*index, stored, pool_.get());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (matrices[i] == nullptr) continue;  // removed since
+      TESSERA_RETURN_IF_ERROR(index->Add(batch[i], encoded[i]));
+      codes->emplace_back(batch[i], SerializeDocumentCodes(encoded[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Shard::TrainAndReport() {
+  const auto start = std::chrono::steady_clock::now();
+  TrainingRun run;
+  absl::Status status = Train(&run);
+  if (run.centroids == 0) return status;  // nothing to train on: no training started
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<std::pair<std::string, std::string>> fields = {
+      {"vectors", std::to_string(run.vectors)},
+      {"centroids", std::to_string(run.centroids)},
+      {"generation", std::to_string(run.generation)},
+      {"seconds", absl::StrFormat("%.3f", seconds)}};
+  if (status.ok()) {
+    trainings_completed_.fetch_add(1, std::memory_order_relaxed);
+    Log(log_, {LogSeverity::kInfo, "training finished", std::move(fields)});
+  } else if (stopping_.load(std::memory_order_acquire)) {
+    Log(log_, {LogSeverity::kInfo, "training abandoned: the shard is closing", std::move(fields)});
+  } else {
+    trainings_failed_.fetch_add(1, std::memory_order_relaxed);
+    fields.emplace_back("code", absl::StatusCodeToString(status.code()));
+    fields.emplace_back("error", std::string(status.message()));
+    Log(log_, {LogSeverity::kError, "training failed", std::move(fields)});
+  }
+  last_training_seconds_.store(seconds, std::memory_order_relaxed);
+  last_training_end_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                           std::memory_order_relaxed);
+  return status;
+}
+
+absl::Status Shard::Train(TrainingRun* run) {
+  uint32_t generation = 0;
+  {
+    ReaderMutexLock lock(&state_mu_);
+    generation = stage1_.generation + 1;
+  }
+  // 1. A sample: all vectors of documents taken in a seeded random order.
+  std::vector<uint64_t> iids = live_.LiveIidsAbove(0);
+  const int64_t total_vectors = live_.RerankVectorsOf(iids);
+  if (iids.empty() || total_vectors == 0) return absl::OkStatus();
+  const int64_t num_centroids = DefaultNumCentroids(total_vectors);
+  *run = TrainingRun{total_vectors, num_centroids, generation};
+  Log(log_, {LogSeverity::kInfo,
+             "training started",
+             {{"vectors", std::to_string(total_vectors)},
+              {"centroids", std::to_string(num_centroids)},
+              {"generation", std::to_string(generation)}}});
+  const int64_t want = TrainingSampleVectors(num_centroids, total_vectors, schema_.dim);
+  std::vector<uint64_t> order = iids;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(kSampleSeed));
+  std::vector<float> sample;
+  sample.reserve(want * schema_.dim);
+  for (size_t start = 0;
+       start < order.size() && static_cast<int64_t>(sample.size()) < want * schema_.dim;
+       start += kReadBatch) {
+    if (stopping_.load(std::memory_order_acquire)) return absl::CancelledError("closing");
+    TESSERA_ASSIGN_OR_RETURN(std::vector<std::shared_ptr<const StoredMatrix>> matrices,
+                             FetchRerank(absl::MakeConstSpan(order).subspan(start, kReadBatch)));
+    for (const auto& matrix : matrices) {
+      if (matrix == nullptr) continue;
+      const std::vector<float> vectors = MatrixToFloat(*matrix);
+      sample.insert(sample.end(), vectors.begin(), vectors.end());
+    }
+  }
+  CentroidTrainingOptions options;
+  options.num_centroids = num_centroids;
+  options.nbits = EffectiveResidualBits(schema_.candidates);
+  const int64_t sample_rows = static_cast<int64_t>(sample.size()) / schema_.dim;
+  TESSERA_ASSIGN_OR_RETURN(
+      std::unique_ptr<CentroidCodebook> codebook,
+      CentroidCodebook::Train(FloatMatrixView{sample.data(), sample_rows, schema_.dim}, options,
+                              pool_.get()));
+  std::vector<float>().swap(sample);
+  TESSERA_RETURN_IF_ERROR(store_->PutMeta(CodebookKey(generation), codebook->Serialize()));
+  auto index =
+      std::make_shared<CentroidIndex>(std::move(codebook), schema_.candidates.rerank_from_codes);
+
+  // 2. Encode every live document into the new index and generation, while writes go on against
+  // the old index. Removals delete codes of both generations from now on.
+  if (generation > 1) {
+    store_->SetCodeGenerations({generation - 1, generation});
+  } else {
+    store_->SetCodeGenerations({generation});
+  }
+  uint64_t covered = 0;
+  std::vector<uint64_t> pending = std::move(iids);
+  do {
+    std::vector<std::pair<uint64_t, std::string>> codes;
+    TESSERA_RETURN_IF_ERROR(EncodeDocuments(pending, index.get(), &codes));
+    TESSERA_RETURN_IF_ERROR(store_->PutCodes(generation, codes, {}));
+    if (!pending.empty()) covered = std::max(covered, pending.back());
+    pending = live_.LiveIidsAbove(covered);
+  } while (pending.size() >= kCatchUpDocuments);
+  std::function<void()> hook;
+  {
+    MutexLock lock(&apply_mu_);
+    hook = training_hook_;
+  }
+  if (hook) hook();
+
+  // 3. Catch up with the write path held: no write is between encoding and commit, and every
+  // committed write has been applied, so the table is exactly the store.
+  MutexLock encoding(&encode_mu_);
+  MutexLock lock(&apply_mu_);
+  while (next_commit_ <= max_commit_seen_.load(std::memory_order_acquire)) {
+    applied_.Wait(&apply_mu_);
+  }
+  if (stopping_.load(std::memory_order_acquire)) return absl::CancelledError("closing");
+  std::vector<std::pair<uint64_t, std::string>> codes;
+  TESSERA_RETURN_IF_ERROR(EncodeDocuments(live_.LiveIidsAbove(covered), index.get(), &codes));
+  const std::vector<uint64_t> removed = live_.NotLive(index->Documents());
+  for (uint64_t iid : removed) index->Remove(iid);
+  TESSERA_RETURN_IF_ERROR(store_->PutCodes(generation, codes, removed));
+  // The commit point: from here on the new generation is the shard's stage 1.
+  TESSERA_RETURN_IF_ERROR(
+      store_->PutMeta(kGenerationKey, absl::StrCat(generation, " ", total_vectors)));
+  trained_vectors_ = total_vectors;
+  {
+    MutexLock swap(&state_mu_);
+    stage1_ = Stage1{std::make_shared<CentroidStage1>(index, generation), index->shared_codebook(),
+                     generation, index};
+  }
+  store_->SetCodeGenerations({generation});
+  // Rerank from codes: the documents written before the codebook have codes now, and keep no
+  // rows (a crash before this is healed at open).
+  if (schema_.candidates.rerank_from_codes) TESSERA_RETURN_IF_ERROR(DropRerankRows());
+  // What the old stage 1 left on disk: its codes, the candidate vectors, the candidate index
+  // snapshot.
+  TESSERA_RETURN_IF_ERROR(store_->DropCodeGenerationsExcept(generation));
+  TESSERA_RETURN_IF_ERROR(store_->DropAllCandidates());
+  if (generation > 1) {
+    // The store has no meta delete; an empty value frees the old codebook's bytes.
+    TESSERA_RETURN_IF_ERROR(store_->PutMeta(CodebookKey(generation - 1), ""));
+  }
+  std::error_code ignored;
+  std::filesystem::remove(dir_ + "/" + kSnapshotFile, ignored);
+  return absl::OkStatus();
+}
+
+absl::Status Shard::DropRerankRows() {
+  TESSERA_ASSIGN_OR_RETURN(const std::vector<uint64_t> dropped, store_->DropAllRerankRows());
+  live_.DropResident(dropped);
+  return absl::OkStatus();
+}
+
+void Shard::WaitForTrainingForTesting() const {
+  MutexLock lock(&apply_mu_);
+  while (training_) applied_.Wait(&apply_mu_);
+}
+
+void Shard::SetTrainingHookForTesting(std::function<void()> hook) {
+  MutexLock lock(&apply_mu_);
+  training_hook_ = std::move(hook);
+}
+
+}  // namespace tessera::internal
