@@ -23,25 +23,13 @@ namespace {
 constexpr char kKey[] = "/tessera/nodes/node-7";
 constexpr char kValue[] = R"({"address":"10.0.0.7:50051","role":"shard","state":"serving"})";
 
-class NodeRegistrationTest : public ::testing::Test {
+class NodeRegistrationTest : public EtcdTest {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<EtcdTestServer>> etcd = EtcdTestServer::Start();
-    if (absl::IsNotFound(etcd.status())) GTEST_SKIP() << etcd.status().message();
-    ASSERT_TRUE(etcd.ok()) << etcd.status();
-    etcd_ = *std::move(etcd);
+    EtcdTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     observer_ = NewClient();
     ASSERT_NE(observer_, nullptr);
-  }
-
-  std::unique_ptr<EtcdClient> NewClient(absl::Duration call_timeout = absl::Seconds(5)) {
-    EtcdClientOptions options;
-    options.endpoint = etcd_->endpoint();
-    options.call_timeout = call_timeout;
-    options.max_reconnect_backoff = absl::Milliseconds(500);
-    absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Create(options);
-    EXPECT_TRUE(client.ok()) << client.status();
-    return client.ok() ? *std::move(client) : nullptr;
   }
 
   // The node's key as etcd holds it now.
@@ -51,7 +39,6 @@ class NodeRegistrationTest : public ::testing::Test {
     return kv.ok() ? *kv : std::nullopt;
   }
 
-  std::unique_ptr<EtcdTestServer> etcd_;
   std::unique_ptr<EtcdClient> observer_;  // reads what the registration wrote
 };
 
