@@ -1,7 +1,7 @@
 // How the server handles a request, whichever service it comes in on (the public services in
-// services.cc, the internal shard service in shard_service.cc): a unary call admitted, run on an
-// admission worker and finished with its mapped status and metrics (Serve), its deadlines, and the
-// bodies of a search and of one upsert message once the collection is resolved.
+// services.cc, the internal shard service in cluster/shard_service.cc): a unary call admitted, run
+// on an admission worker and finished with its mapped status and metrics (Serve), its deadlines,
+// and the bodies of a search and of one upsert message once the collection is resolved.
 #ifndef TESSERA_SERVER_REQUEST_HANDLERS_H_
 #define TESSERA_SERVER_REQUEST_HANDLERS_H_
 

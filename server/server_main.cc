@@ -1,10 +1,8 @@
 // tessera-server: the gRPC server over one Engine (embedded default: one process, one data dir),
 // or, with --role router, the public API over the shard nodes of a cluster
 // (server/cluster/router.h). With --role shard it serves the internal ShardService instead of the
-// public API and registers the node in etcd (DESIGN §7): key /tessera/nodes/<node_id>, value
-// {"address":"HOST:PORT","role":"shard","state":"serving"}, held by a lease of kNodeLeaseSeconds
-// kept alive while the process runs, deleted on SIGTERM/SIGINT before draining. A node that dies
-// without that leaves the key to expire with its lease.
+// public API and registers the node in etcd (server/cluster/node_registration.h) while it runs,
+// unregistering it on SIGTERM/SIGINT before draining.
 #include <fcntl.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -14,11 +12,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
 #include <fstream>
 #include <iostream>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,7 +25,9 @@
 #include "server/auth.h"
 #include "server/cluster/cluster_state.h"
 #include "server/cluster/etcd_client.h"
+#include "server/cluster/node_registration.h"
 #include "server/cluster/router.h"
+#include "server/cluster/shard_service.h"
 #include "server/config.h"
 #include "server/credentials.h"
 #include "server/engine_backend.h"
@@ -38,7 +36,6 @@
 #include "server/log.h"
 #include "server/metrics.h"
 #include "server/services.h"
-#include "server/shard_service.h"
 #include "tessera/base/version.h"
 #include "tessera/cuda_maxsim.h"
 #include "tessera/engine.h"
@@ -67,112 +64,6 @@ absl::StatusOr<std::pair<std::shared_ptr<const MaxSimScorer>, std::string>> Rera
   }
   return std::make_pair(std::shared_ptr<const MaxSimScorer>(std::move(*gpu)), std::string("cuda"));
 }
-
-constexpr int64_t kNodeLeaseSeconds = 10;
-
-// A shard node's registration in etcd: the key under a lease kept alive on the client's thread.
-// When etcd reports the lease lost (expired while etcd was out of reach for longer than its TTL),
-// a thread of its own registers again under a new lease, every second until that succeeds.
-class NodeRegistration {
- public:
-  // Grants the lease and writes the key: the node is visible to routers when this returns.
-  static absl::StatusOr<std::unique_ptr<NodeRegistration>> Start(
-      std::unique_ptr<cluster::EtcdClient> etcd, std::string key, std::string value) {
-    auto registration = std::unique_ptr<NodeRegistration>(
-        new NodeRegistration(std::move(etcd), std::move(key), std::move(value)));
-    {
-      std::lock_guard<std::mutex> lock(registration->mu_);
-      const absl::Status registered = registration->RegisterLocked();
-      if (!registered.ok()) return registered;
-    }
-    registration->thread_ = std::thread([r = registration.get()] { r->Loop(); });
-    return registration;
-  }
-
-  // Deletes the key and revokes the lease (best effort: the lease expires anyway).
-  ~NodeRegistration() {
-    // Start failed: nothing was registered (RegisterLocked revokes a lease it cannot use) and no
-    // thread runs.
-    if (!thread_.joinable()) return;
-    std::unique_ptr<cluster::LeaseKeepAlive> keepalive;
-    int64_t lease = 0;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-      keepalive = std::move(keepalive_);
-      lease = lease_;
-    }
-    cv_.notify_all();
-    thread_.join();
-    keepalive.reset();
-    const absl::StatusOr<int64_t> deleted = etcd_->Delete(key_);
-    if (!deleted.ok()) {
-      Log("warning", "node key not deleted; it expires with its lease",
-          {{"key", key_}, {"error", std::string(deleted.status().message())}});
-    }
-    if (lease != 0) etcd_->RevokeLease(lease).IgnoreError();
-    Log("info", "node unregistered", {{"key", key_}});
-  }
-
- private:
-  NodeRegistration(std::unique_ptr<cluster::EtcdClient> etcd, std::string key, std::string value)
-      : etcd_(std::move(etcd)), key_(std::move(key)), value_(std::move(value)) {}
-
-  absl::Status RegisterLocked() {
-    absl::StatusOr<int64_t> lease = etcd_->GrantLease(kNodeLeaseSeconds);
-    if (!lease.ok()) return lease.status();
-    const absl::StatusOr<int64_t> put = etcd_->Put(key_, value_, *lease);
-    if (!put.ok()) {
-      etcd_->RevokeLease(*lease).IgnoreError();
-      return put.status();
-    }
-    lease_ = *lease;
-    lost_ = false;
-    keepalive_ = etcd_->KeepAlive(*lease, [this](const absl::Status& status) {
-      Log("warning", "node lease lost; registering again",
-          {{"error", std::string(status.message())}});
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        lost_ = true;
-      }
-      cv_.notify_all();
-    });
-    Log("info", "node registered",
-        {{"key", key_}, {"value", value_}, {"lease", std::to_string(*lease)}});
-    return absl::OkStatus();
-  }
-
-  void Loop() {
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!stop_) {
-      cv_.wait(lock, [this] { return stop_ || lost_; });
-      if (stop_) break;
-      // The old keepalive's thread has finished reporting; destroying it joins that thread.
-      std::unique_ptr<cluster::LeaseKeepAlive> old = std::move(keepalive_);
-      lock.unlock();
-      old.reset();
-      lock.lock();
-      if (stop_) break;
-      const absl::Status registered = RegisterLocked();
-      if (!registered.ok()) {
-        Log("warning", "node registration failed; retrying",
-            {{"error", std::string(registered.message())}});
-        cv_.wait_for(lock, std::chrono::seconds(1), [this] { return stop_; });
-      }
-    }
-  }
-
-  const std::unique_ptr<cluster::EtcdClient> etcd_;
-  const std::string key_;
-  const std::string value_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::unique_ptr<cluster::LeaseKeepAlive> keepalive_;  // guarded by mu_
-  int64_t lease_ = 0;                                   // guarded by mu_
-  bool lost_ = false;                                   // guarded by mu_
-  bool stop_ = false;                                   // guarded by mu_
-  std::thread thread_;
-};
 
 // The credentials of every etcd client this process makes: TLS verified with --etcd_ca,
 // presenting --etcd_cert/--etcd_key when set; null (plaintext) without --etcd_ca. Read once at
@@ -209,15 +100,12 @@ absl::StatusOr<std::unique_ptr<cluster::EtcdClient>> ConnectEtcd(
 }
 
 // Registers a shard node reachable at `address`.
-absl::StatusOr<std::unique_ptr<NodeRegistration>> RegisterNode(
+absl::StatusOr<std::unique_ptr<cluster::NodeRegistration>> RegisterNode(
     const ServerConfig& config, std::shared_ptr<grpc::ChannelCredentials> etcd_credentials,
     const std::string& address) {
   auto etcd = ConnectEtcd(config, std::move(etcd_credentials));
   if (!etcd.ok()) return etcd.status();
-  const std::string value =
-      absl::StrCat(R"({"address":")", address, R"(","role":"shard","state":"serving"})");
-  return NodeRegistration::Start(*std::move(etcd), absl::StrCat("/tessera/nodes/", config.node_id),
-                                 value);
+  return cluster::NodeRegistration::Start(*std::move(etcd), config.node_id, address);
 }
 
 // The first line of the file, without surrounding whitespace.
@@ -512,7 +400,7 @@ int Run(const ServerConfig& config) {
                                    rest_http->port())
                     : "off"},
        {"role", config.role}});
-  std::unique_ptr<NodeRegistration> registration;
+  std::unique_ptr<cluster::NodeRegistration> registration;
   if (shard_role) {
     const std::string address =
         config.advertise_address.empty() ? absl::StrCat(host, ":", port) : config.advertise_address;

@@ -37,11 +37,6 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr char kManifestFormatLine[] = "tessera-snapshot 1";
-constexpr char kArchiveMagic[] = "TSNAPv1\n";
-constexpr char kArchiveTrailer[] = "TSNAPEND";
-constexpr size_t kMagicBytes = 8;
-constexpr size_t kManifestHeaderBytes = 8;  // length, CRC-32
-constexpr uint32_t kMaxManifestBytes = 64u << 20;
 constexpr char kManifestFile[] = "manifest";
 constexpr char kDataDirectory[] = "data";
 
@@ -89,16 +84,6 @@ bool IsSafeRelativePath(absl::string_view path) {
   return true;
 }
 
-void PutU32(uint32_t value, std::string* out) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-
-uint32_t GetU32(const char* p) {
-  uint32_t value = 0;
-  for (int i = 3; i >= 0; --i) value = (value << 8) | static_cast<unsigned char>(p[i]);
-  return value;
-}
-
 void FsyncDirectory(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd >= 0) {
@@ -139,10 +124,12 @@ std::string NewSnapshotId(const std::string& collection) {
                       absl::StrFormat("%08x", salt));
 }
 
-class ArchiveRestore final : public SnapshotRestore {
+// The archive's files, as SnapshotArchiveReader hands them over, written and synced under the
+// engine's staging directory, then adopted as the new collection.
+class ArchiveRestore final : public SnapshotRestore, private SnapshotArchiveReader::Handler {
  public:
   ArchiveRestore(Engine* engine, std::string new_name)
-      : engine_(engine), new_name_(std::move(new_name)) {
+      : engine_(engine), new_name_(std::move(new_name)), reader_(this) {
     status_ = CheckCollectionName("new collection name", new_name_);
     if (status_.ok()) status_ = CheckNameFree();
   }
@@ -157,16 +144,14 @@ class ArchiveRestore final : public SnapshotRestore {
 
   absl::Status Add(absl::string_view bytes) override {
     if (!status_.ok()) return status_;
-    status_ = Consume(bytes);
+    status_ = reader_.Add(bytes);
     return status_;
   }
 
   absl::StatusOr<SnapshotManifest> Finish() override {
     if (!status_.ok()) return status_;
-    if (state_ != State::kDone) {
-      status_ = absl::DataLossError(absl::StrCat("snapshot archive truncated ", Where()));
-      return status_;
-    }
+    status_ = reader_.Finish();
+    if (!status_.ok()) return status_;
     status_ = engine_->AdoptCollection(new_name_, dir_);
     if (!status_.ok()) return status_;
     dir_.clear();  // moved into the engine
@@ -174,8 +159,6 @@ class ArchiveRestore final : public SnapshotRestore {
   }
 
  private:
-  enum class State { kMagic, kManifestHeader, kManifest, kFiles, kTrailer, kDone };
-
   absl::Status CheckNameFree() const {
     const absl::Status taken = engine_->GetCollection(new_name_).status();
     if (absl::IsNotFound(taken)) return absl::OkStatus();
@@ -183,91 +166,15 @@ class ArchiveRestore final : public SnapshotRestore {
         absl::StrCat("collection ", QuotedForMessage(new_name_), " already exists"));
   }
 
-  // Where the archive stands, for a truncation message.
-  std::string Where() const {
-    switch (state_) {
-      case State::kMagic:
-      case State::kManifestHeader:
-      case State::kManifest:
-        return "in its manifest";
-      case State::kFiles:
-        return absl::StrCat("in file '", manifest_.files[file_].path, "' (", written_, " of ",
-                            manifest_.files[file_].size, " bytes)");
-      case State::kTrailer:
-      case State::kDone:
-        return "before its end marker";
-    }
-    return "";
-  }
-
-  // Appends to buffer_ up to `want` bytes in all; whether it holds them.
-  bool Fill(absl::string_view* bytes, size_t want) {
-    const size_t take = std::min(bytes->size(), want - buffer_.size());
-    buffer_.append(bytes->data(), take);
-    bytes->remove_prefix(take);
-    return buffer_.size() == want;
-  }
-
-  absl::Status Consume(absl::string_view bytes) {
-    while (!bytes.empty()) {
-      switch (state_) {
-        case State::kMagic:
-          if (!Fill(&bytes, kMagicBytes)) break;
-          if (buffer_ != absl::string_view(kArchiveMagic, kMagicBytes)) {
-            return absl::DataLossError(
-                "snapshot archive: it does not start with TSNAPv1 (not a Tessera snapshot "
-                "archive, or another version)");
-          }
-          buffer_.clear();
-          state_ = State::kManifestHeader;
-          break;
-        case State::kManifestHeader:
-          if (!Fill(&bytes, kManifestHeaderBytes)) break;
-          manifest_bytes_ = GetU32(buffer_.data());
-          manifest_crc_ = GetU32(buffer_.data() + 4);
-          if (manifest_bytes_ > kMaxManifestBytes) {
-            return absl::DataLossError(absl::StrCat("snapshot archive: manifest of ",
-                                                    manifest_bytes_, " bytes, expected at most ",
-                                                    kMaxManifestBytes));
-          }
-          buffer_.clear();
-          state_ = State::kManifest;
-          break;
-        case State::kManifest:
-          if (!Fill(&bytes, manifest_bytes_)) break;
-          TESSERA_RETURN_IF_ERROR(TakeManifest());
-          buffer_.clear();
-          break;
-        case State::kFiles:
-          TESSERA_RETURN_IF_ERROR(WriteFileBytes(&bytes));
-          break;
-        case State::kTrailer:
-          if (!Fill(&bytes, kMagicBytes)) break;
-          if (buffer_ != absl::string_view(kArchiveTrailer, kMagicBytes)) {
-            return absl::DataLossError(
-                "snapshot archive: its end marker is wrong (bytes after the last file)");
-          }
-          state_ = State::kDone;
-          break;
-        case State::kDone:
-          return absl::DataLossError(
-              absl::StrCat("snapshot archive: ", bytes.size(), " bytes after its end marker"));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status TakeManifest() {
-    if (internal::Crc32(buffer_) != manifest_crc_) {
-      return absl::DataLossError("snapshot archive: the manifest fails its CRC-32");
-    }
-    absl::StatusOr<SnapshotManifest> manifest = DecodeSnapshotManifest(buffer_);
+  absl::StatusOr<std::vector<SnapshotArchiveEntry>> OnManifest(absl::string_view text) override {
+    absl::StatusOr<SnapshotManifest> manifest = DecodeSnapshotManifest(text);
     if (!manifest.ok()) {
       return absl::DataLossError(
           absl::StrCat("snapshot archive: manifest: ", manifest.status().message()));
     }
     manifest_ = *std::move(manifest);
     bool has_schema = false;
+    std::vector<SnapshotArchiveEntry> entries;
     for (const SnapshotFile& file : manifest_.files) {
       if (!IsSafeRelativePath(file.path) || file.size < 0) {
         return absl::DataLossError(absl::StrCat("snapshot archive: manifest lists file ",
@@ -275,6 +182,7 @@ class ArchiveRestore final : public SnapshotRestore {
                                                 ", expected a relative path without '..'"));
       }
       has_schema |= file.path == "schema";
+      entries.push_back(SnapshotArchiveEntry{file.path, file.size, file.crc32});
     }
     if (!has_schema) {
       return absl::DataLossError("snapshot archive: the manifest lists no schema file");
@@ -292,64 +200,39 @@ class ArchiveRestore final : public SnapshotRestore {
       dir_.clear();
       return absl::InternalError(absl::StrCat("cannot create ", failed, ": ", error.message()));
     }
-    file_ = 0;
-    return StartFile();
+    return entries;
   }
 
-  // Opens manifest_.files[file_] (skipping to the trailer after the last).
-  absl::Status StartFile() {
-    while (file_ < manifest_.files.size()) {
-      const SnapshotFile& file = manifest_.files[file_];
-      const fs::path path = fs::path(dir_) / file.path;
-      std::error_code error;
-      fs::create_directories(path.parent_path(), error);
-      fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-      if (fd_ < 0) return ErrnoStatus(errno, "cannot create", path.string());
-      written_ = 0;
-      crc_ = 0;
-      state_ = State::kFiles;
-      if (file.size > 0) return absl::OkStatus();
-      TESSERA_RETURN_IF_ERROR(EndFile());
-    }
-    state_ = State::kTrailer;
+  absl::Status OnEntryBegin(size_t index) override {
+    const fs::path path = fs::path(dir_) / manifest_.files[index].path;
+    std::error_code error;
+    fs::create_directories(path.parent_path(), error);
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0) return ErrnoStatus(errno, "cannot create", path.string());
     return absl::OkStatus();
   }
 
-  absl::Status WriteFileBytes(absl::string_view* bytes) {
-    const SnapshotFile& file = manifest_.files[file_];
-    const size_t take = static_cast<size_t>(
-        std::min<int64_t>(static_cast<int64_t>(bytes->size()), file.size - written_));
-    const absl::string_view data = bytes->substr(0, take);
-    bytes->remove_prefix(take);
-    crc_ = internal::Crc32(data, crc_);
+  absl::Status OnEntryBytes(size_t index, absl::string_view data) override {
     for (size_t done = 0; done < data.size();) {
       const ssize_t n = ::write(fd_, data.data() + done, data.size() - done);
-      if (n < 0) return ErrnoStatus(errno, "cannot write", (fs::path(dir_) / file.path).string());
+      if (n < 0) {
+        return ErrnoStatus(errno, "cannot write",
+                           (fs::path(dir_) / manifest_.files[index].path).string());
+      }
       done += static_cast<size_t>(n);
     }
-    written_ += static_cast<int64_t>(take);
-    if (written_ < file.size) return absl::OkStatus();
-    TESSERA_RETURN_IF_ERROR(EndFile());
-    ++file_;
-    return StartFile();
+    return absl::OkStatus();
   }
 
-  // Verifies and closes the current file: durable before the collection opens (RocksDB does not
-  // sync files it finds at open).
-  absl::Status EndFile() {
-    const SnapshotFile& file = manifest_.files[file_];
-    if (crc_ != file.crc32) {
-      return absl::DataLossError(absl::StrCat("snapshot file '", file.path, "': CRC-32 ",
-                                              absl::StrFormat("%08x", crc_), ", the manifest says ",
-                                              absl::StrFormat("%08x", file.crc32),
-                                              " (the snapshot is corrupt)"));
-    }
+  // The file is complete and matched its CRC-32: durable before the collection opens (RocksDB
+  // does not sync files it finds at open).
+  absl::Status OnEntryEnd(size_t index) override {
     const int fd = fd_;
     fd_ = -1;
     const int synced = ::fsync(fd);
     const int err = errno;
     ::close(fd);
-    if (synced != 0) return ErrnoStatus(err, "cannot fsync", file.path);
+    if (synced != 0) return ErrnoStatus(err, "cannot fsync", manifest_.files[index].path);
     return absl::OkStatus();
   }
 
@@ -361,16 +244,10 @@ class ArchiveRestore final : public SnapshotRestore {
   Engine* const engine_;
   const std::string new_name_;
   absl::Status status_;
-  State state_ = State::kMagic;
-  std::string buffer_;
-  uint32_t manifest_bytes_ = 0;
-  uint32_t manifest_crc_ = 0;
+  SnapshotArchiveReader reader_;
   SnapshotManifest manifest_;
   std::string dir_;  // the staging directory the files go to; empty once adopted
-  size_t file_ = 0;
-  int fd_ = -1;
-  int64_t written_ = 0;
-  uint32_t crc_ = 0;
+  int fd_ = -1;      // the file being written
 };
 
 // Reads a local snapshot as the archive: head, then each file's bytes, then the trailer.
@@ -389,12 +266,7 @@ class ArchiveReader final : public SnapshotArchive {
   absl::StatusOr<std::string> Next() override {
     if (!started_) {
       started_ = true;
-      const std::string text = EncodeSnapshotManifest(manifest_);
-      std::string head(kArchiveMagic, kMagicBytes);
-      PutU32(static_cast<uint32_t>(text.size()), &head);
-      PutU32(internal::Crc32(text), &head);
-      head += text;
-      return head;
+      return EncodeSnapshotArchiveHead(EncodeSnapshotManifest(manifest_));
     }
     while (file_ < manifest_.files.size()) {
       const SnapshotFile& file = manifest_.files[file_];
@@ -430,7 +302,7 @@ class ArchiveReader final : public SnapshotArchive {
     }
     if (!ended_) {
       ended_ = true;
-      return std::string(kArchiveTrailer, kMagicBytes);
+      return std::string(SnapshotArchiveEndMarker());
     }
     return std::string();
   }

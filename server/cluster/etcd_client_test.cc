@@ -68,24 +68,12 @@ auto RetryWhileUnavailable(Call call, absl::Duration timeout = absl::Seconds(10)
   return result;
 }
 
-class EtcdClientTest : public ::testing::Test {
+class EtcdClientTest : public EtcdTest {
  protected:
   void SetUp() override {
-    absl::StatusOr<std::unique_ptr<EtcdTestServer>> etcd = EtcdTestServer::Start();
-    if (absl::IsNotFound(etcd.status())) GTEST_SKIP() << etcd.status().message();
-    ASSERT_TRUE(etcd.ok()) << etcd.status();
-    etcd_ = *std::move(etcd);
+    EtcdTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     client_ = NewClient(absl::Seconds(5));
-  }
-
-  std::unique_ptr<EtcdClient> NewClient(absl::Duration call_timeout) {
-    EtcdClientOptions options;
-    options.endpoint = etcd_->endpoint();
-    options.call_timeout = call_timeout;
-    options.max_reconnect_backoff = absl::Milliseconds(500);
-    absl::StatusOr<std::unique_ptr<EtcdClient>> client = EtcdClient::Create(options);
-    EXPECT_TRUE(client.ok()) << client.status();
-    return client.ok() ? *std::move(client) : nullptr;
   }
 
   std::vector<std::string> Keys(const RangeResult& range) {
@@ -94,7 +82,6 @@ class EtcdClientTest : public ::testing::Test {
     return keys;
   }
 
-  std::unique_ptr<EtcdTestServer> etcd_;
   std::unique_ptr<EtcdClient> client_;
 };
 

@@ -392,4 +392,26 @@ absl::Status EtcdTestServer::Restart() {
 
 std::string EtcdTestServer::LogTail() const { return FileTail(dir_ + "/etcd.log"); }
 
+EtcdClientOptions EtcdTestServer::ClientOptions(absl::Duration call_timeout) const {
+  EtcdClientOptions options;
+  options.endpoint = endpoint_;
+  options.call_timeout = call_timeout;
+  options.max_reconnect_backoff = absl::Milliseconds(500);
+  return options;
+}
+
+void EtcdTest::SetUp() {
+  absl::StatusOr<std::unique_ptr<EtcdTestServer>> etcd = EtcdTestServer::Start();
+  if (absl::IsNotFound(etcd.status())) GTEST_SKIP() << etcd.status().message();
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  etcd_ = *std::move(etcd);
+}
+
+std::unique_ptr<EtcdClient> EtcdTest::NewClient(absl::Duration call_timeout) {
+  absl::StatusOr<std::unique_ptr<EtcdClient>> client =
+      EtcdClient::Create(etcd_->ClientOptions(call_timeout));
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
 }  // namespace tessera::cluster

@@ -19,6 +19,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "server/cluster/etcd_client.h"
 
 namespace tessera::cluster {
 
@@ -78,6 +80,9 @@ class EtcdTestServer {
   // etcd's --data-dir.
   std::string data_dir() const { return dir_ + "/data"; }
   bool running() const { return pid_ > 0; }
+  // Options for a plaintext client of this server (a TLS one needs credentials too): each call
+  // within `call_timeout`, a broken connection retried within 500 ms.
+  EtcdClientOptions ClientOptions(absl::Duration call_timeout = absl::Seconds(5)) const;
 
   // SIGTERM, then waits for the exit (SIGKILL after 10 s). OK when not running.
   absl::Status Stop();
@@ -103,6 +108,17 @@ class EtcdTestServer {
   const std::string endpoint_;
   const EtcdTestTlsFiles tls_files_;
   pid_t pid_ = -1;
+};
+
+// A fixture with a fresh plaintext etcd for each test (skipped when the etcd binary is missing).
+class EtcdTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  // A client of etcd_ (see EtcdTestServer::ClientOptions); null, with a test failure, when it
+  // cannot be made.
+  std::unique_ptr<EtcdClient> NewClient(absl::Duration call_timeout = absl::Seconds(5));
+
+  std::unique_ptr<EtcdTestServer> etcd_;
 };
 
 }  // namespace tessera::cluster

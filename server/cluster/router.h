@@ -164,6 +164,35 @@ class Router final : public server::Backend {
   absl::StatusOr<std::set<uint32_t>> Acknowledge(const std::string& name,
                                                  const v1::ClusterCollection& seen,
                                                  const std::map<uint32_t, ShardWrite>& writes);
+  // What a write's fan-out did (WriteToReplicas).
+  struct ReplicatedWrite {
+    // Per shard written: the replicas that stored the write and those that missed it.
+    std::map<uint32_t, ShardWrite> writes;
+    // Per shard: "<node>: <message>" of each replica whose call failed.
+    std::vector<std::vector<std::string>> failures;
+    // Acknowledge's answer: the shards whose write is refused.
+    absl::StatusOr<std::set<uint32_t>> refused;
+  };
+  // The fan-out of a write (Upsert's, Delete's): CallReplicas with these arguments, each call
+  // UnaryCall(stub, method, part, response) (method: the stub's Async… method), then each
+  // replica sorted, in call order, into those that stored the write and those that missed it —
+  // a replica that is down missed it; one whose call failed missed it, unless
+  // callers_error(status) says every replica shares that failure (a bad request), which is then
+  // the answer, nothing acknowledged; one whose call succeeded stored it when
+  // stored(call, calls) says so (which also takes the call's answer) — then Acknowledge.
+  template <typename Response, typename Part, typename Method, typename CountAnswers,
+            typename CallersError, typename Stored>
+  absl::StatusOr<ReplicatedWrite> WriteToReplicas(const v1::ClusterCollection& collection,
+                                                  const std::string& name, std::vector<Part>* parts,
+                                                  const std::vector<std::vector<int>>& positions,
+                                                  const char* items, Method method,
+                                                  CountAnswers count_answers,
+                                                  CallersError callers_error, Stored stored);
+  // UNAVAILABLE "shard 2 of collection 'papers' unavailable (<the replicas' failures>)", or with
+  // `no_failure` in the parentheses when no replica's call failed.
+  static absl::Status ShardUnavailable(const std::string& name, uint32_t shard,
+                                       const std::vector<std::string>& failures,
+                                       absl::string_view no_failure);
   // Waits until this router's view holds its own last write (so that a client reads it back
   // from the same router at once; other routers see it as their watch delivers it).
   void WaitUntilSeen(const std::string& key);

@@ -9,9 +9,9 @@
 //   snapshot is recorded in etcd under /tessera/snapshots/<id> (ClusterSnapshot JSON: schema,
 //   replicas per shard, per shard the node and its local snapshot id); List, Get and Delete read
 //   it there.
-// - Archive (download): version 1 of the format (tessera/snapshot.h) whose manifest is a cluster
-//   manifest, and whose files are the shards' own archives, streamed in shard order from the nodes
-//   that hold them:
+// - Archive (download): version 1 of the format (tessera/snapshot.h, whose SnapshotArchiveReader
+//   and EncodeSnapshotArchiveHead frame it) whose manifest is a cluster manifest, and whose files
+//   are the shards' own archives, streamed in shard order from the nodes that hold them:
 //     tessera-cluster-snapshot 1 / id / collection / created_unix_micros / cut_micros /
 //     replicas <n> / schema <base64 of the CollectionSchema> / shard <i> <archive bytes> (each)
 //   A shard's archive carries its own CRC-32s, which the nodes verify as they restore it.
@@ -19,8 +19,6 @@
 //   create (a CREATING key in etcd, replica r of shard s on live node (h + s + r) mod n), each
 //   shard's archive streamed to every replica of it (ShardService.RestoreReplicaSnapshot), then
 //   the key made READY; on any failure the restored replicas are dropped and the key deleted.
-#include <zlib.h>
-
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -36,9 +34,9 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "server/cluster/router.h"
+#include "server/cluster/shard_service.h"
 #include "server/convert.h"
 #include "server/log.h"
-#include "server/shard_service.h"
 #include "tessera/document.h"
 #include "tessera/status_macros.h"
 #include "tessera/wire/status.h"
@@ -50,29 +48,10 @@ using server::Log;
 using wire::FromGrpcStatus;
 
 constexpr absl::string_view kSnapshotsPrefix = "/tessera/snapshots/";
-constexpr absl::string_view kMagic = "TSNAPv1\n";
-constexpr absl::string_view kTrailer = "TSNAPEND";
-constexpr size_t kMaxManifestBytes = size_t{1} << 20;
+constexpr uint32_t kMaxManifestBytes = 1u << 20;
 constexpr size_t kChunkBytes = size_t{1} << 20;
 
-// zlib's CRC-32, the checksum of the standalone archive's manifest (index/common/crc32.h).
-uint32_t Crc32(absl::string_view bytes) {
-  return static_cast<uint32_t>(
-      crc32(0, reinterpret_cast<const Bytef*>(bytes.data()), static_cast<uInt>(bytes.size())));
-}
-
 std::string SnapshotKey(const std::string& id) { return absl::StrCat(kSnapshotsPrefix, id); }
-
-void PutU32(uint32_t value, std::string* out) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-
-uint32_t GetU32(const char* p) {
-  uint32_t value = 0;
-  for (int i = 0; i < 4; ++i)
-    value |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return value;
-}
 
 std::string NewId(const std::string& collection) {
   static std::atomic<uint32_t> counter{0};
@@ -344,12 +323,7 @@ class ClusterArchive final : public SnapshotArchive {
   absl::StatusOr<std::string> Next() override {
     if (!started_) {
       started_ = true;
-      const std::string text = EncodeClusterManifest(snapshot_);
-      std::string head(kMagic);
-      PutU32(static_cast<uint32_t>(text.size()), &head);
-      PutU32(Crc32(text), &head);
-      head += text;
-      return head;
+      return EncodeSnapshotArchiveHead(EncodeClusterManifest(snapshot_));
     }
     while (shard_ < snapshot_.shards_size()) {
       const v1::ReplicaSnapshot& shard = snapshot_.shards(shard_);
@@ -382,7 +356,7 @@ class ClusterArchive final : public SnapshotArchive {
     }
     if (!ended_) {
       ended_ = true;
-      return std::string(kTrailer);
+      return std::string(SnapshotArchiveEndMarker());
     }
     return std::string();
   }
@@ -400,33 +374,32 @@ class ClusterArchive final : public SnapshotArchive {
   v1::SnapshotChunk chunk_;
 };
 
-// Restores a cluster archive: placement and a CREATING key once the manifest has arrived, each
-// shard's archive streamed to every replica of its shard, READY at Finish. Undone on failure.
-class ClusterRestore final : public SnapshotRestore {
+// Restores a cluster archive (read by SnapshotArchiveReader, whose entries are the shards'
+// archives): placement and a CREATING key once the manifest has arrived, each shard's archive
+// streamed to every replica of its shard, READY at Finish. Undone on failure.
+class ClusterRestore final : public SnapshotRestore, private SnapshotArchiveReader::Handler {
  public:
   ClusterRestore(Router* router, std::string new_name)
-      : router_(router), new_name_(std::move(new_name)) {}
+      : router_(router), new_name_(std::move(new_name)), reader_(this, kMaxManifestBytes) {}
   ~ClusterRestore() override {
     if (!done_) Undo();
   }
 
   absl::Status Add(absl::string_view bytes) override {
     if (!error_.ok()) return error_;
-    error_ = Consume(bytes);
+    error_ = reader_.Add(bytes);
     return error_;
   }
 
   absl::StatusOr<SnapshotManifest> Finish() override {
     TESSERA_RETURN_IF_ERROR(error_);
-    if (state_ != State::kEnded) {
-      if (state_ == State::kShard) {
+    if (!reader_.ended()) {
+      if (reader_.current_entry().has_value()) {
         // The nodes say where their archive was cut (DATA_LOSS naming the file).
         const absl::Status cut = CloseShard();
         if (!cut.ok()) return cut;
       }
-      return absl::DataLossError(absl::StrCat(
-          "cluster snapshot archive: truncated",
-          state_ == State::kShard ? absl::StrCat(" in shard ", shard_, "'s archive") : ""));
+      return reader_.Finish();
     }
     v1::ClusterCollection collection = placed_;
     collection.set_state(v1::ClusterCollection::READY);
@@ -448,85 +421,26 @@ class ClusterRestore final : public SnapshotRestore {
   }
 
  private:
-  enum class State { kMagic, kHeader, kManifest, kShard, kTrailer, kEnded };
-
-  bool Fill(absl::string_view* bytes, size_t want) {
-    const size_t take = std::min(bytes->size(), want - buffer_.size());
-    buffer_.append(bytes->data(), take);
-    bytes->remove_prefix(take);
-    return buffer_.size() == want;
-  }
-
-  absl::Status Consume(absl::string_view bytes) {
-    while (!bytes.empty()) {
-      switch (state_) {
-        case State::kMagic:
-          if (!Fill(&bytes, kMagic.size())) break;
-          if (buffer_ != kMagic) {
-            return absl::DataLossError(
-                "snapshot archive: it does not start with TSNAPv1 (not a Tessera snapshot "
-                "archive, or another version)");
-          }
-          buffer_.clear();
-          state_ = State::kHeader;
-          break;
-        case State::kHeader:
-          if (!Fill(&bytes, 8)) break;
-          manifest_bytes_ = GetU32(buffer_.data());
-          manifest_crc_ = GetU32(buffer_.data() + 4);
-          if (manifest_bytes_ > kMaxManifestBytes) {
-            return absl::DataLossError(absl::StrCat("snapshot archive: manifest of ",
-                                                    manifest_bytes_, " bytes, expected at most ",
-                                                    kMaxManifestBytes));
-          }
-          buffer_.clear();
-          state_ = State::kManifest;
-          break;
-        case State::kManifest: {
-          if (!Fill(&bytes, manifest_bytes_)) break;
-          if (Crc32(buffer_) != manifest_crc_) {
-            return absl::DataLossError("snapshot archive: the manifest fails its CRC-32");
-          }
-          TESSERA_ASSIGN_OR_RETURN(snapshot_, DecodeClusterManifest(buffer_));
-          buffer_.clear();
-          TESSERA_RETURN_IF_ERROR(Place());
-          shard_ = 0;
-          state_ = State::kShard;
-          TESSERA_RETURN_IF_ERROR(OpenShard());
-          break;
-        }
-        case State::kShard: {
-          const uint64_t want = snapshot_.shards(shard_).archive_bytes() - sent_;
-          const absl::string_view piece =
-              bytes.substr(0, static_cast<size_t>(std::min<uint64_t>(want, bytes.size())));
-          bytes.remove_prefix(piece.size());
-          sent_ += piece.size();
-          TESSERA_RETURN_IF_ERROR(Send(piece));
-          if (sent_ == snapshot_.shards(shard_).archive_bytes()) {
-            TESSERA_RETURN_IF_ERROR(CloseShard());
-            ++shard_;
-            if (shard_ == snapshot_.shards_size()) {
-              state_ = State::kTrailer;
-            } else {
-              TESSERA_RETURN_IF_ERROR(OpenShard());
-            }
-          }
-          break;
-        }
-        case State::kTrailer:
-          if (!Fill(&bytes, kTrailer.size())) break;
-          if (buffer_ != kTrailer) {
-            return absl::DataLossError("snapshot archive: the trailer TSNAPEND is missing");
-          }
-          buffer_.clear();
-          state_ = State::kEnded;
-          break;
-        case State::kEnded:
-          return absl::DataLossError("snapshot archive: bytes after its trailer");
-      }
+  // The cluster manifest: the collection placed, and the shards' archives as the entries.
+  absl::StatusOr<std::vector<SnapshotArchiveEntry>> OnManifest(absl::string_view text) override {
+    TESSERA_ASSIGN_OR_RETURN(snapshot_, DecodeClusterManifest(text));
+    TESSERA_RETURN_IF_ERROR(Place());
+    std::vector<SnapshotArchiveEntry> entries;
+    for (const SnapshotFile& file : ManifestOf(snapshot_).files) {
+      // Each shard's archive carries its own CRC-32s, which the nodes check.
+      entries.push_back(SnapshotArchiveEntry{file.path, file.size, std::nullopt});
     }
-    return absl::OkStatus();
+    return entries;
   }
+
+  absl::Status OnEntryBegin(size_t shard) override {
+    shard_ = static_cast<int>(shard);
+    return OpenShard();
+  }
+
+  absl::Status OnEntryBytes(size_t, absl::string_view bytes) override { return Send(bytes); }
+
+  absl::Status OnEntryEnd(size_t) override { return CloseShard(); }
 
   // Placement as CreateCollection's, under a CREATING key.
   absl::Status Place() {
@@ -577,7 +491,6 @@ class ClusterRestore final : public SnapshotRestore {
   };
 
   absl::Status OpenShard() {
-    sent_ = 0;
     streams_.clear();
     for (const v1::ReplicaPlacement& replica : placed_.shards(shard_).replicas()) {
       auto stream = std::make_unique<Stream>();
@@ -596,7 +509,6 @@ class ClusterRestore final : public SnapshotRestore {
   }
 
   absl::Status Send(absl::string_view piece) {
-    if (piece.empty()) return absl::OkStatus();
     v1::RestoreSnapshotRequest request;
     request.set_data(std::string(piece));
     for (const auto& stream : streams_) {
@@ -647,16 +559,12 @@ class ClusterRestore final : public SnapshotRestore {
   Router* const router_;
   const std::string new_name_;
   absl::Status error_;
-  State state_ = State::kMagic;
-  std::string buffer_;
-  size_t manifest_bytes_ = 0;
-  uint32_t manifest_crc_ = 0;
+  SnapshotArchiveReader reader_;
   v1::ClusterSnapshot snapshot_;
   v1::ClusterCollection placed_;
   bool reserved_ = false;
   bool done_ = false;
-  int shard_ = 0;
-  uint64_t sent_ = 0;
+  int shard_ = 0;  // the shard whose archive is arriving
   std::vector<std::unique_ptr<Stream>> streams_;
   std::vector<std::pair<uint32_t, std::string>> restored_;  // replicas whose restore began
 };

@@ -14,9 +14,9 @@
 #include "server/cluster/fan_out.h"
 #include "server/cluster/router.h"
 #include "server/cluster/router_internal.h"
+#include "server/cluster/shard_service.h"
 #include "server/convert.h"
 #include "server/log.h"
-#include "server/shard_service.h"
 #include "tessera/collection.h"
 #include "tessera/document.h"
 #include "tessera/merge.h"
@@ -133,6 +133,45 @@ std::vector<Router::ReplicaCall<Response>> Router::CallReplicas(
   return calls;
 }
 
+template <typename Response, typename Part, typename Method, typename CountAnswers,
+          typename CallersError, typename Stored>
+absl::StatusOr<Router::ReplicatedWrite> Router::WriteToReplicas(
+    const v1::ClusterCollection& collection, const std::string& name, std::vector<Part>* parts,
+    const std::vector<std::vector<int>>& positions, const char* items, Method method,
+    CountAnswers count_answers, CallersError callers_error, Stored stored) {
+  // One call per (shard, live replica); replicas that are down missed the write.
+  std::vector<std::pair<uint32_t, std::string>> down;
+  const std::vector<ReplicaCall<Response>> calls = CallReplicas<Response>(
+      collection, name, parts, positions, items,
+      [method](v1::ShardService::Stub* stub, const Part* part, Response* response) {
+        return UnaryCall(stub, method, part, response);
+      },
+      count_answers, &down);
+  ReplicatedWrite write;
+  write.failures.resize(parts->size());
+  for (const auto& [shard, node] : down) write.writes[shard].missed.push_back(node);
+  for (const auto& call : calls) {
+    ShardWrite& shard_write = write.writes[call.shard];
+    if (!call.status.ok()) {
+      if (callers_error(call.status)) return call.status;
+      write.failures[call.shard].push_back(absl::StrCat(call.node, ": ", call.status.message()));
+      shard_write.missed.push_back(call.node);
+      continue;
+    }
+    (stored(call, calls) ? shard_write.stored : shard_write.missed).push_back(call.node);
+  }
+  write.refused = Acknowledge(name, collection, write.writes);
+  return write;
+}
+
+absl::Status Router::ShardUnavailable(const std::string& name, uint32_t shard,
+                                      const std::vector<std::string>& failures,
+                                      absl::string_view no_failure) {
+  return absl::UnavailableError(absl::StrCat(
+      ShardName(name, shard), " unavailable (",
+      failures.empty() ? std::string(no_failure) : absl::StrJoin(failures, "; "), ")"));
+}
+
 Mutex* Router::WritesOf(const std::string& name) {
   MutexLock lock(&writes_mu_);
   std::unique_ptr<Mutex>& mu = writes_[name];
@@ -159,58 +198,47 @@ absl::Status Router::Upsert(const v1::UpsertRequest& request, v1::UpsertResponse
     *parts[s].add_documents() = request.documents(i);
     positions[s].push_back(i);
   }
-  // One call per (shard, live replica); replicas that are down missed the write.
-  std::vector<std::pair<uint32_t, std::string>> down;
-  std::vector<ReplicaCall<v1::UpsertResponse>> calls = CallReplicas<v1::UpsertResponse>(
-      entry.collection, name, &parts, positions, "documents",
-      [](v1::ShardService::Stub* stub, const v1::ShardUpsertRequest* part,
-         v1::UpsertResponse* answer) {
-        return UnaryCall(stub, &v1::ShardService::Stub::AsyncUpsert, part, answer);
-      },
-      [](const v1::UpsertResponse& answer) { return answer.results_size(); }, &down);
-
   // Per document: the first replica's result, unless a replica failed the document (then that
   // failure). A replica that failed the call, or a document another replica stored, missed the
   // write.
   std::vector<v1::DocumentResult> results(static_cast<size_t>(request.documents_size()));
-  std::map<uint32_t, ShardWrite> writes;
-  std::vector<std::vector<std::string>> failures(shards);
   std::vector<bool> merged_any(shards, false);
-  for (const auto& [shard, node] : down) writes[shard].missed.push_back(node);
-  for (const auto& call : calls) {
-    ShardWrite& write = writes[call.shard];
-    if (!call.status.ok()) {
-      failures[call.shard].push_back(absl::StrCat(call.node, ": ", call.status.message()));
-      write.missed.push_back(call.node);
-      continue;
-    }
-    const bool first = !merged_any[call.shard];
-    merged_any[call.shard] = true;
-    bool missed_one = false;
-    for (size_t j = 0; j < positions[call.shard].size(); ++j) {
-      const int index = static_cast<int>(j);
-      const bool stored_elsewhere = std::any_of(calls.begin(), calls.end(), [&](const auto& other) {
-        return other.shard == call.shard && other.status.ok() &&
-               other.response.results(index).code() == 0;
-      });
-      missed_one = missed_one || (call.response.results(index).code() != 0 && stored_elsewhere);
-      v1::DocumentResult& merged = results[static_cast<size_t>(positions[call.shard][j])];
-      const v1::DocumentResult& result = call.response.results(index);
-      if (first || (merged.code() == 0 && result.code() != 0)) merged = result;
-    }
-    (missed_one ? write.missed : write.stored).push_back(call.node);
-  }
-  absl::StatusOr<std::set<uint32_t>> refused = Acknowledge(name, entry.collection, writes);
-  for (const auto& [shard, write] : writes) {
+  using Call = ReplicaCall<v1::UpsertResponse>;
+  TESSERA_ASSIGN_OR_RETURN(
+      const ReplicatedWrite write,
+      WriteToReplicas<v1::UpsertResponse>(
+          entry.collection, name, &parts, positions, "documents",
+          &v1::ShardService::Stub::AsyncUpsert,
+          [](const v1::UpsertResponse& answer) { return answer.results_size(); },
+          [](const absl::Status&) { return false; },
+          [&](const Call& call, const std::vector<Call>& calls) {
+            const bool first = !merged_any[call.shard];
+            merged_any[call.shard] = true;
+            bool missed_one = false;
+            for (size_t j = 0; j < positions[call.shard].size(); ++j) {
+              const int index = static_cast<int>(j);
+              const bool stored_elsewhere =
+                  std::any_of(calls.begin(), calls.end(), [&](const Call& other) {
+                    return other.shard == call.shard && other.status.ok() &&
+                           other.response.results(index).code() == 0;
+                  });
+              missed_one =
+                  missed_one || (call.response.results(index).code() != 0 && stored_elsewhere);
+              v1::DocumentResult& merged = results[static_cast<size_t>(positions[call.shard][j])];
+              const v1::DocumentResult& result = call.response.results(index);
+              if (first || (merged.code() == 0 && result.code() != 0)) merged = result;
+            }
+            return !missed_one;
+          }));
+  for (const auto& [shard, shard_write] : write.writes) {
     absl::Status failure;
-    if (!refused.ok()) {
+    if (!write.refused.ok()) {
       failure = absl::UnavailableError(
           absl::StrCat(ShardName(name, shard), ": a replica missed the write and etcd could not ",
-                       "record it: ", refused.status().message()));
-    } else if (refused->count(shard) > 0) {
-      if (failures[shard].empty()) failures[shard].emplace_back("no serving replica stored it");
-      failure = absl::UnavailableError(absl::StrCat(ShardName(name, shard), " unavailable (",
-                                                    absl::StrJoin(failures[shard], "; "), ")"));
+                       "record it: ", write.refused.status().message()));
+    } else if (write.refused->count(shard) > 0) {
+      failure =
+          ShardUnavailable(name, shard, write.failures[shard], "no serving replica stored it");
     }
     if (failure.ok()) continue;
     for (int position : positions[shard]) {
@@ -246,55 +274,40 @@ absl::Status Router::Delete(const v1::DeleteRequest& request, v1::DeleteResponse
     parts[s].add_ids(request.ids(i));
     positions[s].push_back(i);
   }
-  std::vector<std::pair<uint32_t, std::string>> down;
-  std::vector<ReplicaCall<v1::DeleteResponse>> calls = CallReplicas<v1::DeleteResponse>(
-      entry.collection, name, &parts, positions, "ids",
-      [](v1::ShardService::Stub* stub, const v1::ShardDeleteRequest* part,
-         v1::DeleteResponse* answer) {
-        return UnaryCall(stub, &v1::ShardService::Stub::AsyncDelete, part, answer);
-      },
-      [&request](const v1::DeleteResponse& answer) {
-        return request.has_filter() ? 1 : answer.existed_size();
-      },
-      &down);
   // By filter: each shard's count of deleted documents, from its first replica that answered
   // (replicas hold the same documents).
   std::vector<std::optional<uint64_t>> deleted_by_shard(shards);
   std::vector<bool> existed(static_cast<size_t>(request.ids_size()), false);
-  std::map<uint32_t, ShardWrite> writes;
-  std::vector<std::vector<std::string>> failures(shards);
-  for (const auto& [shard, node] : down) writes[shard].missed.push_back(node);
-  for (const auto& call : calls) {
-    ShardWrite& write = writes[call.shard];
-    if (!call.status.ok()) {
-      // A request-level error every replica shares (a bad id) is the caller's.
-      if (!Retryable(call.status) && call.status.code() != absl::StatusCode::kDeadlineExceeded) {
-        return call.status;
-      }
-      failures[call.shard].push_back(absl::StrCat(call.node, ": ", call.status.message()));
-      write.missed.push_back(call.node);
-      continue;
-    }
-    write.stored.push_back(call.node);
-    if (request.has_filter()) {
-      if (!deleted_by_shard[call.shard].has_value()) {
-        deleted_by_shard[call.shard] = call.response.deleted();
-      }
-      continue;
-    }
-    for (size_t j = 0; j < positions[call.shard].size(); ++j) {
-      if (call.response.existed(static_cast<int>(j))) {
-        existed[static_cast<size_t>(positions[call.shard][j])] = true;
-      }
-    }
-  }
-  TESSERA_ASSIGN_OR_RETURN(const std::set<uint32_t> refused,
-                           Acknowledge(name, entry.collection, writes));
-  if (!refused.empty()) {
-    const uint32_t shard = *refused.begin();
-    if (failures[shard].empty()) failures[shard].emplace_back("no serving replica took it");
-    return absl::UnavailableError(absl::StrCat(ShardName(name, shard), " unavailable (",
-                                               absl::StrJoin(failures[shard], "; "), ")"));
+  using Call = ReplicaCall<v1::DeleteResponse>;
+  TESSERA_ASSIGN_OR_RETURN(
+      const ReplicatedWrite write,
+      WriteToReplicas<v1::DeleteResponse>(
+          entry.collection, name, &parts, positions, "ids", &v1::ShardService::Stub::AsyncDelete,
+          [&request](const v1::DeleteResponse& answer) {
+            return request.has_filter() ? 1 : answer.existed_size();
+          },
+          // A request-level error every replica shares (a bad id) is the caller's.
+          [](const absl::Status& status) {
+            return !Retryable(status) && status.code() != absl::StatusCode::kDeadlineExceeded;
+          },
+          [&](const Call& call, const std::vector<Call>&) {
+            if (request.has_filter()) {
+              if (!deleted_by_shard[call.shard].has_value()) {
+                deleted_by_shard[call.shard] = call.response.deleted();
+              }
+              return true;
+            }
+            for (size_t j = 0; j < positions[call.shard].size(); ++j) {
+              if (call.response.existed(static_cast<int>(j))) {
+                existed[static_cast<size_t>(positions[call.shard][j])] = true;
+              }
+            }
+            return true;
+          }));
+  TESSERA_RETURN_IF_ERROR(write.refused.status());
+  if (!write.refused->empty()) {
+    const uint32_t shard = *write.refused->begin();
+    return ShardUnavailable(name, shard, write.failures[shard], "no serving replica took it");
   }
   uint64_t deleted = 0;
   for (bool e : existed) {

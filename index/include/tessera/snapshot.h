@@ -19,12 +19,18 @@
 //   sequence <shard> <RocksDB sequence of the shard at the cut> (one per shard) / cut_micros <n> /
 //   file <size> <CRC-32, 8 hex digits> <relative path> (one per file)
 // The CRC-32 is zlib's polynomial (index/common/crc32.h, the checksum of every stored record).
+// The framing (magic, manifest length and CRC-32, entries back to back, end marker) is also a
+// cluster snapshot's (server/cluster/router_snapshots.cc), whose manifest is a cluster manifest
+// and whose entries are the shards' own archives: both read and write it through
+// SnapshotArchiveReader and EncodeSnapshotArchiveHead below, its one implementation.
 #ifndef TESSERA_SNAPSHOT_H_
 #define TESSERA_SNAPSHOT_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,6 +65,97 @@ struct SnapshotManifest {
 // The manifest's text form (see the file comment) and back; DATA_LOSS for text that is not one.
 std::string EncodeSnapshotManifest(const SnapshotManifest& manifest);
 absl::StatusOr<SnapshotManifest> DecodeSnapshotManifest(absl::string_view text);
+
+// The archive's framing (version 1, see the file comment).
+//
+// Writing one: EncodeSnapshotArchiveHead(manifest text), then each entry's bytes in the
+// manifest's order, then SnapshotArchiveEndMarker().
+std::string EncodeSnapshotArchiveHead(absl::string_view manifest_text);
+absl::string_view SnapshotArchiveEndMarker();  // "TSNAPEND"
+
+// One entry of an archive after its manifest, as the reader's handler reads the manifest.
+struct SnapshotArchiveEntry {
+  std::string name;  // in messages: "file '<name>'"
+  int64_t size = 0;  // bytes, >= 0
+  // Checked against the entry's bytes when set (a cluster archive's entries, the shards' own
+  // archives, carry their own checksums instead).
+  std::optional<uint32_t> crc32;
+};
+
+// Reads an archive from its bytes, in any chunking, and hands what they hold to a Handler: the
+// manifest's text once its length is within bounds and its CRC-32 matches, then each entry's
+// bytes (the entries are the handler's reading of the manifest), each entry checked against its
+// size and CRC-32, then the end marker, after which nothing may follow. Single-threaded (one
+// stream); the handler outlives the reader.
+class SnapshotArchiveReader {
+ public:
+  // Called in archive order; an error from any of them stops the reader (Add returns it).
+  class Handler {
+   public:
+    virtual ~Handler() = default;
+    // The manifest's text (its CRC-32 matched): the entries that follow, in order.
+    virtual absl::StatusOr<std::vector<SnapshotArchiveEntry>> OnManifest(
+        absl::string_view text) = 0;
+    // Entry `index` begins (before its bytes; an empty entry too).
+    virtual absl::Status OnEntryBegin(size_t index) = 0;
+    // The next bytes of entry `index`, in order; never empty.
+    virtual absl::Status OnEntryBytes(size_t index, absl::string_view bytes) = 0;
+    // Entry `index` has all its bytes, and they match its CRC-32 when it has one.
+    virtual absl::Status OnEntryEnd(size_t index) = 0;
+  };
+
+  static constexpr uint32_t kDefaultMaxManifestBytes = 64u << 20;
+
+  explicit SnapshotArchiveReader(Handler* handler,
+                                 uint32_t max_manifest_bytes = kDefaultMaxManifestBytes)
+      : handler_(handler), max_manifest_bytes_(max_manifest_bytes) {}
+
+  // The next bytes of the archive. DATA_LOSS when they do not start with the magic (not a
+  // snapshot archive, or another version), for a manifest longer than max_manifest_bytes or
+  // failing its CRC-32, for an entry failing its CRC-32 (naming it: "snapshot file '<name>':
+  // CRC-32 …"), for a wrong end marker and for bytes after it; or the handler's error. The first
+  // error is final: every later Add and Finish returns it.
+  absl::Status Add(absl::string_view bytes);
+  // The archive has ended: OK when its end marker has arrived; otherwise DATA_LOSS "snapshot
+  // archive truncated …" saying where: in its manifest, in file '<name>' (n of m bytes), or
+  // before its end marker.
+  absl::Status Finish() const;
+
+  // Whether the end marker has arrived.
+  bool ended() const { return state_ == State::kEnded; }
+  // The entry whose bytes are arriving (begun and not ended); nullopt before the first entry
+  // begins and after the last one ends.
+  std::optional<size_t> current_entry() const {
+    if (state_ != State::kEntries) return std::nullopt;
+    return entry_;
+  }
+
+ private:
+  enum class State { kMagic, kManifestHeader, kManifest, kEntries, kEndMarker, kEnded };
+
+  absl::Status Consume(absl::string_view bytes);
+  // Appends to buffer_ from *bytes up to `want` bytes in all; whether it holds them.
+  bool Fill(absl::string_view* bytes, size_t want);
+  absl::Status TakeManifest();
+  // Begins entries_[entry_] and, while they are empty, ends them and begins the next; after the
+  // last, the end marker is due.
+  absl::Status BeginEntries();
+  absl::Status TakeEntryBytes(absl::string_view* bytes);
+  // Checks entries_[entry_]'s CRC-32, ends it and moves to the next.
+  absl::Status EndEntry();
+
+  Handler* const handler_;
+  const uint32_t max_manifest_bytes_;
+  absl::Status status_;
+  State state_ = State::kMagic;
+  std::string buffer_;
+  uint32_t manifest_bytes_ = 0;
+  uint32_t manifest_crc_ = 0;
+  std::vector<SnapshotArchiveEntry> entries_;
+  size_t entry_ = 0;
+  int64_t entry_read_ = 0;  // bytes of entries_[entry_] so far
+  uint32_t entry_crc_ = 0;
+};
 
 // A snapshot's archive, read in order. Single-threaded (one stream).
 class SnapshotArchive {

@@ -1,4 +1,4 @@
-#include "server/replica_copy.h"
+#include "server/cluster/replica_copy.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "server/shard_service.h"
+#include "server/cluster/shard_service.h"
 
 #include <algorithm>
 #include <chrono>

@@ -11,8 +11,8 @@
 // cluster collection's name has at most kMaxClusterCollectionName characters and a shard index
 // is below kMaxShards (the schema's num_shards bound). Messages from the engine name the cluster
 // collection, never the local one, so that they read as the public API's do.
-#ifndef TESSERA_SERVER_SHARD_SERVICE_H_
-#define TESSERA_SERVER_SHARD_SERVICE_H_
+#ifndef TESSERA_SERVER_CLUSTER_SHARD_SERVICE_H_
+#define TESSERA_SERVER_CLUSTER_SHARD_SERVICE_H_
 
 #include <cstdint>
 #include <optional>
@@ -20,7 +20,7 @@
 #include <utility>
 
 #include "absl/strings/string_view.h"
-#include "server/replica_copy.h"
+#include "server/cluster/replica_copy.h"
 #include "server/service_context.h"
 #include "tessera/v1/shard.grpc.pb.h"
 
@@ -86,8 +86,8 @@ class ShardServiceImpl final : public v1::ShardService::CallbackService {
                                   const v1::ShardFlushRequest* request,
                                   v1::ShardFlushResponse* response) override;
   // Closes the replica to writes (Upsert and Delete answer ABORTED), copies it to the target
-  // node and reopens it once the target has swapped the copy in (server/replica_copy.h). ABORTED
-  // when a copy of the replica already runs.
+  // node and reopens it once the target has swapped the copy in (server/cluster/replica_copy.h).
+  // ABORTED when a copy of the replica already runs.
   grpc::ServerUnaryReactor* CopyReplica(grpc::CallbackServerContext* call,
                                         const v1::ShardCopyRequest* request,
                                         v1::ShardCopyResponse* response) override;
@@ -113,4 +113,4 @@ class ShardServiceImpl final : public v1::ShardService::CallbackService {
 
 }  // namespace tessera::server
 
-#endif  // TESSERA_SERVER_SHARD_SERVICE_H_
+#endif  // TESSERA_SERVER_CLUSTER_SHARD_SERVICE_H_

@@ -4,8 +4,8 @@
 // links) and streams the files to the target node, which writes them durably under its engine's
 // staging directory and swaps them in (Engine::RestoreCollection). The gate stays closed until the
 // target has swapped the copy in, so the copy holds every write the source acknowledged.
-#ifndef TESSERA_SERVER_REPLICA_COPY_H_
-#define TESSERA_SERVER_REPLICA_COPY_H_
+#ifndef TESSERA_SERVER_CLUSTER_REPLICA_COPY_H_
+#define TESSERA_SERVER_CLUSTER_REPLICA_COPY_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -58,4 +58,4 @@ grpc::ServerReadReactor<v1::ShardImportChunk>* NewImportReactor(
 
 }  // namespace tessera::server
 
-#endif  // TESSERA_SERVER_REPLICA_COPY_H_
+#endif  // TESSERA_SERVER_CLUSTER_REPLICA_COPY_H_

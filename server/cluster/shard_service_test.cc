@@ -2,7 +2,7 @@
 // directory, next to the public services on the same engine: replicas of two shards of one
 // collection are independent, a shard's search is the public search of a collection holding the
 // same documents, and bad input is answered as the public API answers it.
-#include "server/shard_service.h"
+#include "server/cluster/shard_service.h"
 
 #include <unistd.h>
 
