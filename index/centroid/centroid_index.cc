@@ -233,7 +233,8 @@ absl::Status CentroidIndex::Add(uint64_t doc, const DocumentCodes& codes) {
   if (keep_document_codes_) ordinal_codes_.push_back(codes);
   doc_ordinal_[doc] = ordinal;
   const auto* code = reinterpret_cast<const uint8_t*>(codes.codes.data());
-  const bool coarsen = scan_code_bytes_ != code_bytes_;
+  // Not a comparison of code sizes: at dim ≤ 2 both codes are one byte.
+  const bool coarsen = scan_codec_.nbits() != codebook_->codec().nbits();
   std::vector<uint8_t> scan_code(scan_code_bytes_);
   const std::vector<uint8_t> empty_block(ScanBlockBytes(scan_code_bytes_), 0);
   for (int64_t v = 0; v < n; ++v) {

@@ -594,6 +594,70 @@ TEST_F(CentroidIndexTest, KeptDocumentCodesOfFourBitsAreScannedAtTwo) {
   EXPECT_EQ(CentroidIndex(codebook_).scan_codec().nbits(), 4);
 }
 
+TEST(CentroidIndexCoarsening, NarrowDimensionsListTheCoarsenedCodesToo) {
+  // At dim 1 and 2 a 4-bit code and its 2-bit coarsening are both one byte: the lists must still
+  // hold the coarsened code the 2-bit scan reads. Every centroid probed, a one-token query: each
+  // document's score is the best over its vectors of ⟨q, centroid⟩ + the scan tables' score of
+  // the coarsened code (the documented approximation).
+  ThreadPool pool(2);
+  for (const int64_t dim : {1, 2, 3}) {
+    const std::vector<float> sample = Clustered(2000, dim, 8, 70 + dim);
+    std::shared_ptr<const CentroidCodebook> codebook(TrainOrDie(sample, dim, 4, 4, &pool));
+    CentroidIndex index(codebook, /*keep_document_codes=*/true);
+    ASSERT_EQ(index.scan_codec().nbits(), 2) << "dim " << dim;
+    const ResidualCodec& coarse = index.scan_codec();
+    std::map<uint64_t, DocumentCodes> docs;
+    for (uint64_t doc = 1; doc <= 60; ++doc) {
+      const std::vector<float> vectors = Clustered(3, dim, 8, 500 + doc);
+      DocumentCodes codes = index.Encode(FloatMatrixView{vectors.data(), 3, dim});
+      ASSERT_TRUE(index.Add(doc, codes).ok());
+      docs[doc] = std::move(codes);
+    }
+    const int C = static_cast<int>(codebook->num_centroids());
+    const std::vector<float> query = Clustered(1, dim, 8, 99);
+    std::vector<float> lut(coarse.nibbles() * 16);
+    coarse.BuildLookupTable(query.data(), lut.data());
+    ScanTables tables;
+    QuantizeScanTables(lut.data(), coarse.nibbles(), &tables);
+    double missing = 1e30;
+    for (int c = 0; c < C; ++c) {
+      missing = std::min(missing, Dot(query.data(), codebook->centroids() + c * dim, dim));
+    }
+    std::map<uint64_t, double> expected;
+    std::vector<uint8_t> coarsened(coarse.code_bytes());
+    const int64_t code_bytes = codebook->codec().code_bytes();
+    for (const auto& [doc, codes] : docs) {
+      double best = -1e30;
+      for (int64_t v = 0; v < codes.size(); ++v) {
+        codebook->codec().CoarsenCode(
+            reinterpret_cast<const uint8_t*>(codes.codes.data()) + v * code_bytes,
+            coarsened.data());
+        int64_t levels = 0;
+        for (int64_t j = 0; j < coarse.code_bytes(); ++j) {
+          levels += tables.levels[2 * j * 16 + (coarsened[j] & 15)] +
+                    tables.levels[(2 * j + 1) * 16 + (coarsened[j] >> 4)];
+        }
+        best = std::max(best,
+                        Dot(query.data(), codebook->centroids() + codes.centroids[v] * dim, dim) +
+                            tables.bias + double{tables.step} * levels);
+      }
+      if (best > missing) expected[doc] = best;
+    }
+    CentroidSearchOptions options;
+    options.nprobe = C;
+    options.num_documents = 60;
+    absl::StatusOr<std::vector<CentroidHit>> hits =
+        index.Search(FloatMatrixView{query.data(), 1, dim}, options, nullptr, &pool);
+    ASSERT_TRUE(hits.ok()) << hits.status();
+    ASSERT_EQ(hits->size(), expected.size()) << "dim " << dim;
+    for (const CentroidHit& hit : *hits) {
+      ASSERT_TRUE(expected.count(hit.doc)) << "dim " << dim << ", document " << hit.doc;
+      EXPECT_NEAR(hit.score, expected.at(hit.doc), 2e-4)
+          << "dim " << dim << ", document " << hit.doc;
+    }
+  }
+}
+
 TEST(DefaultNprobe, GrowsWithTheSquareRootOfTheCodebook) {
   EXPECT_EQ(DefaultNprobe(64), 16);
   EXPECT_EQ(DefaultNprobe(4096), 16);
