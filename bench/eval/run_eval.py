@@ -23,7 +23,8 @@ Configurations (all exhaustive unless named "cascade"):
                        instead of "auto"
   cascade-global       p = 1 with one global-mean candidate vector per document
   codes-b              the default pooling, centroid index from 16,384 vectors on, rerank from
-                       the decoded b-bit codes (no rerank vectors stored), exhaustive and cascade
+                       the b-bit codes scored without decoding (no rerank vectors stored),
+                       exhaustive and the default search for k = 10
   page-*               the page simulation (see simulate_pages): spatial pooling of a token grid
 """
 
@@ -170,7 +171,7 @@ def tessera_configs() -> List[Config]:
         configs.append(Config(f"codes-{bits}", "codes",
                               dict(candidates={"factory": "centroid", "residual_bits": bits,
                                                "rerank_from_codes": True}),
-                              [Search("exhaustive"), Search("cascade (default N)", False)],
+                              [Search("exhaustive"), Search(report.DEFAULT_SEARCH, False, k=10)],
                               "ward", 2, exact="cascade"))
     # The page simulation: a document's tokens laid out in reading order on a grid of
     # TOKENS_PER_LINE columns ([CLS] a prefix token, [SEP] a suffix token).
