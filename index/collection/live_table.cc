@@ -76,10 +76,12 @@ absl::StatusOr<bool> LiveTable::AddResident(absl::Span<const uint64_t> iids,
       return absl::NotFoundError(absl::StrCat("no rerank vectors for iid ", iids[i]));
     }
     if (matrix->rows == 0) continue;  // reranked from its codes (rerank_from_codes)
+    const auto live = live_.find(iids[i]);
+    if (live == live_.end()) continue;  // not live: no entry is made for it
     const int64_t bytes = static_cast<int64_t>(matrix->bytes.size());
     if (resident_bytes_ + bytes > resident_budget_) return false;
     resident_bytes_ += bytes;
-    live_[iids[i]].rerank = std::make_shared<const StoredMatrix>(std::move(*matrix));
+    live->second.rerank = std::make_shared<const StoredMatrix>(std::move(*matrix));
   }
   return true;
 }

@@ -60,8 +60,8 @@
 // index keeps resident per document (keep_document_codes: 4 + code_bytes bytes per vector beside
 // the lists') without decoding them (FetchCodes + ScoreCodes: compact MaxSim, code_maxsim.h; no
 // read of the store per document), within CompactQuery::ErrorBound of the fp32
-// MaxSim of the decoded vectors; FetchRerank decodes the codes (centroid + residual) for
-// explain and Get, from the codes the same Stage1's centroid index keeps (so that a decode always
+// MaxSim of the decoded vectors; FetchRerank (Get, training) and DecodeCodes (explain) decode the
+// codes (centroid + residual) the same Stage1's centroid index keeps (so that a decode always
 // pairs codes with the codebook that made them, across a retraining's swap).
 //
 // Such a shard retrains by the same rules as the others (OutgrewTraining): it has no stored

@@ -210,6 +210,10 @@ absl::Status Shard::Train(TrainingRun* run) {
 
   // 3. Catch up with the write path held: no write is between encoding and commit, and every
   // committed write has been applied, so the table is exactly the store.
+  // The stage 1 the swap replaces, freed once the locks below are released (declared before
+  // them): freeing a large index is millions of frees, which writes and searches need not wait
+  // for.
+  Stage1 retired;
   MutexLock encoding(&encode_mu_);
   MutexLock lock(&apply_mu_);
   while (next_commit_ <= max_commit_seen_.load(std::memory_order_acquire)) {
@@ -227,8 +231,8 @@ absl::Status Shard::Train(TrainingRun* run) {
   trained_vectors_ = total_vectors;
   {
     MutexLock swap(&state_mu_);
-    stage1_ = Stage1{std::make_shared<CentroidStage1>(index, generation), index->shared_codebook(),
-                     generation, index};
+    retired = std::exchange(stage1_, Stage1{std::make_shared<CentroidStage1>(index, generation),
+                                            index->shared_codebook(), generation, index});
   }
   store_->SetCodeGenerations({generation});
   // Rerank from codes: the documents written before the codebook have codes now, and keep no

@@ -21,6 +21,7 @@
 //   the key made READY; on any failure the restored replicas are dropped and the key deleted.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -133,7 +134,11 @@ absl::StatusOr<v1::ClusterSnapshot> DecodeClusterManifest(absl::string_view text
     } else if (key == "shard" && fields.size() == 3 && absl::SimpleAtoi(fields[1], &number) &&
                number == snapshot.shards_size()) {
       uint64_t bytes = 0;
-      if (!absl::SimpleAtoi(fields[2], &bytes)) return bad(absl::StrCat("line ", i + 1));
+      // An archive's size is an int64 in the framing (tessera/snapshot.h).
+      if (!absl::SimpleAtoi(fields[2], &bytes) ||
+          bytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+        return bad(absl::StrCat("line ", i + 1, " ", QuotedForMessage(lines[i])));
+      }
       snapshot.add_shards()->set_archive_bytes(bytes);
     } else {
       return bad(absl::StrCat("line ", i + 1, " ", QuotedForMessage(lines[i])));
