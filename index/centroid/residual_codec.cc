@@ -1,6 +1,7 @@
 #include "index/centroid/residual_codec.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -145,10 +146,21 @@ ResidualCodec ResidualCodec::Coarsened() const {
 }
 
 void ResidualCodec::CoarsenCode(const uint8_t* code, uint8_t* out) const {
-  std::memset(out, 0, (dim_ * 2 + 7) / 8);
-  for (int64_t d = 0; d < dim_; ++d) {
-    const int bucket = (code[d >> 1] >> ((d & 1) * 4)) & 15;
-    out[d >> 2] |= static_cast<uint8_t>((bucket >> 2) << ((d & 3) * 2));
+  // A 4-bit code byte holds dimensions 2k (low nibble) and 2k + 1; their top two bits each make
+  // the four bits a 2-bit code holds for them, so byte j of the result is two looked-up halves.
+  static const std::array<uint8_t, 256> kTopBits = [] {
+    std::array<uint8_t, 256> table{};
+    for (int byte = 0; byte < 256; ++byte) {
+      table[byte] = static_cast<uint8_t>(((byte >> 2) & 3) | (((byte >> 6) & 3) << 2));
+    }
+    return table;
+  }();
+  const int64_t in_bytes = code_bytes_;
+  const int64_t out_bytes = (dim_ * 2 + 7) / 8;
+  for (int64_t j = 0; j < out_bytes; ++j) {
+    const uint8_t low = kTopBits[code[2 * j]];
+    const uint8_t high = 2 * j + 1 < in_bytes ? kTopBits[code[2 * j + 1]] : 0;
+    out[j] = static_cast<uint8_t>(low | (high << 4));
   }
 }
 

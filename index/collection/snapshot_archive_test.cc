@@ -89,7 +89,7 @@ constexpr char kManifest[] = "file-0\nfile-1\nfile-2\n";
 // Feeds `archive` to a reader in pieces of `chunk` bytes; the first error of Add.
 absl::Status Feed(SnapshotArchiveReader* reader, absl::string_view archive, size_t chunk) {
   for (size_t at = 0; at < archive.size(); at += chunk) {
-    const absl::Status status = reader->Add(archive.substr(at, chunk));
+    absl::Status status = reader->Add(archive.substr(at, chunk));
     if (!status.ok()) return status;
   }
   return absl::OkStatus();
