@@ -11,6 +11,7 @@
 //                       [--rerank exact|codes] [--residual_bits 2|4]
 //                       [--candidate_pool_factor C] [--factory F] [--resample_from DIR]
 //                       [--data_dir DIR] [--json FILE] [--threads N]
+//                       [--resident_rerank_bytes B]
 //                       [--nprobe P1,P2,...] [--num_candidates N1,N2,...]
 //                       [--exhaustive_queries R] [--exhaustive_timed T] [--reuse 0|1]
 //                       [--export_dir DIR] [--reference FILE]
@@ -99,7 +100,8 @@ struct Flags {
   int pool_factor = 2;
   double max_merge_height = 0.0;  // the plain n / p cut
   int threads = 0;
-  std::vector<int> nprobes = {0};  // search settings measured, each against exhaustive
+  int64_t resident_rerank_bytes = -1;  // -1: the engine's default
+  std::vector<int> nprobes = {0};      // search settings measured, each against exhaustive
   std::vector<int> num_candidates = {0};
   std::string candidates = "pooled";  // pooled | global
   int candidate_pool_factor = 4;
@@ -145,6 +147,9 @@ bool ParseFlags(int argc, char** argv, Flags* flags) {
       }
     } else if (flag == "--threads") {
       ok = absl::SimpleAtoi(value, &flags->threads);
+    } else if (flag == "--resident_rerank_bytes") {
+      ok = absl::SimpleAtoi(value, &flags->resident_rerank_bytes) &&
+           flags->resident_rerank_bytes >= 0;
     } else if (flag == "--candidates") {
       flags->candidates = value;
       ok = value == "pooled" || value == "global";
@@ -548,6 +553,7 @@ int Run(const Flags& flags) {
   const Clock::time_point build_start = Clock::now();
   EngineOptions options;
   options.threads = flags.threads;
+  if (flags.resident_rerank_bytes >= 0) options.resident_rerank_bytes = flags.resident_rerank_bytes;
   auto engine = Engine::Open(flags.data_dir, options);
   if (!engine.ok()) return Fail(engine.status());
   CollectionSchema schema;
@@ -779,6 +785,7 @@ int main(int argc, char** argv) {
     std::cerr << "usage: tessera-bench-index [--docs N] [--tokens T] [--dim D] [--queries Q] "
                  "[--pool_factor P] [--max_merge_height H] [--candidates pooled|global] "
                  "[--candidate_pool_factor C] [--factory F] [--resample_from DIR] [--threads N] "
+                 "[--resident_rerank_bytes B] "
                  "[--nprobe P1,P2,...] [--num_candidates N1,N2,...] [--exhaustive_queries R] "
                  "[--exhaustive_timed T] "
                  "[--data_dir DIR] [--reuse 0|1] [--export_dir DIR] [--reference FILE] "

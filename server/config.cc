@@ -355,7 +355,8 @@ std::string ServerUsage() {
   --blas_threads N               OpenBLAS threads per matrix product in stage 1 (default 1:
                                  searches run in parallel already; 0 = OpenBLAS's own default)
   --sync_writes true|false       fsync before acknowledging writes (default true)
-  --resident_rerank_bytes N      per shard, rerank vectors kept in memory (default 4 GiB; 0 = none)
+  --resident_rerank_bytes N      per shard, rerank vectors copied into memory (default 0 = none:
+                                 they are read in place from the mapped rerank segments)
   --rerank_device auto|cpu|cuda  exact MaxSim on the GPU when one is visible (default auto)
   --max_message_bytes N          largest request (default 67108864)
   --max_tokens_per_document N    (default 4096)
