@@ -51,9 +51,9 @@ struct ServerConfig {
   bool insecure = false;
   int threads = 0;       // EngineOptions::threads: its two pools' size; 0 = all cores
   int blas_threads = 1;  // EngineOptions::blas_threads: OpenBLAS threads; 0 = OpenBLAS's default
-  int64_t resident_rerank_bytes = 0;  // per shard; 0 = none (read in place per search)
-  bool sync_writes = true;                           // fsync the WAL before acknowledging
-  std::string rerank_device = "auto";                // auto | cpu | cuda
+  int64_t resident_rerank_bytes = 0;   // per shard; 0 = none (read in place per search)
+  bool sync_writes = true;             // fsync the WAL before acknowledging
+  std::string rerank_device = "auto";  // auto | cpu | cuda
   int64_t max_message_bytes = 64 << 20;
   int64_t max_tokens_per_document = 4096;
   int64_t max_documents_per_batch = 1024;
