@@ -51,6 +51,11 @@ void LiveTable::RemoveLive(uint64_t iid) {
   live_.erase(it);
 }
 
+bool LiveTable::LiveAndMatches(uint64_t iid, const Filter& filter) const {
+  const auto it = live_.find(iid);
+  return it != live_.end() && FilterMatches(filter, it->second.attributes);
+}
+
 absl::Status LiveTable::AddStored(const DocumentRecord& record) {
   MutexLock lock(&mu_);
   AddLive(
@@ -204,8 +209,7 @@ absl::StatusOr<std::vector<SparseLaneHit>> LiveTable::SearchSparse(
   if (!filter.empty()) {
     request.filter = [this, &filter](uint64_t iid) {
       mu_.AssertReaderHeld();
-      const auto it = live_.find(iid);
-      return it != live_.end() && FilterMatches(filter, it->second.attributes);
+      return LiveAndMatches(iid, filter);
     };
   }
   TESSERA_ASSIGN_OR_RETURN(SparseSearchResult found, sparse_->Search(request));

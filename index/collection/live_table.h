@@ -134,8 +134,7 @@ class LiveTable {
     ReaderMutexLock lock(&mu_);
     const std::function<bool(uint64_t)> accept = [this, &filter](uint64_t iid) {
       mu_.AssertReaderHeld();
-      const auto it = live_.find(iid);
-      return it != live_.end() && FilterMatches(filter, it->second.attributes);
+      return LiveAndMatches(iid, filter);
     };
     return fn(accept);
   }
@@ -157,6 +156,8 @@ class LiveTable {
  private:
   void AddLive(uint64_t iid, LiveDocument document) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RemoveLive(uint64_t iid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether iid is live and its attributes match `filter`.
+  bool LiveAndMatches(uint64_t iid, const Filter& filter) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
 
   const int64_t resident_budget_;
 

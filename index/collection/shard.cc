@@ -176,7 +176,7 @@ absl::StatusOr<WriteResult> Shard::Apply(std::vector<ShardWrite> upserts,
     for (size_t i = 0; i < upserts.size(); ++i) {
       DocumentWrite& write = upserts[i].document;
       stage1.index->Persist(payloads[i], &write);
-      if (schema_.candidates.rerank_from_codes && stage1.codebook != nullptr) {
+      if (schema_.candidates.rerank_from_codes && stage1.centroids != nullptr) {
         // No rows: FetchRerank decodes the codes instead.
         write.rerank = StoredMatrix{schema_.dtype, 0, schema_.dim, {}};
         documents[i].rerank.reset();
@@ -380,11 +380,11 @@ absl::StatusOr<Shard::CodedDocuments> Shard::FetchCodes(absl::Span<const uint64_
   documents.requested = iids.size();
   if (iids.empty()) return documents;
   const Stage1 stage1 = CurrentStage1();
-  if (stage1.codebook == nullptr || stage1.centroids == nullptr) {
+  if (stage1.centroids == nullptr) {
     return absl::DataLossError(absl::StrCat("shard '", dir_, "': iid ", iids[0],
                                             " has no rerank vectors and the shard no codebook"));
   }
-  documents.codebook = stage1.codebook;
+  documents.codebook = stage1.centroids->shared_codebook();
   const int64_t code_bytes = documents.codebook->codec().code_bytes();
   // Resident codes (the centroid index keeps each document's for a rerank_from_codes shard): laid
   // out in parts of at least kMinReadsPerPart documents over the pool, as the reads of stored rows
@@ -496,11 +496,11 @@ absl::Status Shard::DecodeRerankFromCodes(
   // same Stage1 (which keeps every document's), so that they always match the codebook, even when
   // a training swaps its index in meanwhile and drops the older generation's stored codes.
   const Stage1 stage1 = CurrentStage1();
-  if (stage1.codebook == nullptr || stage1.centroids == nullptr) {
+  if (stage1.centroids == nullptr) {
     return absl::DataLossError(absl::StrCat("shard '", dir_, "': iid ", coded[0],
                                             " has no rerank vectors and the shard no codebook"));
   }
-  const CentroidCodebook& codebook = *stage1.codebook;
+  const CentroidCodebook& codebook = stage1.centroids->codebook();
   const int64_t code_bytes = codebook.codec().code_bytes();
   TESSERA_ASSIGN_OR_RETURN(const std::vector<std::optional<DocumentCodes>> found,
                            stage1.centroids->CodesOf(coded));
@@ -590,7 +590,8 @@ absl::Status Shard::Checkpoint(const std::string& dir, uint64_t* sequence) const
 uint32_t Shard::CentroidGenerationForTesting() const { return CurrentStage1().generation; }
 
 std::shared_ptr<const CentroidCodebook> Shard::CodebookForTesting() const {
-  return CurrentStage1().codebook;
+  const Stage1 stage1 = CurrentStage1();
+  return stage1.centroids != nullptr ? stage1.centroids->shared_codebook() : nullptr;
 }
 
 }  // namespace tessera::internal

@@ -107,6 +107,7 @@
 
 namespace tessera::internal {
 
+class CandidateIndex;
 class ThreadPool;
 
 struct ShardStats {
@@ -304,15 +305,17 @@ class Shard {
 
  private:
   // The stage-1 index in use, and what the store keeps of the centroid codes for stage 2
-  // (rerank_from_codes) and the next training: the codebook (null with the candidate index) and
-  // the generation of the codes (0 with the candidate index).
+  // (rerank_from_codes) and the next training: the generation of the codes (0 with the candidate
+  // index).
   struct Stage1 {
     std::shared_ptr<Stage1Index> index;
-    std::shared_ptr<const CentroidCodebook> codebook;
     uint32_t generation = 0;
-    // The centroid index behind `index` (null with the candidate index): it keeps the codes stage 2
-    // reads for documents stored as codes only (FetchCodes) in a rerank_from_codes shard.
+    // The centroid index behind `index` (null with the candidate index): its codebook, and the
+    // codes stage 2 reads for documents stored as codes only (FetchCodes) in a rerank_from_codes
+    // shard.
     std::shared_ptr<const CentroidIndex> centroids;
+
+    static Stage1 Centroids(std::shared_ptr<CentroidIndex> index, uint32_t generation);
   };
 
   // What a training works on, for its log lines and the shard's statistics.
@@ -334,6 +337,10 @@ class Shard {
   absl::Status LoadCentroids(uint32_t generation) ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status LoadOrRebuildCandidates() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   absl::Status RebuildCandidates() ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  // Adds the stored candidate vectors of the documents above `covered` to `index` and makes it
+  // the shard's stage 1.
+  absl::Status InstallCandidates(std::unique_ptr<CandidateIndex> index, uint64_t covered)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
 
   // The write path and the reads (shard.cc).
   Stage1 CurrentStage1() const ABSL_LOCKS_EXCLUDED(state_mu_);

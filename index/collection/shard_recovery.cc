@@ -142,24 +142,36 @@ absl::Status Shard::LoadCentroids(uint32_t generation) {
   std::error_code ignored;
   std::filesystem::remove(dir_ + "/" + kSnapshotFile, ignored);
   MutexLock lock(&state_mu_);
-  stage1_ = Stage1{std::make_shared<CentroidStage1>(index, generation), index->shared_codebook(),
-                   generation, index};
+  stage1_ = Stage1::Centroids(std::move(index), generation);
   return absl::OkStatus();
+}
+
+Shard::Stage1 Shard::Stage1::Centroids(std::shared_ptr<CentroidIndex> index, uint32_t generation) {
+  Stage1 stage1;
+  stage1.index = std::make_shared<CentroidStage1>(index, generation);
+  stage1.generation = generation;
+  stage1.centroids = std::move(index);
+  return stage1;
 }
 
 absl::Status Shard::RebuildCandidates() {
   TESSERA_ASSIGN_OR_RETURN(std::unique_ptr<CandidateIndex> index,
                            CandidateIndex::Create(CandidateOptions(schema_)));
-  uint64_t max_iid = 0;
+  // iids start at 1.
+  return InstallCandidates(std::move(index), 0);
+}
+
+absl::Status Shard::InstallCandidates(std::unique_ptr<CandidateIndex> index, uint64_t covered) {
+  uint64_t max_iid = covered;
   TESSERA_RETURN_IF_ERROR(
-      store_->ForEachCandidates(0, [&](uint64_t iid, const StoredMatrix& vectors) {
+      store_->ForEachCandidates(covered + 1, [&](uint64_t iid, const StoredMatrix& vectors) {
         max_iid = std::max(max_iid, iid);
         return index->Add(iid, View(vectors));
       }));
   MutexLock lock(&state_mu_);
   stage1_ = Stage1{
       std::make_shared<CandidateStage1>(std::move(index), schema_.dim, schema_.candidates, max_iid),
-      nullptr, 0, nullptr};
+      0, nullptr};
   return absl::OkStatus();
 }
 
@@ -191,17 +203,7 @@ absl::Status Shard::LoadOrRebuildCandidates() {
     }
   });
   if (!consistent) return RebuildCandidates();
-  uint64_t max_iid = covered;
-  TESSERA_RETURN_IF_ERROR(
-      store_->ForEachCandidates(covered + 1, [&](uint64_t iid, const StoredMatrix& v) {
-        max_iid = std::max(max_iid, iid);
-        return index->Add(iid, View(v));
-      }));
-  MutexLock lock(&state_mu_);
-  stage1_ = Stage1{
-      std::make_shared<CandidateStage1>(std::move(index), schema_.dim, schema_.candidates, max_iid),
-      nullptr, 0, nullptr};
-  return absl::OkStatus();
+  return InstallCandidates(std::move(index), covered);
 }
 
 }  // namespace tessera::internal

@@ -231,8 +231,7 @@ absl::Status Shard::Train(TrainingRun* run) {
   trained_vectors_ = total_vectors;
   {
     MutexLock swap(&state_mu_);
-    retired = std::exchange(stage1_, Stage1{std::make_shared<CentroidStage1>(index, generation),
-                                            index->shared_codebook(), generation, index});
+    retired = std::exchange(stage1_, Stage1::Centroids(index, generation));
   }
   store_->SetCodeGenerations({generation});
   // Rerank from codes: the documents written before the codebook have codes now, and keep no
