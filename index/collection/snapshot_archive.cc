@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "index/common/crc32.h"
+#include "index/common/little_endian.h"
 #include "tessera/snapshot.h"
 #include "tessera/status_macros.h"
 
@@ -17,22 +18,14 @@ constexpr absl::string_view kArchiveMagic = "TSNAPv1\n";
 constexpr absl::string_view kArchiveEndMarker = "TSNAPEND";
 constexpr size_t kManifestHeaderBytes = 8;  // length, CRC-32
 
-void PutU32(uint32_t value, std::string* out) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
-
-uint32_t GetU32(const char* p) {
-  uint32_t value = 0;
-  for (int i = 3; i >= 0; --i) value = (value << 8) | static_cast<unsigned char>(p[i]);
-  return value;
-}
-
 }  // namespace
 
 std::string EncodeSnapshotArchiveHead(absl::string_view manifest_text) {
   std::string head(kArchiveMagic);
-  PutU32(static_cast<uint32_t>(manifest_text.size()), &head);
-  PutU32(internal::Crc32(manifest_text), &head);
+  char header[kManifestHeaderBytes];
+  internal::StoreLittleEndian32(header, static_cast<uint32_t>(manifest_text.size()));
+  internal::StoreLittleEndian32(header + 4, internal::Crc32(manifest_text));
+  head.append(header, kManifestHeaderBytes);
   head.append(manifest_text.data(), manifest_text.size());
   return head;
 }
@@ -87,8 +80,8 @@ absl::Status SnapshotArchiveReader::Consume(absl::string_view bytes) {
         break;
       case State::kManifestHeader:
         if (!Fill(&bytes, kManifestHeaderBytes)) break;
-        manifest_bytes_ = GetU32(buffer_.data());
-        manifest_crc_ = GetU32(buffer_.data() + 4);
+        manifest_bytes_ = internal::LoadLittleEndian32(buffer_.data());
+        manifest_crc_ = internal::LoadLittleEndian32(buffer_.data() + 4);
         if (manifest_bytes_ > max_manifest_bytes_) {
           return absl::DataLossError(absl::StrCat("snapshot archive: manifest of ", manifest_bytes_,
                                                   " bytes, expected at most ",
