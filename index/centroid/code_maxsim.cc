@@ -78,7 +78,8 @@ void BlockCodes(const uint8_t* codes, int64_t num_tokens, int64_t code_bytes, ui
 }  // namespace
 
 CompactQuery::CompactQuery(const ResidualCodec& codec, const float* queries, int64_t nq,
-                           const float* centroid_scores, int64_t centroid_stride) {
+                           const float* centroid_scores, int64_t row_stride,
+                           int64_t centroid_stride) {
   const int64_t nibbles = codec.nibbles();
   const int64_t dim = codec.dim();
   // Nibbles that carry a dimension; the rest (one at most) have all-zero tables and no error.
@@ -102,6 +103,7 @@ CompactQuery::CompactQuery(const ResidualCodec& codec, const float* queries, int
   args_.steps = steps_.data();
   args_.biases = biases_.data();
   args_.centroid_scores = centroid_scores;
+  args_.row_stride = row_stride;
   args_.centroid_stride = centroid_stride;
 }
 
@@ -144,7 +146,7 @@ void CompactMaxSimPortable(const CompactMaxSimArgs& args, const CompactDocument*
     const int64_t blocks = (doc.num_tokens + kScanBlockEntries - 1) / kScanBlockEntries;
     float total = 0.0f;
     for (int64_t i = 0; i < args.nq; ++i) {
-      const float* row = args.centroid_scores + i * args.centroid_stride;
+      const float* row = args.centroid_scores + i * args.row_stride;
       const float step = args.steps[i];
       float best = -std::numeric_limits<float>::infinity();
       for (int64_t b = 0; b < blocks; ++b) {
@@ -153,7 +155,8 @@ void CompactMaxSimPortable(const CompactMaxSimArgs& args, const CompactDocument*
         const int64_t first = b * kScanBlockEntries;
         const int64_t valid = std::min(kScanBlockEntries, doc.num_tokens - first);
         for (int64_t t = 0; t < valid; ++t) {
-          const float score = row[doc.centroid_ids[first + t]] + step * static_cast<float>(sums[t]);
+          const float score = row[doc.centroid_ids[first + t] * args.centroid_stride] +
+                              step * static_cast<float>(sums[t]);
           best = std::max(best, score);
         }
       }

@@ -1,7 +1,7 @@
 // Stage 2 from codes ("compact MaxSim"): MaxSim(q, d) = Σ_i max_j ⟨q_i, c_{cid_j} + r_j⟩ of a query
 // against documents stored as centroid ids + residual codes, computed without decoding a vector:
-//   ⟨q_i, c_{cid_j}⟩ is read from the query × centroid score table stage 1 already computes
-//     (nq × C fp32), and
+//   ⟨q_i, c_{cid_j}⟩ is read from a query × centroid score table (nq × C fp32, token- or
+//     centroid-major: Shard::ScoreCodes computes the latter for its candidates' centroids), and
 //   ⟨q_i, r_j⟩ from the per-nibble lookup tables of q_i (ResidualCodec::BuildLookupTable),
 //     quantised to uint8 levels exactly as stage 1's scan does (QuantizeScanTables: per-table
 //     minimum → bias, one shared step per query row, ≤ 255 levels with every sum in 16 bits).
@@ -60,11 +60,13 @@ namespace tessera::internal {
 // centroid scores. Immutable after construction; any number of threads may score with one.
 class CompactQuery {
  public:
-  // queries: nq × codec.dim() fp32, row-major, nq ≥ 1, finite. centroid_scores: row i (query row
-  // i's score ⟨q_i, c⟩ of every centroid c) at centroid_scores + i · centroid_stride; not copied,
-  // must outlive the query (stage 1's token-major nq × C table: centroid_stride = C).
+  // queries: nq × codec.dim() fp32, row-major, nq ≥ 1, finite. centroid_scores: query row i's
+  // score ⟨q_i, c⟩ of centroid c at centroid_scores[i · row_stride + c · centroid_stride]; not
+  // copied, must outlive the query. Token-major (stage 1's nq × C table): row_stride = C,
+  // centroid_stride = 1; centroid-major (QuerySimilarity::Compute's output, C × stride()):
+  // row_stride = 1, centroid_stride = stride(). (C − 1) · centroid_stride < 2^31.
   CompactQuery(const ResidualCodec& codec, const float* queries, int64_t nq,
-               const float* centroid_scores, int64_t centroid_stride);
+               const float* centroid_scores, int64_t row_stride, int64_t centroid_stride = 1);
 
   int64_t nq() const { return args_.nq; }
   int64_t code_bytes() const { return args_.code_bytes; }

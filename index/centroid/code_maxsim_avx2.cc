@@ -26,12 +26,13 @@ struct BlockLanes {
   alignas(32) int32_t valid[kBlock];
 };
 
-void PrepareLanes(const uint32_t* ids, int64_t count, BlockLanes* out) {
+// ids: the tokens' centroid ids, stored scaled by centroid_stride (the gathers' element offsets).
+void PrepareLanes(const uint32_t* ids, int64_t count, int64_t centroid_stride, BlockLanes* out) {
   for (int g = 0; g < 4; ++g) {
     for (int k = 0; k < 8; ++k) {
       const int64_t token = (g & 1) * 16 + 2 * k + (g >> 1);
       const bool valid = token < count;
-      out->ids[g * 8 + k] = valid ? static_cast<int32_t>(ids[token]) : 0;
+      out->ids[g * 8 + k] = valid ? static_cast<int32_t>(ids[token] * centroid_stride) : 0;
       out->valid[g * 8 + k] = valid ? -1 : 0;
     }
   }
@@ -79,7 +80,7 @@ void ScoreBlock(const CompactMaxSimArgs& args, const uint8_t* block, const Block
     const __m256i even = _mm256_sub_epi16(raw[r], _mm256_slli_epi16(odd[r], 8));
     const __m128i halves[4] = {_mm256_castsi256_si128(even), _mm256_extracti128_si256(even, 1),
                                _mm256_castsi256_si128(odd[r]), _mm256_extracti128_si256(odd[r], 1)};
-    const float* scores = args.centroid_scores + (first_row + r) * args.centroid_stride;
+    const float* scores = args.centroid_scores + (first_row + r) * args.row_stride;
     const __m256 step = _mm256_set1_ps(args.steps[first_row + r]);
     __m256 m = minus_inf;
     for (int g = 0; g < 4; ++g) {
@@ -115,7 +116,8 @@ void CompactMaxSimAvx2(const CompactMaxSimArgs& args, const CompactDocument* doc
     const int64_t blocks = (doc.num_tokens + kBlock - 1) / kBlock;
     lanes.resize(blocks);
     for (int64_t b = 0; b < blocks; ++b) {
-      PrepareLanes(doc.centroid_ids + b * kBlock, doc.num_tokens - b * kBlock, &lanes[b]);
+      PrepareLanes(doc.centroid_ids + b * kBlock, doc.num_tokens - b * kBlock, args.centroid_stride,
+                   &lanes[b]);
     }
     int64_t i = 0;
     for (; i + kRows <= args.nq; i += kRows) ScoreRows<kRows>(args, doc, lanes, i, &best[i]);

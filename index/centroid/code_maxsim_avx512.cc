@@ -33,13 +33,14 @@ struct PairLanes {
   __mmask16 valid[4];
 };
 
-void PrepareLanes(const uint32_t* ids, int64_t count, PairLanes* out) {
+// ids: the tokens' centroid ids, stored scaled by centroid_stride (the gathers' element offsets).
+void PrepareLanes(const uint32_t* ids, int64_t count, int64_t centroid_stride, PairLanes* out) {
   for (int g = 0; g < 4; ++g) {
     out->valid[g] = 0;
     for (int k = 0; k < 16; ++k) {
       const int64_t token = (g & 1) * kBlock + 2 * k + (g >> 1);
       const bool valid = token < count;
-      out->ids[g * 16 + k] = valid ? static_cast<int32_t>(ids[token]) : 0;
+      out->ids[g * 16 + k] = valid ? static_cast<int32_t>(ids[token] * centroid_stride) : 0;
       out->valid[g] = static_cast<__mmask16>(out->valid[g] | (valid ? 1u << k : 0u));
     }
   }
@@ -85,7 +86,7 @@ void ScorePair(const CompactMaxSimArgs& args, const uint8_t* first, const uint8_
     const __m256i halves[4] = {_mm512_castsi512_si256(even), _mm512_extracti64x4_epi64(even, 1),
                                _mm512_castsi512_si256(odd[r]),
                                _mm512_extracti64x4_epi64(odd[r], 1)};
-    const float* scores = args.centroid_scores + (first_row + r) * args.centroid_stride;
+    const float* scores = args.centroid_scores + (first_row + r) * args.row_stride;
     const __m512 step = _mm512_set1_ps(args.steps[first_row + r]);
     __m512 m = minus_inf;
     for (int g = 0; g < 4; ++g) {
@@ -124,7 +125,8 @@ void CompactMaxSimAvx512(const CompactMaxSimArgs& args, const CompactDocument* d
     const int64_t pairs = (doc.num_tokens + 2 * kBlock - 1) / (2 * kBlock);
     lanes.resize(pairs);
     for (int64_t p = 0; p < pairs; ++p) {
-      PrepareLanes(doc.centroid_ids + p * 2 * kBlock, doc.num_tokens - p * 2 * kBlock, &lanes[p]);
+      PrepareLanes(doc.centroid_ids + p * 2 * kBlock, doc.num_tokens - p * 2 * kBlock,
+                   args.centroid_stride, &lanes[p]);
     }
     int64_t i = 0;
     for (; i + kRows <= args.nq; i += kRows) {

@@ -29,15 +29,18 @@ struct CompactMaxSimArgs {
   const uint8_t* levels = nullptr;
   const float* steps = nullptr;   // nq
   const float* biases = nullptr;  // nq
-  // Row i of the query × centroid scores at centroid_scores + i · centroid_stride.
+  // Query row i's score of centroid c at centroid_scores[i · row_stride + c · centroid_stride]:
+  // token-major (row_stride C, centroid_stride 1) or centroid-major (row_stride 1,
+  // centroid_stride ≥ nq), with (C − 1) · centroid_stride < 2^31 (the gathers' int32 indices).
   const float* centroid_scores = nullptr;
-  int64_t centroid_stride = 0;
+  int64_t row_stride = 0;
+  int64_t centroid_stride = 1;
 };
 
 // scores[d] for each of docs[0, num_docs), every num_tokens ≥ 1. All three compute the same
 // integer sums and the same fp32 operations in the same order, so their scores are bit-identical:
-//   m_i = max_t (centroid_scores[i][cid_t] + steps[i] · (float)sum_it)   (a product, then a sum)
-//   score = Σ_i (m_i + biases[i]), i ascending.
+//   m_i = max_t (score(i, cid_t) + steps[i] · (float)sum_it)   (score: the table above)   (a
+//   product, then a sum) score = Σ_i (m_i + biases[i]), i ascending.
 void CompactMaxSimPortable(const CompactMaxSimArgs& args, const CompactDocument* docs,
                            int64_t num_docs, float* scores);
 void CompactMaxSimAvx2(const CompactMaxSimArgs& args, const CompactDocument* docs, int64_t num_docs,

@@ -149,7 +149,8 @@ class CompactMaxSimTest : public ::testing::TestWithParam<Shape> {};
 
 // Every kernel the CPU has is within the documented bound of the double-precision MaxSim of the
 // decoded vectors, for documents on and around the 32-token block size and every query-row
-// remainder of the kernels' row groups (4 and 8), and all of them give bit-identical scores.
+// remainder of the kernels' row groups (4 and 8), and all of them give bit-identical scores, from
+// a token-major table and from the same table centroid-major.
 TEST_P(CompactMaxSimTest, MatchesDecodedReferenceWithinBound) {
   const Shape shape = GetParam();
   const std::vector<int64_t> lengths = {1, 2, 31, 32, 33, 63, 64, 65, 100, 4096};
@@ -166,11 +167,30 @@ TEST_P(CompactMaxSimTest, MatchesDecodedReferenceWithinBound) {
     const std::vector<float> q = RandomQuery(nq, shape.dim, static_cast<uint32_t>(nq));
     const std::vector<float> centroid_scores = CentroidScores(corpus, q, nq);
     const CompactQuery query(codec, q.data(), nq, centroid_scores.data(), kCentroids);
+    // The same scores centroid-major (as Shard::ScoreCodes lays them out), rows padded to a
+    // stride whose extra lanes hold NaN: a kernel that read them would give NaN scores.
+    const int64_t stride = (nq + 15) / 16 * 16 + 16;
+    std::vector<float> by_centroid(kCentroids * stride, NAN);
+    for (int64_t i = 0; i < nq; ++i) {
+      for (int64_t c = 0; c < kCentroids; ++c) {
+        by_centroid[c * stride + i] = centroid_scores[i * kCentroids + c];
+      }
+    }
+    const CompactQuery centroid_major(codec, q.data(), nq, by_centroid.data(), /*row_stride=*/1,
+                                      /*centroid_stride=*/stride);
     const double tolerance = query.ErrorBound() + Fp32Slack(q, nq, corpus);
     std::vector<float> expected(refs.size());
     for (const CpuIsa isa : SupportedIsas()) {
       std::vector<float> scores(refs.size(), NAN);
       ASSERT_TRUE(ScoreCompactDocuments(query, refs, scores.data(), isa).ok());
+      std::vector<float> centroid_major_scores(refs.size(), NAN);
+      ASSERT_TRUE(
+          ScoreCompactDocuments(centroid_major, refs, centroid_major_scores.data(), isa).ok());
+      for (size_t d = 0; d < refs.size(); ++d) {
+        EXPECT_EQ(centroid_major_scores[d], scores[d])
+            << "isa " << CpuIsaName(isa) << ", nq " << nq << ", " << lengths[d]
+            << " tokens: the centroid-major table scores differently";
+      }
       for (size_t d = 0; d < refs.size(); ++d) {
         const std::string where =
             absl::StrCat("isa ", CpuIsaName(isa), ", dim ", shape.dim, ", nbits ", shape.nbits,
