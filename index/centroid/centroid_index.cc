@@ -341,9 +341,9 @@ void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, 
       ranked.pop_back();
     }
   };
-  if (centroid_scores == nullptr) {
+  if (codebook_->has_groups()) {
     std::vector<std::pair<float, uint32_t>> near;
-    codebook_->ScoreNearCentroids(query, ProbedGroups(nprobe), &near);
+    codebook_->ScoreNearCentroids(query, ProbedGroups(nprobe), centroid_scores, &near);
     for (const auto& [score, c] : near) offer(score, c);
   } else {
     for (int64_t c = 0; c < C; ++c) offer(centroid_scores[c], static_cast<uint32_t>(c));
@@ -471,13 +471,13 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   const int64_t keep = std::max<int64_t>(options.num_documents, 0);
 
   // A codebook with groups (CentroidCodebook::has_groups) is scored per token in ScanToken, only
-  // the centroids of its ProbedGroups(nprobe) nearest groups. Otherwise: query × centroid scores,
-  // centroids split over the pool, stored token-major (row i: token i's score of every centroid)
-  // so that each token's selection reads one contiguous row instead of one cache line per
-  // centroid.
-  const bool grouped = codebook_->has_groups();
+  // the centroids of its ProbedGroups(nprobe) nearest groups, unless the caller wants the table.
+  // Otherwise: query × centroid scores, centroids split over the pool, stored token-major (row i:
+  // token i's score of every centroid) so that each token's selection reads one contiguous row
+  // instead of one cache line per centroid.
+  const bool full_table = !codebook_->has_groups() || options.centroid_scores != nullptr;
   std::unique_ptr<float[]> token_scores;
-  if (!grouped) {
+  if (full_table) {
     const QuerySimilarity similarity(queries);
     const int64_t stride = similarity.stride();
     // Every score is written below: no zero fill of the nq × C floats.
@@ -518,7 +518,7 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   auto scan = [&](int64_t begin, int64_t end) {
     mu_.AssertReaderHeld();
     for (int64_t i = begin; i < end; ++i) {
-      ScanToken(queries.data + i * dim, grouped ? nullptr : &token_scores[i * C], nprobe,
+      ScanToken(queries.data + i * dim, full_table ? &token_scores[i * C] : nullptr, nprobe,
                 &tokens[i]);
     }
   };
@@ -560,6 +560,9 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   };
   std::partial_sort(hits.begin(), hits.begin() + kept, hits.end(), better);
   hits.resize(kept);
+  if (options.centroid_scores != nullptr) {
+    *options.centroid_scores = CentroidScoreTable{codebook_, nq, std::move(token_scores)};
+  }
   return hits;
 }
 

@@ -118,9 +118,23 @@ int DefaultNumCandidates(int64_t k, int64_t vectors);
 // was scored, and stage 1 ~1 ms (8%) faster (docs/notes/2026-12-05.md).
 int ProbedGroups(int nprobe);
 
+// A query's score of every centroid of a codebook, token-major: query row i's score of centroid c
+// at scores[i · num_centroids + c] (the values QuerySimilarity computes). What a centroid search
+// scored for its probes, kept for the stage 2 from codes (Shard::ScoreCodes) when asked for.
+struct CentroidScoreTable {
+  std::shared_ptr<const CentroidCodebook> codebook;  // whose centroids; null: no table
+  int64_t nq = 0;
+  std::unique_ptr<float[]> scores;  // nq × codebook->num_centroids()
+};
+
 struct CentroidSearchOptions {
   int nprobe = 0;  // centroids probed per query token (clamped to the count); 0: DefaultNprobe
   int64_t num_documents = 100;  // documents returned
+  // Not null: score every centroid against every query row and leave the table here. With groups
+  // the probed groups' members are then read from it instead of scored one group at a time, so
+  // the probes, and the hits, are the same. For a search whose stage 2 scores codes, and so
+  // needs the candidates' centroid scores anyway.
+  CentroidScoreTable* centroid_scores = nullptr;
 };
 
 struct CentroidHit {
@@ -211,9 +225,10 @@ class CentroidIndex {
     float missing = 0.0f;
   };
 
-  // One query token: selects its nprobe best centroids and scores their lists' codes.
-  // centroid_scores holds its score of every centroid (C values), or is null for a codebook with
-  // groups: the centroids of its ProbedGroups(nprobe) nearest groups are scored here.
+  // One query token: selects its nprobe best centroids and scores their lists' codes. With groups
+  // the candidates are the centroids of its ProbedGroups(nprobe) nearest groups, otherwise all.
+  // centroid_scores: its score of every centroid (C values); null (only with groups): the
+  // candidates are scored here.
   void ScanToken(const float* query, const float* centroid_scores, int nprobe, TokenScan* out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Appends (ordinal, approximate MaxSim) for the live documents of the tile of ordinals

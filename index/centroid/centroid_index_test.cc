@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "index/centroid/code_scan.h"
 #include "index/common/crc32.h"
@@ -144,7 +145,7 @@ TEST(CentroidCodebook, NearCentroidsHoldTheBestAndScoreThemExactly) {
   int64_t found = 0;
   for (int64_t i = 0; i < n; ++i) {
     std::vector<std::pair<float, uint32_t>> near;
-    codebook->ScoreNearCentroids(&queries[i * dim], ProbedGroups(nprobe), &near);
+    codebook->ScoreNearCentroids(&queries[i * dim], ProbedGroups(nprobe), nullptr, &near);
     ASSERT_GE(near.size(), static_cast<size_t>(nprobe));
     ASSERT_LT(near.size(), static_cast<size_t>(centroids / 4));  // a subset, not all of them
     for (const auto& [score, c] : near) {
@@ -441,7 +442,7 @@ class CentroidIndexTest : public ::testing::Test {
       std::vector<std::pair<double, uint32_t>> ranked;
       if (codebook_->has_groups()) {  // the candidates are the nearest groups' centroids
         std::vector<std::pair<float, uint32_t>> near;
-        codebook_->ScoreNearCentroids(&query[i * kDim], ProbedGroups(nprobe), &near);
+        codebook_->ScoreNearCentroids(&query[i * kDim], ProbedGroups(nprobe), nullptr, &near);
         for (const auto& [score, c] : near) {
           ranked.push_back({Dot(&query[i * kDim], codebook_->centroids() + c * kDim, kDim), c});
         }
@@ -875,6 +876,53 @@ TEST_F(CentroidIndexTest, LargeCodebooksProbeTheirNearestGroups) {
   docs_.clear();
   for (uint64_t doc = 1; doc <= 400; ++doc) AddDocument(*index_, doc, doc);
   for (int nprobe : {8, 40}) ExpectMatchesReference(*index_, nprobe, nullptr, 91 + nprobe);
+}
+
+// Asked for the query × centroid table (for the stage 2 from codes), a search keeps
+// QuerySimilarity's score of every centroid, token-major, and finds the same hits bit for bit: with
+// groups, reading the probed groups' members from the table gives the scores that scoring the
+// groups gave.
+TEST_F(CentroidIndexTest, KeepsTheCentroidScoresWhenAskedWithTheSameHits) {
+  const std::shared_ptr<const CentroidCodebook> grouped(
+      TrainOrDie(Clustered(8192, kDim, 1000, 17), kDim,
+                 CentroidCodebook::kExactAssignmentCentroids * 2, 2, &pool_, 2));
+  ASSERT_TRUE(grouped->has_groups());
+  ASSERT_FALSE(codebook_->has_groups());
+  for (const std::shared_ptr<const CentroidCodebook>& codebook : {codebook_, grouped}) {
+    CentroidIndex index(codebook);
+    for (uint64_t doc = 1; doc <= 400; ++doc) AddDocument(index, doc, doc);
+    const int64_t C = codebook->num_centroids();
+    const std::vector<float> query = Clustered(9, kDim, 50, 5);
+    const FloatMatrixView view{query.data(), 9, kDim};
+    const QuerySimilarity similarity(view);
+    std::vector<float> expected(C * similarity.stride());
+    similarity.Compute(codebook->centroids(), C, expected.data());
+    for (const int nprobe : {4, 40}) {
+      CentroidSearchOptions options;
+      options.nprobe = nprobe;
+      options.num_documents = 100;
+      const auto plain = index.Search(view, options, nullptr, &pool_);
+      CentroidScoreTable table;
+      options.centroid_scores = &table;
+      const auto with_table = index.Search(view, options, nullptr, &pool_);
+      ASSERT_TRUE(plain.ok() && with_table.ok());
+      const std::string where = absl::StrCat(C, " centroids, nprobe ", nprobe);
+      ASSERT_EQ(plain->size(), with_table->size()) << where;
+      for (size_t r = 0; r < plain->size(); ++r) {
+        EXPECT_EQ((*plain)[r].doc, (*with_table)[r].doc) << where << ", rank " << r;
+        EXPECT_EQ((*plain)[r].score, (*with_table)[r].score) << where << ", rank " << r;
+      }
+      ASSERT_EQ(table.codebook, codebook) << where;
+      ASSERT_EQ(table.nq, 9) << where;
+      ASSERT_NE(table.scores, nullptr) << where;
+      for (int64_t i = 0; i < 9; ++i) {
+        for (int64_t c = 0; c < C; ++c) {
+          ASSERT_EQ(table.scores[i * C + c], expected[c * similarity.stride() + i])
+              << where << ", row " << i << ", centroid " << c;
+        }
+      }
+    }
+  }
 }
 
 TEST_F(CentroidIndexTest, RejectsMalformedInput) {

@@ -551,14 +551,20 @@ TEST(CentroidStage, RerankFromCodesScoresWithinTheErrorBound) {
         EXPECT_NEAR(total, hit.score, tolerance) << hit.id;
       }
 
-      // The cascade (stage 1, then its N documents scored from the codes): the same scores.
+      // The cascade (stage 1, then its N documents scored from the codes, with the centroid
+      // scores stage 1 kept): the same scores, bit for bit, as the exhaustive search's (which
+      // runs no stage 1 and scores the centroids itself).
       SearchOptions cascade;
       cascade.num_candidates = 100;
       auto nominated = (*collection)->Search(view, cascade);
       ASSERT_TRUE(nominated.ok()) << nominated.status();
       ASSERT_EQ(nominated->hits.size(), 10u);
+      std::map<std::string, float> exhaustive_scores;
+      for (const SearchHit& hit : result->hits) exhaustive_scores[hit.id] = hit.score;
       for (const SearchHit& hit : nominated->hits) {
         EXPECT_NEAR(hit.score, exact.at(hit.id), tolerance) << hit.id;
+        const auto it = exhaustive_scores.find(hit.id);
+        if (it != exhaustive_scores.end()) EXPECT_EQ(hit.score, it->second) << hit.id;
       }
       EXPECT_EQ(nominated->hits[0].id, result->hits[0].id);
     }

@@ -646,7 +646,8 @@ CollectionImpl::SearchPlan CollectionImpl::Plan(const SearchOptions& options) co
 }
 
 absl::StatusOr<std::optional<std::vector<uint64_t>>> CollectionImpl::NominateCandidates(
-    FloatMatrixView query, size_t s, const SearchPlan& plan, const SearchOptions& options) const {
+    FloatMatrixView query, size_t s, const SearchPlan& plan, const SearchOptions& options,
+    CentroidScoreTable* centroid_scores) const {
   const ShardPlan& shard_plan = plan.shards[s];
   Stage1Request request;
   request.query = query;
@@ -654,6 +655,7 @@ absl::StatusOr<std::optional<std::vector<uint64_t>>> CollectionImpl::NominateCan
   request.per_token = shard_plan.per_token;
   request.nprobe = plan.nprobe;
   request.filter = &options.filter;
+  if (schema_.candidates.rerank_from_codes) request.centroid_scores = centroid_scores;
   TESSERA_ASSIGN_OR_RETURN(std::vector<Stage1Hit> nominees, shards_[s]->SearchCandidates(request));
   // Too few nominees (a selective filter): the caller scores every matching document of the
   // shard, so that k matching documents always yield k results.
@@ -705,6 +707,7 @@ absl::StatusOr<std::optional<std::vector<uint64_t>>> CollectionImpl::NominateCan
 absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_best_tokens,
                                             bool want_attributes,
                                             const std::vector<std::pair<int, uint64_t>>& documents,
+                                            const std::vector<CentroidScoreTable>* centroid_scores,
                                             std::vector<Scored>* scored,
                                             SearchTimings* timings) const {
   // Fetch the rerank vectors per shard (resident ones from memory) with each document's id,
@@ -774,8 +777,10 @@ absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_bes
   // Documents stored as codes only: scored from the codes, merged into the same ranking.
   for (size_t s = 0; s < shards_.size(); ++s) {
     if (coded_iids[s].empty()) continue;
-    TESSERA_ASSIGN_OR_RETURN(const std::vector<std::optional<float>> scores,
-                             shards_[s]->ScoreCodes(query, coded[s]));
+    TESSERA_ASSIGN_OR_RETURN(
+        const std::vector<std::optional<float>> scores,
+        shards_[s]->ScoreCodes(query, coded[s],
+                               centroid_scores != nullptr ? &(*centroid_scores)[s] : nullptr));
     for (size_t j = 0; j < scores.size(); ++j) {
       if (!scores[j].has_value()) continue;
       Scored entry;
@@ -788,7 +793,8 @@ absl::Status CollectionImpl::ScoreDocuments(FloatMatrixView query, bool want_bes
 
 absl::StatusOr<std::vector<CollectionImpl::Scored>> CollectionImpl::RankExactly(
     FloatMatrixView query, const std::vector<std::pair<int, uint64_t>>& selected,
-    const SearchOptions& options, SearchResult* result) const {
+    const std::vector<CentroidScoreTable>& centroid_scores, const SearchOptions& options,
+    SearchResult* result) const {
   // Exact MaxSim in chunks (bounded memory for exhaustive scans), keeping the best k.
   auto better = [](const Scored& a, const Scored& b) {
     return a.score != b.score ? a.score > b.score : a.id < b.id;
@@ -802,7 +808,7 @@ absl::StatusOr<std::vector<CollectionImpl::Scored>> CollectionImpl::RankExactly(
     const std::vector<std::pair<int, uint64_t>> chunk(
         selected.begin() + begin, selected.begin() + std::min(selected.size(), begin + kChunk));
     TESSERA_RETURN_IF_ERROR(ScoreDocuments(query, options.explain, options.with_attributes, chunk,
-                                           &top, &result->timings));
+                                           &centroid_scores, &top, &result->timings));
     result->documents_scored += static_cast<int64_t>(chunk.size());
     if (top.size() > static_cast<size_t>(options.k)) {
       std::partial_sort(top.begin(), top.begin() + options.k, top.end(), better);
@@ -816,7 +822,8 @@ absl::StatusOr<std::vector<CollectionImpl::Scored>> CollectionImpl::RankExactly(
 
 absl::StatusOr<std::vector<CollectionImpl::ScoredGroup>> CollectionImpl::RankGroups(
     FloatMatrixView query, const std::vector<std::pair<int, uint64_t>>& selected,
-    const SearchOptions& options, SearchResult* result) const {
+    const std::vector<CentroidScoreTable>& centroid_scores, const SearchOptions& options,
+    SearchResult* result) const {
   auto better = [](const Scored& a, const Scored& b) {
     return BetterHit(a.score, a.id, b.score, b.id);
   };
@@ -834,8 +841,8 @@ absl::StatusOr<std::vector<CollectionImpl::ScoredGroup>> CollectionImpl::RankGro
         selected.begin() + begin, selected.begin() + std::min(selected.size(), begin + kChunk));
     scored.clear();
     TESSERA_RETURN_IF_ERROR(ScoreDocuments(query, /*want_best_tokens=*/false,
-                                           /*want_attributes=*/true, chunk, &scored,
-                                           &result->timings));
+                                           /*want_attributes=*/true, chunk, &centroid_scores,
+                                           &scored, &result->timings));
     result->documents_scored += static_cast<int64_t>(chunk.size());
     for (Scored& entry : scored) {
       const auto value = entry.attributes.find(options.group_by);
@@ -943,8 +950,9 @@ absl::StatusOr<SearchResult> CollectionImpl::SearchDense(FloatMatrixView query,
     result.num_candidates = std::max<int64_t>(result.num_candidates, shard_plan.num_candidates);
   }
   result.documents = total_documents;
+  std::vector<CentroidScoreTable> centroid_scores(shards_.size());
   TESSERA_ASSIGN_OR_RETURN(const std::vector<Candidate> selected,
-                           SelectForRanking(query, plan, options, &result));
+                           SelectForRanking(query, plan, options, &result, &centroid_scores));
   auto to_hit = [&options](Scored& entry) {
     SearchHit hit;
     hit.id = std::move(entry.id);
@@ -957,7 +965,7 @@ absl::StatusOr<SearchResult> CollectionImpl::SearchDense(FloatMatrixView query,
   };
   if (!options.group_by.empty()) {
     TESSERA_ASSIGN_OR_RETURN(std::vector<ScoredGroup> groups,
-                             RankGroups(query, selected, options, &result));
+                             RankGroups(query, selected, centroid_scores, options, &result));
     for (ScoredGroup& group : groups) {
       SearchGroup out;
       out.value = std::move(group.value);
@@ -967,7 +975,8 @@ absl::StatusOr<SearchResult> CollectionImpl::SearchDense(FloatMatrixView query,
     result.timings.total_ms = MillisecondsSince(search_start);
     return result;
   }
-  TESSERA_ASSIGN_OR_RETURN(std::vector<Scored> top, RankExactly(query, selected, options, &result));
+  TESSERA_ASSIGN_OR_RETURN(std::vector<Scored> top,
+                           RankExactly(query, selected, centroid_scores, options, &result));
   for (Scored& entry : top) {
     std::vector<TokenMatch> explanation;
     if (options.explain) {
@@ -983,7 +992,7 @@ absl::StatusOr<SearchResult> CollectionImpl::SearchDense(FloatMatrixView query,
 
 absl::StatusOr<std::vector<CollectionImpl::Candidate>> CollectionImpl::SelectForRanking(
     FloatMatrixView query, const SearchPlan& plan, const SearchOptions& options,
-    SearchResult* result) const {
+    SearchResult* result, std::vector<CentroidScoreTable>* centroid_scores) const {
   const Clock::time_point start = Clock::now();
   std::vector<Candidate> selected;
   std::vector<size_t> every_document;  // the shards whose (matching) documents are all scored
@@ -994,7 +1003,7 @@ absl::StatusOr<std::vector<CollectionImpl::Candidate>> CollectionImpl::SelectFor
       continue;
     }
     TESSERA_ASSIGN_OR_RETURN(const std::optional<std::vector<uint64_t>> nominees,
-                             NominateCandidates(query, s, plan, options));
+                             NominateCandidates(query, s, plan, options, &(*centroid_scores)[s]));
     if (!nominees.has_value()) {
       every_document.push_back(s);
       continue;
@@ -1133,8 +1142,8 @@ absl::StatusOr<std::vector<SearchHit>> CollectionImpl::SparseLane(
     for (const Entry& entry : entries) candidates.push_back(entry.at);
     std::vector<Scored> scored;
     TESSERA_RETURN_IF_ERROR(ScoreDocuments(query, /*want_best_tokens=*/false,
-                                           /*want_attributes=*/false, candidates, &scored,
-                                           &result->timings));
+                                           /*want_attributes=*/false, candidates,
+                                           /*centroid_scores=*/nullptr, &scored, &result->timings));
     result->documents_scored += static_cast<int64_t>(candidates.size());
     std::map<Candidate, float> maxsim;
     for (const Scored& entry : scored) maxsim[Candidate(entry.shard, entry.iid)] = entry.score;

@@ -146,29 +146,35 @@ class CollectionImpl : public Collection {
   // Stage 1 of shard s: its share of N, the best documents by approximate score; of documents
   // tied at the cut, those with the smaller external ids (so that a router's shard node cuts
   // where this collection does), in no particular order. nullopt when stage 1 found fewer than
-  // k (a selective filter): then every matching document of the shard is to be scored.
+  // k (a selective filter): then every matching document of the shard is to be scored. In a
+  // rerank_from_codes collection, stage 1 leaves the query's centroid scores in *centroid_scores
+  // for the stage 2 from codes (Shard::ScoreCodes) to reuse.
   absl::StatusOr<std::optional<std::vector<uint64_t>>> NominateCandidates(
-      FloatMatrixView query, size_t s, const SearchPlan& plan, const SearchOptions& options) const;
+      FloatMatrixView query, size_t s, const SearchPlan& plan, const SearchOptions& options,
+      CentroidScoreTable* centroid_scores) const;
   // A document to score exactly: (shard, iid).
   using Candidate = std::pair<int, uint64_t>;
   // The documents stage 2 scores: per shard, stage 1's share of N; or every matching document
   // (asked for, the share covers the shard, or too few nominees). result->exhaustive when every
-  // shard's were.
-  absl::StatusOr<std::vector<Candidate>> SelectForRanking(FloatMatrixView query,
-                                                          const SearchPlan& plan,
-                                                          const SearchOptions& options,
-                                                          SearchResult* result) const;
+  // shard's were. (*centroid_scores)[s]: what NominateCandidates left for shard s (one entry per
+  // shard; an empty table where stage 1 did not run or kept none).
+  absl::StatusOr<std::vector<Candidate>> SelectForRanking(
+      FloatMatrixView query, const SearchPlan& plan, const SearchOptions& options,
+      SearchResult* result, std::vector<CentroidScoreTable>* centroid_scores) const;
   // Stage 2: exact MaxSim over `selected`, the best options.k (score desc, id asc); adds the
-  // documents scored and the fetch/rerank timings to `result`.
+  // documents scored and the fetch/rerank timings to `result`. centroid_scores: per shard, as
+  // SelectForRanking left them.
   absl::StatusOr<std::vector<Scored>> RankExactly(
       FloatMatrixView query, const std::vector<std::pair<int, uint64_t>>& selected,
-      const SearchOptions& options, SearchResult* result) const;
+      const std::vector<CentroidScoreTable>& centroid_scores, const SearchOptions& options,
+      SearchResult* result) const;
   // Stage 2 of a grouped search: exact MaxSim over `selected`, folded into groups by the
   // group_by field's value; the best options.groups (all of them for a part of a collection,
   // options.whole_shards > 0), each with its best options.group_size, best group first.
   absl::StatusOr<std::vector<ScoredGroup>> RankGroups(
       FloatMatrixView query, const std::vector<std::pair<int, uint64_t>>& selected,
-      const SearchOptions& options, SearchResult* result) const;
+      const std::vector<CentroidScoreTable>& centroid_scores, const SearchOptions& options,
+      SearchResult* result) const;
   // Per query token, the best document vector of a scored hit and the tokens it covers. For a
   // hit scored from its codes (no best_tokens), the best vectors among the decoded ones: their
   // similarities sum to the hit's score within CompactQuery::ErrorBound.
@@ -176,9 +182,11 @@ class CollectionImpl : public Collection {
   // MaxSim of the query against the given (shard, iid) documents, appended to `scored` (with
   // their attributes when want_attributes, read with their id and version): exact
   // (fp32) over stored rerank vectors, from the codes (Shard::ScoreCodes, within its error bound)
-  // for documents stored as codes only; the latter carry no best_tokens.
+  // for documents stored as codes only; the latter carry no best_tokens. centroid_scores: null, or
+  // per shard stage 1's centroid scores for ScoreCodes to reuse (SelectForRanking).
   absl::Status ScoreDocuments(FloatMatrixView query, bool want_best_tokens, bool want_attributes,
                               const std::vector<std::pair<int, uint64_t>>& documents,
+                              const std::vector<CentroidScoreTable>* centroid_scores,
                               std::vector<Scored>* scored, SearchTimings* timings) const;
 
   const std::string dir_;

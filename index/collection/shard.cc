@@ -406,37 +406,26 @@ absl::StatusOr<Shard::CodedDocuments> Shard::FetchCodes(absl::Span<const uint64_
   return documents;
 }
 
-absl::StatusOr<std::vector<std::optional<float>>> Shard::ScoreCodes(
-    FloatMatrixView query, const CodedDocuments& documents) const {
-  std::vector<std::optional<float>> scores(documents.requested);
-  std::vector<std::vector<CompactDocument>> refs(documents.parts.size());
-  for (size_t part = 0; part < documents.parts.size(); ++part) {
-    refs[part] = documents.parts[part].refs();
-  }
-  if (std::all_of(refs.begin(), refs.end(), [](const auto& r) { return r.empty(); })) {
-    return scores;
-  }
-  const CentroidCodebook& codebook = *documents.codebook;
+namespace {
+
+// The query × centroid scores stage 2 from codes needs when stage 1 left none: centroid-major as
+// QuerySimilarity::Compute writes them (centroid c's scores of the query's rows at table[c ·
+// *stride], so that a token's scores lie in one or two cache lines for the kernel's gathers),
+// computed for the runs of kTableSpan consecutive centroids in which some document of `parts` has
+// a token; nothing reads the others. Whole spans are scored in place rather than the used
+// centroids gathered: a stage-2 batch (400 documents of 64 vectors at the 100k and 1M defaults)
+// has ids in most spans of 16,384 or 32,768 centroids, and in a profile of the 100k compact shard
+// (AMD EPYC Zen 4) the gather's copy of the rows took about as long as the products, with a
+// transpose to token-major besides.
+std::unique_ptr<float[]> ScoreUsedCentroids(const CentroidCodebook& codebook, FloatMatrixView query,
+                                            absl::Span<const std::vector<CompactDocument>> parts,
+                                            ThreadPool* pool, int64_t* stride) {
   const int64_t C = codebook.num_centroids();
   const int64_t dim = codebook.dim();
-  const int64_t nq = query.rows;
-  if (nq < 1 || query.cols != dim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("query of ", nq, " × ", query.cols, ", expected ≥ 1 × ", dim));
-  }
-
-  // The query × centroid table, centroid-major as QuerySimilarity::Compute writes it (centroid c's
-  // scores of the query's rows at table[c · stride], so that a token's scores lie in one or two
-  // cache lines for the kernel's gathers), computed for the runs of kTableSpan consecutive
-  // centroids in which some document has a token; the kernel reads no other. Whole spans are
-  // scored in place rather than the used centroids gathered: a stage-2 batch (400 documents of 64
-  // vectors at the 100k and 1M defaults) has ids in most spans of 16,384 or 32,768 centroids, and
-  // in a profile of the 100k compact shard (AMD EPYC Zen 4) the gather's copy of the rows took
-  // about as long as the products, with a transpose to token-major besides.
   constexpr int64_t kTableSpan = 64;
   const int64_t spans = (C + kTableSpan - 1) / kTableSpan;
   std::vector<uint8_t> used(spans, 0);
-  for (const std::vector<CompactDocument>& part : refs) {
+  for (const std::vector<CompactDocument>& part : parts) {
     for (const CompactDocument& document : part) {
       for (int64_t t = 0; t < document.num_tokens; ++t) {
         used[document.centroid_ids[t] / kTableSpan] = 1;
@@ -455,25 +444,60 @@ absl::StatusOr<std::vector<std::optional<float>>> Shard::ScoreCodes(
     }
   }
   const QuerySimilarity similarity(query);
-  const int64_t stride = similarity.stride();
+  *stride = similarity.stride();
   // Only the runs are written, and only they are read: no zero fill of the C × stride floats.
-  std::unique_ptr<float[]> table(new float[C * stride]);
-  pool_->ParallelFor(static_cast<int64_t>(runs.size()), 1, [&](int64_t begin, int64_t end) {
+  std::unique_ptr<float[]> table(new float[C * *stride]);
+  pool->ParallelFor(static_cast<int64_t>(runs.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t first = runs[r].first * kTableSpan;
       const int64_t n = std::min(runs[r].second * kTableSpan, C) - first;
-      similarity.Compute(codebook.centroids() + first * dim, n, &table[first * stride]);
+      similarity.Compute(codebook.centroids() + first * dim, n, &table[first * *stride]);
     }
   });
 
-  const CompactQuery compact(codebook.codec(), query.data, nq, table.get(), /*row_stride=*/1,
-                             /*centroid_stride=*/stride);
+  return table;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<std::optional<float>>> Shard::ScoreCodes(
+    FloatMatrixView query, const CodedDocuments& documents,
+    const CentroidScoreTable* stage1_scores) const {
+  std::vector<std::optional<float>> scores(documents.requested);
+  std::vector<std::vector<CompactDocument>> refs(documents.parts.size());
+  for (size_t part = 0; part < documents.parts.size(); ++part) {
+    refs[part] = documents.parts[part].refs();
+  }
+  if (std::all_of(refs.begin(), refs.end(), [](const auto& r) { return r.empty(); })) {
+    return scores;
+  }
+  const CentroidCodebook& codebook = *documents.codebook;
+  const int64_t C = codebook.num_centroids();
+  const int64_t dim = codebook.dim();
+  const int64_t nq = query.rows;
+  if (nq < 1 || query.cols != dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("query of ", nq, " × ", query.cols, ", expected ≥ 1 × ", dim));
+  }
+
+  std::unique_ptr<float[]> own_scores;
+  std::optional<CompactQuery> compact;
+  if (stage1_scores != nullptr && stage1_scores->scores != nullptr &&
+      stage1_scores->codebook == documents.codebook && stage1_scores->nq == nq) {
+    compact.emplace(codebook.codec(), query.data, nq, stage1_scores->scores.get(),
+                    /*row_stride=*/C);
+  } else {
+    int64_t stride = 0;
+    own_scores = ScoreUsedCentroids(codebook, query, refs, pool_.get(), &stride);
+    compact.emplace(codebook.codec(), query.data, nq, own_scores.get(), /*row_stride=*/1,
+                    /*centroid_stride=*/stride);
+  }
   std::vector<std::vector<float>> part_scores(refs.size());
   std::vector<absl::Status> statuses(refs.size());
   pool_->ParallelFor(static_cast<int64_t>(refs.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t part = begin; part < end; ++part) {
       part_scores[part].resize(refs[part].size());
-      statuses[part] = ScoreCompactDocuments(compact, refs[part], part_scores[part].data());
+      statuses[part] = ScoreCompactDocuments(*compact, refs[part], part_scores[part].data());
     }
   });
   for (const absl::Status& status : statuses) TESSERA_RETURN_IF_ERROR(status);

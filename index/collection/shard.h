@@ -269,11 +269,14 @@ class Shard {
   // found, scored from the codes with ScoreCompactDocuments (parts split over the pool):
   // within CompactQuery::ErrorBound() (Σ_i ⌈dim · nbits / 4⌉ · step_i / 2, see code_maxsim.h)
   // plus fp32 rounding of the fp32 MaxSim of the decoded vectors. One entry per requested iid,
-  // std::nullopt for those not found. The query × centroid table (nq × C fp32) is computed here,
-  // for the centroids the documents use only (stage 1's table is gone by then, and exhaustive
-  // searches run no stage 1): referenced centroids × nq × dim multiply-adds on the pool.
+  // std::nullopt for those not found. The query × centroid scores come from `stage1_scores` when
+  // it is this query's table under the documents' codebook (stage 1 of the same search kept it:
+  // Stage1Query::centroid_scores), else are computed here, on the pool, for the 64-centroid spans
+  // the documents use (an exhaustive search runs no stage 1; a training may have swapped the
+  // codebook between the two stages). stage1_scores may be null.
   absl::StatusOr<std::vector<std::optional<float>>> ScoreCodes(
-      FloatMatrixView query, const CodedDocuments& documents) const;
+      FloatMatrixView query, const CodedDocuments& documents,
+      const CentroidScoreTable* stage1_scores) const;
   // The live iid of an external id (NOT_FOUND when none), and its stored record.
   absl::StatusOr<uint64_t> LookupId(const std::string& external_id) const;
   absl::StatusOr<DocumentRecord> GetRecord(uint64_t iid) const;

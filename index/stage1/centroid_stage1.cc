@@ -99,6 +99,7 @@ absl::StatusOr<std::vector<Stage1Hit>> CentroidStage1::SearchImpl(
   CentroidSearchOptions options;
   options.nprobe = query.nprobe;
   options.num_documents = query.num_documents;
+  options.centroid_scores = query.centroid_scores;
   absl::StatusOr<std::vector<CentroidHit>> hits =
       index_->Search(query.query, options, accept, pool);
   if (!hits.ok()) return hits.status();

@@ -54,6 +54,10 @@ struct Stage1Query {
   int num_documents = 100;  // N: documents nominated
   int per_token = 100;      // k′: candidate vectors per query token (CandidateStage1)
   int nprobe = 0;           // centroids probed per query token; 0: DefaultNprobe (CentroidStage1)
+  // Not null: a CentroidStage1 leaves here the query's score of every centroid
+  // (CentroidSearchOptions::centroid_scores), for a stage 2 that scores codes; a CandidateStage1
+  // leaves it as it was.
+  CentroidScoreTable* centroid_scores = nullptr;
 };
 
 // A nominated document and its approximate MaxSim.
