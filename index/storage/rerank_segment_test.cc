@@ -63,7 +63,7 @@ class RerankSegmentTest : public ::testing::Test {
   std::unique_ptr<ShardStore> Open(int64_t segment_bytes = int64_t{64} << 20) {
     ShardStoreOptions options;
     options.memory = NewSharedStoreMemory(8 << 20, 8 << 20);
-    options.rerank_flush_bytes = 0;  // only FlushRerank moves rows: the tests say when
+    options.rerank_flush_bytes = 0;  // only FlushSegments moves rows: the tests say when
     options.rerank_segment_bytes = segment_bytes;
     auto store = ShardStore::Open(dir_, options);
     EXPECT_TRUE(store.ok()) << store.status();
@@ -88,7 +88,7 @@ class RerankSegmentTest : public ::testing::Test {
     std::vector<std::string> out;
     for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
       uint32_t number = 0;
-      if (ParseRerankSegmentFileName(entry.path().filename().string(), &number)) {
+      if (ParseSegmentFileName(entry.path().filename().string(), SegmentKind::kRerank, &number)) {
         out.push_back(entry.path().string());
       }
     }
@@ -135,12 +135,12 @@ void ExpectReadsEqual(const ShardStore& store, const std::vector<uint64_t>& iids
 
 TEST(RerankSegmentFileName, RoundTripsAndRejectsOtherNames) {
   uint32_t number = 0;
-  EXPECT_EQ(RerankSegmentFileName(12), "rerank-00000012.seg");
-  EXPECT_TRUE(ParseRerankSegmentFileName("rerank-00000012.seg", &number));
+  EXPECT_EQ(SegmentFileName(SegmentKind::kRerank, 12), "rerank-00000012.seg");
+  EXPECT_TRUE(ParseSegmentFileName("rerank-00000012.seg", SegmentKind::kRerank, &number));
   EXPECT_EQ(number, 12u);
   for (const char* name :
        {"rerank-00000012.seg.tmp", "rerank-12.seg", "000012.sst", "rerank-0000001x.seg"}) {
-    EXPECT_FALSE(ParseRerankSegmentFileName(name, &number)) << name;
+    EXPECT_FALSE(ParseSegmentFileName(name, SegmentKind::kRerank, &number)) << name;
   }
 }
 
@@ -159,7 +159,7 @@ TEST_F(RerankSegmentTest, ReadsEqualTheRocksDbPathByteForByte) {
   ExpectReadsEqual(*store, iids, want);
   EXPECT_EQ(store->Stats().rerank_segments, 0);
 
-  ASSERT_TRUE(store->FlushRerank().ok());
+  ASSERT_TRUE(store->FlushSegments().ok());
   const ShardStoreStats stats = store->Stats();
   EXPECT_GT(stats.rerank_segments, 1);
   EXPECT_EQ(stats.rerank_unflushed_bytes, 0);
@@ -191,7 +191,7 @@ TEST_F(RerankSegmentTest, RowsAreStoredOnceAfterTheFlush) {
   const std::vector<uint64_t> iids = WriteDocs(store.get(), 4000);
   int64_t row_bytes = 0;
   for (int i = 0; i < 4000; ++i) row_bytes += static_cast<int64_t>(MakeDoc(i).rerank.bytes.size());
-  ASSERT_TRUE(store->Flush().ok());  // FlushRerank, then the memtables
+  ASSERT_TRUE(store->Flush().ok());  // FlushSegments, then the memtables
   const ShardStoreStats stats = store->Stats();
   EXPECT_GE(stats.rerank_segment_bytes, row_bytes);
   // What RocksDB keeps beside the segments is far less than the rows (their pointers, the other
@@ -205,7 +205,7 @@ TEST_F(RerankSegmentTest, CorruptTruncatedOrMissingSegmentIsDataLossNamingIt) {
   {
     auto store = Open();
     WriteDocs(store.get(), 100);
-    ASSERT_TRUE(store->FlushRerank().ok());
+    ASSERT_TRUE(store->FlushSegments().ok());
   }
   const std::vector<std::string> files = SegmentFiles();
   ASSERT_EQ(files.size(), 1u);
@@ -249,7 +249,7 @@ TEST_F(RerankSegmentTest, CorruptTruncatedOrMissingSegmentIsDataLossNamingIt) {
 TEST_F(RerankSegmentTest, ChecksummedReadsCatchRowsThatWentBadAfterOpen) {
   auto store = Open();
   const std::vector<uint64_t> iids = WriteDocs(store.get(), 20);
-  ASSERT_TRUE(store->FlushRerank().ok());
+  ASSERT_TRUE(store->FlushSegments().ok());
   ASSERT_EQ(SegmentFiles().size(), 1u);
   // Overwrite the file's bytes in place (the mapping is shared, so the store sees it): every row
   // byte after the header.
@@ -270,30 +270,30 @@ TEST_F(RerankSegmentTest, UncommittedSegmentFilesAreDeletedAtOpen) {
   {
     auto store = Open();
     WriteDocs(store.get(), 50);
-    ASSERT_TRUE(store->FlushRerank().ok());
+    ASSERT_TRUE(store->FlushSegments().ok());
   }
   ASSERT_EQ(SegmentFiles().size(), 1u);
   const std::string committed = SegmentFiles()[0];
   // What a crash before a commit leaves: a whole segment nobody points to, and a temporary.
-  std::filesystem::copy_file(committed, dir_ + "/" + RerankSegmentFileName(77));
-  { std::ofstream(dir_ + "/" + RerankSegmentFileName(78) + ".tmp") << "partial"; }
+  std::filesystem::copy_file(committed, dir_ + "/" + SegmentFileName(SegmentKind::kRerank, 77));
+  { std::ofstream(dir_ + "/" + SegmentFileName(SegmentKind::kRerank, 78) + ".tmp") << "partial"; }
   auto store = Open();
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(SegmentFiles(), std::vector<std::string>{committed});
-  EXPECT_FALSE(std::filesystem::exists(dir_ + "/" + RerankSegmentFileName(78) + ".tmp"));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/" + SegmentFileName(SegmentKind::kRerank, 78) + ".tmp"));
   EXPECT_EQ(store->Stats().documents, 50);
   // Numbers go on past every segment file seen, so the deleted one's is not reused.
   std::vector<DocumentWrite> more;
   more.push_back(MakeDoc(1000));
   ASSERT_TRUE(store->Write(std::move(more), {}).ok());
-  ASSERT_TRUE(store->FlushRerank().ok());
-  EXPECT_TRUE(std::filesystem::exists(dir_ + "/" + RerankSegmentFileName(78)));
+  ASSERT_TRUE(store->FlushSegments().ok());
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/" + SegmentFileName(SegmentKind::kRerank, 78)));
 }
 
 TEST_F(RerankSegmentTest, DeletesGiveTheirSpaceBack) {
   auto store = Open();
   const std::vector<uint64_t> iids = WriteDocs(store.get(), 200);
-  ASSERT_TRUE(store->FlushRerank().ok());
+  ASSERT_TRUE(store->FlushSegments().ok());
   ASSERT_EQ(SegmentFiles().size(), 1u);
   const std::string first = SegmentFiles()[0];
   const int64_t full = SegmentFileBytes();
@@ -307,7 +307,7 @@ TEST_F(RerankSegmentTest, DeletesGiveTheirSpaceBack) {
   for (int i = 0; i < 150; ++i) deletes.push_back(absl::StrCat("doc-", i));
   ASSERT_TRUE(store->Write({}, deletes).ok());
   EXPECT_EQ(SegmentFileBytes(), full) << "nothing is rewritten before maintenance runs";
-  ASSERT_TRUE(store->FlushRerank().ok());
+  ASSERT_TRUE(store->FlushSegments().ok());
   ASSERT_EQ(SegmentFiles().size(), 1u);
   EXPECT_NE(SegmentFiles()[0], first);
   EXPECT_FALSE(std::filesystem::exists(first));
@@ -327,7 +327,7 @@ TEST_F(RerankSegmentTest, DeletesGiveTheirSpaceBack) {
   deletes.clear();
   for (int i = 150; i < 200; ++i) deletes.push_back(absl::StrCat("doc-", i));
   ASSERT_TRUE(store->Write({}, deletes).ok());
-  ASSERT_TRUE(store->FlushRerank().ok());
+  ASSERT_TRUE(store->FlushSegments().ok());
   EXPECT_TRUE(SegmentFiles().empty());
   EXPECT_EQ(store->Stats().rerank_segments, 0);
 
@@ -369,7 +369,7 @@ TEST_F(RerankSegmentTest, BackgroundFlushMovesRowsWhileWritesGoOn) {
 TEST_F(RerankSegmentTest, CheckpointCarriesTheSegments) {
   auto store = Open();
   const std::vector<uint64_t> iids = WriteDocs(store.get(), 60);
-  ASSERT_TRUE(store->FlushRerank().ok());
+  ASSERT_TRUE(store->FlushSegments().ok());
   const std::string copy = root_.path() + "/copy";
   ASSERT_TRUE(store->Checkpoint(copy, /*sequence=*/nullptr).ok());
   ShardStoreOptions options;

@@ -398,8 +398,8 @@ TEST_F(ShardStoreTest, DropCodeGenerationsExceptKeepsOneGenerationAndIsFreeWhenN
     std::vector<std::string> codes;
     EXPECT_TRUE(store
                     ->ForEachCodes(generation,
-                                   [&](uint64_t, std::string bytes) {
-                                     codes.push_back(std::move(bytes));
+                                   [&](uint64_t, absl::string_view bytes) {
+                                     codes.emplace_back(bytes);
                                      return absl::OkStatus();
                                    })
                     .ok());
