@@ -113,16 +113,16 @@ absl::Status ReadFileInChunks(const std::string& path, uint64_t size, size_t chu
     const size_t want = static_cast<size_t>(std::min<uint64_t>(size - done, buffer.size()));
     size_t got = 0;
     while (got < want) {
-      const ssize_t n = ::pread(file.fd, buffer.data() + got, want - got,
-                                static_cast<off_t>(done + got));
+      const ssize_t n =
+          ::pread(file.fd, buffer.data() + got, want - got, static_cast<off_t>(done + got));
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) {
         status = ErrnoStatus(errno, "cannot read", path);
         break;
       }
       if (n == 0) {
-        status = absl::DataLossError(absl::StrCat("'", path, "': ", done + got, " bytes, ", size,
-                                                  " expected"));
+        status = absl::DataLossError(
+            absl::StrCat("'", path, "': ", done + got, " bytes, ", size, " expected"));
         break;
       }
       got += static_cast<size_t>(n);

@@ -94,7 +94,7 @@ absl::StatusOr<int64_t> WriteRerankSegment(const std::string& path, SegmentKind 
     StoreLittleEndian64(p + 8, entries[i].offset);
     StoreLittleEndian32(p + 16, static_cast<uint32_t>(entries[i].rows));
     StoreLittleEndian32(p + 20, static_cast<uint32_t>(entries[i].cols));
-    p[24] = static_cast<char>(entries[i].opaque                          ? kOpaqueDtype
+    p[24] = static_cast<char>(entries[i].opaque                           ? kOpaqueDtype
                               : entries[i].dtype == VectorDtype::kFloat16 ? 1
                                                                           : 0);
     StoreLittleEndian32(p + 28, entries[i].crc);
@@ -121,9 +121,9 @@ absl::StatusOr<std::shared_ptr<const RerankSegment>> RerankSegment::Open(const s
   const absl::string_view bytes = file->bytes();
   const uint64_t size = bytes.size();
   if (expected_size >= 0 && size != static_cast<uint64_t>(expected_size)) {
-    return Corrupt(kind, path,
-                   absl::StrCat(size, " bytes, ", expected_size, " were written (torn or ",
-                                "truncated)"));
+    return Corrupt(
+        kind, path,
+        absl::StrCat(size, " bytes, ", expected_size, " were written (torn or ", "truncated)"));
   }
   if (size < kHeaderBytes + kTrailerBytes) return Corrupt(kind, path, absl::StrCat(size, " bytes"));
   if (std::memcmp(bytes.data(), kHeaderMagic, 8) != 0 ||
@@ -140,20 +140,19 @@ absl::StatusOr<std::shared_ptr<const RerankSegment>> RerankSegment::Open(const s
                    absl::StrCat("header says segment ", LoadLittleEndian32(bytes.data() + 12)));
   }
   if (LoadLittleEndian32(bytes.data() + 16) != static_cast<uint32_t>(kind)) {
-    return Corrupt(kind, path,
-                   absl::StrCat("header says kind ", LoadLittleEndian32(bytes.data() + 16),
-                                ", expected ", static_cast<uint32_t>(kind), " (",
-                                SegmentKindName(kind), ")"));
+    return Corrupt(
+        kind, path,
+        absl::StrCat("header says kind ", LoadLittleEndian32(bytes.data() + 16), ", expected ",
+                     static_cast<uint32_t>(kind), " (", SegmentKindName(kind), ")"));
   }
   const uint32_t generation = LoadLittleEndian32(bytes.data() + 20);
   const char* trailer = bytes.data() + size - kTrailerBytes;
   // Read with pread, not through the mapping: the pages a checksum pass touched through it would
   // stay resident in the process.
   uint32_t crc = 0;
-  TESSERA_RETURN_IF_ERROR(ReadFileInChunks(path, size - kTrailerBytes + 16, kVerifyChunkBytes,
-                                           [&crc](absl::string_view chunk) {
-                                             crc = Crc32(chunk, crc);
-                                           }));
+  TESSERA_RETURN_IF_ERROR(
+      ReadFileInChunks(path, size - kTrailerBytes + 16, kVerifyChunkBytes,
+                       [&crc](absl::string_view chunk) { crc = Crc32(chunk, crc); }));
   if (crc != LoadLittleEndian32(trailer + 16)) {
     return Corrupt(kind, path,
                    absl::StrFormat("checksum mismatch (stored %08x, computed %08x)",
@@ -165,8 +164,8 @@ absl::StatusOr<std::shared_ptr<const RerankSegment>> RerankSegment::Open(const s
       (size - kTrailerBytes - table_offset) / kEntryBytes != count ||
       (size - kTrailerBytes - table_offset) % kEntryBytes != 0) {
     return Corrupt(kind, path,
-                   absl::StrCat("table of ", count, " entries at ", table_offset,
-                                " does not fit ", size, " bytes"));
+                   absl::StrCat("table of ", count, " entries at ", table_offset, " does not fit ",
+                                size, " bytes"));
   }
   std::vector<RerankSegmentEntry> entries(count);
   for (uint64_t i = 0; i < count; ++i) {

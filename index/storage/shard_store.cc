@@ -90,7 +90,6 @@ struct DocKey {
   }
 };
 
-
 // Group commit bounds: a leader stops adding queued requests once the group would exceed either
 // (its own request always goes in, however large).
 constexpr size_t kMaxGroupDocuments = 1000;
@@ -432,8 +431,7 @@ class ShardStoreImpl final : public ShardStore {
     VectorDtype dtype = VectorDtype::kFloat16;
     bool opaque = false;  // codes
     int64_t bytes() const {
-      return opaque ? int64_t{rows}
-                    : int64_t{rows} * cols * static_cast<int64_t>(DtypeSize(dtype));
+      return opaque ? int64_t{rows} : int64_t{rows} * cols * static_cast<int64_t>(DtypeSize(dtype));
     }
   };
   static RowsLocation LocationOf(const RerankSegmentEntry& e, uint32_t segment, const char* data) {
@@ -1104,8 +1102,8 @@ absl::StatusOr<std::vector<std::optional<StoredMatrix>>> ShardStoreImpl::MultiGe
   for (size_t i = 0; i < iids.size(); ++i) {
     if (!values[i].has_value()) continue;
     InlineValue& value = *values[i];
-    out[i] = StoredMatrix{value.entry.dtype, value.entry.rows, value.entry.cols,
-                          std::move(value.bytes)};
+    out[i] =
+        StoredMatrix{value.entry.dtype, value.entry.rows, value.entry.cols, std::move(value.bytes)};
   }
   return out;
 }
@@ -1160,8 +1158,9 @@ ShardStoreImpl::MultiGetCopies(SegmentKind kind, absl::Span<const DocKey> keys) 
   return out;
 }
 
-absl::StatusOr<ShardStoreImpl::InlineValue> ShardStoreImpl::DecodeInline(
-    SegmentKind kind, absl::string_view value, const DocKey& key) const {
+absl::StatusOr<ShardStoreImpl::InlineValue> ShardStoreImpl::DecodeInline(SegmentKind kind,
+                                                                         absl::string_view value,
+                                                                         const DocKey& key) const {
   InlineValue out;
   out.entry.iid = key.iid;
   if (kind == SegmentKind::kRerank) {
@@ -1309,12 +1308,13 @@ absl::Status ShardStoreImpl::ReadInPlace(SegmentKind kind, absl::Span<const DocK
         again.push_back(i);
         continue;
       }
-      const absl::string_view bytes = it->second.file->Rows(
-          pointer.entry.offset, static_cast<uint64_t>(pointer.entry.bytes()));
+      const absl::string_view bytes =
+          it->second.file->Rows(pointer.entry.offset, static_cast<uint64_t>(pointer.entry.bytes()));
       if (bytes.empty()) {
-        return absl::DataLossError(absl::StrCat(
-            SegmentKindName(kind), " segment '", it->second.file->path(), "': ",
-            What(kind, keys[i]), " at offset ", pointer.entry.offset, " lies outside the file"));
+        return absl::DataLossError(absl::StrCat(SegmentKindName(kind), " segment '",
+                                                it->second.file->path(), "': ", What(kind, keys[i]),
+                                                " at offset ", pointer.entry.offset,
+                                                " lies outside the file"));
       }
       read->segments.push_back(it->second.file);
       read->found[i] = LocationOf(pointer.entry, pointer.segment, bytes.data());
@@ -1404,10 +1404,10 @@ absl::Status ShardStoreImpl::OpenSegments() {
       if (segment) max_number = std::max(max_number, number);
       const auto it = committed.find(number);
       if (temporary || (segment && (it == committed.end() || it->second.first != kind))) {
-        Log(options_.log, {LogSeverity::kInfo,
-                           absl::StrCat("deleting an uncommitted ", SegmentKindName(kind),
-                                        " segment file"),
-                           {{"file", entry.path().string()}}});
+        Log(options_.log,
+            {LogSeverity::kInfo,
+             absl::StrCat("deleting an uncommitted ", SegmentKindName(kind), " segment file"),
+             {{"file", entry.path().string()}}});
         fs::remove(entry.path(), error);
       }
     }
@@ -1420,10 +1420,10 @@ absl::Status ShardStoreImpl::OpenSegments() {
     absl::StatusOr<std::shared_ptr<const RerankSegment>> segment =
         RerankSegment::Open(path, kind, number, size);
     if (absl::IsNotFound(segment.status())) {
-      return absl::DataLossError(absl::StrCat(
-          "shard '", dir_, "': ", SegmentKindName(kind), " segment '", path,
-          "' is committed but missing; its ", kind == SegmentKind::kCodes ? "codes" : "rows",
-          " exist nowhere else"));
+      return absl::DataLossError(
+          absl::StrCat("shard '", dir_, "': ", SegmentKindName(kind), " segment '", path,
+                       "' is committed but missing; its ",
+                       kind == SegmentKind::kCodes ? "codes" : "rows", " exist nowhere else"));
     }
     if (!segment.ok()) return InShard(segment.status(), dir_);
     SegmentState state;
@@ -1460,17 +1460,17 @@ absl::Status ShardStoreImpl::OpenSegments() {
       const auto segment = segments_.find(pointer.segment);
       if (segment == segments_.end() || segment->second.file->kind() != kind ||
           segment->second.file->generation() != key.generation) {
-        return absl::DataLossError(absl::StrCat(
-            "shard '", dir_, "': ", What(kind, key), " points to segment '",
-            SegmentPath(kind, pointer.segment), "', which is not a committed ",
-            SegmentKindName(kind), " segment of generation ", key.generation));
+        return absl::DataLossError(
+            absl::StrCat("shard '", dir_, "': ", What(kind, key), " points to segment '",
+                         SegmentPath(kind, pointer.segment), "', which is not a committed ",
+                         SegmentKindName(kind), " segment of generation ", key.generation));
       }
       const absl::string_view bytes = segment->second.file->Rows(
           pointer.entry.offset, static_cast<uint64_t>(pointer.entry.bytes()));
       if (bytes.empty()) {
         return absl::DataLossError(absl::StrCat(
-            SegmentKindName(kind), " segment '", segment->second.file->path(), "': ",
-            What(kind, key), " at offset ", pointer.entry.offset, " lies outside the file"));
+            SegmentKindName(kind), " segment '", segment->second.file->path(),
+            "': ", What(kind, key), " at offset ", pointer.entry.offset, " lies outside the file"));
       }
       const RowsLocation location = LocationOf(pointer.entry, pointer.segment, bytes.data());
       segment->second.live_bytes += location.bytes();
@@ -1557,9 +1557,9 @@ absl::Status ShardStoreImpl::MaintainSegments(bool force) {
     bool flush = false;
     {
       ReaderMutexLock lock(&rerank_mu_);
-      flush = !unflushed_[k].empty() &&
-              (force || (options_.rerank_flush_bytes > 0 &&
-                         unflushed_bytes_[k] >= options_.rerank_flush_bytes));
+      flush =
+          !unflushed_[k].empty() && (force || (options_.rerank_flush_bytes > 0 &&
+                                               unflushed_bytes_[k] >= options_.rerank_flush_bytes));
     }
     if (flush) TESSERA_RETURN_IF_ERROR(FlushToSegments(kind));
   }
@@ -1689,9 +1689,9 @@ absl::Status ShardStoreImpl::RewriteSegments() {
     for (size_t i = 0; i < entries.size(); ++i) {
       if (Crc32(rows[i]) != entries[i].crc) {
         TrackRemovals(false);
-        return absl::DataLossError(absl::StrCat(SegmentKindName(old->kind()), " segment '",
-                                                old->path(), "': ", What(old->kind(), DocKey{old->generation(), entries[i].iid}),
-                                                " fails its checksum"));
+        return absl::DataLossError(absl::StrCat(
+            SegmentKindName(old->kind()), " segment '", old->path(), "': ",
+            What(old->kind(), DocKey{old->generation(), entries[i].iid}), " fails its checksum"));
       }
     }
     const absl::Status status =
@@ -1715,8 +1715,8 @@ absl::Status ShardStoreImpl::WriteSegmentAndCommit(SegmentKind kind, uint32_t ge
   if (!entries.empty()) {
     number = next_segment_++;
     path = SegmentPath(kind, number);
-    TESSERA_ASSIGN_OR_RETURN(size, WriteRerankSegment(path, kind, generation, number,
-                                                      absl::MakeSpan(entries), rows));
+    TESSERA_ASSIGN_OR_RETURN(
+        size, WriteRerankSegment(path, kind, generation, number, absl::MakeSpan(entries), rows));
     // Read back whole: what the pointers will name is exactly what was meant to be written.
     absl::StatusOr<std::shared_ptr<const RerankSegment>> opened =
         RerankSegment::Open(path, kind, number, size);
@@ -1916,12 +1916,10 @@ absl::Status ShardStoreImpl::DropCodeGenerationsExcept(uint32_t keep) {
         WriteToDb(&batch, "dropping old centroid codes", nullptr, /*sync=*/true));
     const int k = KindIndex(SegmentKind::kCodes);
     MutexLock lock(&rerank_mu_);
-    absl::erase_if(locations_[k], [keep](const auto& entry) {
-      return entry.first.generation != keep;
-    });
-    absl::erase_if(unflushed_[k], [keep](const auto& entry) {
-      return entry.first.generation != keep;
-    });
+    absl::erase_if(locations_[k],
+                   [keep](const auto& entry) { return entry.first.generation != keep; });
+    absl::erase_if(unflushed_[k],
+                   [keep](const auto& entry) { return entry.first.generation != keep; });
     unflushed_bytes_[k] = 0;
     for (const auto& [key, bytes] : unflushed_[k]) unflushed_bytes_[k] += bytes;
     for (uint32_t number : segments) segments_.erase(number);
@@ -1999,8 +1997,7 @@ absl::Status ShardStoreImpl::ForEachCodes(
   {
     ReaderMutexLock lock(&rerank_mu_);
     for (const auto& [number, segment] : segments_) {
-      if (segment.file->kind() == SegmentKind::kCodes &&
-          segment.file->generation() == generation) {
+      if (segment.file->kind() == SegmentKind::kCodes && segment.file->generation() == generation) {
         segments.push_back(segment.file);
       }
     }

@@ -311,9 +311,9 @@ class ShardStore {
   // has every write).
   virtual absl::Status Flush() = 0;
   // A consistent copy of the database in `dir` (which must not exist; its parent must), openable
-  // by Open: RocksDB's checkpoint and the segment files (rerank and codes) it points to, hard links where the
-  // filesystem allows. A write racing with it may or may not be in the copy. `sequence`, when not
-  // null, gets the RocksDB sequence number the copy holds.
+  // by Open: RocksDB's checkpoint and the segment files (rerank and codes) it points to, hard links
+  // where the filesystem allows. A write racing with it may or may not be in the copy. `sequence`,
+  // when not null, gets the RocksDB sequence number the copy holds.
   virtual absl::Status Checkpoint(const std::string& dir, uint64_t* sequence) = 0;
 
   // WAL-synced RocksDB writes so far (one per committed group when options.sync), so tests can
