@@ -563,13 +563,13 @@ TEST_F(CentroidIndexTest, FewProbesMatchTheDocumentedApproximation) {
   for (int nprobe : {1, 3, 8}) ExpectMatchesReference(*index_, nprobe, nullptr, 20 + nprobe);
 }
 
-TEST_F(CentroidIndexTest, KeptDocumentCodesOfFourBitsAreScannedAtTwo) {
-  // A 4-bit index that keeps its documents' codes for stage 2 lists their 2-bit coarsening:
-  // stage 1 scores as the documented approximation with the coarse codec's tables, on the
-  // coarsened codes; GatherCompact still hands back the 4-bit codes as added.
+TEST_F(CentroidIndexTest, CoarsenedScanOfFourBitsListsTwoBitCodes) {
+  // A 4-bit index made with scan_coarsened (a rerank_from_codes shard's) lists their 2-bit
+  // coarsening: stage 1 scores as the documented approximation with the coarse codec's tables, on
+  // the coarsened codes. It keeps nothing per vector beyond the list entry (ordinal + coarse code).
   const std::vector<float> sample = Clustered(4000, kDim, 50, 7);
   codebook_ = std::shared_ptr<const CentroidCodebook>(TrainOrDie(sample, kDim, 64, 4, &pool_));
-  index_ = std::make_unique<CentroidIndex>(codebook_, /*keep_document_codes=*/true);
+  index_ = std::make_unique<CentroidIndex>(codebook_, /*scan_coarsened=*/true);
   docs_.clear();
   for (uint64_t doc = 1; doc <= 300; ++doc) AddDocument(*index_, doc, doc);
   ASSERT_EQ(index_->scan_codec().nbits(), 2);
@@ -577,20 +577,25 @@ TEST_F(CentroidIndexTest, KeptDocumentCodesOfFourBitsAreScannedAtTwo) {
   for (int nprobe : {1, 8, static_cast<int>(codebook_->num_centroids())}) {
     ExpectMatchesReference(*index_, nprobe, nullptr, 40 + nprobe);
   }
-  const std::vector<uint64_t> some = {3, 150, 299};
-  absl::StatusOr<std::vector<std::optional<DocumentCodes>>> codes = index_->CodesOf(some);
-  ASSERT_TRUE(codes.ok()) << codes.status();
-  for (size_t i = 0; i < some.size(); ++i) {
-    ASSERT_TRUE((*codes)[i].has_value());
-    EXPECT_EQ((*codes)[i]->codes, docs_.at(some[i]).codes);
-  }
+  // Memory beyond the codebook: per vector its list entry (4 bytes of ordinal, the coarse code)
+  // rounded up to whole scan blocks per list, per document its tables (ordinal → doc, vectors,
+  // dead flag; doc → ordinal) — no copy of the 4-bit codes (code_bytes per vector).
+  const CentroidIndexStats stats = index_->Stats();
+  const int64_t lists = codebook_->num_centroids();
+  const int64_t blocks_bound =
+      (stats.vectors + lists * kScanBlockEntries) * index_->scan_codec().code_bytes() +
+      lists * int64_t{sizeof(std::vector<uint8_t>) * 2};
+  const int64_t bound =
+      codebook_->MemoryBytes() + stats.vectors * 4 * 2 + blocks_bound + stats.documents * 64;
+  EXPECT_LE(stats.memory_bytes, bound)
+      << stats.vectors << " vectors, " << stats.documents << " documents";
   // Removing a third compacts the lists (kCompactionFraction); the scan still matches.
   for (uint64_t doc = 1; doc <= 100; ++doc) {
     index_->Remove(doc);
     docs_.erase(doc);
   }
   ExpectMatchesReference(*index_, 8, nullptr, 60);
-  // Without the kept codes the lists hold the codebook's own 4-bit codes.
+  // Without scan_coarsened the lists hold the codebook's own 4-bit codes.
   EXPECT_EQ(CentroidIndex(codebook_).scan_codec().nbits(), 4);
 }
 
@@ -603,7 +608,7 @@ TEST(CentroidIndexCoarsening, NarrowDimensionsListTheCoarsenedCodesToo) {
   for (const int64_t dim : {1, 2, 3}) {
     const std::vector<float> sample = Clustered(2000, dim, 8, 70 + dim);
     std::shared_ptr<const CentroidCodebook> codebook(TrainOrDie(sample, dim, 4, 4, &pool));
-    CentroidIndex index(codebook, /*keep_document_codes=*/true);
+    CentroidIndex index(codebook, /*scan_coarsened=*/true);
     ASSERT_EQ(index.scan_codec().nbits(), 2) << "dim " << dim;
     const ResidualCodec& coarse = index.scan_codec();
     std::map<uint64_t, DocumentCodes> docs;
@@ -728,115 +733,6 @@ TEST_F(CentroidIndexTest, RemovedAndReplacedDocumentsAreNeverReturned) {
   EXPECT_EQ(index_->Documents(), expected);
   EXPECT_FALSE(index_->Contains(1));
   EXPECT_TRUE(index_->Contains(2));
-}
-
-// Stage 2's resident codes (rerank_from_codes): GatherCompact hands back exactly the (centroid,
-// code) pairs each live document was added with, through adds, replacements, removals and the
-// compaction they trigger; removed documents are left out, and a document's compact score is the
-// one computed from its own codes. An index made without keep_document_codes refuses.
-TEST_F(CentroidIndexTest, GatherCompactReturnsEachLiveDocumentsCodes) {
-  const int64_t code_bytes = codebook_->codec().code_bytes();
-  {
-    CompactDocuments none(code_bytes);
-    std::vector<size_t> positions;
-    EXPECT_EQ(index_->GatherCompact({1}, &none, &positions).code(),
-              absl::StatusCode::kFailedPrecondition);
-    EXPECT_EQ(index_->CodesOf({1}).status().code(), absl::StatusCode::kFailedPrecondition);
-  }
-  // The fixture's documents in an index that keeps their codes for stage 2.
-  index_ = std::make_unique<CentroidIndex>(codebook_, /*keep_document_codes=*/true);
-  for (const auto& [doc, codes] : docs_) ASSERT_TRUE(index_->Add(doc, codes).ok());
-  // (centroid, code bytes) pairs, sorted: a document's vectors, whatever their order.
-  auto pairs_of = [&](const uint32_t* ids, const uint8_t* row_major, const uint8_t* blocked,
-                      int64_t n) {
-    std::vector<std::pair<uint32_t, std::string>> pairs;
-    std::string code(code_bytes, '\0');
-    for (int64_t t = 0; t < n; ++t) {
-      if (blocked != nullptr) {
-        GetBlockedCode(blocked, code_bytes, t, reinterpret_cast<uint8_t*>(code.data()));
-      } else {
-        code.assign(reinterpret_cast<const char*>(row_major) + t * code_bytes, code_bytes);
-      }
-      pairs.emplace_back(ids[t], code);
-    }
-    std::sort(pairs.begin(), pairs.end());
-    return pairs;
-  };
-  auto expect_gathered = [&](const std::string& when) {
-    SCOPED_TRACE(when);
-    std::vector<uint64_t> asked;
-    for (uint64_t doc = 0; doc <= 302; ++doc) asked.push_back(doc);  // 0, 301, 302: never added
-    CompactDocuments gathered(code_bytes);
-    std::vector<size_t> positions;
-    ASSERT_TRUE(index_->GatherCompact(asked, &gathered, &positions).ok());
-    ASSERT_EQ(positions.size(), docs_.size());
-    // CodesOf (what the shard decodes for Get and a retraining): the codes as added, in order.
-    const absl::StatusOr<std::vector<std::optional<DocumentCodes>>> of = index_->CodesOf(asked);
-    ASSERT_TRUE(of.ok()) << of.status();
-    ASSERT_EQ(of->size(), asked.size());
-    for (size_t i = 0; i < asked.size(); ++i) {
-      const auto added = docs_.find(asked[i]);
-      ASSERT_EQ((*of)[i].has_value(), added != docs_.end()) << "document " << asked[i];
-      if (added == docs_.end()) continue;
-      EXPECT_EQ((*of)[i]->centroids, added->second.centroids) << "document " << asked[i];
-      EXPECT_EQ((*of)[i]->codes, added->second.codes) << "document " << asked[i];
-    }
-    const std::vector<CompactDocument> refs = gathered.refs();
-    ASSERT_EQ(refs.size(), docs_.size());
-    auto expected = docs_.begin();
-    for (size_t i = 0; i < refs.size(); ++i, ++expected) {
-      ASSERT_EQ(asked[positions[i]], expected->first) << "document " << i << " of the gather";
-      const DocumentCodes& codes = expected->second;
-      ASSERT_EQ(refs[i].num_tokens, codes.size()) << "document " << expected->first;
-      EXPECT_EQ(
-          pairs_of(refs[i].centroid_ids, nullptr, refs[i].blocks, refs[i].num_tokens),
-          pairs_of(codes.centroids.data(), reinterpret_cast<const uint8_t*>(codes.codes.data()),
-                   nullptr, codes.size()))
-          << "document " << expected->first;
-    }
-    // The compact scores of the gathered documents equal those of the codes as added.
-    const std::vector<float> query = Clustered(8, kDim, 50, 77);
-    std::vector<float> table(8 * codebook_->num_centroids());
-    for (int64_t i = 0; i < 8; ++i) {
-      for (int64_t c = 0; c < codebook_->num_centroids(); ++c) {
-        table[i * codebook_->num_centroids() + c] =
-            static_cast<float>(Dot(&query[i * kDim], codebook_->centroids() + c * kDim, kDim));
-      }
-    }
-    const CompactQuery compact(codebook_->codec(), query.data(), 8, table.data(),
-                               codebook_->num_centroids());
-    CompactDocuments added(code_bytes);
-    for (const auto& [doc, codes] : docs_) {
-      added.Add(codes.centroids.data(), reinterpret_cast<const uint8_t*>(codes.codes.data()),
-                codes.size());
-    }
-    std::vector<float> from_lists(refs.size()), from_codes(refs.size());
-    ASSERT_TRUE(ScoreCompactDocuments(compact, refs, from_lists.data()).ok());
-    ASSERT_TRUE(ScoreCompactDocuments(compact, added.refs(), from_codes.data()).ok());
-    EXPECT_EQ(from_lists, from_codes);
-  };
-  expect_gathered("as added");
-  // Below the compaction fraction: tombstones only.
-  for (uint64_t doc = 1; doc <= 30; doc += 3) {
-    index_->Remove(doc);
-    docs_.erase(doc);
-  }
-  for (uint64_t doc = 2; doc <= 20; doc += 3) AddDocument(*index_, doc, 7000 + doc);
-  ASSERT_GT(index_->Stats().dead_vectors, 0);
-  expect_gathered("tombstoned and replaced");
-  // Past it: compacted, entries and ordinals renumbered.
-  for (uint64_t doc = 31; doc <= 300; doc += 3) {
-    index_->Remove(doc);
-    docs_.erase(doc);
-  }
-  // A third of the documents removed or replaced, and at most the compaction fraction dead: the
-  // lists were compacted.
-  const CentroidIndexStats stats = index_->Stats();
-  ASSERT_LE(stats.dead_vectors,
-            CentroidIndex::kCompactionFraction * (stats.vectors + stats.dead_vectors));
-  expect_gathered("compacted");
-  AddDocument(*index_, 301, 9001);
-  expect_gathered("added after the compaction");
 }
 
 TEST_F(CentroidIndexTest, OrdinalTilesDoNotChangeResults) {
