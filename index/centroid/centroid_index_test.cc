@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "index/centroid/code_scan.h"
 #include "index/common/crc32.h"
@@ -801,6 +802,39 @@ TEST(DocumentCodes, ByteFormRoundTripsAndRejectsDamage) {
   EXPECT_EQ(ParseDocumentCodes(bytes, 4, 7).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(ParseDocumentCodes(bytes.substr(1), 4, 8).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(ParseDocumentCodes(bytes, 5, 8).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// The in-place view stage 2 reads stored codes through (Shard::FetchCodes): the same checks as
+// ParseDocumentCodes, with messages that say what was expected, and ids read at any alignment.
+TEST(DocumentCodes, ViewReadsTheBytesInPlaceAtAnyAlignment) {
+  DocumentCodes codes;
+  codes.centroids = {3, 0, 7};
+  codes.codes = std::string("abcdefghijkl", 12);
+  const std::string bytes = SerializeDocumentCodes(codes);
+  for (size_t shift : {0, 1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat("shift ", shift));
+    const std::string shifted = std::string(shift, 'x') + bytes;
+    const absl::string_view at = absl::string_view(shifted).substr(shift);
+    absl::StatusOr<DocumentCodesView> view = ViewDocumentCodes(at, 4, 8);
+    ASSERT_TRUE(view.ok()) << view.status();
+    ASSERT_EQ(view->size, 3);
+    for (int64_t v = 0; v < 3; ++v) EXPECT_EQ(view->centroid(v), codes.centroids[v]);
+    EXPECT_EQ(absl::string_view(reinterpret_cast<const char*>(view->codes), 12), codes.codes);
+    EXPECT_EQ(view->centroids, at.data() + 4);
+    const bool aligned = reinterpret_cast<uintptr_t>(at.data() + 4) % alignof(uint32_t) == 0;
+    EXPECT_EQ(view->aligned_centroids() != nullptr, aligned);
+  }
+  const absl::Status out_of_range = ViewDocumentCodes(bytes, 4, 7).status();
+  EXPECT_EQ(out_of_range.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(out_of_range.message(),
+              ::testing::HasSubstr("vector 2 has centroid 7, expected < 7"));
+  const absl::Status short_by_one = ViewDocumentCodes(bytes.substr(1), 4, 8).status();
+  EXPECT_EQ(short_by_one.code(), absl::StatusCode::kDataLoss);
+  const absl::Status wrong_size = ViewDocumentCodes(bytes, 5, 8).status();
+  EXPECT_EQ(wrong_size.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(wrong_size.message(),
+              ::testing::HasSubstr("28 bytes for 3 vectors of 5 code bytes, expected 31"));
+  EXPECT_EQ(ViewDocumentCodes("abc", 4, 8).status().code(), absl::StatusCode::kDataLoss);
 }
 
 // tests/fuzz/record_codec_fuzzer: zero vectors made the parser memcpy into an empty vector's null
