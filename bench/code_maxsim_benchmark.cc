@@ -12,8 +12,6 @@
 //   BM_Fp32MaxSimOnly/nbits:{4,2}       the fp32 MaxSim of already decoded documents (no decode)
 //   BM_CompactMaxSim/nbits:{4,2}/{avx512,avx2,portable}
 //   BM_CompactLayout/nbits:{4,2}        CompactDocuments::Add of the 1,000 documents; docs_per_s
-//   BM_GatherCompact/nbits:{4,2}        CentroidIndex::GatherCompact of 1,000 random documents of
-//                                       an index of 20,000 (1,024 centroids); docs_per_s
 //   BM_Int8VnniPrototype/nbits:{4,2}    the design the compact kernel was chosen over (below)
 // BM_CompactMaxSim and BM_Int8VnniPrototype report docs_per_s, vs_decode (docs_per_s /
 // BM_DecodeThenMaxSim's at the same nbits), max_err (the largest |score − double-precision MaxSim
@@ -39,7 +37,6 @@
 #include <immintrin.h>
 #pragma GCC diagnostic pop
 #include "benchmark/benchmark.h"
-#include "index/centroid/centroid_index.h"
 #include "index/centroid/code_maxsim.h"
 #include "index/centroid/residual_codec.h"
 #include "index/common/cpu_features.h"
@@ -386,65 +383,6 @@ void BM_CompactLayout(benchmark::State& state, int nbits) {
   state.counters["docs_per_s"] = state.iterations() * kDocs / (ThreadCpuSeconds() - start);
 }
 
-// Stage 2's read of resident codes (rerank_from_codes): CentroidIndex::GatherCompact of 1,000
-// random documents of 64 tokens out of an index of 20,000 (1.28M vectors, 87 MB of lists and as
-// much of per-document codes at nbits 4: beyond the caches), each token in a random one of 1,024
-// lists. (A gather from the lists themselves, through a per-document directory, measured 45k
-// documents/s at nbits 4 and 98k at nbits 2: code_bytes / 2 cache lines per token.)
-void BM_GatherCompact(benchmark::State& state, int nbits) {
-  constexpr int64_t kIndexDocs = 20000;
-  constexpr int64_t kIndexCentroids = 1024;
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal;
-  std::vector<float> sample(kIndexCentroids * 4 * kDim);
-  for (float& v : sample) v = normal(rng);
-  for (int64_t r = 0; r < kIndexCentroids * 4; ++r) {
-    float norm = 0;
-    for (int64_t d = 0; d < kDim; ++d) norm += sample[r * kDim + d] * sample[r * kDim + d];
-    for (int64_t d = 0; d < kDim; ++d) sample[r * kDim + d] /= std::sqrt(norm);
-  }
-  CentroidTrainingOptions options;
-  options.num_centroids = kIndexCentroids;
-  options.nbits = nbits;
-  options.iterations = 2;
-  auto codebook = CentroidCodebook::Train(FloatMatrixView{sample.data(), kIndexCentroids * 4, kDim},
-                                          options, nullptr);
-  if (!codebook.ok()) {
-    state.SkipWithError(std::string(codebook.status().message()).c_str());
-    return;
-  }
-  CentroidIndex index(std::shared_ptr<const CentroidCodebook>(std::move(*codebook)),
-                      /*keep_document_codes=*/true);
-  const int64_t code_bytes = index.codebook().codec().code_bytes();
-  std::uniform_int_distribution<uint32_t> pick(0, kIndexCentroids - 1);
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (int64_t d = 0; d < kIndexDocs; ++d) {
-    DocumentCodes codes;
-    codes.centroids.resize(kDocTokens);
-    for (uint32_t& id : codes.centroids) id = pick(rng);
-    codes.codes.resize(kDocTokens * code_bytes);
-    for (char& b : codes.codes) b = static_cast<char>(byte(rng));
-    if (!index.Add(static_cast<uint64_t>(d), codes).ok()) {
-      state.SkipWithError("Add failed");
-      return;
-    }
-  }
-  std::uniform_int_distribution<uint64_t> doc(0, kIndexDocs - 1);
-  std::vector<uint64_t> docs(kDocs);
-  const double start = ThreadCpuSeconds();
-  for (auto _ : state) {
-    for (uint64_t& d : docs) d = doc(rng);
-    CompactDocuments gathered(code_bytes);
-    std::vector<size_t> positions;
-    if (!index.GatherCompact(docs, &gathered, &positions).ok()) {
-      state.SkipWithError("GatherCompact failed");
-      return;
-    }
-    benchmark::DoNotOptimize(gathered.refs().data());
-  }
-  state.counters["docs_per_s"] = state.iterations() * kDocs / (ThreadCpuSeconds() - start);
-}
-
 void BM_Int8VnniPrototype(benchmark::State& state, int nbits) {
   if (!Cpu().avx512vnni || !Cpu().avx512vbmi) {
     state.SkipWithError("this CPU lacks AVX-512 VNNI or VBMI");
@@ -486,8 +424,6 @@ const bool kRegistered = [] {
     benchmark::RegisterBenchmark(absl::StrCat("BM_CompactLayout/nbits:", nbits).c_str(),
                                  BM_CompactLayout, nbits)
         ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(absl::StrCat("BM_GatherCompact/nbits:", nbits).c_str(),
-                                 BM_GatherCompact, nbits);
     benchmark::RegisterBenchmark(absl::StrCat("BM_Int8VnniPrototype/nbits:", nbits).c_str(),
                                  BM_Int8VnniPrototype, nbits)
         ->Unit(benchmark::kMillisecond);

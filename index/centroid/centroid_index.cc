@@ -10,6 +10,7 @@
 #include "index/centroid/code_scan.h"
 #include "index/common/thread_pool.h"
 #include "index/kernels/query_similarity.h"
+#include "tessera/status_macros.h"
 
 namespace tessera::internal {
 namespace {
@@ -131,38 +132,51 @@ std::string SerializeDocumentCodes(const DocumentCodes& codes) {
   return out;
 }
 
-absl::StatusOr<DocumentCodes> ParseDocumentCodes(absl::string_view bytes, int64_t code_bytes,
-                                                 int64_t num_centroids) {
+absl::StatusOr<DocumentCodesView> ViewDocumentCodes(absl::string_view bytes, int64_t code_bytes,
+                                                    int64_t num_centroids) {
   uint32_t n = 0;
-  if (bytes.size() < 4) return absl::DataLossError("document codes: shorter than their header");
+  if (bytes.size() < 4) {
+    return absl::DataLossError(
+        absl::StrCat("document codes: ", bytes.size(), " bytes, shorter than their 4-byte header"));
+  }
   std::memcpy(&n, bytes.data(), 4);
   const uint64_t want = 4 + static_cast<uint64_t>(n) * (4 + static_cast<uint64_t>(code_bytes));
   if (bytes.size() != want) {
     return absl::DataLossError(absl::StrCat("document codes: ", bytes.size(), " bytes for ", n,
-                                            " vectors, expected ", want));
+                                            " vectors of ", code_bytes, " code bytes, expected ",
+                                            want));
   }
-  DocumentCodes codes;
-  codes.centroids.resize(n);
-  if (n == 0) return codes;  // memcpy may not take the null data() of an empty vector
-  std::memcpy(codes.centroids.data(), bytes.data() + 4, n * size_t{4});
-  for (uint32_t id : codes.centroids) {
+  DocumentCodesView view;
+  view.size = n;
+  view.centroids = bytes.data() + 4;
+  view.codes = reinterpret_cast<const uint8_t*>(bytes.data()) + 4 + n * size_t{4};
+  for (uint32_t v = 0; v < n; ++v) {
+    const uint32_t id = view.centroid(v);
     if (id >= num_centroids) {
-      return absl::DataLossError(
-          absl::StrCat("document codes: centroid ", id, ", expected < ", num_centroids));
+      return absl::DataLossError(absl::StrCat("document codes: vector ", v, " has centroid ", id,
+                                              ", expected < ", num_centroids));
     }
   }
-  codes.codes.assign(bytes.data() + 4 + n * size_t{4}, n * static_cast<size_t>(code_bytes));
+  return view;
+}
+
+absl::StatusOr<DocumentCodes> ParseDocumentCodes(absl::string_view bytes, int64_t code_bytes,
+                                                 int64_t num_centroids) {
+  TESSERA_ASSIGN_OR_RETURN(const DocumentCodesView view,
+                           ViewDocumentCodes(bytes, code_bytes, num_centroids));
+  DocumentCodes codes;
+  codes.centroids.resize(view.size);
+  if (view.size == 0) return codes;  // memcpy may not take the null data() of an empty vector
+  std::memcpy(codes.centroids.data(), view.centroids, view.size * sizeof(uint32_t));
+  codes.codes.assign(reinterpret_cast<const char*>(view.codes), view.size * code_bytes);
   return codes;
 }
 
-CentroidIndex::CentroidIndex(std::shared_ptr<const CentroidCodebook> codebook,
-                             bool keep_document_codes)
+CentroidIndex::CentroidIndex(std::shared_ptr<const CentroidCodebook> codebook, bool scan_coarsened)
     : codebook_(std::move(codebook)),
       code_bytes_(codebook_->codec().code_bytes()),
-      keep_document_codes_(keep_document_codes),
-      scan_codec_(keep_document_codes && codebook_->codec().nbits() == 4
-                      ? codebook_->codec().Coarsened()
-                      : codebook_->codec()),
+      scan_codec_(scan_coarsened && codebook_->codec().nbits() == 4 ? codebook_->codec().Coarsened()
+                                                                    : codebook_->codec()),
       scan_code_bytes_(scan_codec_.code_bytes()),
       lists_(codebook_->num_centroids()) {}
 
@@ -220,7 +234,6 @@ absl::Status CentroidIndex::Add(uint64_t doc, const DocumentCodes& codes) {
   }
   const auto existing = doc_ordinal_.find(doc);
   if (existing != doc_ordinal_.end()) {
-    if (keep_document_codes_) ordinal_codes_[existing->second] = DocumentCodes();
     ordinal_dead_[existing->second] = 1;
     live_vectors_ -= ordinal_vectors_[existing->second];
     dead_vectors_ += ordinal_vectors_[existing->second];
@@ -230,7 +243,6 @@ absl::Status CentroidIndex::Add(uint64_t doc, const DocumentCodes& codes) {
   ordinal_doc_.push_back(doc);
   ordinal_vectors_.push_back(static_cast<uint32_t>(n));
   ordinal_dead_.push_back(0);
-  if (keep_document_codes_) ordinal_codes_.push_back(codes);
   doc_ordinal_[doc] = ordinal;
   const auto* code = reinterpret_cast<const uint8_t*>(codes.codes.data());
   // Not a comparison of code sizes: at dim ≤ 2 both codes are one byte.
@@ -260,7 +272,6 @@ void CentroidIndex::Remove(uint64_t doc) {
   MutexLock lock(&mu_);
   const auto it = doc_ordinal_.find(doc);
   if (it == doc_ordinal_.end()) return;
-  if (keep_document_codes_) ordinal_codes_[it->second] = DocumentCodes();
   ordinal_dead_[it->second] = 1;
   live_vectors_ -= ordinal_vectors_[it->second];
   dead_vectors_ += ordinal_vectors_[it->second];
@@ -280,7 +291,6 @@ void CentroidIndex::CompactLocked() {
     renumber[o] = static_cast<uint32_t>(docs.size());
     docs.push_back(ordinal_doc_[o]);
     vectors.push_back(ordinal_vectors_[o]);
-    if (keep_document_codes_) ordinal_codes_[docs.size() - 1] = std::move(ordinal_codes_[o]);
   }
   std::vector<uint8_t> code(scan_code_bytes_);
   for (List& list : lists_) {
@@ -309,10 +319,6 @@ void CentroidIndex::CompactLocked() {
   ordinal_doc_ = std::move(docs);
   ordinal_vectors_ = std::move(vectors);
   ordinal_dead_.assign(ordinal_doc_.size(), 0);
-  if (keep_document_codes_) {
-    ordinal_codes_.resize(ordinal_doc_.size());
-    ordinal_codes_.shrink_to_fit();
-  }
   dead_vectors_ = 0;
 }
 
@@ -566,47 +572,6 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   return hits;
 }
 
-absl::Status CentroidIndex::GatherCompact(absl::Span<const uint64_t> docs, CompactDocuments* out,
-                                          std::vector<size_t>* positions) const {
-  if (!keep_document_codes_) {
-    return absl::FailedPreconditionError(
-        "centroid index: GatherCompact needs an index made with keep_document_codes");
-  }
-  ReaderMutexLock lock(&mu_);
-  std::vector<std::pair<size_t, uint32_t>> found;  // (index in docs, ordinal)
-  found.reserve(docs.size());
-  int64_t tokens = 0;
-  for (size_t i = 0; i < docs.size(); ++i) {
-    const auto it = doc_ordinal_.find(docs[i]);
-    if (it == doc_ordinal_.end()) continue;
-    found.emplace_back(i, it->second);
-    tokens += ordinal_vectors_[it->second];
-  }
-  out->Reserve(static_cast<int64_t>(found.size()), tokens);
-  for (const auto& [i, ordinal] : found) {
-    const DocumentCodes& codes = ordinal_codes_[ordinal];
-    out->Add(codes.centroids.data(), reinterpret_cast<const uint8_t*>(codes.codes.data()),
-             codes.size());
-    positions->push_back(i);
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<std::optional<DocumentCodes>>> CentroidIndex::CodesOf(
-    absl::Span<const uint64_t> docs) const {
-  if (!keep_document_codes_) {
-    return absl::FailedPreconditionError(
-        "centroid index: CodesOf needs an index made with keep_document_codes");
-  }
-  std::vector<std::optional<DocumentCodes>> codes(docs.size());
-  ReaderMutexLock lock(&mu_);
-  for (size_t i = 0; i < docs.size(); ++i) {
-    const auto it = doc_ordinal_.find(docs[i]);
-    if (it != doc_ordinal_.end()) codes[i] = ordinal_codes_[it->second];
-  }
-  return codes;
-}
-
 std::vector<uint64_t> CentroidIndex::Documents() const {
   ReaderMutexLock lock(&mu_);
   std::vector<uint64_t> docs;
@@ -622,13 +587,9 @@ int64_t CentroidIndex::MemoryBytesLocked() const {
     bytes += static_cast<int64_t>(list.ordinals.capacity() * sizeof(uint32_t) +
                                   list.blocks.capacity() + sizeof(List));
   }
-  bytes += static_cast<int64_t>(
-      ordinal_doc_.capacity() * sizeof(uint64_t) + ordinal_vectors_.capacity() * sizeof(uint32_t) +
-      ordinal_dead_.capacity() + ordinal_codes_.capacity() * sizeof(DocumentCodes));
-  for (const DocumentCodes& codes : ordinal_codes_) {
-    bytes += static_cast<int64_t>(codes.centroids.capacity() * sizeof(uint32_t) +
-                                  codes.codes.capacity());
-  }
+  bytes += static_cast<int64_t>(ordinal_doc_.capacity() * sizeof(uint64_t) +
+                                ordinal_vectors_.capacity() * sizeof(uint32_t) +
+                                ordinal_dead_.capacity());
   // flat_hash_map: one control byte and one slot per bucket.
   bytes +=
       static_cast<int64_t>(doc_ordinal_.capacity() * (1 + sizeof(std::pair<uint64_t, uint32_t>)));

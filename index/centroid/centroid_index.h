@@ -26,21 +26,21 @@
 // Documents are removed by tombstones; the lists are compacted (and ordinals renumbered) once the
 // dead vectors pass kCompactionFraction of all vectors.
 //
-// Stage 2 from codes (rerank_from_codes): an index made with keep_document_codes also keeps each
-// document's codes as added (centroid ids and row-major codes, 4 + code_bytes bytes per vector:
-// 68 at dim 128 and 4 bits, 36 at 2 bits), which GatherCompact lays out for the compact MaxSim
-// kernel (code_maxsim.h), so that stage 2 reads no storage. Why a second copy and not the lists':
-// a vector's code lies in the lists byte-transposed, one byte per 32-byte row of its block, so
-// gathering it touches code_bytes / 2 cache lines; measured (bench/code_maxsim_benchmark.cc,
-// BM_GatherCompact, AMD EPYC Zen 4, shared) a gather from the lists through a per-document
-// directory (8 bytes per vector) ran at 45k documents of 64 vectors per CPU second at 4 bits, 3.7×
-// the time of scoring them and slower than the RocksDB read it was to replace; from the
-// per-document copy it is one transpose of contiguous bytes (~2.6M documents/s, BM_CompactLayout).
-// With that copy serving stage 2, the lists serve stage 1 alone, and a 4-bit codec's lists hold
-// its 2-bit coarsening (ResidualCodec::Coarsened: the top two bits of each dimension's bucket, the
-// 2-bit quantisation of the same training sample): stage 1 streams half the bytes, as in an index
-// whose codec is 2-bit, and the approximate scores above are those of the coarse codec. Memory per
-// vector at dim 128: 68 bytes of copy + 36 of list entry, against 68 + 68 with 4-bit lists.
+// Stage 2 from codes (rerank_from_codes) reads each document's codes from the shard's store, not
+// from this index (Shard::FetchCodes: ShardStore::ReadCodes, in place in the codes segments), so
+// the lists serve stage 1 alone, and an index made with scan_coarsened holds in its lists the
+// 2-bit coarsening of a 4-bit codec (ResidualCodec::Coarsened: the top two bits of each
+// dimension's bucket, the 2-bit quantisation of the same training sample): stage 1 streams half
+// the bytes, as in an index whose codec is 2-bit, and the approximate scores above are those of
+// the coarse codec. Why stage 2 does not gather codes from the lists: a vector's code lies there
+// byte-transposed, one byte per 32-byte row of its block (and coarsened), so gathering it touches
+// code_bytes / 2 cache lines; measured (bench/code_maxsim_benchmark.cc, AMD EPYC Zen 4, shared) a
+// gather from the lists through a per-document directory (8 bytes per vector) ran at 45k
+// documents of 64 vectors per CPU second at 4 bits, 3.7× the time of scoring them, while a
+// document's row-major codes as stored are laid out with one transpose of contiguous bytes
+// (~2.6M documents/s, BM_CompactLayout). Memory per vector at dim 128 and 4 bits: the list entry's
+// 36 bytes (4 of ordinal, 32 of coarsened code) and the document tables' share; the 68 bytes of
+// codes stage 2 reads stay in the store's files (page cache, not the process's memory).
 //
 // Thread-safe: searches run concurrently with each other under a shared lock; Add and Remove take
 // it exclusively. The codebook is immutable and shared.
@@ -48,9 +48,9 @@
 #define TESSERA_INDEX_CENTROID_CENTROID_INDEX_H_
 
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,7 +62,6 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "index/centroid/centroid_codebook.h"
-#include "index/centroid/code_maxsim.h"
 #include "tessera/base/mutex.h"
 #include "tessera/matrix.h"
 
@@ -81,9 +80,31 @@ struct DocumentCodes {
 //   u32 n | n × u32 centroid id | n × code_bytes code bytes.
 std::string SerializeDocumentCodes(const DocumentCodes& codes);
 // DATA_LOSS when the bytes do not hold n codes of code_bytes each, or a centroid id is
-// ≥ num_centroids.
+// ≥ num_centroids (the message says which and what was expected).
 absl::StatusOr<DocumentCodes> ParseDocumentCodes(absl::string_view bytes, int64_t code_bytes,
                                                  int64_t num_centroids);
+
+// The same bytes read in place (checked as ParseDocumentCodes checks them): the ids start at byte
+// 4, the codes (size × code_bytes, row-major) after them. Valid while the bytes are.
+struct DocumentCodesView {
+  int64_t size = 0;
+  const char* centroids = nullptr;  // size × u32, little-endian, not necessarily 4-byte aligned
+  const uint8_t* codes = nullptr;
+  uint32_t centroid(int64_t v) const {
+    uint32_t id;
+    std::memcpy(&id, centroids + v * sizeof(uint32_t), sizeof(id));
+    return id;
+  }
+  // The ids as an array, when their address allows it (always for bytes at a 4-byte-aligned
+  // address: a segment's and a heap string's); null otherwise.
+  const uint32_t* aligned_centroids() const {
+    return reinterpret_cast<uintptr_t>(centroids) % alignof(uint32_t) == 0
+               ? reinterpret_cast<const uint32_t*>(centroids)
+               : nullptr;
+  }
+};
+absl::StatusOr<DocumentCodesView> ViewDocumentCodes(absl::string_view bytes, int64_t code_bytes,
+                                                    int64_t num_centroids);
 
 // Centroids probed per query token when a search leaves nprobe at 0: √C / 5 rounded up to a
 // multiple of 8, at least 16 — 16 at 4,096 centroids, 24 at 8,192, 32 at 16,384, 40 at 32,768
@@ -151,10 +172,10 @@ struct CentroidIndexStats {
 
 class CentroidIndex {
  public:
-  // keep_document_codes: keep each document's codes for GatherCompact (above), and scan the
-  // coarsening of a 4-bit codec.
+  // scan_coarsened: the lists hold (and stage 1 scans) the 2-bit coarsening of a 4-bit codec's
+  // codes (above); Add still takes the codebook's codes. No effect for other codecs.
   explicit CentroidIndex(std::shared_ptr<const CentroidCodebook> codebook,
-                         bool keep_document_codes = false);
+                         bool scan_coarsened = false);
 
   const CentroidCodebook& codebook() const { return *codebook_; }
   // The codec whose codes the lists hold and stage 1 scores: the codebook's, or its coarsening
@@ -183,20 +204,6 @@ class CentroidIndex {
                                                   const CentroidSearchOptions& options,
                                                   const std::function<bool(uint64_t doc)>* accept,
                                                   ThreadPool* pool) const;
-
-  // Appends to `out` (whose code_bytes must be the codec's) the compact layout of each document of
-  // `docs` that is indexed, and its index in `docs` to `positions`; a document not indexed
-  // (removed, or never added) is left out. Its centroid ids and codes are those Add was given.
-  // Copies them from the per-document codes under the shared lock; thread-safe. FAILED_PRECONDITION
-  // for an index made without keep_document_codes.
-  absl::Status GatherCompact(absl::Span<const uint64_t> docs, CompactDocuments* out,
-                             std::vector<size_t>* positions) const;
-
-  // Each document's codes as Add was given them (copied under the shared lock, so consistent with
-  // the codebook), std::nullopt for one not indexed; thread-safe. FAILED_PRECONDITION for an index
-  // made without keep_document_codes.
-  absl::StatusOr<std::vector<std::optional<DocumentCodes>>> CodesOf(
-      absl::Span<const uint64_t> docs) const;
 
   // The documents indexed, ascending.
   std::vector<uint64_t> Documents() const;
@@ -246,7 +253,6 @@ class CentroidIndex {
 
   const std::shared_ptr<const CentroidCodebook> codebook_;
   const int64_t code_bytes_;  // of the codebook's codes, as Add takes them
-  const bool keep_document_codes_;
   const ResidualCodec scan_codec_;
   const int64_t scan_code_bytes_;  // of the lists' codes
 
@@ -256,8 +262,6 @@ class CentroidIndex {
   std::vector<uint64_t> ordinal_doc_ ABSL_GUARDED_BY(mu_);
   std::vector<uint32_t> ordinal_vectors_ ABSL_GUARDED_BY(mu_);
   std::vector<uint8_t> ordinal_dead_ ABSL_GUARDED_BY(mu_);
-  // With keep_document_codes_: each ordinal's codes as added (emptied when it is removed).
-  std::vector<DocumentCodes> ordinal_codes_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, uint32_t> doc_ordinal_ ABSL_GUARDED_BY(mu_);  // live only
   int64_t live_vectors_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t dead_vectors_ ABSL_GUARDED_BY(mu_) = 0;

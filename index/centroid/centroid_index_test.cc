@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "index/centroid/code_scan.h"
 #include "index/common/crc32.h"
@@ -564,13 +565,13 @@ TEST_F(CentroidIndexTest, FewProbesMatchTheDocumentedApproximation) {
   for (int nprobe : {1, 3, 8}) ExpectMatchesReference(*index_, nprobe, nullptr, 20 + nprobe);
 }
 
-TEST_F(CentroidIndexTest, KeptDocumentCodesOfFourBitsAreScannedAtTwo) {
-  // A 4-bit index that keeps its documents' codes for stage 2 lists their 2-bit coarsening:
-  // stage 1 scores as the documented approximation with the coarse codec's tables, on the
-  // coarsened codes; GatherCompact still hands back the 4-bit codes as added.
+TEST_F(CentroidIndexTest, CoarsenedScanOfFourBitsListsTwoBitCodes) {
+  // A 4-bit index made with scan_coarsened (a rerank_from_codes shard's) lists their 2-bit
+  // coarsening: stage 1 scores as the documented approximation with the coarse codec's tables, on
+  // the coarsened codes. It keeps nothing per vector beyond the list entry (ordinal + coarse code).
   const std::vector<float> sample = Clustered(4000, kDim, 50, 7);
   codebook_ = std::shared_ptr<const CentroidCodebook>(TrainOrDie(sample, kDim, 64, 4, &pool_));
-  index_ = std::make_unique<CentroidIndex>(codebook_, /*keep_document_codes=*/true);
+  index_ = std::make_unique<CentroidIndex>(codebook_, /*scan_coarsened=*/true);
   docs_.clear();
   for (uint64_t doc = 1; doc <= 300; ++doc) AddDocument(*index_, doc, doc);
   ASSERT_EQ(index_->scan_codec().nbits(), 2);
@@ -578,20 +579,25 @@ TEST_F(CentroidIndexTest, KeptDocumentCodesOfFourBitsAreScannedAtTwo) {
   for (int nprobe : {1, 8, static_cast<int>(codebook_->num_centroids())}) {
     ExpectMatchesReference(*index_, nprobe, nullptr, 40 + nprobe);
   }
-  const std::vector<uint64_t> some = {3, 150, 299};
-  absl::StatusOr<std::vector<std::optional<DocumentCodes>>> codes = index_->CodesOf(some);
-  ASSERT_TRUE(codes.ok()) << codes.status();
-  for (size_t i = 0; i < some.size(); ++i) {
-    ASSERT_TRUE((*codes)[i].has_value());
-    EXPECT_EQ((*codes)[i]->codes, docs_.at(some[i]).codes);
-  }
+  // Memory beyond the codebook: per vector its list entry (4 bytes of ordinal, the coarse code)
+  // rounded up to whole scan blocks per list, per document its tables (ordinal → doc, vectors,
+  // dead flag; doc → ordinal) — no copy of the 4-bit codes (code_bytes per vector).
+  const CentroidIndexStats stats = index_->Stats();
+  const int64_t lists = codebook_->num_centroids();
+  const int64_t blocks_bound =
+      (stats.vectors + lists * kScanBlockEntries) * index_->scan_codec().code_bytes() +
+      lists * int64_t{sizeof(std::vector<uint8_t>) * 2};
+  const int64_t bound =
+      codebook_->MemoryBytes() + stats.vectors * 4 * 2 + blocks_bound + stats.documents * 64;
+  EXPECT_LE(stats.memory_bytes, bound)
+      << stats.vectors << " vectors, " << stats.documents << " documents";
   // Removing a third compacts the lists (kCompactionFraction); the scan still matches.
   for (uint64_t doc = 1; doc <= 100; ++doc) {
     index_->Remove(doc);
     docs_.erase(doc);
   }
   ExpectMatchesReference(*index_, 8, nullptr, 60);
-  // Without the kept codes the lists hold the codebook's own 4-bit codes.
+  // Without scan_coarsened the lists hold the codebook's own 4-bit codes.
   EXPECT_EQ(CentroidIndex(codebook_).scan_codec().nbits(), 4);
 }
 
@@ -604,7 +610,7 @@ TEST(CentroidIndexCoarsening, NarrowDimensionsListTheCoarsenedCodesToo) {
   for (const int64_t dim : {1, 2, 3}) {
     const std::vector<float> sample = Clustered(2000, dim, 8, 70 + dim);
     std::shared_ptr<const CentroidCodebook> codebook(TrainOrDie(sample, dim, 4, 4, &pool));
-    CentroidIndex index(codebook, /*keep_document_codes=*/true);
+    CentroidIndex index(codebook, /*scan_coarsened=*/true);
     ASSERT_EQ(index.scan_codec().nbits(), 2) << "dim " << dim;
     const ResidualCodec& coarse = index.scan_codec();
     std::map<uint64_t, DocumentCodes> docs;
@@ -731,115 +737,6 @@ TEST_F(CentroidIndexTest, RemovedAndReplacedDocumentsAreNeverReturned) {
   EXPECT_TRUE(index_->Contains(2));
 }
 
-// Stage 2's resident codes (rerank_from_codes): GatherCompact hands back exactly the (centroid,
-// code) pairs each live document was added with, through adds, replacements, removals and the
-// compaction they trigger; removed documents are left out, and a document's compact score is the
-// one computed from its own codes. An index made without keep_document_codes refuses.
-TEST_F(CentroidIndexTest, GatherCompactReturnsEachLiveDocumentsCodes) {
-  const int64_t code_bytes = codebook_->codec().code_bytes();
-  {
-    CompactDocuments none(code_bytes);
-    std::vector<size_t> positions;
-    EXPECT_EQ(index_->GatherCompact({1}, &none, &positions).code(),
-              absl::StatusCode::kFailedPrecondition);
-    EXPECT_EQ(index_->CodesOf({1}).status().code(), absl::StatusCode::kFailedPrecondition);
-  }
-  // The fixture's documents in an index that keeps their codes for stage 2.
-  index_ = std::make_unique<CentroidIndex>(codebook_, /*keep_document_codes=*/true);
-  for (const auto& [doc, codes] : docs_) ASSERT_TRUE(index_->Add(doc, codes).ok());
-  // (centroid, code bytes) pairs, sorted: a document's vectors, whatever their order.
-  auto pairs_of = [&](const uint32_t* ids, const uint8_t* row_major, const uint8_t* blocked,
-                      int64_t n) {
-    std::vector<std::pair<uint32_t, std::string>> pairs;
-    std::string code(code_bytes, '\0');
-    for (int64_t t = 0; t < n; ++t) {
-      if (blocked != nullptr) {
-        GetBlockedCode(blocked, code_bytes, t, reinterpret_cast<uint8_t*>(code.data()));
-      } else {
-        code.assign(reinterpret_cast<const char*>(row_major) + t * code_bytes, code_bytes);
-      }
-      pairs.emplace_back(ids[t], code);
-    }
-    std::sort(pairs.begin(), pairs.end());
-    return pairs;
-  };
-  auto expect_gathered = [&](const std::string& when) {
-    SCOPED_TRACE(when);
-    std::vector<uint64_t> asked;
-    for (uint64_t doc = 0; doc <= 302; ++doc) asked.push_back(doc);  // 0, 301, 302: never added
-    CompactDocuments gathered(code_bytes);
-    std::vector<size_t> positions;
-    ASSERT_TRUE(index_->GatherCompact(asked, &gathered, &positions).ok());
-    ASSERT_EQ(positions.size(), docs_.size());
-    // CodesOf (what the shard decodes for Get and a retraining): the codes as added, in order.
-    const absl::StatusOr<std::vector<std::optional<DocumentCodes>>> of = index_->CodesOf(asked);
-    ASSERT_TRUE(of.ok()) << of.status();
-    ASSERT_EQ(of->size(), asked.size());
-    for (size_t i = 0; i < asked.size(); ++i) {
-      const auto added = docs_.find(asked[i]);
-      ASSERT_EQ((*of)[i].has_value(), added != docs_.end()) << "document " << asked[i];
-      if (added == docs_.end()) continue;
-      EXPECT_EQ((*of)[i]->centroids, added->second.centroids) << "document " << asked[i];
-      EXPECT_EQ((*of)[i]->codes, added->second.codes) << "document " << asked[i];
-    }
-    const std::vector<CompactDocument> refs = gathered.refs();
-    ASSERT_EQ(refs.size(), docs_.size());
-    auto expected = docs_.begin();
-    for (size_t i = 0; i < refs.size(); ++i, ++expected) {
-      ASSERT_EQ(asked[positions[i]], expected->first) << "document " << i << " of the gather";
-      const DocumentCodes& codes = expected->second;
-      ASSERT_EQ(refs[i].num_tokens, codes.size()) << "document " << expected->first;
-      EXPECT_EQ(
-          pairs_of(refs[i].centroid_ids, nullptr, refs[i].blocks, refs[i].num_tokens),
-          pairs_of(codes.centroids.data(), reinterpret_cast<const uint8_t*>(codes.codes.data()),
-                   nullptr, codes.size()))
-          << "document " << expected->first;
-    }
-    // The compact scores of the gathered documents equal those of the codes as added.
-    const std::vector<float> query = Clustered(8, kDim, 50, 77);
-    std::vector<float> table(8 * codebook_->num_centroids());
-    for (int64_t i = 0; i < 8; ++i) {
-      for (int64_t c = 0; c < codebook_->num_centroids(); ++c) {
-        table[i * codebook_->num_centroids() + c] =
-            static_cast<float>(Dot(&query[i * kDim], codebook_->centroids() + c * kDim, kDim));
-      }
-    }
-    const CompactQuery compact(codebook_->codec(), query.data(), 8, table.data(),
-                               codebook_->num_centroids());
-    CompactDocuments added(code_bytes);
-    for (const auto& [doc, codes] : docs_) {
-      added.Add(codes.centroids.data(), reinterpret_cast<const uint8_t*>(codes.codes.data()),
-                codes.size());
-    }
-    std::vector<float> from_lists(refs.size()), from_codes(refs.size());
-    ASSERT_TRUE(ScoreCompactDocuments(compact, refs, from_lists.data()).ok());
-    ASSERT_TRUE(ScoreCompactDocuments(compact, added.refs(), from_codes.data()).ok());
-    EXPECT_EQ(from_lists, from_codes);
-  };
-  expect_gathered("as added");
-  // Below the compaction fraction: tombstones only.
-  for (uint64_t doc = 1; doc <= 30; doc += 3) {
-    index_->Remove(doc);
-    docs_.erase(doc);
-  }
-  for (uint64_t doc = 2; doc <= 20; doc += 3) AddDocument(*index_, doc, 7000 + doc);
-  ASSERT_GT(index_->Stats().dead_vectors, 0);
-  expect_gathered("tombstoned and replaced");
-  // Past it: compacted, entries and ordinals renumbered.
-  for (uint64_t doc = 31; doc <= 300; doc += 3) {
-    index_->Remove(doc);
-    docs_.erase(doc);
-  }
-  // A third of the documents removed or replaced, and at most the compaction fraction dead: the
-  // lists were compacted.
-  const CentroidIndexStats stats = index_->Stats();
-  ASSERT_LE(stats.dead_vectors,
-            CentroidIndex::kCompactionFraction * (stats.vectors + stats.dead_vectors));
-  expect_gathered("compacted");
-  AddDocument(*index_, 301, 9001);
-  expect_gathered("added after the compaction");
-}
-
 TEST_F(CentroidIndexTest, OrdinalTilesDoNotChangeResults) {
   // 2,000 documents: 8 accumulation tiles of 256 ordinals with the 2-thread pool, 4 of 500
   // without one. Both must give the same hits, bit for bit, and the documented scores.
@@ -953,6 +850,39 @@ TEST(DocumentCodes, ByteFormRoundTripsAndRejectsDamage) {
   EXPECT_EQ(ParseDocumentCodes(bytes, 4, 7).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(ParseDocumentCodes(bytes.substr(1), 4, 8).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(ParseDocumentCodes(bytes, 5, 8).status().code(), absl::StatusCode::kDataLoss);
+}
+
+// The in-place view stage 2 reads stored codes through (Shard::FetchCodes): the same checks as
+// ParseDocumentCodes, with messages that say what was expected, and ids read at any alignment.
+TEST(DocumentCodes, ViewReadsTheBytesInPlaceAtAnyAlignment) {
+  DocumentCodes codes;
+  codes.centroids = {3, 0, 7};
+  codes.codes = std::string("abcdefghijkl", 12);
+  const std::string bytes = SerializeDocumentCodes(codes);
+  for (size_t shift : {0, 1, 2, 3}) {
+    SCOPED_TRACE(absl::StrCat("shift ", shift));
+    const std::string shifted = std::string(shift, 'x') + bytes;
+    const absl::string_view at = absl::string_view(shifted).substr(shift);
+    absl::StatusOr<DocumentCodesView> view = ViewDocumentCodes(at, 4, 8);
+    ASSERT_TRUE(view.ok()) << view.status();
+    ASSERT_EQ(view->size, 3);
+    for (int64_t v = 0; v < 3; ++v) EXPECT_EQ(view->centroid(v), codes.centroids[v]);
+    EXPECT_EQ(absl::string_view(reinterpret_cast<const char*>(view->codes), 12), codes.codes);
+    EXPECT_EQ(view->centroids, at.data() + 4);
+    const bool aligned = reinterpret_cast<uintptr_t>(at.data() + 4) % alignof(uint32_t) == 0;
+    EXPECT_EQ(view->aligned_centroids() != nullptr, aligned);
+  }
+  const absl::Status out_of_range = ViewDocumentCodes(bytes, 4, 7).status();
+  EXPECT_EQ(out_of_range.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(out_of_range.message(),
+              ::testing::HasSubstr("vector 2 has centroid 7, expected < 7"));
+  const absl::Status short_by_one = ViewDocumentCodes(bytes.substr(1), 4, 8).status();
+  EXPECT_EQ(short_by_one.code(), absl::StatusCode::kDataLoss);
+  const absl::Status wrong_size = ViewDocumentCodes(bytes, 5, 8).status();
+  EXPECT_EQ(wrong_size.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(wrong_size.message(),
+              ::testing::HasSubstr("28 bytes for 3 vectors of 5 code bytes, expected 31"));
+  EXPECT_EQ(ViewDocumentCodes("abc", 4, 8).status().code(), absl::StatusCode::kDataLoss);
 }
 
 // tests/fuzz/record_codec_fuzzer: zero vectors made the parser memcpy into an empty vector's null

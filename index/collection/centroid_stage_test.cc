@@ -564,7 +564,9 @@ TEST(CentroidStage, RerankFromCodesScoresWithinTheErrorBound) {
       for (const SearchHit& hit : nominated->hits) {
         EXPECT_NEAR(hit.score, exact.at(hit.id), tolerance) << hit.id;
         const auto it = exhaustive_scores.find(hit.id);
-        if (it != exhaustive_scores.end()) EXPECT_EQ(hit.score, it->second) << hit.id;
+        if (it != exhaustive_scores.end()) {
+          EXPECT_EQ(hit.score, it->second) << hit.id;
+        }
       }
       EXPECT_EQ(nominated->hits[0].id, result->hits[0].id);
     }
@@ -839,6 +841,64 @@ TEST(CentroidStage, RerankFromCodesKeepsNoVectorsOfDocumentsWrittenBeforeTheCode
       EXPECT_EQ(result->hits[i].id, answers[q][i].first) << "query " << q << " rank " << i;
       EXPECT_EQ(result->hits[i].score, answers[q][i].second) << "query " << q << " rank " << i;
     }
+  }
+}
+
+// The retrain race of rerank_from_codes (shard.h): stage 2 reads each candidate's codes from the
+// store under the generation of the Stage1 in use. A search (and a Get, an explain) that took
+// generation g, then finds it swapped out and dropped by a training before its read, reads again
+// under the new generation: every live document is still scored and decoded, none is silently
+// left out.
+TEST(CentroidStage, RerankFromCodesReadsThroughARetrainThatDropsItsGeneration) {
+  TempDir dir;
+  Corpus corpus(kDim, 73);
+  std::vector<Document> sources;
+  const std::vector<Document> documents = FamiliesAndNoise(corpus, 30, 300, &sources);
+  const std::vector<Document> first(documents.begin(), documents.begin() + 100);
+  const std::vector<float> query = corpus.QueryFrom(sources[0], 16);
+  auto engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok());
+  for (const bool search : {true, false}) {
+    SCOPED_TRACE(search ? "search" : "get");
+    CollectionSchema schema = Schema(search ? "search" : "get", kDim);
+    schema.candidates.rerank_from_codes = true;
+    schema.candidates.centroid_min_training_vectors = 2'000;
+    auto collection = (*engine)->CreateCollection(schema);
+    ASSERT_TRUE(collection.ok()) << collection.status();
+    internal::CollectionImpl& impl = Impl(**collection);
+    // ~100 documents (~4,000 vectors) train generation 1.
+    UpsertAll(**collection, first);
+    impl.WaitForTrainingForTesting();
+    const auto trained = impl.CodebookForTesting(0);
+    ASSERT_NE(trained, nullptr);
+    // Between the read's choice of generation 1 and its read of the codes: the rest (~21,000
+    // vectors, past kRetrainGrowth × the first training) and the retraining, which swaps
+    // generation 2 in and drops generation 1's codes.
+    bool retrained = false;
+    impl.SetCodeReadHookForTesting(0, [&] {
+      UpsertAll(**collection, std::vector<Document>(documents.begin() + 100, documents.end()));
+      impl.WaitForTrainingForTesting();
+      retrained = impl.CodebookForTesting(0) != trained;
+    });
+    if (search) {
+      // Every one of the first 100 documents is scored by the search that took generation 1.
+      SearchOptions options;
+      options.exhaustive = true;
+      options.k = 100;
+      auto result = (*collection)->Search(FloatMatrixView{query.data(), 16, kDim}, options);
+      ASSERT_TRUE(result.ok()) << result.status();
+      std::set<std::string> scored;
+      for (const SearchHit& hit : result->hits) scored.insert(hit.id);
+      for (const Document& document : first) {
+        EXPECT_EQ(scored.count(document.id), 1u) << document.id << " left out of the search";
+      }
+    } else {
+      // The Get that took generation 1 decodes the document's codes of generation 2.
+      auto got = (*collection)->Get(first[7].id);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_GT(got->num_vectors(), 0);
+    }
+    EXPECT_TRUE(retrained) << "the hook did not run, or no retraining happened";
   }
 }
 

@@ -197,6 +197,10 @@ void CollectionImpl::WaitForTrainingForTesting() const {
   for (const auto& shard : shards_) shard->WaitForTrainingForTesting();
 }
 
+void CollectionImpl::SetCodeReadHookForTesting(int s, std::function<void()> hook) {
+  shards_[s]->SetCodeReadHookForTesting(std::move(hook));
+}
+
 std::shared_ptr<const CentroidCodebook> CollectionImpl::CodebookForTesting(int s) const {
   return shards_[s]->CodebookForTesting();
 }

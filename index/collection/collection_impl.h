@@ -83,6 +83,8 @@ class CollectionImpl : public Collection {
   // Shard::WaitForTrainingForTesting (waits for every shard).
   void SetTrainingHookForTesting(const std::function<void()>& hook);
   void WaitForTrainingForTesting() const;
+  // Shard s's Shard::SetCodeReadHookForTesting.
+  void SetCodeReadHookForTesting(int s, std::function<void()> hook);
   // Shard s's codebook (Shard::CodebookForTesting).
   std::shared_ptr<const CentroidCodebook> CodebookForTesting(int s) const;
 

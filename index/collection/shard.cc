@@ -375,20 +375,63 @@ absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> Shard::DecodeCo
   return matrices;
 }
 
+absl::StatusOr<Shard::StoredCodes> Shard::ReadStoredCodes(absl::Span<const uint64_t> iids) const {
+  StoredCodes read;
+  read.stage1 = CurrentStage1();
+  std::function<void()> hook;
+  {
+    MutexLock lock(&state_mu_);
+    hook = std::exchange(code_read_hook_, nullptr);
+  }
+  if (hook) hook();
+  // The retrain race: a training swaps its Stage1 in (generation g+1) before it drops generation
+  // g's codes, so a live document missing under the generation read means that a newer Stage1 is
+  // in use by now: read again with it. Missing under the generation still in use: removed.
+  for (int attempt = 0;; ++attempt) {
+    if (read.stage1.centroids == nullptr) {
+      return absl::DataLossError(absl::StrCat("shard '", dir_, "': iid ", iids[0],
+                                              " has no rerank vectors and the shard no codebook"));
+    }
+    TESSERA_ASSIGN_OR_RETURN(read.codes, store_->ReadCodes(read.stage1.generation, iids));
+    if (std::all_of(read.codes.begin(), read.codes.end(),
+                    [](const auto& codes) { return codes != nullptr; })) {
+      return read;
+    }
+    Stage1 current = CurrentStage1();
+    if (current.generation == read.stage1.generation) return read;
+    if (attempt >= kCodeReadRetries) {
+      return absl::AbortedError(
+          absl::StrCat("shard '", dir_, "': the centroid codes were retrained ", attempt + 1,
+                       " times while being read (generation ", read.stage1.generation, " then ",
+                       current.generation, "); retry"));
+    }
+    read.stage1 = std::move(current);
+  }
+}
+
+absl::StatusOr<DocumentCodesView> Shard::ViewStoredCodes(const CentroidCodebook& codebook,
+                                                         uint64_t iid, uint32_t generation,
+                                                         absl::string_view bytes) const {
+  absl::StatusOr<DocumentCodesView> view =
+      ViewDocumentCodes(bytes, codebook.codec().code_bytes(), codebook.num_centroids());
+  if (!view.ok()) {
+    return absl::DataLossError(absl::StrCat("shard '", dir_, "': codes of iid ", iid,
+                                            " (generation ", generation,
+                                            "): ", view.status().message()));
+  }
+  return view;
+}
+
 absl::StatusOr<Shard::CodedDocuments> Shard::FetchCodes(absl::Span<const uint64_t> iids) const {
   CodedDocuments documents;
   documents.requested = iids.size();
   if (iids.empty()) return documents;
-  const Stage1 stage1 = CurrentStage1();
-  if (stage1.centroids == nullptr) {
-    return absl::DataLossError(absl::StrCat("shard '", dir_, "': iid ", iids[0],
-                                            " has no rerank vectors and the shard no codebook"));
-  }
-  documents.codebook = stage1.centroids->shared_codebook();
-  const int64_t code_bytes = documents.codebook->codec().code_bytes();
-  // Resident codes (the centroid index keeps each document's for a rerank_from_codes shard): laid
-  // out in parts of at least kMinReadsPerPart documents over the pool, as the reads of stored rows
-  // are.
+  TESSERA_ASSIGN_OR_RETURN(const StoredCodes read, ReadStoredCodes(iids));
+  documents.codebook = read.stage1.centroids->shared_codebook();
+  const CentroidCodebook& codebook = *documents.codebook;
+  const int64_t code_bytes = codebook.codec().code_bytes();
+  // Read in place from the store (the codes segments' mappings, kept alive by `read`), laid out in
+  // parts of at least kMinReadsPerPart documents over the pool, as the reads of stored rows are.
   const int64_t parts = ReadParts(iids.size(), pool_->num_threads());
   documents.parts.assign(parts, CompactDocuments(code_bytes));
   documents.positions.resize(parts);
@@ -397,9 +440,33 @@ absl::StatusOr<Shard::CodedDocuments> Shard::FetchCodes(absl::Span<const uint64_
     for (int64_t part = begin; part < end; ++part) {
       const size_t first = iids.size() * part / parts;
       const size_t last = iids.size() * (part + 1) / parts;
-      statuses[part] = stage1.centroids->GatherCompact(
-          iids.subspan(first, last - first), &documents.parts[part], &documents.positions[part]);
-      for (size_t& position : documents.positions[part]) position += first;
+      std::vector<std::pair<size_t, DocumentCodesView>> found;
+      int64_t tokens = 0;
+      for (size_t i = first; i < last; ++i) {
+        if (read.codes[i] == nullptr) continue;  // removed since
+        absl::StatusOr<DocumentCodesView> view =
+            ViewStoredCodes(codebook, iids[i], read.stage1.generation, *read.codes[i]);
+        if (!view.ok()) {
+          statuses[part] = view.status();
+          break;
+        }
+        tokens += view->size;
+        found.emplace_back(i, *view);
+      }
+      if (!statuses[part].ok()) continue;
+      CompactDocuments& out = documents.parts[part];
+      out.Reserve(static_cast<int64_t>(found.size()), tokens);
+      std::vector<uint32_t> copied;
+      for (const auto& [i, view] : found) {
+        const uint32_t* ids = view.aligned_centroids();
+        if (ids == nullptr) {
+          copied.resize(view.size);
+          for (int64_t v = 0; v < view.size; ++v) copied[v] = view.centroid(v);
+          ids = copied.data();
+        }
+        out.Add(ids, view.codes, view.size);
+        documents.positions[part].push_back(i);
+      }
     }
   });
   for (const absl::Status& status : statuses) TESSERA_RETURN_IF_ERROR(status);
@@ -522,33 +589,27 @@ absl::Status Shard::DecodeRerankFromCodes(
   }
   if (coded.empty()) return absl::OkStatus();
   // Only rerank_from_codes writes documents without rows, and only once the centroid index is in
-  // use. Its codebook changes with each retraining: the codes come from the centroid index of the
-  // same Stage1 (which keeps every document's), so that they always match the codebook, even when
-  // a training swaps its index in meanwhile and drops the older generation's stored codes.
-  const Stage1 stage1 = CurrentStage1();
-  if (stage1.centroids == nullptr) {
-    return absl::DataLossError(absl::StrCat("shard '", dir_, "': iid ", coded[0],
-                                            " has no rerank vectors and the shard no codebook"));
-  }
-  const CentroidCodebook& codebook = stage1.centroids->codebook();
-  const int64_t code_bytes = codebook.codec().code_bytes();
-  TESSERA_ASSIGN_OR_RETURN(const std::vector<std::optional<DocumentCodes>> found,
-                           stage1.centroids->CodesOf(coded));
+  // use. Its codebook changes with each retraining: the codes are read under the generation of a
+  // Stage1 and decoded with that Stage1's codebook (ReadStoredCodes: read again with the newer one
+  // when a training swapped its index in and dropped the older generation's codes meanwhile).
+  TESSERA_ASSIGN_OR_RETURN(const StoredCodes read, ReadStoredCodes(coded));
+  const CentroidCodebook& codebook = read.stage1.centroids->codebook();
   for (size_t j = 0; j < coded.size(); ++j) {
     std::shared_ptr<const StoredMatrix>& matrix = (*matrices)[coded_at[j]];
-    if (!found[j].has_value()) {  // removed since (a removal deletes its codes)
+    if (read.codes[j] == nullptr) {  // removed since (a removal deletes its codes)
       matrix = nullptr;
       continue;
     }
-    const DocumentCodes& codes = *found[j];
-    std::vector<float> values(codes.size() * schema_.dim);
-    for (int64_t v = 0; v < codes.size(); ++v) {
-      codebook.Decode(codes.centroids[v],
-                      reinterpret_cast<const uint8_t*>(codes.codes.data()) + v * code_bytes,
-                      &values[v * schema_.dim]);
+    TESSERA_ASSIGN_OR_RETURN(
+        const DocumentCodesView codes,
+        ViewStoredCodes(codebook, coded[j], read.stage1.generation, *read.codes[j]));
+    const int64_t code_bytes = codebook.codec().code_bytes();
+    std::vector<float> values(codes.size * schema_.dim);
+    for (int64_t v = 0; v < codes.size; ++v) {
+      codebook.Decode(codes.centroid(v), codes.codes + v * code_bytes, &values[v * schema_.dim]);
     }
     matrix = std::make_shared<const StoredMatrix>(
-        MatrixFromFloat(values, codes.size(), schema_.dim, schema_.dtype));
+        MatrixFromFloat(values, codes.size, schema_.dim, schema_.dtype));
   }
   return absl::OkStatus();
 }
@@ -618,6 +679,11 @@ absl::Status Shard::Checkpoint(const std::string& dir, uint64_t* sequence) const
 }
 
 uint32_t Shard::CentroidGenerationForTesting() const { return CurrentStage1().generation; }
+
+void Shard::SetCodeReadHookForTesting(std::function<void()> hook) {
+  MutexLock lock(&state_mu_);
+  code_read_hook_ = std::move(hook);
+}
 
 std::shared_ptr<const CentroidCodebook> Shard::CodebookForTesting() const {
   const Stage1 stage1 = CurrentStage1();

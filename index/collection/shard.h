@@ -56,13 +56,20 @@
 // write stores its codes and a rerank matrix without rows, and the training that made the
 // codebook drops the rows (and, as every training, the candidate vectors) of the documents written
 // before it, in the same critical section as its commit (or at the next open after a crash in
-// between): no fp16/fp32 copy remains. Stage 2 scores the documents from the codes the centroid
-// index keeps resident per document (keep_document_codes: 4 + code_bytes bytes per vector beside
-// the lists') without decoding them (FetchCodes + ScoreCodes: compact MaxSim, code_maxsim.h; no
-// read of the store per document), within CompactQuery::ErrorBound of the fp32
-// MaxSim of the decoded vectors; FetchRerank (Get, training) and DecodeCodes (explain) decode the
-// codes (centroid + residual) the same Stage1's centroid index keeps (so that a decode always
-// pairs codes with the codebook that made them, across a retraining's swap).
+// between): no fp16/fp32 copy remains. Stage 2 scores the documents from their codes as stored
+// (4 + code_bytes bytes per vector), read in place from the store's codes segments
+// (ShardStore::ReadCodes: views into the mapped files, no copy per document beyond the compact
+// layout) without decoding them (FetchCodes + ScoreCodes: compact MaxSim, code_maxsim.h), within
+// CompactQuery::ErrorBound of the fp32 MaxSim of the decoded vectors; FetchRerank (Get, training)
+// and DecodeCodes (explain) decode the codes (centroid + residual) the same way. The process keeps
+// no per-document copy of the codes: its centroid index holds only the lists (the 2-bit
+// coarsening of a 4-bit codec, CentroidIndex's scan_coarsened), and the codes stay in the page
+// cache. The retrain race: codes are read under the generation of the Stage1 in use and scored or
+// decoded with its codebook (so that codes are always paired with the codebook that made them);
+// a training swaps its Stage1 in before it drops the older generation's codes, so a read that
+// finds a live document's codes missing while a newer Stage1 is in use reads all of them again
+// under the newer one (ReadStoredCodes). A document missing under the generation in use was
+// removed, and is left out.
 //
 // Such a shard retrains by the same rules as the others (OutgrewTraining): it has no stored
 // vectors, so the training samples the vectors decoded from its codes (centroid + residual) and
@@ -242,9 +249,9 @@ class Shard {
   // A document not live (or removed from the store since the table's pass) has a null `rerank`.
   absl::StatusOr<std::vector<RankingDocument>> FetchForRanking(absl::Span<const uint64_t> iids,
                                                                bool want_attributes) const;
-  // The rerank vectors of documents stored as codes only (rerank_from_codes), decoded from the
-  // codes the centroid index in use keeps (no read of the store), as FetchRerank decodes them;
-  // null for an iid no longer indexed. DATA_LOSS when the shard has no codebook.
+  // The rerank vectors of documents stored as codes only (rerank_from_codes), decoded from their
+  // stored codes (ReadStoredCodes), as FetchRerank decodes them; null for an iid no longer stored.
+  // DATA_LOSS when the shard has no codebook, or naming the iid for malformed codes.
   absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrix>>> DecodeCodes(
       absl::Span<const uint64_t> iids) const;
 
@@ -259,11 +266,12 @@ class Shard {
     std::vector<CompactDocuments> parts;
     std::vector<std::vector<size_t>> positions;
   };
-  // Copies the codes of each iid from the centroid index, which keeps every document's codes in a
-  // rerank_from_codes shard (resident: no read of the store; CentroidIndex::GatherCompact, parts
-  // split over the pool), into the compact layout; an iid no longer indexed is left out. DATA_LOSS
-  // when the shard has no codebook (only rerank_from_codes documents have no rows, and only once
-  // it has one).
+  // Reads the codes of each iid from the store in place (ReadStoredCodes: ShardStore::ReadCodes
+  // under the generation of the Stage1 in use) and lays them out in the compact layout (parts
+  // split over the pool); an iid no longer stored is left out. DATA_LOSS when the shard has no
+  // codebook (only rerank_from_codes documents have no rows, and only once it has one), or naming
+  // the iid and generation for stored codes that do not parse (size ≠ 4 + n·(4 + code_bytes), a
+  // centroid id out of range); ABORTED when trainings kept swapping generations during the read.
   absl::StatusOr<CodedDocuments> FetchCodes(absl::Span<const uint64_t> iids) const;
   // MaxSim of `query` (nq × dim fp32, validated by the caller) and each document FetchCodes
   // found, scored from the codes with ScoreCompactDocuments (parts split over the pool):
@@ -302,6 +310,10 @@ class Shard {
   // Called by a training after it has encoded the shard's documents, before it catches up with
   // the writes made meanwhile and swaps its index in (the test may write, delete and search).
   void SetTrainingHookForTesting(std::function<void()> hook);
+  // Called once, by the next read of stored codes (FetchCodes, DecodeCodes, FetchRerank), after it
+  // took the Stage1 in use and before it reads their codes (the test may retrain the shard, so
+  // that a training swaps its generation in and drops the one being read: the retrain race).
+  void SetCodeReadHookForTesting(std::function<void()> hook);
   // The next write's index update fails with `status` after its durable write (every step still
   // runs), as a FAISS error or a failed allocation would.
   void FailNextIndexUpdateForTesting(absl::Status status);
@@ -313,9 +325,8 @@ class Shard {
   struct Stage1 {
     std::shared_ptr<Stage1Index> index;
     uint32_t generation = 0;
-    // The centroid index behind `index` (null with the candidate index): its codebook, and the
-    // codes stage 2 reads for documents stored as codes only (FetchCodes) in a rerank_from_codes
-    // shard.
+    // The centroid index behind `index` (null with the candidate index): its codebook decodes and
+    // scores the codes stored under `generation` (FetchCodes, DecodeCodes).
     std::shared_ptr<const CentroidIndex> centroids;
 
     static Stage1 Centroids(std::shared_ptr<CentroidIndex> index, uint32_t generation);
@@ -355,6 +366,21 @@ class Shard {
   absl::Status ApplyDerived(Stage1Index& index, std::vector<LiveDocument> documents,
                             const std::vector<Stage1Payload>& payloads, const WriteResult& result)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  // The stored codes of `iids` (rerank_from_codes) read in place, one view per iid (null: none),
+  // and the Stage1 whose generation they were read under (see the retrain race in the class
+  // comment: read again, at most kCodeReadRetries times, when a newer Stage1 is in use by the
+  // time a live document's codes are found missing).
+  struct StoredCodes {
+    Stage1 stage1;
+    std::vector<std::shared_ptr<const absl::string_view>> codes;
+  };
+  static constexpr int kCodeReadRetries = 8;
+  absl::StatusOr<StoredCodes> ReadStoredCodes(absl::Span<const uint64_t> iids) const;
+  // One document's stored codes checked against the codebook, in place; DATA_LOSS naming the
+  // shard, iid and generation otherwise.
+  absl::StatusOr<DocumentCodesView> ViewStoredCodes(const CentroidCodebook& codebook, uint64_t iid,
+                                                    uint32_t generation,
+                                                    absl::string_view bytes) const;
   // Replaces each matrix without rows (a document stored for rerank_from_codes) by the vectors
   // decoded from its codes, or by null when it was removed since.
   absl::Status DecodeRerankFromCodes(
@@ -423,6 +449,8 @@ class Shard {
   mutable Mutex state_mu_;
   Stage1 stage1_ ABSL_GUARDED_BY(state_mu_);
   absl::Status failed_ ABSL_GUARDED_BY(state_mu_);
+  // Taken (once) by a const read: SetCodeReadHookForTesting.
+  mutable std::function<void()> code_read_hook_ ABSL_GUARDED_BY(state_mu_);
 
   // The live-document table (its own lock, the last in the order). Written only at Open and in
   // ApplyDerived and DropRerankRows (apply_mu_ held).

@@ -107,9 +107,12 @@ absl::Status Shard::LoadCentroids(uint32_t generation) {
   const int64_t code_bytes = index->codebook().codec().code_bytes();
   const int64_t num_centroids = index->codebook().num_centroids();
   std::vector<uint64_t> orphans;
+  // The codes are streamed into the lists (a rerank_from_codes shard's index lists their 2-bit
+  // coarsening) and not kept: stage 2 reads them from the store, and ForEachCodes drops each
+  // segment's pages from the process once streamed, so that the open's memory is the lists'.
   // Nothing changes the table while the shard opens.
   TESSERA_RETURN_IF_ERROR(
-      store_->ForEachCodes(generation, [&](uint64_t iid, const std::string& bytes) -> absl::Status {
+      store_->ForEachCodes(generation, [&](uint64_t iid, absl::string_view bytes) -> absl::Status {
         if (!live_.Contains(iid)) {
           orphans.push_back(iid);
           return absl::OkStatus();

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <system_error>
@@ -102,6 +103,38 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   return bytes;
 }
 
+absl::Status ReadFileInChunks(const std::string& path, uint64_t size, size_t chunk_bytes,
+                              const std::function<void(absl::string_view)>& fn) {
+  TESSERA_ASSIGN_OR_RETURN(const OpenForReading file, OpenForReading::Open(path));
+  std::string buffer(static_cast<size_t>(std::min<uint64_t>(size, chunk_bytes)), '\0');
+  uint64_t done = 0;
+  absl::Status status;
+  while (done < size) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(size - done, buffer.size()));
+    size_t got = 0;
+    while (got < want) {
+      const ssize_t n =
+          ::pread(file.fd, buffer.data() + got, want - got, static_cast<off_t>(done + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        status = ErrnoStatus(errno, "cannot read", path);
+        break;
+      }
+      if (n == 0) {
+        status = absl::DataLossError(
+            absl::StrCat("'", path, "': ", done + got, " bytes, ", size, " expected"));
+        break;
+      }
+      got += static_cast<size_t>(n);
+    }
+    if (!status.ok()) break;
+    fn(absl::string_view(buffer.data(), want));
+    done += want;
+  }
+  ::close(file.fd);
+  return status;
+}
+
 absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::string& path,
                                                                    bool populate) {
   TESSERA_ASSIGN_OR_RETURN(const OpenForReading file, OpenForReading::Open(path));
@@ -120,6 +153,11 @@ absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::st
   ::close(fd);  // the mapping keeps the file open
   return std::shared_ptr<const MappedFile>(
       new MappedFile(path, static_cast<const char*>(data), size));
+}
+
+void MappedFile::DropResidentPages() const {
+  // Advice only: a failure leaves the pages resident, which is what happens without it.
+  if (size_ > 0) ::madvise(const_cast<char*>(data_), size_, MADV_DONTNEED);
 }
 
 MappedFile::~MappedFile() {

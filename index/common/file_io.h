@@ -4,6 +4,7 @@
 #define TESSERA_INDEX_COMMON_FILE_IO_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -25,6 +26,13 @@ absl::Status WriteFileAtomically(const std::string& path,
 // The file's bytes. ErrnoStatus on failure, naming the file (NOT_FOUND when it does not exist).
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
+// Reads the first `size` bytes of `path` with pread, `chunk_bytes` at a time into one buffer, and
+// calls fn with each chunk in order: a pass over a large file that holds one chunk in memory and
+// maps nothing. ErrnoStatus naming the file on failure; DATA_LOSS naming it when it holds fewer
+// than `size` bytes.
+absl::Status ReadFileInChunks(const std::string& path, uint64_t size, size_t chunk_bytes,
+                              const std::function<void(absl::string_view)>& fn);
+
 // A whole file mapped read-only (MAP_SHARED: its pages are the page cache's, read in place, never
 // copied), unmapped when the last reference goes. The file may be unlinked meanwhile: the mapping
 // stays valid. Immutable, so thread-safe; the file must not be written while mapped.
@@ -40,6 +48,9 @@ class MappedFile {
 
   absl::string_view bytes() const { return absl::string_view(data_, size_); }
   const std::string& path() const { return path_; }
+  // Drops the mapped pages from the process's resident set (madvise MADV_DONTNEED): the page
+  // cache keeps them, and bytes() stays valid (the next read faults a page in again).
+  void DropResidentPages() const;
 
  private:
   MappedFile(std::string path, const char* data, size_t size)

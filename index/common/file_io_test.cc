@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <string>
 
@@ -44,6 +45,32 @@ TEST(FileIo, AFailedWriteLeavesTheFileAsItWasAndNamesTheTemporary) {
   const absl::Status no_directory = WriteFileAtomically(dir.path() + "/missing/file", {"x"});
   EXPECT_TRUE(absl::IsNotFound(no_directory)) << no_directory;
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/missing"));
+}
+
+// ReadFileInChunks (how segments are verified at open): every byte once, in order, in chunks of at
+// most the size asked; a file shorter than the size asked is DATA_LOSS naming it.
+TEST(FileIo, ReadsAFileInChunks) {
+  TempDir dir;
+  const std::string path = dir.path() + "/file";
+  std::string bytes(10000, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7);
+  ASSERT_TRUE(WriteFileAtomically(path, {bytes}).ok());
+  for (size_t chunk : {size_t{1} << 20, size_t{4096}, size_t{3}}) {
+    std::string read;
+    size_t largest = 0;
+    ASSERT_TRUE(ReadFileInChunks(path, 9999, chunk, [&](absl::string_view part) {
+                  read.append(part.data(), part.size());
+                  largest = std::max(largest, part.size());
+                }).ok());
+    EXPECT_EQ(read, bytes.substr(0, 9999)) << "chunk " << chunk;
+    EXPECT_LE(largest, chunk);
+  }
+  const absl::Status longer = ReadFileInChunks(path, 10001, 4096, [](absl::string_view) {});
+  EXPECT_EQ(longer.code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(longer.message(), HasSubstr(path));
+  EXPECT_THAT(longer.message(), HasSubstr("10000 bytes, 10001 expected"));
+  EXPECT_EQ(ReadFileInChunks(dir.path() + "/missing", 1, 1, [](absl::string_view) {}).code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST(FileIo, ReadingAMissingFileIsNotFoundNamingIt) {

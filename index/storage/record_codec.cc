@@ -451,6 +451,40 @@ absl::StatusOr<RerankPointer> DecodeRerankPointer(absl::string_view value, uint6
   return pointer;
 }
 
+std::string EncodeCodesPointer(const CodesPointer& pointer) {
+  std::string out;
+  const size_t start = BeginEnvelope(RecordKind::kCodesPointer, &out);
+  PutU32(&out, pointer.segment);
+  PutU64(&out, pointer.offset);
+  PutU32(&out, static_cast<uint32_t>(pointer.bytes));
+  PutU32(&out, pointer.crc);
+  FinishEnvelope(start, &out);
+  return out;
+}
+
+bool IsCodesPointer(absl::string_view value) {
+  return value.size() >= 2 &&
+         static_cast<uint8_t>(value[1]) == static_cast<uint8_t>(RecordKind::kCodesPointer);
+}
+
+absl::StatusOr<CodesPointer> DecodeCodesPointer(absl::string_view value, uint32_t generation,
+                                                uint64_t iid) {
+  const std::string what = absl::StrCat("codes CF generation ", generation, " iid ", iid);
+  TESSERA_ASSIGN_OR_RETURN(absl::string_view payload,
+                           OpenEnvelope(value, RecordKind::kCodesPointer, what));
+  Reader in(payload);
+  CodesPointer pointer;
+  uint32_t bytes = 0;
+  if (!in.ReadU32(&pointer.segment) || !in.ReadU64(&pointer.offset) || !in.ReadU32(&bytes) ||
+      !in.ReadU32(&pointer.crc)) {
+    return Truncated(what, "codes pointer");
+  }
+  if (in.left() != 0) return Corrupt(what, absl::StrCat(in.left(), " trailing bytes"));
+  if (bytes == 0) return Corrupt(what, "a codes pointer to 0 bytes");
+  pointer.bytes = bytes;
+  return pointer;
+}
+
 std::string EncodeIdValue(uint64_t iid) {
   std::string out;
   const size_t start = BeginEnvelope(RecordKind::kId, &out);

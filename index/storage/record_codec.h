@@ -37,6 +37,8 @@
 //   kRerankPointer  (rerank CF, in place of a kMatrix once the rows moved to a segment file, see
 //               rerank_segment.h) u32 segment number, u64 offset of the rows in it, u8 dtype,
 //               i64 rows, i64 cols, u32 CRC-32 of the rows' rows·cols·itemsize bytes
+//   kCodesPointer  (codes CF, in place of a kCodes once the codes moved to a codes segment file)
+//               u32 segment number, u64 offset of the codes in it, u32 bytes, u32 CRC-32 of them
 #ifndef TESSERA_INDEX_STORAGE_RECORD_CODEC_H_
 #define TESSERA_INDEX_STORAGE_RECORD_CODEC_H_
 
@@ -63,6 +65,7 @@ enum class RecordKind : uint8_t {
   kMeta = 5,
   kCodes = 6,
   kRerankPointer = 7,
+  kCodesPointer = 8,
 };
 
 // Where a document's rerank rows live once moved out of RocksDB: rows·cols values of dtype at
@@ -73,6 +76,15 @@ struct RerankPointer {
   VectorDtype dtype = VectorDtype::kFloat16;
   int64_t rows = 0;
   int64_t cols = 0;
+  uint32_t crc = 0;
+};
+
+// Where a document's codes (of the generation in their key) live once moved out of RocksDB: `bytes`
+// bytes at `offset` in codes segment file `segment`, whose CRC-32 is `crc`.
+struct CodesPointer {
+  uint32_t segment = 0;
+  uint64_t offset = 0;
+  int64_t bytes = 0;
   uint32_t crc = 0;
 };
 
@@ -104,6 +116,9 @@ std::string EncodeStoredMatrix(const StoredMatrix& matrix);
 std::string EncodeRerankPointer(const RerankPointer& pointer);
 // Whether a rerank CF value is a pointer (its kind byte says so; the decoder checks the rest).
 bool IsRerankPointer(absl::string_view value);
+std::string EncodeCodesPointer(const CodesPointer& pointer);
+// Whether a codes CF value is a pointer (its kind byte says so; the decoder checks the rest).
+bool IsCodesPointer(absl::string_view value);
 std::string EncodeIdValue(uint64_t iid);
 std::string EncodeCounterValue(uint64_t value);
 std::string EncodeMetaValue(absl::string_view bytes);
@@ -114,6 +129,8 @@ absl::StatusOr<DocumentRecord> DecodeDocumentRecord(absl::string_view value, uin
 absl::StatusOr<StoredMatrix> DecodeStoredMatrix(absl::string_view value, absl::string_view cf,
                                                 uint64_t iid);
 absl::StatusOr<RerankPointer> DecodeRerankPointer(absl::string_view value, uint64_t iid);
+absl::StatusOr<CodesPointer> DecodeCodesPointer(absl::string_view value, uint32_t generation,
+                                                uint64_t iid);
 absl::StatusOr<uint64_t> DecodeIdValue(absl::string_view value, absl::string_view external_id);
 absl::StatusOr<uint64_t> DecodeCounterValue(absl::string_view value, absl::string_view key);
 absl::StatusOr<std::string> DecodeMetaValue(absl::string_view value, absl::string_view key);

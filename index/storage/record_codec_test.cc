@@ -219,6 +219,38 @@ TEST(RecordCodec, SmallValuesRoundTrip) {
   EXPECT_EQ(*meta, opaque);
 }
 
+// A codes pointer (the codes CF's value once the codes moved to a codes segment) round-trips, is
+// told apart from the codes themselves, and every damage is DATA_LOSS naming the generation and
+// iid.
+TEST(RecordCodec, CodesPointerRoundTripsAndIsToldApartFromCodes) {
+  const CodesPointer pointer{12, 4096, 4420, 0xdeadbeef};
+  const std::string value = EncodeCodesPointer(pointer);
+  EXPECT_TRUE(IsCodesPointer(value));
+  EXPECT_FALSE(IsCodesPointer(EncodeCodesValue("codes")));
+  EXPECT_FALSE(IsRerankPointer(value));
+  auto decoded = DecodeCodesPointer(value, 3, 77);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->segment, 12u);
+  EXPECT_EQ(decoded->offset, 4096u);
+  EXPECT_EQ(decoded->bytes, 4420);
+  EXPECT_EQ(decoded->crc, 0xdeadbeefu);
+  EXPECT_EQ(DecodeCodesValue(value, 3, 77).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(DecodeCodesPointer(EncodeCodesValue("codes"), 3, 77).status().code(),
+            absl::StatusCode::kDataLoss);
+  const auto empty = DecodeCodesPointer(EncodeCodesPointer(CodesPointer{12, 64, 0, 0}), 3, 77);
+  EXPECT_EQ(empty.status().code(), absl::StatusCode::kDataLoss);
+  for (size_t i = 0; i < value.size(); ++i) {
+    std::string bad = value;
+    bad[i] ^= 0x04;
+    const auto damaged = DecodeCodesPointer(bad, 3, 77);
+    ASSERT_EQ(damaged.status().code(), absl::StatusCode::kDataLoss) << "byte " << i;
+    EXPECT_THAT(damaged.status().message(), HasSubstr("generation 3 iid 77"));
+    EXPECT_EQ(DecodeCodesPointer(value.substr(0, i), 3, 77).status().code(),
+              absl::StatusCode::kDataLoss)
+        << "length " << i;
+  }
+}
+
 TEST(RecordCodec, KindsAreNotInterchangeable) {
   const std::string matrix = EncodeStoredMatrix(Fp32Matrix(1, 1));
   EXPECT_EQ(DecodeDocumentRecord(matrix, 1).status().code(), absl::StatusCode::kDataLoss);

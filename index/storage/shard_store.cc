@@ -60,13 +60,35 @@ constexpr char kFormatVersionKey[] = "s/format_version";
 constexpr char kNextIidKey[] = "s/next_iid";
 constexpr char kLiveDocumentsKey[] = "s/live_documents";
 constexpr uint64_t kStoreFormatVersion = 1;
-// A committed rerank segment: "s/rerank_segment/" + its number as 4 bytes big-endian → its size.
-constexpr char kSegmentKeyPrefix[] = "s/rerank_segment/";
-std::string SegmentKey(uint32_t number) {
-  std::string key = kSegmentKeyPrefix;
+// A committed segment: "s/rerank_segment/" or "s/codes_segment/" + its number as 4 bytes
+// big-endian → its size.
+const char* SegmentKeyPrefix(SegmentKind kind) {
+  return kind == SegmentKind::kCodes ? "s/codes_segment/" : "s/rerank_segment/";
+}
+std::string SegmentMetaKey(SegmentKind kind, uint32_t number) {
+  std::string key = SegmentKeyPrefix(kind);
   for (int shift = 24; shift >= 0; shift -= 8) key.push_back(static_cast<char>(number >> shift));
   return key;
 }
+constexpr SegmentKind kSegmentKinds[] = {SegmentKind::kRerank, SegmentKind::kCodes};
+int KindIndex(SegmentKind kind) { return kind == SegmentKind::kCodes ? 1 : 0; }
+
+// A document's key among the values that move into segments: (0, iid) for its rerank rows,
+// (generation, iid) for its codes of a generation. Ordered by generation, then iid.
+struct DocKey {
+  uint32_t generation = 0;
+  uint64_t iid = 0;
+  friend bool operator==(const DocKey& a, const DocKey& b) {
+    return a.generation == b.generation && a.iid == b.iid;
+  }
+  friend bool operator<(const DocKey& a, const DocKey& b) {
+    return a.generation != b.generation ? a.generation < b.generation : a.iid < b.iid;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const DocKey& key) {
+    return H::combine(std::move(h), key.generation, key.iid);
+  }
+};
 
 // Group commit bounds: a leader stops adding queued requests once the group would exceed either
 // (its own request always goes in, however large).
@@ -249,14 +271,7 @@ struct PreparedUpsert {
   std::string codes_value;       // empty: no codes row
   uint32_t code_generation = 0;
   int64_t rerank_bytes = 0;  // the rows' bytes
-};
-
-// What ReadRerank hands out, shared by the views of one call: the views, and what they point
-// into (segments, values decoded from RocksDB).
-struct RerankReadBatch {
-  std::vector<StoredMatrixView> views;
-  std::vector<std::shared_ptr<const RerankSegment>> segments;
-  std::deque<StoredMatrix> decoded;
+  int64_t codes_bytes = 0;   // the codes' bytes
 };
 
 // Returned, internally, when a pointer names a segment that a rewrite has just replaced: the read
@@ -303,11 +318,13 @@ class ShardStoreImpl final : public ShardStore {
       absl::Span<const uint64_t> iids) const override;
   absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ReadRerank(
       absl::Span<const uint64_t> iids) const override;
-  absl::Status FlushRerank() override ABSL_LOCKS_EXCLUDED(flush_mu_) {
+  absl::Status FlushSegments() override ABSL_LOCKS_EXCLUDED(flush_mu_) {
     MutexLock flush(&flush_mu_);
-    return MaintainRerank(/*force=*/true);
+    return MaintainSegments(/*force=*/true);
   }
   absl::StatusOr<std::vector<std::optional<std::string>>> MultiGetCodes(
+      uint32_t generation, absl::Span<const uint64_t> iids) const override;
+  absl::StatusOr<std::vector<std::shared_ptr<const absl::string_view>>> ReadCodes(
       uint32_t generation, absl::Span<const uint64_t> iids) const override;
   absl::Status ForEachDocument(
       const std::function<absl::Status(const DocumentRecord&)>& fn) const override;
@@ -321,13 +338,13 @@ class ShardStoreImpl final : public ShardStore {
   absl::Status PutCodes(uint32_t generation,
                         const std::vector<std::pair<uint64_t, std::string>>& codes,
                         absl::Span<const uint64_t> removed) override;
-  absl::Status DropCodeGenerationsExcept(uint32_t keep) override;
+  absl::Status DropCodeGenerationsExcept(uint32_t keep) override ABSL_LOCKS_EXCLUDED(flush_mu_);
   absl::Status DropAllCandidates() override;
   absl::StatusOr<std::vector<uint64_t>> DropAllRerankRows() override
       ABSL_LOCKS_EXCLUDED(commit_mu_);
-  absl::Status ForEachCodes(
-      uint32_t generation,
-      const std::function<absl::Status(uint64_t, std::string)>& fn) const override;
+  absl::Status ForEachCodes(uint32_t generation,
+                            const std::function<absl::Status(uint64_t, absl::string_view)>& fn)
+      const override ABSL_LOCKS_EXCLUDED(flush_mu_);
   uint64_t LatestSequence() const override { return db_->GetLatestSequenceNumber(); }
   ShardStoreStats Stats() const override;
   absl::Status Flush() override;
@@ -382,33 +399,19 @@ class ShardStoreImpl final : public ShardStore {
   absl::Status DropRanges(rocksdb::ColumnFamilyHandle* cf,
                           const std::vector<std::pair<std::string, std::string>>& ranges,
                           absl::string_view what);
+  // DropRanges' parts: the ranges that hold any key (one seek each), and their compaction.
+  absl::Status OccupiedRanges(rocksdb::ColumnFamilyHandle* cf,
+                              const std::vector<std::pair<std::string, std::string>>& ranges,
+                              absl::string_view what,
+                              std::vector<std::pair<std::string, std::string>>* occupied) const;
+  absl::Status CompactRanges(rocksdb::ColumnFamilyHandle* cf,
+                             const std::vector<std::pair<std::string, std::string>>& ranges,
+                             absl::string_view what);
   // Adds the shard directory to a codec error.
   template <typename T>
   absl::StatusOr<T> Codec(absl::StatusOr<T> decoded) const {
     if (!decoded.ok()) return InShard(decoded.status(), dir_);
     return decoded;
-  }
-  // One MultiGet of keys[i] (the key of iids[i]) in `cf`, each value decoded by
-  // decode(value, iids[i]); std::nullopt where a key is absent. Fails as a whole on any other
-  // error (the first, in iids order).
-  template <typename T, typename Decode>
-  absl::StatusOr<std::vector<std::optional<T>>> MultiGetDecoded(
-      rocksdb::ColumnFamilyHandle* cf, absl::Span<const uint64_t> iids,
-      const std::vector<std::string>& keys, absl::string_view what, const Decode& decode) const {
-    const size_t n = iids.size();
-    std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
-    std::vector<rocksdb::PinnableSlice> values(n);
-    std::vector<rocksdb::Status> statuses(n);
-    db_->MultiGet(rocksdb::ReadOptions(), cf, n, slices.data(), values.data(), statuses.data());
-    std::vector<std::optional<T>> out(n);
-    for (size_t i = 0; i < n; ++i) {
-      if (statuses[i].IsNotFound()) continue;
-      TESSERA_RETURN_IF_ERROR(Rocks(statuses[i], absl::StrCat("reading ", what, " iid ", iids[i])));
-      TESSERA_ASSIGN_OR_RETURN(
-          out[i], Codec(decode(absl::string_view(values[i].data(), values[i].size()), iids[i])));
-      values[i].Reset();
-    }
-    return out;
   }
   void DeleteRows(rocksdb::WriteBatch* batch, uint64_t iid,
                   const std::vector<uint32_t>& code_generations);
@@ -418,45 +421,119 @@ class ShardStoreImpl final : public ShardStore {
   absl::Status WriteToDb(rocksdb::WriteBatch* batch, absl::string_view context,
                          bool* attempted = nullptr, bool sync = false);
 
-  // Rerank segments (see shard_store.h). Where a document's rows lie in a mapped segment.
+  // Segments (see shard_store.h), of rerank rows and of codes. Where a document's value lies in a
+  // mapped segment (or, in an InPlaceRead, in a value decoded from RocksDB).
   struct RowsLocation {
     const char* data = nullptr;
     uint32_t segment = 0;
-    uint32_t rows = 0;
-    uint32_t cols = 0;
+    uint32_t rows = 0;  // codes: bytes
+    uint32_t cols = 0;  // codes: 1
     VectorDtype dtype = VectorDtype::kFloat16;
-    int64_t bytes() const { return int64_t{rows} * cols * static_cast<int64_t>(DtypeSize(dtype)); }
+    bool opaque = false;  // codes
+    int64_t bytes() const {
+      return opaque ? int64_t{rows} : int64_t{rows} * cols * static_cast<int64_t>(DtypeSize(dtype));
+    }
   };
+  static RowsLocation LocationOf(const RerankSegmentEntry& e, uint32_t segment, const char* data) {
+    RowsLocation location;
+    location.data = data;
+    location.segment = segment;
+    location.rows = static_cast<uint32_t>(e.rows);
+    location.cols = static_cast<uint32_t>(e.cols);
+    location.dtype = e.dtype;
+    location.opaque = e.opaque;
+    return location;
+  }
   struct SegmentState {
     std::shared_ptr<const RerankSegment> file;
     int64_t row_bytes = 0;   // of every document written to it
     int64_t live_bytes = 0;  // of those still pointing to it
   };
-  std::string SegmentPath(uint32_t number) const {
-    return absl::StrCat(dir_, "/", RerankSegmentFileName(number));
+  // A value as RocksDB holds it before it moves (decoded and checked), or a copy of it from its
+  // segment: its shape (the entry's iid, dtype, rows, cols, opaque) and bytes.
+  struct InlineValue {
+    RerankSegmentEntry entry;
+    std::string bytes;
+  };
+  // A pointer to a value in a segment: the segment's number, and the entry's offset, shape, CRC.
+  struct Pointer {
+    uint32_t segment = 0;
+    RerankSegmentEntry entry;
+  };
+  // What ReadInPlace hands out, shared by the views of one call: where each key's value lies, and
+  // what that points into (segments, values decoded from RocksDB), with the views ReadRerank and
+  // ReadCodes make of them.
+  struct InPlaceRead {
+    std::vector<std::optional<RowsLocation>> found;
+    std::vector<std::shared_ptr<const RerankSegment>> segments;
+    std::deque<std::string> decoded;
+    std::vector<StoredMatrixView> matrices;
+    std::vector<absl::string_view> codes;
+  };
+  rocksdb::ColumnFamilyHandle* Cf(SegmentKind kind) const {
+    return kind == SegmentKind::kCodes ? codes_ : rerank_;
+  }
+  static std::string EncodeKey(SegmentKind kind, const DocKey& key) {
+    return kind == SegmentKind::kCodes ? EncodeCodesKey(key.generation, key.iid)
+                                       : EncodeIidKey(key.iid);
+  }
+  static bool DecodeKey(SegmentKind kind, absl::string_view encoded, DocKey* key) {
+    if (kind == SegmentKind::kCodes) return DecodeCodesKey(encoded, &key->generation, &key->iid);
+    key->generation = 0;
+    return DecodeIidKey(encoded, &key->iid);
+  }
+  // "rerank iid 12", "codes of generation 3 iid 12": for messages.
+  static std::string What(SegmentKind kind, const DocKey& key) {
+    return kind == SegmentKind::kCodes
+               ? absl::StrCat("codes of generation ", key.generation, " iid ", key.iid)
+               : absl::StrCat("rerank iid ", key.iid);
+  }
+  std::string SegmentPath(SegmentKind kind, uint32_t number) const {
+    return absl::StrCat(dir_, "/", SegmentFileName(kind, number));
   }
   // At Open: deletes uncommitted segment files, maps and verifies the committed ones, and loads
-  // the locations (pointers) and the rows still in RocksDB from the rerank CF.
-  absl::Status OpenRerankSegments();
-  // A rerank CF value as a matrix: decoded, or copied from its segment and checked against the
-  // pointer's CRC. kSegmentGone when the pointer names a segment no longer there.
-  absl::StatusOr<StoredMatrix> DecodeRerank(absl::string_view value, uint64_t iid) const;
-  // Flushes rows when forced or past options_.rerank_flush_bytes, then rewrites segments.
-  absl::Status MaintainRerank(bool force) ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
-  absl::Status FlushRowsToSegments() ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
+  // the locations (pointers) and the values still in RocksDB from the rerank and codes CFs.
+  absl::Status OpenSegments();
+  static bool IsPointer(SegmentKind kind, absl::string_view value);
+  static std::string EncodePointer(SegmentKind kind, uint32_t segment, const RerankSegmentEntry& e);
+  // DATA_LOSS naming the key for a malformed pointer.
+  absl::StatusOr<Pointer> DecodePointer(SegmentKind kind, absl::string_view value,
+                                        const DocKey& key) const;
+  // A value that is not a pointer, decoded and checked (DATA_LOSS naming the key).
+  absl::StatusOr<InlineValue> DecodeInline(SegmentKind kind, absl::string_view value,
+                                           const DocKey& key) const;
+  // A value decoded, or copied from its segment and checked against the pointer's CRC.
+  // kSegmentGone when the pointer names a segment no longer there.
+  absl::StatusOr<InlineValue> CopyValue(SegmentKind kind, absl::string_view value,
+                                        const DocKey& key) const;
+  // One MultiGet of the keys' values, copied (CopyValue, retried past replaced segments);
+  // std::nullopt for an absent key. Fails as a whole on any other error.
+  absl::StatusOr<std::vector<std::optional<InlineValue>>> MultiGetCopies(
+      SegmentKind kind, absl::Span<const DocKey> keys) const;
+  // The search's read (ReadRerank, ReadCodes): where each key's value lies, in place.
+  absl::Status ReadInPlace(SegmentKind kind, absl::Span<const DocKey> keys,
+                           InPlaceRead* read) const;
+  // Flushes each kind's values when forced or past options_.rerank_flush_bytes, then rewrites
+  // segments.
+  absl::Status MaintainSegments(bool force) ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
+  absl::Status FlushToSegments(SegmentKind kind) ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
   absl::Status RewriteSegments() ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
-  // Writes a segment of `entries` (rows[i]: entry i's bytes), then commits, in one synced batch,
-  // pointers to it for the entries not removed meanwhile, its meta key, and the removal of the
-  // segments in `replaced`, whose files it then unlinks.
-  absl::Status WriteSegmentAndCommit(std::vector<RerankSegmentEntry> entries,
+  // Writes a segment of `kind` (codes: of `generation`) of `entries` (rows[i]: entry i's bytes),
+  // then commits, in one synced batch, pointers to it for the entries not removed meanwhile, its
+  // meta key, and the removal of the segments in `replaced` (of the same kind), whose files it
+  // then unlinks.
+  absl::Status WriteSegmentAndCommit(SegmentKind kind, uint32_t generation,
+                                     std::vector<RerankSegmentEntry> entries,
                                      const std::vector<absl::string_view>& rows,
                                      const std::vector<uint32_t>& replaced)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(flush_mu_);
-  // Starts (or stops) recording the iids that commits remove, for a flush or rewrite in progress.
+  // Starts (or stops) recording the keys that commits remove, for a flush or rewrite in progress.
   void TrackRemovals(bool on) ABSL_LOCKS_EXCLUDED(commit_mu_);
-  // The leader's bookkeeping after a committed batch; true when maintenance is due.
-  bool ApplyRerankChanges(const std::vector<std::pair<uint64_t, int64_t>>& added,
-                          const std::vector<uint64_t>& removed)
+  // The bookkeeping after a committed batch that wrote values of `kind` (key, bytes) and removed
+  // others (added ones first: a group may write and remove one document); true when maintenance
+  // is due.
+  bool ApplySegmentChanges(SegmentKind kind, const std::vector<std::pair<DocKey, int64_t>>& added,
+                           const std::vector<DocKey>& removed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(commit_mu_);
   bool SegmentWantsRewrite(const SegmentState& segment) const {
     const int64_t dead = segment.row_bytes - segment.live_bytes;
@@ -507,23 +584,25 @@ class ShardStoreImpl final : public ShardStore {
   std::atomic<bool> stopped_by_full_disk_{false};
   Mutex resume_mu_;
 
-  // One flush or rewrite of rerank segments at a time; Checkpoint holds it too, so that the
-  // segments and the pointers it copies agree.
-  Mutex flush_mu_ ABSL_ACQUIRED_BEFORE(commit_mu_);
+  // One flush or rewrite of segments at a time; Checkpoint holds it too, so that the segments and
+  // the pointers it copies agree, and so do DropCodeGenerationsExcept and ForEachCodes.
+  mutable Mutex flush_mu_ ABSL_ACQUIRED_BEFORE(commit_mu_);
   uint32_t next_segment_ ABSL_GUARDED_BY(flush_mu_) = 1;
   // Held across every write that changes rerank pointers or removes documents (the leader's
   // batch, a segment commit) and the bookkeeping after it, so that a flush or rewrite never
   // commits a pointer for a document removed meanwhile.
   Mutex commit_mu_ ABSL_ACQUIRED_BEFORE(rerank_mu_);
   bool tracking_removals_ ABSL_GUARDED_BY(commit_mu_) = false;
-  absl::flat_hash_set<uint64_t> removed_while_tracking_ ABSL_GUARDED_BY(commit_mu_);
-  // What readers look up: the segments, the location of every document whose rows are in one,
-  // and the rows still in RocksDB (iid → bytes).
+  // Per kind (KindIndex).
+  absl::flat_hash_set<DocKey> removed_while_tracking_[2] ABSL_GUARDED_BY(commit_mu_);
+  // What readers look up: the segments of both kinds (segment numbers are one sequence), and per
+  // kind (KindIndex) the location of every key whose value is in one, and the values still in
+  // RocksDB (key → bytes).
   mutable Mutex rerank_mu_;
   std::map<uint32_t, SegmentState> segments_ ABSL_GUARDED_BY(rerank_mu_);
-  absl::flat_hash_map<uint64_t, RowsLocation> locations_ ABSL_GUARDED_BY(rerank_mu_);
-  absl::flat_hash_map<uint64_t, int64_t> unflushed_ ABSL_GUARDED_BY(rerank_mu_);
-  int64_t unflushed_bytes_ ABSL_GUARDED_BY(rerank_mu_) = 0;
+  absl::flat_hash_map<DocKey, RowsLocation> locations_[2] ABSL_GUARDED_BY(rerank_mu_);
+  absl::flat_hash_map<DocKey, int64_t> unflushed_[2] ABSL_GUARDED_BY(rerank_mu_);
+  int64_t unflushed_bytes_[2] ABSL_GUARDED_BY(rerank_mu_) = {0, 0};
   // The background maintenance thread (options_.rerank_flush_bytes > 0).
   Mutex maintain_mu_;
   CondVar maintain_cv_;
@@ -674,13 +753,14 @@ absl::Status ShardStoreImpl::Open() {
     TESSERA_RETURN_IF_ERROR(Rocks(s, "reading the document counter"));
   }
   live_documents_snapshot_.store(live_documents_, std::memory_order_relaxed);
-  TESSERA_RETURN_IF_ERROR(OpenRerankSegments());
+  TESSERA_RETURN_IF_ERROR(OpenSegments());
   if (options_.rerank_segments && options_.rerank_flush_bytes > 0) {
     maintainer_ = std::thread([this] { MaintainLoop(); });
     bool due = false;
     {
       ReaderMutexLock lock(&rerank_mu_);
-      due = unflushed_bytes_ >= options_.rerank_flush_bytes;
+      due = unflushed_bytes_[0] >= options_.rerank_flush_bytes ||
+            unflushed_bytes_[1] >= options_.rerank_flush_bytes;
       for (const auto& [number, segment] : segments_) due = due || SegmentWantsRewrite(segment);
     }
     if (due) SignalMaintenance();
@@ -739,6 +819,7 @@ absl::StatusOr<WriteResult> ShardStoreImpl::Write(std::vector<DocumentWrite> ups
     if (write.candidates.rows > 0) EncodeStoredMatrix(write.candidates, &prepared.candidates_value);
     if (!write.codes.empty()) prepared.codes_value = EncodeCodesValue(write.codes);
     prepared.code_generation = write.code_generation;
+    prepared.codes_bytes = static_cast<int64_t>(write.codes.size());
     prepared.rerank_bytes =
         write.rerank.rows > 0 ? static_cast<int64_t>(write.rerank.bytes.size()) : 0;
     std::string().swap(write.rerank.bytes);
@@ -840,8 +921,18 @@ void ShardStoreImpl::CommitGroup(const std::vector<Writer*>& group) {
   std::vector<Writer*> batched;
   batched.reserve(group.size());
   // For the rerank segments' bookkeeping: rows written (iid, bytes) and documents removed.
-  std::vector<std::pair<uint64_t, int64_t>> added_rows;
-  std::vector<uint64_t> removed_iids;
+  std::vector<std::pair<DocKey, int64_t>> added_rows;
+  std::vector<DocKey> removed_rows;
+  // And for the codes segments: codes written ((generation, iid), bytes) and removed.
+  std::vector<std::pair<DocKey, int64_t>> added_codes;
+  std::vector<DocKey> removed_codes;
+  const auto remove = [&](uint64_t iid) {
+    DeleteRows(&batch, iid, group_code_generations_);
+    removed_rows.push_back(DocKey{0, iid});
+    for (uint32_t generation : group_code_generations_) {
+      removed_codes.push_back(DocKey{generation, iid});
+    }
+  };
 
   for (Writer* w : group) {
     // Pass 1 (may fail, for this request only): read the ids the group has not seen yet.
@@ -893,8 +984,7 @@ void ShardStoreImpl::CommitGroup(const std::vector<Writer*>& group) {
       const uint64_t iid = next_iid++;
       const uint64_t version = state.iid != 0 ? state.version + 1 : 1;
       if (state.iid != 0) {
-        DeleteRows(&batch, state.iid, group_code_generations_);
-        removed_iids.push_back(state.iid);
+        remove(state.iid);
       } else {
         ++live;
       }
@@ -903,10 +993,11 @@ void ShardStoreImpl::CommitGroup(const std::vector<Writer*>& group) {
       const std::string key = EncodeIidKey(iid);
       batch.Put(docs_, key, EncodeDocumentRecord(u.record));
       batch.Put(rerank_, key, u.rerank_value);
-      if (u.rerank_bytes > 0) added_rows.emplace_back(iid, u.rerank_bytes);
+      if (u.rerank_bytes > 0) added_rows.emplace_back(DocKey{0, iid}, u.rerank_bytes);
       if (!u.candidates_value.empty()) batch.Put(candidates_, key, u.candidates_value);
       if (!u.codes_value.empty()) {
         batch.Put(codes_, EncodeCodesKey(u.code_generation, iid), u.codes_value);
+        added_codes.emplace_back(DocKey{u.code_generation, iid}, u.codes_bytes);
       }
       batch.Put(ids_, u.record.external_id, EncodeIdValue(iid));
       std::string().swap(u.rerank_value);
@@ -923,8 +1014,7 @@ void ShardStoreImpl::CommitGroup(const std::vector<Writer*>& group) {
         IdState& state = states[id];
         result.deleted_iids.push_back(state.iid);
         if (state.iid == 0) continue;
-        DeleteRows(&batch, state.iid, group_code_generations_);
-        removed_iids.push_back(state.iid);
+        remove(state.iid);
         batch.Delete(ids_, id);
         --live;
         state = IdState{};
@@ -947,7 +1037,10 @@ void ShardStoreImpl::CommitGroup(const std::vector<Writer*>& group) {
   {
     MutexLock commit(&commit_mu_);
     error = WriteToDb(&batch, "writing a batch", &attempted);
-    if (error.ok()) maintain = ApplyRerankChanges(added_rows, removed_iids);
+    if (error.ok()) {
+      maintain = ApplySegmentChanges(SegmentKind::kRerank, added_rows, removed_rows);
+      maintain = ApplySegmentChanges(SegmentKind::kCodes, added_codes, removed_codes) || maintain;
+    }
   }
   if (maintain) SignalMaintenance();
   if (attempted && options_.sync) synced_writes_.fetch_add(1, std::memory_order_relaxed);
@@ -990,48 +1083,146 @@ absl::StatusOr<DocumentRecord> ShardStoreImpl::GetRecord(uint64_t iid) const {
 }
 
 absl::StatusOr<StoredMatrix> ShardStoreImpl::GetRerank(uint64_t iid) const {
-  rocksdb::PinnableSlice value;
-  const rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), rerank_, EncodeIidKey(iid), &value);
-  if (s.IsNotFound()) {
+  TESSERA_ASSIGN_OR_RETURN(std::vector<std::optional<StoredMatrix>> matrices,
+                           MultiGetRerank(absl::MakeConstSpan(&iid, 1)));
+  if (!matrices[0].has_value()) {
     return absl::NotFoundError(absl::StrCat("shard '", dir_, "': no rerank vectors for iid ", iid));
   }
-  TESSERA_RETURN_IF_ERROR(Rocks(s, absl::StrCat("reading rerank iid ", iid)));
-  absl::StatusOr<StoredMatrix> matrix =
-      Codec(DecodeRerank(absl::string_view(value.data(), value.size()), iid));
-  // A rewrite replaced the segment between the read and the copy: read the new pointer.
-  for (int retry = 0; retry < kSegmentRetries && matrix.status().code() == kSegmentGone; ++retry) {
-    value.Reset();
-    const rocksdb::Status again =
-        db_->Get(rocksdb::ReadOptions(), rerank_, EncodeIidKey(iid), &value);
-    if (again.IsNotFound()) {
-      return absl::NotFoundError(
-          absl::StrCat("shard '", dir_, "': no rerank vectors for iid ", iid));
-    }
-    TESSERA_RETURN_IF_ERROR(Rocks(again, absl::StrCat("reading rerank iid ", iid)));
-    matrix = Codec(DecodeRerank(absl::string_view(value.data(), value.size()), iid));
-  }
-  return matrix;
+  return *std::move(matrices[0]);
 }
 
 absl::StatusOr<std::vector<std::optional<StoredMatrix>>> ShardStoreImpl::MultiGetRerank(
     absl::Span<const uint64_t> iids) const {
-  std::vector<std::string> keys;
+  std::vector<DocKey> keys;
   keys.reserve(iids.size());
-  for (uint64_t iid : iids) keys.push_back(EncodeIidKey(iid));
-  absl::StatusOr<std::vector<std::optional<StoredMatrix>>> out;
-  for (int attempt = 0; attempt <= kSegmentRetries; ++attempt) {
-    out = MultiGetDecoded<StoredMatrix>(
-        rerank_, iids, keys, "rerank vectors",
-        [this](absl::string_view value, uint64_t iid) { return DecodeRerank(value, iid); });
-    if (out.status().code() != kSegmentGone) break;
+  for (uint64_t iid : iids) keys.push_back(DocKey{0, iid});
+  TESSERA_ASSIGN_OR_RETURN(std::vector<std::optional<InlineValue>> values,
+                           MultiGetCopies(SegmentKind::kRerank, keys));
+  std::vector<std::optional<StoredMatrix>> out(iids.size());
+  for (size_t i = 0; i < iids.size(); ++i) {
+    if (!values[i].has_value()) continue;
+    InlineValue& value = *values[i];
+    out[i] =
+        StoredMatrix{value.entry.dtype, value.entry.rows, value.entry.cols, std::move(value.bytes)};
   }
   return out;
 }
 
-absl::StatusOr<StoredMatrix> ShardStoreImpl::DecodeRerank(absl::string_view value,
-                                                          uint64_t iid) const {
-  if (!IsRerankPointer(value)) return DecodeStoredMatrix(value, kRerankCf, iid);
-  TESSERA_ASSIGN_OR_RETURN(const RerankPointer pointer, DecodeRerankPointer(value, iid));
+absl::StatusOr<std::vector<std::optional<std::string>>> ShardStoreImpl::MultiGetCodes(
+    uint32_t generation, absl::Span<const uint64_t> iids) const {
+  std::vector<DocKey> keys;
+  keys.reserve(iids.size());
+  for (uint64_t iid : iids) keys.push_back(DocKey{generation, iid});
+  TESSERA_ASSIGN_OR_RETURN(std::vector<std::optional<InlineValue>> values,
+                           MultiGetCopies(SegmentKind::kCodes, keys));
+  std::vector<std::optional<std::string>> out(iids.size());
+  for (size_t i = 0; i < iids.size(); ++i) {
+    if (values[i].has_value()) out[i] = std::move(values[i]->bytes);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::optional<ShardStoreImpl::InlineValue>>>
+ShardStoreImpl::MultiGetCopies(SegmentKind kind, absl::Span<const DocKey> keys) const {
+  const size_t n = keys.size();
+  std::vector<std::optional<InlineValue>> out(n);
+  std::vector<size_t> pending(n);
+  for (size_t i = 0; i < n; ++i) pending[i] = i;
+  // A rewrite may replace a segment between the read of a pointer and the copy: such keys are
+  // read again, and then hold the new pointer.
+  for (int attempt = 0; !pending.empty(); ++attempt) {
+    std::vector<std::string> encoded;
+    encoded.reserve(pending.size());
+    for (size_t i : pending) encoded.push_back(EncodeKey(kind, keys[i]));
+    std::vector<rocksdb::Slice> slices(encoded.begin(), encoded.end());
+    std::vector<rocksdb::PinnableSlice> values(pending.size());
+    std::vector<rocksdb::Status> statuses(pending.size());
+    db_->MultiGet(rocksdb::ReadOptions(), Cf(kind), pending.size(), slices.data(), values.data(),
+                  statuses.data());
+    std::vector<size_t> again;
+    for (size_t j = 0; j < pending.size(); ++j) {
+      const size_t i = pending[j];
+      if (statuses[j].IsNotFound()) continue;
+      TESSERA_RETURN_IF_ERROR(Rocks(statuses[j], absl::StrCat("reading ", What(kind, keys[i]))));
+      absl::StatusOr<InlineValue> value =
+          CopyValue(kind, absl::string_view(values[j].data(), values[j].size()), keys[i]);
+      if (value.status().code() == kSegmentGone && attempt < kSegmentRetries) {
+        again.push_back(i);
+        continue;
+      }
+      if (!value.ok()) return value.status();
+      out[i] = *std::move(value);
+    }
+    pending = std::move(again);
+  }
+  return out;
+}
+
+absl::StatusOr<ShardStoreImpl::InlineValue> ShardStoreImpl::DecodeInline(SegmentKind kind,
+                                                                         absl::string_view value,
+                                                                         const DocKey& key) const {
+  InlineValue out;
+  out.entry.iid = key.iid;
+  if (kind == SegmentKind::kRerank) {
+    TESSERA_ASSIGN_OR_RETURN(StoredMatrix matrix,
+                             Codec(DecodeStoredMatrix(value, kRerankCf, key.iid)));
+    out.entry.dtype = matrix.dtype;
+    out.entry.rows = matrix.rows;
+    out.entry.cols = matrix.cols;
+    out.bytes = std::move(matrix.bytes);
+    return out;
+  }
+  TESSERA_ASSIGN_OR_RETURN(out.bytes, Codec(DecodeCodesValue(value, key.generation, key.iid)));
+  out.entry.opaque = true;
+  out.entry.rows = static_cast<int64_t>(out.bytes.size());
+  out.entry.cols = 1;
+  return out;
+}
+
+bool ShardStoreImpl::IsPointer(SegmentKind kind, absl::string_view value) {
+  return kind == SegmentKind::kRerank ? IsRerankPointer(value) : IsCodesPointer(value);
+}
+
+absl::StatusOr<ShardStoreImpl::Pointer> ShardStoreImpl::DecodePointer(SegmentKind kind,
+                                                                      absl::string_view value,
+                                                                      const DocKey& key) const {
+  Pointer out;
+  out.entry.iid = key.iid;
+  if (kind == SegmentKind::kRerank) {
+    TESSERA_ASSIGN_OR_RETURN(const RerankPointer pointer,
+                             Codec(DecodeRerankPointer(value, key.iid)));
+    out.segment = pointer.segment;
+    out.entry.offset = pointer.offset;
+    out.entry.dtype = pointer.dtype;
+    out.entry.rows = pointer.rows;
+    out.entry.cols = pointer.cols;
+    out.entry.crc = pointer.crc;
+    return out;
+  }
+  TESSERA_ASSIGN_OR_RETURN(const CodesPointer pointer,
+                           Codec(DecodeCodesPointer(value, key.generation, key.iid)));
+  out.segment = pointer.segment;
+  out.entry.offset = pointer.offset;
+  out.entry.opaque = true;
+  out.entry.rows = pointer.bytes;
+  out.entry.cols = 1;
+  out.entry.crc = pointer.crc;
+  return out;
+}
+
+std::string ShardStoreImpl::EncodePointer(SegmentKind kind, uint32_t segment,
+                                          const RerankSegmentEntry& e) {
+  if (kind == SegmentKind::kRerank) {
+    return EncodeRerankPointer(RerankPointer{segment, e.offset, e.dtype, e.rows, e.cols, e.crc});
+  }
+  return EncodeCodesPointer(CodesPointer{segment, e.offset, e.rows, e.crc});
+}
+
+absl::StatusOr<ShardStoreImpl::InlineValue> ShardStoreImpl::CopyValue(SegmentKind kind,
+                                                                      absl::string_view value,
+                                                                      const DocKey& key) const {
+  if (!IsPointer(kind, value)) return DecodeInline(kind, value, key);
+  TESSERA_ASSIGN_OR_RETURN(const Pointer pointer, DecodePointer(kind, value, key));
   std::shared_ptr<const RerankSegment> segment;
   {
     ReaderMutexLock lock(&rerank_mu_);
@@ -1039,120 +1230,146 @@ absl::StatusOr<StoredMatrix> ShardStoreImpl::DecodeRerank(absl::string_view valu
     if (it != segments_.end()) segment = it->second.file;
   }
   if (segment == nullptr) {
-    return absl::Status(kSegmentGone, absl::StrCat("rerank iid ", iid, ": segment ",
-                                                   pointer.segment, " was replaced meanwhile"));
+    return absl::Status(kSegmentGone, absl::StrCat(What(kind, key), ": segment ", pointer.segment,
+                                                   " was replaced meanwhile"));
   }
-  StoredMatrix matrix{pointer.dtype, pointer.rows, pointer.cols, {}};
-  const absl::string_view rows =
-      segment->Rows(pointer.offset,
-                    static_cast<uint64_t>(pointer.rows * pointer.cols) * DtypeSize(pointer.dtype));
-  if (rows.empty()) {
-    return absl::DataLossError(absl::StrCat("rerank segment '", segment->path(), "': rows of iid ",
-                                            iid, " at offset ", pointer.offset,
-                                            " lie outside the file"));
+  InlineValue out;
+  out.entry = pointer.entry;
+  const absl::string_view bytes =
+      segment->Rows(pointer.entry.offset, static_cast<uint64_t>(pointer.entry.bytes()));
+  if (bytes.empty()) {
+    return absl::DataLossError(absl::StrCat(SegmentKindName(kind), " segment '", segment->path(),
+                                            "': ", What(kind, key), " at offset ",
+                                            pointer.entry.offset, " lies outside the file"));
   }
-  matrix.bytes.assign(rows.data(), rows.size());
-  if (Crc32(matrix.bytes) != pointer.crc) {
-    return absl::DataLossError(absl::StrCat("rerank segment '", segment->path(), "': rows of iid ",
-                                            iid, " at offset ", pointer.offset,
-                                            " fail their checksum"));
+  out.bytes.assign(bytes.data(), bytes.size());
+  if (Crc32(out.bytes) != pointer.entry.crc) {
+    return absl::DataLossError(absl::StrCat(SegmentKindName(kind), " segment '", segment->path(),
+                                            "': ", What(kind, key), " at offset ",
+                                            pointer.entry.offset, " fails its checksum"));
   }
-  return matrix;
+  return out;
 }
 
-absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ShardStoreImpl::ReadRerank(
-    absl::Span<const uint64_t> iids) const {
-  const size_t n = iids.size();
-  auto batch = std::make_shared<RerankReadBatch>();
-  batch->views.resize(n);
-  std::vector<bool> found(n, false);
+absl::Status ShardStoreImpl::ReadInPlace(SegmentKind kind, absl::Span<const DocKey> keys,
+                                         InPlaceRead* read) const {
+  const size_t n = keys.size();
+  const int k = KindIndex(kind);
+  read->found.assign(n, std::nullopt);
   std::vector<size_t> missing;
   {
     ReaderMutexLock lock(&rerank_mu_);
     uint32_t last = 0;  // segment numbers start at 1
     for (size_t i = 0; i < n; ++i) {
-      const auto it = locations_.find(iids[i]);
-      if (it == locations_.end()) {
+      const auto it = locations_[k].find(keys[i]);
+      if (it == locations_[k].end()) {
         missing.push_back(i);
         continue;
       }
       const RowsLocation& location = it->second;
       if (location.segment != last) {
-        batch->segments.push_back(segments_.at(location.segment).file);
+        read->segments.push_back(segments_.at(location.segment).file);
         last = location.segment;
       }
-      batch->views[i] = StoredMatrixView{location.dtype, location.rows, location.cols,
-                                         absl::string_view(location.data, location.bytes())};
-      found[i] = true;
+      read->found[i] = location;
     }
   }
-  // Rows still in RocksDB (or flushed since the lookup above).
+  // Values still in RocksDB (or flushed since the lookup above).
   for (int attempt = 0; !missing.empty(); ++attempt) {
-    std::vector<std::string> keys;
-    keys.reserve(missing.size());
-    for (size_t i : missing) keys.push_back(EncodeIidKey(iids[i]));
-    std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
+    std::vector<std::string> encoded;
+    encoded.reserve(missing.size());
+    for (size_t i : missing) encoded.push_back(EncodeKey(kind, keys[i]));
+    std::vector<rocksdb::Slice> slices(encoded.begin(), encoded.end());
     std::vector<rocksdb::PinnableSlice> values(missing.size());
     std::vector<rocksdb::Status> statuses(missing.size());
-    db_->MultiGet(rocksdb::ReadOptions(), rerank_, missing.size(), slices.data(), values.data(),
+    db_->MultiGet(rocksdb::ReadOptions(), Cf(kind), missing.size(), slices.data(), values.data(),
                   statuses.data());
     std::vector<size_t> again;
     for (size_t j = 0; j < missing.size(); ++j) {
       const size_t i = missing[j];
       if (statuses[j].IsNotFound()) continue;
-      TESSERA_RETURN_IF_ERROR(
-          Rocks(statuses[j], absl::StrCat("reading rerank vectors iid ", iids[i])));
+      TESSERA_RETURN_IF_ERROR(Rocks(statuses[j], absl::StrCat("reading ", What(kind, keys[i]))));
       const absl::string_view value(values[j].data(), values[j].size());
-      if (!IsRerankPointer(value)) {
-        TESSERA_ASSIGN_OR_RETURN(StoredMatrix matrix,
-                                 Codec(DecodeStoredMatrix(value, kRerankCf, iids[i])));
-        batch->decoded.push_back(std::move(matrix));
-        batch->views[i] = ViewOf(batch->decoded.back());
-        found[i] = true;
+      if (!IsPointer(kind, value)) {
+        TESSERA_ASSIGN_OR_RETURN(InlineValue decoded, DecodeInline(kind, value, keys[i]));
+        read->decoded.push_back(std::move(decoded.bytes));
+        read->found[i] = LocationOf(decoded.entry, 0, read->decoded.back().data());
         continue;
       }
-      TESSERA_ASSIGN_OR_RETURN(const RerankPointer pointer,
-                               Codec(DecodeRerankPointer(value, iids[i])));
+      TESSERA_ASSIGN_OR_RETURN(const Pointer pointer, DecodePointer(kind, value, keys[i]));
       ReaderMutexLock lock(&rerank_mu_);
       const auto it = segments_.find(pointer.segment);
       if (it == segments_.end()) {
         if (attempt >= kSegmentRetries) {
-          return absl::InternalError(absl::StrCat("shard '", dir_, "': rerank iid ", iids[i],
+          return absl::InternalError(absl::StrCat("shard '", dir_, "': ", What(kind, keys[i]),
                                                   " points to segment ", pointer.segment,
                                                   ", which keeps being replaced"));
         }
         again.push_back(i);
         continue;
       }
-      const absl::string_view rows =
-          it->second.file->Rows(pointer.offset, static_cast<uint64_t>(pointer.rows * pointer.cols) *
-                                                    DtypeSize(pointer.dtype));
-      if (rows.empty()) {
-        return absl::DataLossError(absl::StrCat("rerank segment '", it->second.file->path(),
-                                                "': rows of iid ", iids[i], " at offset ",
-                                                pointer.offset, " lie outside the file"));
+      const absl::string_view bytes =
+          it->second.file->Rows(pointer.entry.offset, static_cast<uint64_t>(pointer.entry.bytes()));
+      if (bytes.empty()) {
+        return absl::DataLossError(absl::StrCat(SegmentKindName(kind), " segment '",
+                                                it->second.file->path(), "': ", What(kind, keys[i]),
+                                                " at offset ", pointer.entry.offset,
+                                                " lies outside the file"));
       }
-      batch->segments.push_back(it->second.file);
-      batch->views[i] = StoredMatrixView{pointer.dtype, pointer.rows, pointer.cols, rows};
-      found[i] = true;
+      read->segments.push_back(it->second.file);
+      read->found[i] = LocationOf(pointer.entry, pointer.segment, bytes.data());
     }
     missing = std::move(again);
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ShardStoreImpl::ReadRerank(
+    absl::Span<const uint64_t> iids) const {
+  const size_t n = iids.size();
+  std::vector<DocKey> keys;
+  keys.reserve(n);
+  for (uint64_t iid : iids) keys.push_back(DocKey{0, iid});
+  auto read = std::make_shared<InPlaceRead>();
+  TESSERA_RETURN_IF_ERROR(ReadInPlace(SegmentKind::kRerank, keys, read.get()));
+  read->matrices.resize(n);
   std::vector<std::shared_ptr<const StoredMatrixView>> out(n);
   for (size_t i = 0; i < n; ++i) {
-    // Aliasing: each view shares the batch's ownership (no allocation per document).
-    if (found[i]) out[i] = std::shared_ptr<const StoredMatrixView>(batch, &batch->views[i]);
+    if (!read->found[i].has_value()) continue;
+    const RowsLocation& location = *read->found[i];
+    read->matrices[i] = StoredMatrixView{location.dtype, location.rows, location.cols,
+                                         absl::string_view(location.data, location.bytes())};
+    // Aliasing: each view shares the read's ownership (no allocation per document).
+    out[i] = std::shared_ptr<const StoredMatrixView>(read, &read->matrices[i]);
   }
   return out;
 }
 
-absl::Status ShardStoreImpl::OpenRerankSegments() {
+absl::StatusOr<std::vector<std::shared_ptr<const absl::string_view>>> ShardStoreImpl::ReadCodes(
+    uint32_t generation, absl::Span<const uint64_t> iids) const {
+  const size_t n = iids.size();
+  std::vector<DocKey> keys;
+  keys.reserve(n);
+  for (uint64_t iid : iids) keys.push_back(DocKey{generation, iid});
+  auto read = std::make_shared<InPlaceRead>();
+  TESSERA_RETURN_IF_ERROR(ReadInPlace(SegmentKind::kCodes, keys, read.get()));
+  read->codes.resize(n);
+  std::vector<std::shared_ptr<const absl::string_view>> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (!read->found[i].has_value()) continue;
+    read->codes[i] = absl::string_view(read->found[i]->data, read->found[i]->bytes());
+    out[i] = std::shared_ptr<const absl::string_view>(read, &read->codes[i]);
+  }
+  return out;
+}
+
+absl::Status ShardStoreImpl::OpenSegments() {
   namespace fs = std::filesystem;
-  // The committed segments (number → size), from meta.
-  std::map<uint32_t, int64_t> committed;
-  {
+  // The committed segments (number → kind, size), from meta.
+  std::map<uint32_t, std::pair<SegmentKind, int64_t>> committed;
+  for (const SegmentKind kind : kSegmentKinds) {
     std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), meta_));
-    const absl::string_view prefix = kSegmentKeyPrefix;
+    const absl::string_view prefix = SegmentKeyPrefix(kind);
     for (it->Seek(rocksdb::Slice(prefix.data(), prefix.size())); it->Valid(); it->Next()) {
       const absl::string_view key(it->key().data(), it->key().size());
       if (!absl::StartsWith(key, prefix)) break;
@@ -1168,37 +1385,45 @@ absl::Status ShardStoreImpl::OpenRerankSegments() {
           const uint64_t size,
           Codec(
               DecodeCounterValue(absl::string_view(it->value().data(), it->value().size()), key)));
-      committed[number] = static_cast<int64_t>(size);
+      committed[number] = {kind, static_cast<int64_t>(size)};
     }
-    TESSERA_RETURN_IF_ERROR(Rocks(it->status(), "listing rerank segments"));
+    TESSERA_RETURN_IF_ERROR(
+        Rocks(it->status(), absl::StrCat("listing ", SegmentKindName(kind), " segments")));
   }
   // Files of segments that were never committed (a crash before the commit, or after a rewrite's
-  // commit before the old file's unlink) and temporaries are deleted.
+  // or a dropped generation's commit before the old file's unlink) and temporaries are deleted.
   uint32_t max_number = 0;
   std::error_code error;
   for (const fs::directory_entry& entry : fs::directory_iterator(dir_, error)) {
     const std::string name = entry.path().filename().string();
-    uint32_t number = 0;
-    const bool temporary = absl::StartsWith(name, "rerank-") && absl::EndsWith(name, ".seg.tmp");
-    const bool segment = ParseRerankSegmentFileName(name, &number);
-    if (segment) max_number = std::max(max_number, number);
-    if (temporary || (segment && committed.count(number) == 0)) {
-      Log(options_.log, {LogSeverity::kInfo,
-                         "deleting an uncommitted rerank segment file",
-                         {{"file", entry.path().string()}}});
-      fs::remove(entry.path(), error);
+    for (const SegmentKind kind : kSegmentKinds) {
+      uint32_t number = 0;
+      const bool temporary = absl::StartsWith(name, absl::StrCat(SegmentKindName(kind), "-")) &&
+                             absl::EndsWith(name, ".seg.tmp");
+      const bool segment = ParseSegmentFileName(name, kind, &number);
+      if (segment) max_number = std::max(max_number, number);
+      const auto it = committed.find(number);
+      if (temporary || (segment && (it == committed.end() || it->second.first != kind))) {
+        Log(options_.log,
+            {LogSeverity::kInfo,
+             absl::StrCat("deleting an uncommitted ", SegmentKindName(kind), " segment file"),
+             {{"file", entry.path().string()}}});
+        fs::remove(entry.path(), error);
+      }
     }
   }
   MutexLock lock(&rerank_mu_);
-  for (const auto& [number, size] : committed) {
+  for (const auto& [number, committed_segment] : committed) {
+    const auto [kind, size] = committed_segment;
     max_number = std::max(max_number, number);
-    const std::string path = SegmentPath(number);
+    const std::string path = SegmentPath(kind, number);
     absl::StatusOr<std::shared_ptr<const RerankSegment>> segment =
-        RerankSegment::Open(path, number, size);
+        RerankSegment::Open(path, kind, number, size);
     if (absl::IsNotFound(segment.status())) {
-      return absl::DataLossError(absl::StrCat("shard '", dir_, "': rerank segment '", path,
-                                              "' is committed but missing; its rows exist nowhere ",
-                                              "else"));
+      return absl::DataLossError(
+          absl::StrCat("shard '", dir_, "': ", SegmentKindName(kind), " segment '", path,
+                       "' is committed but missing; its ",
+                       kind == SegmentKind::kCodes ? "codes" : "rows", " exist nowhere else"));
     }
     if (!segment.ok()) return InShard(segment.status(), dir_);
     SegmentState state;
@@ -1206,52 +1431,53 @@ absl::Status ShardStoreImpl::OpenRerankSegments() {
     for (const RerankSegmentEntry& e : state.file->entries()) state.row_bytes += e.bytes();
     segments_[number] = std::move(state);
   }
-  // Locations of the rows in segments, and the rows still in RocksDB.
-  rocksdb::ReadOptions scan;
-  scan.fill_cache = false;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, rerank_));
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    uint64_t iid = 0;
-    if (!DecodeIidKey(absl::string_view(it->key().data(), it->key().size()), &iid)) {
-      return absl::DataLossError(
-          absl::StrCat("shard '", dir_, "': rerank CF has a key of ", it->key().size(), " bytes"));
-    }
-    const absl::string_view value(it->value().data(), it->value().size());
-    // A value that fails its checksum does not fail the open: reading it does (DATA_LOSS), as
-    // before segments existed, and the flush leaves it where it is.
-    if (!IsRerankPointer(value)) {
-      const absl::StatusOr<StoredMatrix> matrix = DecodeStoredMatrix(value, kRerankCf, iid);
-      if (matrix.ok() && matrix->rows > 0) {
-        unflushed_[iid] = static_cast<int64_t>(matrix->bytes.size());
-        unflushed_bytes_ += static_cast<int64_t>(matrix->bytes.size());
+  // Locations of the values in segments, and the values still in RocksDB.
+  for (const SegmentKind kind : kSegmentKinds) {
+    const int k = KindIndex(kind);
+    rocksdb::ReadOptions scan;
+    scan.fill_cache = false;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(scan, Cf(kind)));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      DocKey key;
+      if (!DecodeKey(kind, absl::string_view(it->key().data(), it->key().size()), &key)) {
+        return absl::DataLossError(absl::StrCat("shard '", dir_, "': ", SegmentKindName(kind),
+                                                " CF has a key of ", it->key().size(), " bytes"));
       }
-      continue;
+      const absl::string_view value(it->value().data(), it->value().size());
+      // A value that fails its checksum does not fail the open: reading it does (DATA_LOSS), as
+      // before segments existed, and the flush leaves it where it is.
+      if (!IsPointer(kind, value)) {
+        const absl::StatusOr<InlineValue> decoded = DecodeInline(kind, value, key);
+        if (decoded.ok() && !decoded->bytes.empty()) {
+          unflushed_[k][key] = static_cast<int64_t>(decoded->bytes.size());
+          unflushed_bytes_[k] += static_cast<int64_t>(decoded->bytes.size());
+        }
+        continue;
+      }
+      const absl::StatusOr<Pointer> decoded = DecodePointer(kind, value, key);
+      if (!decoded.ok()) continue;
+      const Pointer& pointer = *decoded;
+      const auto segment = segments_.find(pointer.segment);
+      if (segment == segments_.end() || segment->second.file->kind() != kind ||
+          segment->second.file->generation() != key.generation) {
+        return absl::DataLossError(
+            absl::StrCat("shard '", dir_, "': ", What(kind, key), " points to segment '",
+                         SegmentPath(kind, pointer.segment), "', which is not a committed ",
+                         SegmentKindName(kind), " segment of generation ", key.generation));
+      }
+      const absl::string_view bytes = segment->second.file->Rows(
+          pointer.entry.offset, static_cast<uint64_t>(pointer.entry.bytes()));
+      if (bytes.empty()) {
+        return absl::DataLossError(absl::StrCat(
+            SegmentKindName(kind), " segment '", segment->second.file->path(),
+            "': ", What(kind, key), " at offset ", pointer.entry.offset, " lies outside the file"));
+      }
+      const RowsLocation location = LocationOf(pointer.entry, pointer.segment, bytes.data());
+      segment->second.live_bytes += location.bytes();
+      locations_[k][key] = location;
     }
-    const absl::StatusOr<RerankPointer> decoded = DecodeRerankPointer(value, iid);
-    if (!decoded.ok()) continue;
-    const RerankPointer& pointer = *decoded;
-    const auto segment = segments_.find(pointer.segment);
-    if (segment == segments_.end()) {
-      return absl::DataLossError(absl::StrCat("shard '", dir_, "': rerank iid ", iid,
-                                              " points to segment '", SegmentPath(pointer.segment),
-                                              "', which is not committed"));
-    }
-    RowsLocation location;
-    location.segment = pointer.segment;
-    location.rows = static_cast<uint32_t>(pointer.rows);
-    location.cols = static_cast<uint32_t>(pointer.cols);
-    location.dtype = pointer.dtype;
-    const absl::string_view rows = segment->second.file->Rows(pointer.offset, location.bytes());
-    if (rows.empty()) {
-      return absl::DataLossError(absl::StrCat("rerank segment '", segment->second.file->path(),
-                                              "': rows of iid ", iid, " at offset ", pointer.offset,
-                                              " lie outside the file"));
-    }
-    location.data = rows.data();
-    segment->second.live_bytes += location.bytes();
-    locations_[iid] = location;
+    TESSERA_RETURN_IF_ERROR(Rocks(it->status(), absl::StrCat("scanning ", SegmentKindName(kind))));
   }
-  TESSERA_RETURN_IF_ERROR(Rocks(it->status(), "scanning rerank"));
   next_segment_ = max_number + 1;
   return absl::OkStatus();
 }
@@ -1259,32 +1485,35 @@ absl::Status ShardStoreImpl::OpenRerankSegments() {
 void ShardStoreImpl::TrackRemovals(bool on) {
   MutexLock commit(&commit_mu_);
   tracking_removals_ = on;
-  removed_while_tracking_.clear();
+  for (auto& removed : removed_while_tracking_) removed.clear();
 }
 
-bool ShardStoreImpl::ApplyRerankChanges(const std::vector<std::pair<uint64_t, int64_t>>& added,
-                                        const std::vector<uint64_t>& removed) {
-  if (tracking_removals_) removed_while_tracking_.insert(removed.begin(), removed.end());
+bool ShardStoreImpl::ApplySegmentChanges(SegmentKind kind,
+                                         const std::vector<std::pair<DocKey, int64_t>>& added,
+                                         const std::vector<DocKey>& removed) {
+  const int k = KindIndex(kind);
+  if (tracking_removals_) removed_while_tracking_[k].insert(removed.begin(), removed.end());
   MutexLock lock(&rerank_mu_);
-  for (const auto& [iid, bytes] : added) {
-    unflushed_[iid] = bytes;
-    unflushed_bytes_ += bytes;
-  }
-  bool due = options_.rerank_flush_bytes > 0 && unflushed_bytes_ >= options_.rerank_flush_bytes &&
-             !added.empty();
-  for (uint64_t iid : removed) {
-    if (const auto it = unflushed_.find(iid); it != unflushed_.end()) {
-      unflushed_bytes_ -= it->second;
-      unflushed_.erase(it);
+  bool due = false;
+  for (const DocKey& key : removed) {
+    if (const auto it = unflushed_[k].find(key); it != unflushed_[k].end()) {
+      unflushed_bytes_[k] -= it->second;
+      unflushed_[k].erase(it);
       continue;
     }
-    const auto it = locations_.find(iid);
-    if (it == locations_.end()) continue;
+    const auto it = locations_[k].find(key);
+    if (it == locations_[k].end()) continue;
     SegmentState& segment = segments_.at(it->second.segment);
     segment.live_bytes -= it->second.bytes();
     due = due || (options_.rerank_flush_bytes > 0 && SegmentWantsRewrite(segment));
-    locations_.erase(it);
+    locations_[k].erase(it);
   }
+  for (const auto& [key, bytes] : added) {
+    unflushed_[k][key] = bytes;
+    unflushed_bytes_[k] += bytes;
+  }
+  due = due || (options_.rerank_flush_bytes > 0 &&
+                unflushed_bytes_[k] >= options_.rerank_flush_bytes && !added.empty());
   return due;
 }
 
@@ -1305,11 +1534,12 @@ void ShardStoreImpl::MaintainLoop() {
     absl::Status status;
     {
       MutexLock flush(&flush_mu_);
-      status = MaintainRerank(/*force=*/false);
+      status = MaintainSegments(/*force=*/false);
     }
     if (!status.ok() && !stopping_.load(std::memory_order_acquire)) {
       Log(options_.log, {LogSeverity::kError,
-                         "moving rerank rows into segments failed; retrying on later writes",
+                         "moving rerank rows or codes into segments failed; retrying on later "
+                         "writes",
                          {{"directory", dir_},
                           {"code", absl::StatusCodeToString(status.code())},
                           {"error", std::string(status.message())}}});
@@ -1320,43 +1550,50 @@ void ShardStoreImpl::MaintainLoop() {
   }
 }
 
-absl::Status ShardStoreImpl::MaintainRerank(bool force) {
+absl::Status ShardStoreImpl::MaintainSegments(bool force) {
   if (!options_.rerank_segments) return absl::OkStatus();
-  bool flush = false;
-  {
-    ReaderMutexLock lock(&rerank_mu_);
-    flush = !unflushed_.empty() && (force || (options_.rerank_flush_bytes > 0 &&
-                                              unflushed_bytes_ >= options_.rerank_flush_bytes));
+  for (const SegmentKind kind : kSegmentKinds) {
+    const int k = KindIndex(kind);
+    bool flush = false;
+    {
+      ReaderMutexLock lock(&rerank_mu_);
+      flush =
+          !unflushed_[k].empty() && (force || (options_.rerank_flush_bytes > 0 &&
+                                               unflushed_bytes_[k] >= options_.rerank_flush_bytes));
+    }
+    if (flush) TESSERA_RETURN_IF_ERROR(FlushToSegments(kind));
   }
-  if (flush) TESSERA_RETURN_IF_ERROR(FlushRowsToSegments());
   return RewriteSegments();
 }
 
-absl::Status ShardStoreImpl::FlushRowsToSegments() {
+absl::Status ShardStoreImpl::FlushToSegments(SegmentKind kind) {
+  const int k = KindIndex(kind);
   // Removals committed from here on are recorded, and the snapshot holds every commit before.
   const rocksdb::Snapshot* snapshot = nullptr;
-  std::vector<uint64_t> iids;
+  std::vector<DocKey> keys;
   {
     MutexLock commit(&commit_mu_);
     tracking_removals_ = true;
-    removed_while_tracking_.clear();
+    for (auto& removed : removed_while_tracking_) removed.clear();
     snapshot = db_->GetSnapshot();
     ReaderMutexLock lock(&rerank_mu_);
-    iids.reserve(unflushed_.size());
-    for (const auto& [iid, bytes] : unflushed_) iids.push_back(iid);
+    keys.reserve(unflushed_[k].size());
+    for (const auto& [key, bytes] : unflushed_[k]) keys.push_back(key);
   }
-  std::sort(iids.begin(), iids.end());
+  // By generation, then iid: a codes segment holds one generation.
+  std::sort(keys.begin(), keys.end());
   rocksdb::ReadOptions read_options;
   read_options.snapshot = snapshot;
   read_options.fill_cache = false;
   absl::Status status;
   std::vector<RerankSegmentEntry> entries;
-  std::deque<StoredMatrix> held;
+  std::deque<std::string> held;
   std::vector<absl::string_view> rows;
   int64_t bytes = 0;
+  uint32_t generation = keys.empty() ? 0 : keys.front().generation;
   auto commit = [&]() -> absl::Status {
     if (entries.empty()) return absl::OkStatus();
-    absl::Status s = WriteSegmentAndCommit(std::move(entries), rows, {});
+    absl::Status s = WriteSegmentAndCommit(kind, generation, std::move(entries), rows, {});
     entries.clear();
     rows.clear();
     held.clear();
@@ -1364,59 +1601,56 @@ absl::Status ShardStoreImpl::FlushRowsToSegments() {
     return s;
   };
   constexpr size_t kBatch = 256;
-  for (size_t start = 0; start < iids.size() && status.ok(); start += kBatch) {
+  for (size_t start = 0; start < keys.size() && status.ok(); start += kBatch) {
     if (stopping_.load(std::memory_order_acquire)) {
       status = absl::CancelledError("the store is closing");
       break;
     }
-    const size_t count = std::min(kBatch, iids.size() - start);
-    std::vector<std::string> keys;
-    for (size_t i = 0; i < count; ++i) keys.push_back(EncodeIidKey(iids[start + i]));
-    std::vector<rocksdb::Slice> slices(keys.begin(), keys.end());
+    const size_t count = std::min(kBatch, keys.size() - start);
+    std::vector<std::string> encoded;
+    for (size_t i = 0; i < count; ++i) encoded.push_back(EncodeKey(kind, keys[start + i]));
+    std::vector<rocksdb::Slice> slices(encoded.begin(), encoded.end());
     std::vector<rocksdb::PinnableSlice> values(count);
     std::vector<rocksdb::Status> statuses(count);
-    db_->MultiGet(read_options, rerank_, count, slices.data(), values.data(), statuses.data());
+    db_->MultiGet(read_options, Cf(kind), count, slices.data(), values.data(), statuses.data());
     for (size_t i = 0; i < count && status.ok(); ++i) {
-      const uint64_t iid = iids[start + i];
+      const DocKey& key = keys[start + i];
       if (statuses[i].IsNotFound()) continue;  // removed since
-      status = Rocks(statuses[i], absl::StrCat("reading rerank vectors iid ", iid));
+      status = Rocks(statuses[i], absl::StrCat("reading ", What(kind, key)));
       if (!status.ok()) break;
       const absl::string_view value(values[i].data(), values[i].size());
-      if (IsRerankPointer(value)) continue;
-      absl::StatusOr<StoredMatrix> matrix = Codec(DecodeStoredMatrix(value, kRerankCf, iid));
+      if (IsPointer(kind, value)) continue;
+      absl::StatusOr<InlineValue> decoded = DecodeInline(kind, value, key);
       // A corrupt value stays in RocksDB, where reading it is DATA_LOSS naming it.
-      if (!matrix.ok() || matrix->rows == 0) continue;
+      if (!decoded.ok() || decoded->bytes.empty()) continue;
       if (!entries.empty() &&
-          bytes + static_cast<int64_t>(matrix->bytes.size()) > options_.rerank_segment_bytes) {
+          (key.generation != generation ||
+           bytes + static_cast<int64_t>(decoded->bytes.size()) > options_.rerank_segment_bytes)) {
         status = commit();
         if (!status.ok()) break;
       }
-      RerankSegmentEntry entry;
-      entry.iid = iid;
-      entry.dtype = matrix->dtype;
-      entry.rows = matrix->rows;
-      entry.cols = matrix->cols;
-      bytes += static_cast<int64_t>(matrix->bytes.size());
-      held.push_back(*std::move(matrix));
-      rows.push_back(held.back().bytes);
-      entries.push_back(entry);
+      generation = key.generation;
+      bytes += static_cast<int64_t>(decoded->bytes.size());
+      held.push_back(std::move(decoded->bytes));
+      rows.push_back(held.back());
+      entries.push_back(decoded->entry);
     }
   }
   if (status.ok()) status = commit();
   db_->ReleaseSnapshot(snapshot);
   TrackRemovals(false);
   TESSERA_RETURN_IF_ERROR(status);
-  if (iids.empty()) return absl::OkStatus();
+  if (keys.empty()) return absl::OkStatus();
   // The values the pointers replaced are garbage now; compacting their range drops them from the
   // SST files (a flush of the memtable drops those that never left it), so that the rows are
   // stored once, in the segments.
-  const std::string begin = EncodeIidKey(iids.front());
-  const std::string end = EncodeIidKey(iids.back() + 1);
+  const std::string begin = EncodeKey(kind, keys.front());
+  const std::string end = EncodeKey(kind, DocKey{keys.back().generation, keys.back().iid + 1});
   const rocksdb::Slice begin_key(begin), end_key(end);
   rocksdb::CompactRangeOptions compact;
   compact.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
-  return Rocks(db_->CompactRange(compact, rerank_, &begin_key, &end_key),
-               "compacting rerank rows moved to segments");
+  return Rocks(db_->CompactRange(compact, Cf(kind), &begin_key, &end_key),
+               absl::StrCat("compacting ", SegmentKindName(kind), " values moved to segments"));
 }
 
 absl::Status ShardStoreImpl::RewriteSegments() {
@@ -1435,10 +1669,16 @@ absl::Status ShardStoreImpl::RewriteSegments() {
     std::vector<absl::string_view> rows;
     {
       ReaderMutexLock lock(&rerank_mu_);
-      old = segments_.at(number).file;
+      const auto found = segments_.find(number);
+      if (found == segments_.end()) {  // a dropped generation's, meanwhile
+        TrackRemovals(false);
+        continue;
+      }
+      old = found->second.file;
+      const int k = KindIndex(old->kind());
       for (const RerankSegmentEntry& entry : old->entries()) {
-        const auto it = locations_.find(entry.iid);
-        if (it == locations_.end() || it->second.segment != number) continue;
+        const auto it = locations_[k].find(DocKey{old->generation(), entry.iid});
+        if (it == locations_[k].end() || it->second.segment != number) continue;
         const absl::string_view bytes = old->Rows(entry.offset, entry.bytes());
         entries.push_back(entry);
         rows.push_back(bytes);
@@ -1449,20 +1689,24 @@ absl::Status ShardStoreImpl::RewriteSegments() {
     for (size_t i = 0; i < entries.size(); ++i) {
       if (Crc32(rows[i]) != entries[i].crc) {
         TrackRemovals(false);
-        return absl::DataLossError(absl::StrCat("rerank segment '", old->path(), "': rows of iid ",
-                                                entries[i].iid, " fail their checksum"));
+        return absl::DataLossError(absl::StrCat(
+            SegmentKindName(old->kind()), " segment '", old->path(), "': ",
+            What(old->kind(), DocKey{old->generation(), entries[i].iid}), " fails its checksum"));
       }
     }
-    const absl::Status status = WriteSegmentAndCommit(std::move(entries), rows, {number});
+    const absl::Status status =
+        WriteSegmentAndCommit(old->kind(), old->generation(), std::move(entries), rows, {number});
     TrackRemovals(false);
     TESSERA_RETURN_IF_ERROR(status);
   }
   return absl::OkStatus();
 }
 
-absl::Status ShardStoreImpl::WriteSegmentAndCommit(std::vector<RerankSegmentEntry> entries,
+absl::Status ShardStoreImpl::WriteSegmentAndCommit(SegmentKind kind, uint32_t generation,
+                                                   std::vector<RerankSegmentEntry> entries,
                                                    const std::vector<absl::string_view>& rows,
                                                    const std::vector<uint32_t>& replaced) {
+  const int k = KindIndex(kind);
   std::error_code ignored;
   uint32_t number = 0;
   std::string path;
@@ -1470,11 +1714,12 @@ absl::Status ShardStoreImpl::WriteSegmentAndCommit(std::vector<RerankSegmentEntr
   int64_t size = 0;
   if (!entries.empty()) {
     number = next_segment_++;
-    path = SegmentPath(number);
-    TESSERA_ASSIGN_OR_RETURN(size, WriteRerankSegment(path, number, absl::MakeSpan(entries), rows));
+    path = SegmentPath(kind, number);
+    TESSERA_ASSIGN_OR_RETURN(
+        size, WriteRerankSegment(path, kind, generation, number, absl::MakeSpan(entries), rows));
     // Read back whole: what the pointers will name is exactly what was meant to be written.
     absl::StatusOr<std::shared_ptr<const RerankSegment>> opened =
-        RerankSegment::Open(path, number, size);
+        RerankSegment::Open(path, kind, number, size);
     if (!opened.ok()) {
       std::filesystem::remove(path, ignored);
       return InShard(opened.status(), dir_);
@@ -1489,17 +1734,17 @@ absl::Status ShardStoreImpl::WriteSegmentAndCommit(std::vector<RerankSegmentEntr
     for (size_t i = 0; i < entries.size(); ++i) {
       const RerankSegmentEntry& e = entries[i];
       row_bytes += e.bytes();
-      if (removed_while_tracking_.contains(e.iid)) continue;
-      batch.Put(
-          rerank_, EncodeIidKey(e.iid),
-          EncodeRerankPointer(RerankPointer{number, e.offset, e.dtype, e.rows, e.cols, e.crc}));
+      const DocKey key{generation, e.iid};
+      if (removed_while_tracking_[k].contains(key)) continue;
+      batch.Put(Cf(kind), EncodeKey(kind, key), EncodePointer(kind, number, e));
       kept.push_back(i);
     }
-    if (!kept.empty()) batch.Put(meta_, SegmentKey(number), EncodeCounterValue(size));
-    for (uint32_t old : replaced) batch.Delete(meta_, SegmentKey(old));
+    if (!kept.empty()) batch.Put(meta_, SegmentMetaKey(kind, number), EncodeCounterValue(size));
+    for (uint32_t old : replaced) batch.Delete(meta_, SegmentMetaKey(kind, old));
     absl::Status status;
     if (batch.Count() > 0) {
-      status = WriteToDb(&batch, "committing a rerank segment", nullptr, /*sync=*/true);
+      status = WriteToDb(&batch, absl::StrCat("committing a ", SegmentKindName(kind), " segment"),
+                         nullptr, /*sync=*/true);
     }
     if (!status.ok()) {
       if (!path.empty()) std::filesystem::remove(path, ignored);
@@ -1512,17 +1757,14 @@ absl::Status ShardStoreImpl::WriteSegmentAndCommit(std::vector<RerankSegmentEntr
       state.row_bytes = row_bytes;
       for (size_t i : kept) {
         const RerankSegmentEntry& e = entries[i];
-        RowsLocation location;
-        location.segment = number;
-        location.rows = static_cast<uint32_t>(e.rows);
-        location.cols = static_cast<uint32_t>(e.cols);
-        location.dtype = e.dtype;
-        location.data = segment->Rows(e.offset, e.bytes()).data();
-        state.live_bytes += e.bytes();
-        locations_[e.iid] = location;
-        if (const auto it = unflushed_.find(e.iid); it != unflushed_.end()) {
-          unflushed_bytes_ -= it->second;
-          unflushed_.erase(it);
+        const DocKey key{generation, e.iid};
+        const RowsLocation location =
+            LocationOf(e, number, segment->Rows(e.offset, e.bytes()).data());
+        state.live_bytes += location.bytes();
+        locations_[k][key] = location;
+        if (const auto it = unflushed_[k].find(key); it != unflushed_[k].end()) {
+          unflushed_bytes_[k] -= it->second;
+          unflushed_[k].erase(it);
         }
       }
     }
@@ -1530,19 +1772,8 @@ absl::Status ShardStoreImpl::WriteSegmentAndCommit(std::vector<RerankSegmentEntr
   }
   // Readers that still hold a replaced segment keep its mapping (and so its blocks) until done.
   if (kept.empty() && !path.empty()) std::filesystem::remove(path, ignored);
-  for (uint32_t old : replaced) std::filesystem::remove(SegmentPath(old), ignored);
+  for (uint32_t old : replaced) std::filesystem::remove(SegmentPath(kind, old), ignored);
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<std::optional<std::string>>> ShardStoreImpl::MultiGetCodes(
-    uint32_t generation, absl::Span<const uint64_t> iids) const {
-  std::vector<std::string> keys;
-  keys.reserve(iids.size());
-  for (uint64_t iid : iids) keys.push_back(EncodeCodesKey(generation, iid));
-  return MultiGetDecoded<std::string>(codes_, iids, keys, "centroid codes",
-                                      [generation](absl::string_view value, uint64_t iid) {
-                                        return DecodeCodesValue(value, generation, iid);
-                                      });
 }
 
 absl::Status ShardStoreImpl::ForEachDocument(
@@ -1592,36 +1823,63 @@ absl::Status ShardStoreImpl::PutCodes(uint32_t generation,
                                       const std::vector<std::pair<uint64_t, std::string>>& codes,
                                       absl::Span<const uint64_t> removed) {
   rocksdb::WriteBatch batch;
+  // A put replaces any value of its key (which a flush in progress must not then point past), so
+  // it counts as a removal first.
+  std::vector<DocKey> replaced;
+  std::vector<std::pair<DocKey, int64_t>> added;
   for (const auto& [iid, bytes] : codes) {
     batch.Put(codes_, EncodeCodesKey(generation, iid), EncodeCodesValue(bytes));
+    replaced.push_back(DocKey{generation, iid});
+    if (!bytes.empty()) added.emplace_back(DocKey{generation, iid}, bytes.size());
   }
-  for (uint64_t iid : removed) batch.Delete(codes_, EncodeCodesKey(generation, iid));
-  return WriteToDb(&batch, "writing centroid codes");
+  for (uint64_t iid : removed) {
+    batch.Delete(codes_, EncodeCodesKey(generation, iid));
+    replaced.push_back(DocKey{generation, iid});
+  }
+  bool maintain = false;
+  {
+    MutexLock commit(&commit_mu_);
+    TESSERA_RETURN_IF_ERROR(WriteToDb(&batch, "writing centroid codes"));
+    maintain = ApplySegmentChanges(SegmentKind::kCodes, {}, replaced);
+    maintain = ApplySegmentChanges(SegmentKind::kCodes, added, {}) || maintain;
+  }
+  if (maintain) SignalMaintenance();
+  return absl::OkStatus();
+}
+absl::Status ShardStoreImpl::OccupiedRanges(
+    rocksdb::ColumnFamilyHandle* cf, const std::vector<std::pair<std::string, std::string>>& ranges,
+    absl::string_view what, std::vector<std::pair<std::string, std::string>>* occupied) const {
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf));
+  for (const auto& [begin, end] : ranges) {
+    it->Seek(begin);
+    TESSERA_RETURN_IF_ERROR(Rocks(it->status(), absl::StrCat("scanning ", what)));
+    if (it->Valid() && it->key().compare(end) < 0) occupied->emplace_back(begin, end);
+  }
+  return absl::OkStatus();
 }
 
-absl::Status ShardStoreImpl::DropRanges(
+absl::Status ShardStoreImpl::CompactRanges(
     rocksdb::ColumnFamilyHandle* cf, const std::vector<std::pair<std::string, std::string>>& ranges,
     absl::string_view what) {
-  std::vector<std::pair<std::string, std::string>> occupied;
-  {
-    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf));
-    for (const auto& [begin, end] : ranges) {
-      it->Seek(begin);
-      TESSERA_RETURN_IF_ERROR(Rocks(it->status(), absl::StrCat("scanning ", what)));
-      if (it->Valid() && it->key().compare(end) < 0) occupied.emplace_back(begin, end);
-    }
-  }
-  if (occupied.empty()) return absl::OkStatus();
-  rocksdb::WriteBatch batch;
-  for (const auto& [begin, end] : occupied) batch.DeleteRange(cf, begin, end);
-  TESSERA_RETURN_IF_ERROR(WriteToDb(&batch, absl::StrCat("dropping ", what)));
-  for (const auto& [begin, end] : occupied) {
+  for (const auto& [begin, end] : ranges) {
     const rocksdb::Slice begin_key(begin), end_key(end);
     TESSERA_RETURN_IF_ERROR(
         Rocks(db_->CompactRange(rocksdb::CompactRangeOptions(), cf, &begin_key, &end_key),
               absl::StrCat("compacting dropped ", what)));
   }
   return absl::OkStatus();
+}
+
+absl::Status ShardStoreImpl::DropRanges(
+    rocksdb::ColumnFamilyHandle* cf, const std::vector<std::pair<std::string, std::string>>& ranges,
+    absl::string_view what) {
+  std::vector<std::pair<std::string, std::string>> occupied;
+  TESSERA_RETURN_IF_ERROR(OccupiedRanges(cf, ranges, what, &occupied));
+  if (occupied.empty()) return absl::OkStatus();
+  rocksdb::WriteBatch batch;
+  for (const auto& [begin, end] : occupied) batch.DeleteRange(cf, begin, end);
+  TESSERA_RETURN_IF_ERROR(WriteToDb(&batch, absl::StrCat("dropping ", what)));
+  return CompactRanges(cf, occupied, what);
 }
 
 absl::Status ShardStoreImpl::DropCodeGenerationsExcept(uint32_t keep) {
@@ -1631,9 +1889,48 @@ absl::Status ShardStoreImpl::DropCodeGenerationsExcept(uint32_t keep) {
   std::vector<std::pair<std::string, std::string>> dropped;
   if (keep > 0) dropped.emplace_back(EncodeCodesKey(0, 0), EncodeCodesKey(keep, 0));
   if (keep < UINT32_MAX) dropped.emplace_back(EncodeCodesKey(keep + 1, 0), end);
-  return DropRanges(codes_, dropped, "old centroid codes");
+  // No flush or rewrite commits pointers of a dropped generation meanwhile.
+  MutexLock flush(&flush_mu_);
+  std::vector<uint32_t> segments;
+  {
+    ReaderMutexLock lock(&rerank_mu_);
+    for (const auto& [number, segment] : segments_) {
+      if (segment.file->kind() == SegmentKind::kCodes && segment.file->generation() != keep) {
+        segments.push_back(number);
+      }
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> occupied;
+  TESSERA_RETURN_IF_ERROR(OccupiedRanges(codes_, dropped, "old centroid codes", &occupied));
+  if (occupied.empty() && segments.empty()) return absl::OkStatus();
+  {
+    // The keys and the segments' meta keys go in one synced batch: a crash leaves both or neither
+    // (an unlinked file's meta key never outlives it; a file whose key is gone is deleted at open).
+    MutexLock commit(&commit_mu_);
+    rocksdb::WriteBatch batch;
+    for (const auto& [begin, end_key] : occupied) batch.DeleteRange(codes_, begin, end_key);
+    for (uint32_t number : segments) {
+      batch.Delete(meta_, SegmentMetaKey(SegmentKind::kCodes, number));
+    }
+    TESSERA_RETURN_IF_ERROR(
+        WriteToDb(&batch, "dropping old centroid codes", nullptr, /*sync=*/true));
+    const int k = KindIndex(SegmentKind::kCodes);
+    MutexLock lock(&rerank_mu_);
+    absl::erase_if(locations_[k],
+                   [keep](const auto& entry) { return entry.first.generation != keep; });
+    absl::erase_if(unflushed_[k],
+                   [keep](const auto& entry) { return entry.first.generation != keep; });
+    unflushed_bytes_[k] = 0;
+    for (const auto& [key, bytes] : unflushed_[k]) unflushed_bytes_[k] += bytes;
+    for (uint32_t number : segments) segments_.erase(number);
+  }
+  // Readers that still hold a dropped segment keep its mapping until done.
+  std::error_code ignored;
+  for (uint32_t number : segments) {
+    std::filesystem::remove(SegmentPath(SegmentKind::kCodes, number), ignored);
+  }
+  return CompactRanges(codes_, occupied, "old centroid codes");
 }
-
 absl::Status ShardStoreImpl::DropAllCandidates() {
   // One past every key: 9 bytes of 0xff sort after any 8-byte iid key.
   return DropRanges(candidates_, {{"", std::string(9, '\xff')}}, "candidate vectors");
@@ -1644,7 +1941,7 @@ absl::StatusOr<std::vector<uint64_t>> ShardStoreImpl::DropAllRerankRows() {
   {
     // Under commit_mu_ from the scan to the bookkeeping: no write commits in between, so every
     // value replaced is the document's latest and no removed document gets a value back; a flush
-    // or rewrite in progress sees the dropped iids as removed (ApplyRerankChanges).
+    // or rewrite in progress sees the dropped iids as removed (ApplySegmentChanges).
     MutexLock commit(&commit_mu_);
     rocksdb::ReadOptions read_options;
     read_options.fill_cache = false;
@@ -1676,10 +1973,13 @@ absl::StatusOr<std::vector<uint64_t>> ShardStoreImpl::DropAllRerankRows() {
     TESSERA_RETURN_IF_ERROR(Rocks(it->status(), "scanning rerank"));
     if (dropped.empty()) return dropped;
     TESSERA_RETURN_IF_ERROR(WriteToDb(&batch, "dropping rerank rows", nullptr, /*sync=*/true));
-    ApplyRerankChanges({}, dropped);
+    std::vector<DocKey> keys;
+    keys.reserve(dropped.size());
+    for (uint64_t iid : dropped) keys.push_back(DocKey{0, iid});
+    ApplySegmentChanges(SegmentKind::kRerank, {}, keys);
   }
   // Segments left without live rows are deleted, and the replaced values compacted away.
-  TESSERA_RETURN_IF_ERROR(FlushRerank());
+  TESSERA_RETURN_IF_ERROR(FlushSegments());
   rocksdb::CompactRangeOptions compact;
   compact.bottommost_level_compaction = rocksdb::BottommostLevelCompaction::kForceOptimized;
   TESSERA_RETURN_IF_ERROR(Rocks(db_->CompactRange(compact, rerank_, nullptr, nullptr),
@@ -1688,7 +1988,39 @@ absl::StatusOr<std::vector<uint64_t>> ShardStoreImpl::DropAllRerankRows() {
 }
 
 absl::Status ShardStoreImpl::ForEachCodes(
-    uint32_t generation, const std::function<absl::Status(uint64_t, std::string)>& fn) const {
+    uint32_t generation, const std::function<absl::Status(uint64_t, absl::string_view)>& fn) const {
+  const int k = KindIndex(SegmentKind::kCodes);
+  // No flush or rewrite moves codes between RocksDB and the segments meanwhile, so that each is
+  // seen once: in its segment, or as a value in RocksDB.
+  MutexLock flush(&flush_mu_);
+  std::vector<std::shared_ptr<const RerankSegment>> segments;
+  {
+    ReaderMutexLock lock(&rerank_mu_);
+    for (const auto& [number, segment] : segments_) {
+      if (segment.file->kind() == SegmentKind::kCodes && segment.file->generation() == generation) {
+        segments.push_back(segment.file);
+      }
+    }
+  }
+  for (const std::shared_ptr<const RerankSegment>& segment : segments) {
+    std::vector<std::pair<uint64_t, absl::string_view>> live;
+    {
+      ReaderMutexLock lock(&rerank_mu_);
+      for (const RerankSegmentEntry& entry : segment->entries()) {
+        const auto it = locations_[k].find(DocKey{generation, entry.iid});
+        if (it == locations_[k].end() || it->second.segment != segment->number()) continue;
+        live.emplace_back(entry.iid, absl::string_view(it->second.data, it->second.bytes()));
+      }
+    }
+    absl::Status status;
+    for (const auto& [iid, codes] : live) {
+      status = fn(iid, codes);
+      if (!status.ok()) break;
+    }
+    // Streamed once: its pages need not stay in this process's resident memory.
+    segment->DropResidentPages();
+    TESSERA_RETURN_IF_ERROR(status);
+  }
   rocksdb::ManagedSnapshot snapshot(db_.get());
   rocksdb::ReadOptions read_options;
   read_options.snapshot = snapshot.snapshot();
@@ -1698,19 +2030,17 @@ absl::Status ShardStoreImpl::ForEachCodes(
   if (generation != UINT32_MAX) read_options.iterate_upper_bound = &upper_slice;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read_options, codes_));
   for (it->Seek(EncodeCodesKey(generation, 0)); it->Valid(); it->Next()) {
-    uint32_t key_generation = 0;
-    uint64_t iid = 0;
-    if (!DecodeCodesKey(absl::string_view(it->key().data(), it->key().size()), &key_generation,
-                        &iid)) {
+    DocKey key;
+    if (!DecodeCodesKey(absl::string_view(it->key().data(), it->key().size()), &key.generation,
+                        &key.iid)) {
       return absl::DataLossError(
           absl::StrCat("shard '", dir_, "': codes CF has a key of ", it->key().size(), " bytes"));
     }
-    if (key_generation != generation) break;
-    TESSERA_ASSIGN_OR_RETURN(
-        std::string codes,
-        Codec(DecodeCodesValue(absl::string_view(it->value().data(), it->value().size()),
-                               generation, iid)));
-    TESSERA_RETURN_IF_ERROR(fn(iid, std::move(codes)));
+    if (key.generation != generation) break;
+    const absl::string_view value(it->value().data(), it->value().size());
+    if (IsCodesPointer(value)) continue;  // seen in its segment above
+    TESSERA_ASSIGN_OR_RETURN(InlineValue codes, DecodeInline(SegmentKind::kCodes, value, key));
+    TESSERA_RETURN_IF_ERROR(fn(key.iid, codes.bytes));
   }
   return Rocks(it->status(), "scanning centroid codes");
 }
@@ -1720,15 +2050,21 @@ ShardStoreStats ShardStoreImpl::Stats() const {
   stats.documents = live_documents_snapshot_.load(std::memory_order_relaxed);
   stats.disk_bytes = AllocatedBytes(dir_);
   ReaderMutexLock lock(&rerank_mu_);
-  stats.rerank_segments = static_cast<int64_t>(segments_.size());
-  for (const auto& [number, segment] : segments_)
-    stats.rerank_segment_bytes += segment.file->size();
-  stats.rerank_unflushed_bytes = unflushed_bytes_;
+  for (const auto& [number, segment] : segments_) {
+    if (segment.file->kind() == SegmentKind::kCodes) {
+      ++stats.code_segments;
+      stats.code_segment_bytes += segment.file->size();
+    } else {
+      ++stats.rerank_segments;
+      stats.rerank_segment_bytes += segment.file->size();
+    }
+  }
+  stats.rerank_unflushed_bytes = unflushed_bytes_[KindIndex(SegmentKind::kRerank)];
+  stats.code_unflushed_bytes = unflushed_bytes_[KindIndex(SegmentKind::kCodes)];
   return stats;
 }
-
 absl::Status ShardStoreImpl::Flush() {
-  TESSERA_RETURN_IF_ERROR(FlushRerank());
+  TESSERA_RETURN_IF_ERROR(FlushSegments());
   TESSERA_RETURN_IF_ERROR(ResumeIfStopped(0));
   rocksdb::FlushOptions flush_options;
   flush_options.wait = true;
@@ -1748,25 +2084,29 @@ absl::Status ShardStoreImpl::Checkpoint(const std::string& dir, uint64_t* sequen
     return absl::InternalError(
         absl::StrCat("checkpoint of ", dir_, " into ", dir, ": ", s.ToString()));
   }
-  std::vector<uint32_t> numbers;
+  // Both kinds: rerank segments and codes segments.
+  std::vector<std::string> names;
   {
     ReaderMutexLock lock(&rerank_mu_);
-    for (const auto& [number, segment] : segments_) numbers.push_back(number);
+    for (const auto& [number, segment] : segments_) {
+      names.push_back(SegmentFileName(segment.file->kind(), number));
+    }
   }
-  for (uint32_t number : numbers) {
-    const std::string target = absl::StrCat(dir, "/", RerankSegmentFileName(number));
+  for (const std::string& name : names) {
+    const std::string source = absl::StrCat(dir_, "/", name);
+    const std::string target = absl::StrCat(dir, "/", name);
     std::error_code error;
-    std::filesystem::create_hard_link(SegmentPath(number), target, error);
+    std::filesystem::create_hard_link(source, target, error);
     if (error) {
       error.clear();
-      std::filesystem::copy_file(SegmentPath(number), target, error);
+      std::filesystem::copy_file(source, target, error);
     }
     if (error) {
       return absl::InternalError(absl::StrCat("checkpoint of ", dir_, " into ", dir, ": copying ",
-                                              SegmentPath(number), ": ", error.message()));
+                                              source, ": ", error.message()));
     }
   }
-  if (!numbers.empty()) {
+  if (!names.empty()) {
     const int dir_fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dir_fd >= 0) {
       ::fsync(dir_fd);

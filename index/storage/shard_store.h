@@ -5,12 +5,12 @@
 //               pooled-vector coverage)
 //   ids         external id → iid
 //   rerank      iid → StoredMatrix (the pooled rerank vectors, fp16 or fp32), or, once they moved
-//   to
-//               a rerank segment file, a pointer to them there (see below)
+//               to a rerank segment file, a pointer to them there (see below)
 //   candidates  iid → StoredMatrix (the candidate vectors, fp32; absent for documents written
 //               while stage 1 was a centroid index, and deleted when it becomes one)
 //   codes       (generation, iid) → a document's centroid codes, opaque here: one generation per
-//               trained codebook, so a retrain writes the next generation beside the current one
+//               trained codebook, so a retrain writes the next generation beside the current one;
+//               or, once they moved to a codes segment file, a pointer to them there (see below)
 //
 // Every value carries a format version and a checksum (see shard_store.cc for the byte layout).
 // Internal ids (iids) are assigned by the store, increase monotonically and are never reused: an
@@ -26,9 +26,18 @@
 // before that commit leaves the rows in RocksDB and an uncommitted segment that Open deletes.
 // Removed documents' rows are dead bytes of their segment; a segment whose dead bytes pass
 // rerank_rewrite_dead_fraction is rewritten with its live rows (new pointers committed the same
-// way) and its file unlinked (a reader still holding its mapping keeps reading it). Open maps and
-// verifies every committed segment whole (CRC-32), and fails with DATA_LOSS naming a segment that
-// is missing, truncated or corrupt: its rows exist nowhere else.
+// way) and its file unlinked (a reader still holding its mapping keeps reading it). Open verifies
+// every committed segment whole (CRC-32, read with pread: the mapping's pages come in only as
+// reads touch them), and fails with DATA_LOSS naming a segment that is missing, truncated or
+// corrupt: its rows exist nowhere else.
+//
+// Codes segments. Documents' centroid codes move the same way, by the same flush, rewrite and
+// options (rerank_segments, rerank_flush_bytes, …, which apply to both kinds): written in the
+// document's WriteBatch (or by PutCodes), moved by the flush into `codes-<n>.seg` files (one
+// generation per file) with pointers committed in one synced WriteBatch, read in place by
+// ReadCodes, rewritten without removed documents' codes past the dead fraction, verified at Open.
+// DropCodeGenerationsExcept deletes, in one synced WriteBatch, the other generations' keys and
+// their segments' meta keys, then unlinks those files. Once flushed, codes are stored once.
 //
 // Thread-safe. Writers queue up and a leader commits the queued requests as one WriteBatch with
 // one WAL sync (group commit, as leveldb's DBImpl::Write does); Write() returns only after its
@@ -150,13 +159,14 @@ struct ShardStoreOptions {
   // Where the store's log lines go (LogToStderr when empty). RocksDB's own info log is a file in
   // the database directory (see Open).
   LogSink log;
-  // Whether rerank rows move into segment files at all (false: they stay in RocksDB, read as
-  // before segments existed, and FlushRerank does nothing; segments already written are still
-  // read). The benchmark of the read paths compares the two.
+  // Whether rerank rows and codes move into segment files at all (false: they stay in RocksDB,
+  // read as before segments existed, and FlushSegments does nothing; segments already written are
+  // still read). The benchmark of the read paths compares the two. The options below apply to
+  // both kinds, each counted on its own.
   bool rerank_segments = true;
   // A background thread moves committed rerank rows from RocksDB into segment files once this many
   // bytes of them wait in RocksDB (and rewrites segments, see below); 0: no thread, only
-  // FlushRerank() and Flush() move them.
+  // FlushSegments() and Flush() move them.
   int64_t rerank_flush_bytes = int64_t{64} << 20;
   // A segment is rewritten without its removed documents' rows once those are at least this
   // fraction of its rows' bytes (a segment with no live rows is deleted).
@@ -174,6 +184,10 @@ struct ShardStoreStats {
   int64_t rerank_segments = 0;
   int64_t rerank_segment_bytes = 0;
   int64_t rerank_unflushed_bytes = 0;
+  // The same for codes (every generation).
+  int64_t code_segments = 0;
+  int64_t code_segment_bytes = 0;
+  int64_t code_unflushed_bytes = 0;
 };
 
 // The interface; ShardStoreImpl (shard_store.cc) is its one implementation (leveldb's DB / DBImpl).
@@ -231,13 +245,21 @@ class ShardStore {
   // keep what they point into alive. Fails as a whole as MultiGetRerank does.
   virtual absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ReadRerank(
       absl::Span<const uint64_t> iids) const = 0;
-  // Moves every committed document's rerank rows still in RocksDB into segment files and
+  // Moves every committed document's rerank rows and codes still in RocksDB into segment files and
   // rewrites the segments that passed the dead fraction, now (see the file comment). Errors as
   // Write's, or ErrnoStatus naming a segment file that cannot be written.
-  virtual absl::Status FlushRerank() = 0;
-  // The codes of each iid under `generation` (one MultiGet), in order; std::nullopt for an iid
-  // without codes under it. Fails as a whole as MultiGetRerank does.
+  virtual absl::Status FlushSegments() = 0;
+  // A copy of the codes of each iid under `generation`, in order (one MultiGet; codes in a segment
+  // are checked against the pointer's CRC-32, DATA_LOSS naming the segment file on a mismatch);
+  // std::nullopt for an iid without codes under it. Fails as a whole as MultiGetRerank does.
   virtual absl::StatusOr<std::vector<std::optional<std::string>>> MultiGetCodes(
+      uint32_t generation, absl::Span<const uint64_t> iids) const = 0;
+  // The search's read of codes, as ReadRerank reads rows: one view per iid, in order, null for an
+  // iid without codes under `generation` (unknown, removed, or its generation dropped). Codes in a
+  // segment are views into its mapping; the views keep what they point into alive (a segment
+  // dropped or rewritten meanwhile stays readable through them). Fails as a whole as
+  // MultiGetRerank does.
+  virtual absl::StatusOr<std::vector<std::shared_ptr<const absl::string_view>>> ReadCodes(
       uint32_t generation, absl::Span<const uint64_t> iids) const = 0;
 
   // Calls fn for every live document in iid order, from a consistent snapshot. Stops at and
@@ -257,7 +279,9 @@ class ShardStore {
   virtual absl::Status PutCodes(uint32_t generation,
                                 const std::vector<std::pair<uint64_t, std::string>>& codes,
                                 absl::Span<const uint64_t> removed) = 0;
-  // Deletes the codes of every generation but `keep`, durably, and compacts them away.
+  // Deletes the codes of every generation but `keep`, durably, and frees their space now: their
+  // codes segments are deleted and their RocksDB keys compacted away. A view ReadCodes handed out
+  // stays valid.
   virtual absl::Status DropCodeGenerationsExcept(uint32_t keep) = 0;
   // Deletes every document's candidate vectors, durably, and compacts their column family so that
   // the disk space is freed now (a shard whose stage 1 became the centroid index never reads them
@@ -270,20 +294,26 @@ class ShardStore {
   // whose rows it dropped (none when every document is stored without rows). DATA_LOSS for a value
   // that fails its checksum; write errors as Write's.
   virtual absl::StatusOr<std::vector<uint64_t>> DropAllRerankRows() = 0;
-  // Calls fn(iid, codes) for every document with codes under `generation`, in iid order, from a
-  // consistent snapshot (documents removed since may still have codes: see SetCodeGenerations).
+  // Calls fn(iid, codes) once for every document with codes under `generation`: first those in
+  // segments, segment by segment (ascending iids within one), each segment's pages dropped from
+  // the process's resident memory once it is streamed (so that a scan of every document's codes
+  // keeps none of them resident), then those still in RocksDB in iid order. `codes` is valid
+  // during the call only. No flush or rewrite runs meanwhile (fn must not call FlushSegments,
+  // Flush, Checkpoint or DropCodeGenerationsExcept); documents written or removed meanwhile may
+  // or may not be seen (documents removed before may still have codes: see SetCodeGenerations).
   virtual absl::Status ForEachCodes(
-      uint32_t generation, const std::function<absl::Status(uint64_t, std::string)>& fn) const = 0;
+      uint32_t generation,
+      const std::function<absl::Status(uint64_t, absl::string_view)>& fn) const = 0;
 
   virtual uint64_t LatestSequence() const = 0;
   virtual ShardStoreStats Stats() const = 0;
-  // FlushRerank, then flushes memtables to SST files (not needed for durability: the WAL already
+  // FlushSegments, then flushes memtables to SST files (not needed for durability: the WAL already
   // has every write).
   virtual absl::Status Flush() = 0;
   // A consistent copy of the database in `dir` (which must not exist; its parent must), openable
-  // by Open: RocksDB's checkpoint and the segment files it points to, hard links where the
-  // filesystem allows. A write racing with it may or may not be in the copy. `sequence`, when not
-  // null, gets the RocksDB sequence number the copy holds.
+  // by Open: RocksDB's checkpoint and the segment files (rerank and codes) it points to, hard links
+  // where the filesystem allows. A write racing with it may or may not be in the copy. `sequence`,
+  // when not null, gets the RocksDB sequence number the copy holds.
   virtual absl::Status Checkpoint(const std::string& dir, uint64_t* sequence) = 0;
 
   // WAL-synced RocksDB writes so far (one per committed group when options.sync), so tests can

@@ -8,7 +8,9 @@
 // The binary has its own main(): `shard_store_crash_test --crash_child DIR SEED START FD FLUSH` is
 // the child mode (re-executed, not forked alone, so that RocksDB's threads start fresh in the
 // child). FLUSH is the store's rerank_flush_bytes: the second test makes it small, so that the
-// background thread moves rows into rerank segments and rewrites them while the child is killed.
+// background thread moves rows into rerank segments and codes into codes segments, and rewrites
+// them, while the child is killed. Every document carries codes of generation kGeneration, which
+// its removal deletes (SetCodeGenerations), so the codes must end up exactly the live documents'.
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -47,6 +49,7 @@ constexpr int kChains = 4;
 constexpr int kCrashesPerChain = 5;
 constexpr int kIdSpace = 150;
 constexpr int64_t kMaxBatchesPerChild = 1000000;
+constexpr uint32_t kGeneration = 3;
 
 uint64_t Mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -135,6 +138,8 @@ DocumentWrite Content(const std::string& id, uint64_t version) {
   w.rerank =
       RandomMatrix(rng, rng() % 2 == 0 ? VectorDtype::kFloat16 : VectorDtype::kFloat32, rows, cols);
   w.candidates = RandomMatrix(rng, VectorDtype::kFloat32, 1 + rng() % 4, cols);
+  w.codes = RandomMatrix(rng, VectorDtype::kFloat32, 1, 1 + rows * 17).bytes;
+  w.code_generation = kGeneration;
   return w;
 }
 
@@ -154,6 +159,7 @@ int RunChild(const std::string& dir, uint64_t seed, int64_t start, int fd, int64
     std::cerr << "child: " << store.status() << "\n";
     return 3;
   }
+  (*store)->SetCodeGenerations({kGeneration});
   State state = StateAfter(seed, start);
   if (write(fd, "R\n", 2) != 2) return 6;
   for (int64_t b = start; b < start + kMaxBatchesPerChild; ++b) {
@@ -247,8 +253,10 @@ struct Scanned {
   std::map<std::string, DocumentRecord> docs;  // by external id
   std::map<uint64_t, StoredMatrix> rerank;
   std::map<uint64_t, StoredMatrix> candidates;
+  std::map<uint64_t, std::string> codes;  // of kGeneration
   uint64_t next_iid = 0;
   int64_t rerank_pointers = 0;  // rerank values that point into a segment
+  int64_t code_pointers = 0;    // codes values that point into a codes segment
 };
 
 void ScanAllColumnFamilies(const std::string& dir, Scanned* out) {
@@ -265,8 +273,8 @@ void ScanAllColumnFamilies(const std::string& dir, Scanned* out) {
   std::map<std::string, rocksdb::ColumnFamilyHandle*> cf;
   for (size_t i = 0; i < names.size(); ++i) cf[names[i]] = handles[i];
   ASSERT_EQ(cf.count("meta") + cf.count("docs") + cf.count("ids") + cf.count("rerank") +
-                cf.count("candidates"),
-            5u);
+                cf.count("candidates") + cf.count("codes"),
+            6u);
 
   auto scan = [&](const char* name,
                   const std::function<void(const std::string&, const std::string&)>& fn) {
@@ -291,7 +299,8 @@ void ScanAllColumnFamilies(const std::string& dir, Scanned* out) {
       return absl::DataLossError(
           absl::StrCat("iid ", iid, ": segment ", pointer->segment, " is not committed"));
     }
-    auto file = ReadWholeFile(absl::StrCat(dir, "/", RerankSegmentFileName(pointer->segment)));
+    auto file = ReadWholeFile(
+        absl::StrCat(dir, "/", SegmentFileName(SegmentKind::kRerank, pointer->segment)));
     if (!file.ok()) return file.status();
     StoredMatrix m{pointer->dtype, pointer->rows, pointer->cols, {}};
     const size_t bytes = pointer->rows * pointer->cols * DtypeSize(pointer->dtype);
@@ -299,6 +308,30 @@ void ScanAllColumnFamilies(const std::string& dir, Scanned* out) {
     m.bytes = file->substr(pointer->offset, bytes);
     if (Crc32(m.bytes) != pointer->crc) return absl::DataLossError("checksum");
     return m;
+  };
+  int64_t code_pointers = 0;
+  auto codes_value = [&](const std::string& value, uint64_t iid) -> absl::StatusOr<std::string> {
+    if (!IsCodesPointer(value)) return DecodeCodesValue(value, kGeneration, iid);
+    ++code_pointers;
+    auto pointer = DecodeCodesPointer(value, kGeneration, iid);
+    if (!pointer.ok()) return pointer.status();
+    std::string key = "s/codes_segment/";
+    for (int shift = 24; shift >= 0; shift -= 8)
+      key.push_back(static_cast<char>(pointer->segment >> shift));
+    std::string committed;
+    if (!db->Get(rocksdb::ReadOptions(), cf.at("meta"), key, &committed).ok()) {
+      return absl::DataLossError(
+          absl::StrCat("iid ", iid, ": codes segment ", pointer->segment, " is not committed"));
+    }
+    auto file = ReadWholeFile(
+        absl::StrCat(dir, "/", SegmentFileName(SegmentKind::kCodes, pointer->segment)));
+    if (!file.ok()) return file.status();
+    if (pointer->offset + pointer->bytes > file->size()) {
+      return absl::DataLossError("outside the file");
+    }
+    std::string codes = file->substr(pointer->offset, pointer->bytes);
+    if (Crc32(codes) != pointer->crc) return absl::DataLossError("checksum");
+    return codes;
   };
   std::map<uint64_t, DocumentRecord> by_iid;
   scan("docs", [&](const std::string& key, const std::string& value) {
@@ -319,6 +352,16 @@ void ScanAllColumnFamilies(const std::string& dir, Scanned* out) {
       (std::strcmp(name, "rerank") == 0 ? out->rerank : out->candidates)[iid] = *matrix;
     });
   }
+  scan("codes", [&](const std::string& key, const std::string& value) {
+    uint32_t generation = 0;
+    uint64_t iid = 0;
+    ASSERT_TRUE(DecodeCodesKey(key, &generation, &iid));
+    ASSERT_EQ(generation, kGeneration);
+    auto codes = codes_value(value, iid);
+    ASSERT_TRUE(codes.ok()) << codes.status();
+    EXPECT_EQ(by_iid.count(iid), 1u) << "codes of iid " << iid << " without a docs row";
+    out->codes[iid] = *codes;
+  });
   std::set<uint64_t> mapped;
   scan("ids", [&](const std::string& key, const std::string& value) {
     auto iid = DecodeIdValue(value, key);
@@ -332,6 +375,7 @@ void ScanAllColumnFamilies(const std::string& dir, Scanned* out) {
     EXPECT_EQ(mapped.count(iid), 1u) << "docs row " << iid << " without an ids entry";
     EXPECT_EQ(out->rerank.count(iid), 1u) << "docs row " << iid << " without rerank vectors";
     EXPECT_EQ(out->candidates.count(iid), 1u) << "docs row " << iid << " without candidates";
+    EXPECT_EQ(out->codes.count(iid), 1u) << "docs row " << iid << " without codes";
     EXPECT_TRUE(out->docs.emplace(record.external_id, record).second);
   }
   std::string value;
@@ -350,20 +394,26 @@ void ScanAllColumnFamilies(const std::string& dir, Scanned* out) {
   } else {
     EXPECT_TRUE(by_iid.empty());
   }
-  std::set<uint32_t> committed;
-  scan("meta", [&](const std::string& key, const std::string&) {
-    if (key.rfind("s/rerank_segment/", 0) != 0 || key.size() != 21) return;
-    uint32_t number = 0;
-    for (size_t b = 17; b < 21; ++b) number = (number << 8) | static_cast<uint8_t>(key[b]);
-    committed.insert(number);
-  });
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    uint32_t number = 0;
-    if (ParseRerankSegmentFileName(entry.path().filename().string(), &number)) {
-      EXPECT_EQ(committed.count(number), 1u) << "uncommitted segment " << entry.path();
+  for (const SegmentKind kind : {SegmentKind::kRerank, SegmentKind::kCodes}) {
+    const std::string prefix = absl::StrCat("s/", SegmentKindName(kind), "_segment/");
+    std::set<uint32_t> committed;
+    scan("meta", [&](const std::string& key, const std::string&) {
+      if (key.rfind(prefix, 0) != 0 || key.size() != prefix.size() + 4) return;
+      uint32_t number = 0;
+      for (size_t b = prefix.size(); b < key.size(); ++b) {
+        number = (number << 8) | static_cast<uint8_t>(key[b]);
+      }
+      committed.insert(number);
+    });
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+      uint32_t number = 0;
+      if (ParseSegmentFileName(entry.path().filename().string(), kind, &number)) {
+        EXPECT_EQ(committed.count(number), 1u) << "uncommitted segment " << entry.path();
+      }
     }
   }
   out->rerank_pointers = pointers;
+  out->code_pointers = code_pointers;
   for (auto* handle : handles) db->DestroyColumnFamilyHandle(handle);
 }
 
@@ -371,10 +421,15 @@ bool SameMatrix(const StoredMatrix& a, const StoredMatrix& b) {
   return a.dtype == b.dtype && a.rows == b.rows && a.cols == b.cols && a.bytes == b.bytes;
 }
 
-// Runs the chains with the store's rerank_flush_bytes = flush_bytes (0: the default); returns the
-// rerank pointers seen over all reopens.
-int64_t RunChains(int64_t flush_bytes) {
-  int64_t pointers_seen = 0;
+// What RunChains saw over all reopens: values that pointed into a segment.
+struct PointersSeen {
+  int64_t rerank = 0;
+  int64_t codes = 0;
+};
+
+// Runs the chains with the store's rerank_flush_bytes = flush_bytes (0: the default).
+PointersSeen RunChains(int64_t flush_bytes) {
+  PointersSeen pointers_seen;
   uint64_t master = std::random_device()();
   if (const char* env = getenv("TESSERA_CRASH_SEED")) master = std::strtoull(env, nullptr, 10);
   std::cout << "TESSERA_CRASH_SEED=" << master << "\n";
@@ -422,6 +477,12 @@ int64_t RunChains(int64_t flush_bytes) {
           auto view = (*store)->ReadRerank(absl::MakeConstSpan(&iid, 1));
           EXPECT_TRUE(view.ok() && (*view)[0] != nullptr && (*view)[0]->bytes == want.rerank.bytes)
               << r.external_id;
+          auto codes = (*store)->MultiGetCodes(kGeneration, absl::MakeConstSpan(&iid, 1));
+          EXPECT_TRUE(codes.ok() && (*codes)[0].has_value() && *(*codes)[0] == want.codes)
+              << r.external_id;
+          auto in_place = (*store)->ReadCodes(kGeneration, absl::MakeConstSpan(&iid, 1));
+          EXPECT_TRUE(in_place.ok() && (*in_place)[0] != nullptr && *(*in_place)[0] == want.codes)
+              << r.external_id;
           return absl::OkStatus();
         });
         EXPECT_TRUE(status.ok()) << status;
@@ -431,7 +492,8 @@ int64_t RunChains(int64_t flush_bytes) {
       Scanned scanned;
       ScanAllColumnFamilies(dir, &scanned);
       if (::testing::Test::HasFatalFailure()) return pointers_seen;
-      pointers_seen += scanned.rerank_pointers;
+      pointers_seen.rerank += scanned.rerank_pointers;
+      pointers_seen.codes += scanned.code_pointers;
 
       // The state must be the one after `acked` batches, or after the next one (durable, killed
       // before it was reported).
@@ -456,6 +518,7 @@ int64_t RunChains(int64_t flush_bytes) {
         EXPECT_EQ(record.members, want.record.members) << id;
         EXPECT_TRUE(SameMatrix(scanned.rerank.at(record.iid), want.rerank)) << id;
         EXPECT_TRUE(SameMatrix(scanned.candidates.at(record.iid), want.candidates)) << id;
+        EXPECT_TRUE(scanned.codes.at(record.iid) == want.codes) << id;
         EXPECT_EQ(iids.at(id), record.iid) << id;
         // No iid is ever reused: a document written since the last check has a new, larger iid.
         const auto before = previous_iids.find(id);
@@ -467,7 +530,7 @@ int64_t RunChains(int64_t flush_bytes) {
                 << " ms after " << (from_start ? "start" : "open") << ", " << acked - applied
                 << " batches acknowledged, recovered " << recovered - applied << ", "
                 << actual.size() << " documents, " << scanned.rerank_pointers
-                << " in rerank segments\n";
+                << " in rerank segments, " << scanned.code_pointers << " codes in segments\n";
       applied = recovered;
       previous_iids = iids;
       min_new_iid = std::max(min_new_iid, scanned.next_iid);
@@ -482,13 +545,15 @@ int64_t RunChains(int64_t flush_bytes) {
 
 TEST(ShardStoreCrash, AcknowledgedWritesSurviveSigkill) { RunChains(0); }
 
-// The same with the background flush moving rows into rerank segments (and rewriting segments as
-// deletes and replacements kill their rows) every few KiB: a kill lands before, during and after
-// segment commits, and every acknowledged document must still read back byte for byte.
+// The same with the background flush moving rows into rerank segments and codes into codes
+// segments (and rewriting segments as deletes and replacements kill their rows and codes) every
+// few KiB: a kill lands before, during and after segment commits, and every acknowledged
+// document's rows and codes must still read back byte for byte, stored once.
 TEST(ShardStoreCrash, AcknowledgedWritesSurviveSigkillDuringSegmentFlush) {
-  const int64_t pointers = RunChains(16 << 10);
-  // Rows did move into segments, or the test tests nothing new.
-  EXPECT_GT(pointers, 0);
+  const PointersSeen pointers = RunChains(16 << 10);
+  // Rows and codes did move into segments, or the test tests nothing new.
+  EXPECT_GT(pointers.rerank, 0);
+  EXPECT_GT(pointers.codes, 0);
 }
 
 }  // namespace
