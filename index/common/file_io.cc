@@ -106,7 +106,8 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
 absl::Status ReadFileInChunks(const std::string& path, uint64_t size, size_t chunk_bytes,
                               const std::function<void(absl::string_view)>& fn) {
   TESSERA_ASSIGN_OR_RETURN(const OpenForReading file, OpenForReading::Open(path));
-  std::string buffer(static_cast<size_t>(std::min<uint64_t>(size, chunk_bytes)), '\0');
+  std::string buffer(
+      static_cast<size_t>(std::min<uint64_t>(size, std::max<size_t>(chunk_bytes, 1))), '\0');
   uint64_t done = 0;
   absl::Status status;
   while (done < size) {
@@ -135,15 +136,14 @@ absl::Status ReadFileInChunks(const std::string& path, uint64_t size, size_t chu
   return status;
 }
 
-absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::string& path,
-                                                                   bool populate) {
+absl::StatusOr<std::shared_ptr<const MappedFile>> MappedFile::Open(const std::string& path) {
   TESSERA_ASSIGN_OR_RETURN(const OpenForReading file, OpenForReading::Open(path));
   const int fd = file.fd;
   const struct stat& st = file.st;
   const size_t size = static_cast<size_t>(st.st_size);
   void* data = nullptr;
   if (size > 0) {
-    data = ::mmap(nullptr, size, PROT_READ, MAP_SHARED | (populate ? MAP_POPULATE : 0), fd, 0);
+    data = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
     if (data == MAP_FAILED) {
       const absl::Status status = ErrnoStatus(errno, "cannot map", path);
       ::close(fd);

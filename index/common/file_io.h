@@ -28,8 +28,8 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
 // Reads the first `size` bytes of `path` with pread, `chunk_bytes` at a time into one buffer, and
 // calls fn with each chunk in order: a pass over a large file that holds one chunk in memory and
-// maps nothing. ErrnoStatus naming the file on failure; DATA_LOSS naming it when it holds fewer
-// than `size` bytes.
+// maps nothing. chunk_bytes ≥ 1 (0 reads as 1). ErrnoStatus naming the file on failure; DATA_LOSS
+// naming it when it holds fewer than `size` bytes.
 absl::Status ReadFileInChunks(const std::string& path, uint64_t size, size_t chunk_bytes,
                               const std::function<void(absl::string_view)>& fn);
 
@@ -38,10 +38,9 @@ absl::Status ReadFileInChunks(const std::string& path, uint64_t size, size_t chu
 // stays valid. Immutable, so thread-safe; the file must not be written while mapped.
 class MappedFile {
  public:
-  // Maps `path`; `populate` maps every page now (MAP_POPULATE), so that first reads take no page
-  // fault. ErrnoStatus on failure, naming the file. An empty file maps to no bytes.
-  static absl::StatusOr<std::shared_ptr<const MappedFile>> Open(const std::string& path,
-                                                                bool populate);
+  // Maps `path` (its pages come in as they are first read). ErrnoStatus on failure, naming the
+  // file. An empty file maps to no bytes.
+  static absl::StatusOr<std::shared_ptr<const MappedFile>> Open(const std::string& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;

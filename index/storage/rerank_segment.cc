@@ -116,8 +116,7 @@ absl::StatusOr<std::shared_ptr<const RerankSegment>> RerankSegment::Open(const s
                                                                          SegmentKind kind,
                                                                          uint32_t number,
                                                                          int64_t expected_size) {
-  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<const MappedFile> file,
-                           MappedFile::Open(path, /*populate=*/false));
+  TESSERA_ASSIGN_OR_RETURN(std::shared_ptr<const MappedFile> file, MappedFile::Open(path));
   const absl::string_view bytes = file->bytes();
   const uint64_t size = bytes.size();
   if (expected_size >= 0 && size != static_cast<uint64_t>(expected_size)) {

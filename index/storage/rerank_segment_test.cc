@@ -135,7 +135,7 @@ void ExpectReadsEqual(const ShardStore& store, const std::vector<uint64_t>& iids
   }
 }
 
-TEST(RerankSegmentFileName, RoundTripsAndRejectsOtherNames) {
+TEST(SegmentFileName, RerankNamesRoundTripAndRejectOtherNames) {
   uint32_t number = 0;
   EXPECT_EQ(SegmentFileName(SegmentKind::kRerank, 12), "rerank-00000012.seg");
   EXPECT_TRUE(ParseSegmentFileName("rerank-00000012.seg", SegmentKind::kRerank, &number));
@@ -526,6 +526,38 @@ TEST_F(RerankSegmentTest, CodesFlushIntoSegmentsAndReadInPlaceAsWritten) {
 
 // A PutCodes over codes already in a segment replaces them (the segment's copy is dead), and its
 // removals delete them.
+// One group that writes and removes a document (an id upserted twice in one call; an upsert and a
+// delete of one id in one call) leaves neither its rows nor its codes waiting for a flush that can
+// never move them: after the flush nothing is unflushed, and only the surviving copy is read.
+TEST_F(RerankSegmentTest, AWriteAndRemovalInOneGroupLeaveNothingUnflushed) {
+  auto store = Open();
+  store->SetCodeGenerations({1});
+  auto coded = [](int i) {
+    DocumentWrite w = MakeDoc(i);
+    w.codes = CodesOf(i, 1);
+    w.code_generation = 1;
+    return w;
+  };
+  std::vector<DocumentWrite> twice;
+  twice.push_back(coded(7));
+  twice.push_back(coded(7));
+  auto first = store->Write(std::move(twice), {});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->upserted_iids.size(), 2u);
+  std::vector<DocumentWrite> then_deleted;
+  then_deleted.push_back(coded(8));
+  auto second = store->Write(std::move(then_deleted), {"doc-8"});
+  ASSERT_TRUE(second.ok()) << second.status();
+  ASSERT_TRUE(store->FlushSegments().ok());
+  const ShardStoreStats stats = store->Stats();
+  EXPECT_EQ(stats.rerank_unflushed_bytes, 0);
+  EXPECT_EQ(stats.code_unflushed_bytes, 0);
+  const std::vector<uint64_t> iids = {first->upserted_iids[0], first->upserted_iids[1],
+                                      second->upserted_iids[0]};
+  ExpectCodesEqual(*store, 1, iids, {std::nullopt, CodesOf(7, 1), std::nullopt});
+  ExpectReadsEqual(*store, iids, {std::nullopt, MakeDoc(7).rerank, std::nullopt});
+}
+
 TEST_F(RerankSegmentTest, PutCodesReplacesAndRemovesFlushedCodes) {
   auto store = Open();
   const std::vector<uint64_t> iids = WriteCodedDocs(store.get(), 10);

@@ -588,9 +588,9 @@ class ShardStoreImpl final : public ShardStore {
   // the pointers it copies agree, and so do DropCodeGenerationsExcept and ForEachCodes.
   mutable Mutex flush_mu_ ABSL_ACQUIRED_BEFORE(commit_mu_);
   uint32_t next_segment_ ABSL_GUARDED_BY(flush_mu_) = 1;
-  // Held across every write that changes rerank pointers or removes documents (the leader's
-  // batch, a segment commit) and the bookkeeping after it, so that a flush or rewrite never
-  // commits a pointer for a document removed meanwhile.
+  // Held across every write that changes rerank or codes pointers or removes documents (the
+  // leader's batch, a segment commit) and the bookkeeping after it, so that a flush or rewrite
+  // never commits a pointer for a document removed meanwhile.
   Mutex commit_mu_ ABSL_ACQUIRED_BEFORE(rerank_mu_);
   bool tracking_removals_ ABSL_GUARDED_BY(commit_mu_) = false;
   // Per kind (KindIndex).
@@ -1460,10 +1460,12 @@ absl::Status ShardStoreImpl::OpenSegments() {
       const auto segment = segments_.find(pointer.segment);
       if (segment == segments_.end() || segment->second.file->kind() != kind ||
           segment->second.file->generation() != key.generation) {
-        return absl::DataLossError(
-            absl::StrCat("shard '", dir_, "': ", What(kind, key), " points to segment '",
-                         SegmentPath(kind, pointer.segment), "', which is not a committed ",
-                         SegmentKindName(kind), " segment of generation ", key.generation));
+        return absl::DataLossError(absl::StrCat(
+            "shard '", dir_, "': ", What(kind, key), " points to segment '",
+            SegmentPath(kind, pointer.segment), "', which is not a committed ",
+            SegmentKindName(kind), " segment",
+            kind == SegmentKind::kCodes ? absl::StrCat(" of generation ", key.generation)
+                                        : std::string()));
       }
       const absl::string_view bytes = segment->second.file->Rows(
           pointer.entry.offset, static_cast<uint64_t>(pointer.entry.bytes()));
@@ -1494,6 +1496,17 @@ bool ShardStoreImpl::ApplySegmentChanges(SegmentKind kind,
   const int k = KindIndex(kind);
   if (tracking_removals_) removed_while_tracking_[k].insert(removed.begin(), removed.end());
   MutexLock lock(&rerank_mu_);
+  // Added first: a group that writes and removes one document (an id upserted twice in one call,
+  // or upserted and deleted by two requests committed together) leaves it neither unflushed nor
+  // located.
+  for (const auto& [key, bytes] : added) {
+    const auto [it, inserted] = unflushed_[k].try_emplace(key, bytes);
+    if (!inserted) {
+      unflushed_bytes_[k] -= it->second;
+      it->second = bytes;
+    }
+    unflushed_bytes_[k] += bytes;
+  }
   bool due = false;
   for (const DocKey& key : removed) {
     if (const auto it = unflushed_[k].find(key); it != unflushed_[k].end()) {
@@ -1507,10 +1520,6 @@ bool ShardStoreImpl::ApplySegmentChanges(SegmentKind kind,
     segment.live_bytes -= it->second.bytes();
     due = due || (options_.rerank_flush_bytes > 0 && SegmentWantsRewrite(segment));
     locations_[k].erase(it);
-  }
-  for (const auto& [key, bytes] : added) {
-    unflushed_[k][key] = bytes;
-    unflushed_bytes_[k] += bytes;
   }
   due = due || (options_.rerank_flush_bytes > 0 &&
                 unflushed_bytes_[k] >= options_.rerank_flush_bytes && !added.empty());
@@ -1669,12 +1678,9 @@ absl::Status ShardStoreImpl::RewriteSegments() {
     std::vector<absl::string_view> rows;
     {
       ReaderMutexLock lock(&rerank_mu_);
-      const auto found = segments_.find(number);
-      if (found == segments_.end()) {  // a dropped generation's, meanwhile
-        TrackRemovals(false);
-        continue;
-      }
-      old = found->second.file;
+      // Every due segment is still there: the list was made under flush_mu_, which every change
+      // of segments_ other than a commit's (which adds and never removes) holds too.
+      old = segments_.at(number).file;
       const int k = KindIndex(old->kind());
       for (const RerankSegmentEntry& entry : old->entries()) {
         const auto it = locations_[k].find(DocKey{old->generation(), entry.iid});
@@ -1725,6 +1731,10 @@ absl::Status ShardStoreImpl::WriteSegmentAndCommit(SegmentKind kind, uint32_t ge
       return InShard(opened.status(), dir_);
     }
     segment = *std::move(opened);
+    // Published before any pointer to it is committed, so that a reader that finds a pointer
+    // always finds its segment (before the commit, no reader finds a pointer to it).
+    MutexLock lock(&rerank_mu_);
+    segments_[number].file = segment;
   }
   std::vector<size_t> kept;
   {
@@ -1747,13 +1757,21 @@ absl::Status ShardStoreImpl::WriteSegmentAndCommit(SegmentKind kind, uint32_t ge
                          nullptr, /*sync=*/true);
     }
     if (!status.ok()) {
-      if (!path.empty()) std::filesystem::remove(path, ignored);
+      if (!path.empty()) {
+        MutexLock lock(&rerank_mu_);
+        segments_.erase(number);
+      }
+      // After a failed sync the batch may still be on disk and replayed at the next open, which
+      // needs the segment then (and deletes it if no pointer to it was committed); only a write
+      // refused for want of space certainly committed nothing, and its file is taking space.
+      if (!path.empty() && absl::IsResourceExhausted(status)) {
+        std::filesystem::remove(path, ignored);
+      }
       return status;
     }
     MutexLock lock(&rerank_mu_);
     if (!kept.empty()) {
-      SegmentState& state = segments_[number];
-      state.file = segment;
+      SegmentState& state = segments_.at(number);
       state.row_bytes = row_bytes;
       for (size_t i : kept) {
         const RerankSegmentEntry& e = entries[i];
@@ -1768,6 +1786,7 @@ absl::Status ShardStoreImpl::WriteSegmentAndCommit(SegmentKind kind, uint32_t ge
         }
       }
     }
+    if (kept.empty() && !path.empty()) segments_.erase(number);
     for (uint32_t old : replaced) segments_.erase(old);
   }
   // Readers that still hold a replaced segment keep its mapping (and so its blocks) until done.

@@ -299,8 +299,9 @@ class ShardStore {
   // the process's resident memory once it is streamed (so that a scan of every document's codes
   // keeps none of them resident), then those still in RocksDB in iid order. `codes` is valid
   // during the call only. No flush or rewrite runs meanwhile (fn must not call FlushSegments,
-  // Flush, Checkpoint or DropCodeGenerationsExcept); documents written or removed meanwhile may
-  // or may not be seen (documents removed before may still have codes: see SetCodeGenerations).
+  // Flush, Checkpoint, DropCodeGenerationsExcept, DropAllRerankRows or ForEachCodes); documents
+  // written or removed meanwhile may or may not be seen (documents removed before may still have
+  // codes: see SetCodeGenerations).
   virtual absl::Status ForEachCodes(
       uint32_t generation,
       const std::function<absl::Status(uint64_t, absl::string_view)>& fn) const = 0;
