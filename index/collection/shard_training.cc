@@ -36,6 +36,12 @@ using shard_files::kSnapshotFile;
 // A training catches up without holding the write path until fewer documents than this were
 // written since its last pass; the rest it encodes with writes held.
 constexpr size_t kCatchUpDocuments = 512;
+// Documents encoded into the new generation per PutCodes: the codes of one batch (~70 MB at 64
+// vectors of dim 128, 4 bits) are all that waits in memory. Encoding every live document first
+// and storing them in one batch held them all, twice (the codes and the WriteBatch): at ~1M
+// documents (67M vectors, 4.6 GB of codes) a 3M-document build's RSS rose by 5 GB within 90 s of
+// that training's end of encoding, to a 23.4 GB peak.
+constexpr size_t kEncodeBatchDocuments = 16384;
 constexpr uint64_t kSampleSeed = 0x53414d504c453031;
 
 // Whether the schema lets a shard of `rerank_vectors` vectors move to the centroid index.
@@ -195,9 +201,12 @@ absl::Status Shard::Train(TrainingRun* run) {
   uint64_t covered = 0;
   std::vector<uint64_t> pending = std::move(iids);
   do {
-    std::vector<std::pair<uint64_t, std::string>> codes;
-    TESSERA_RETURN_IF_ERROR(EncodeDocuments(pending, index.get(), &codes));
-    TESSERA_RETURN_IF_ERROR(store_->PutCodes(generation, codes, {}));
+    for (size_t start = 0; start < pending.size(); start += kEncodeBatchDocuments) {
+      std::vector<std::pair<uint64_t, std::string>> codes;
+      TESSERA_RETURN_IF_ERROR(EncodeDocuments(
+          absl::MakeConstSpan(pending).subspan(start, kEncodeBatchDocuments), index.get(), &codes));
+      TESSERA_RETURN_IF_ERROR(store_->PutCodes(generation, codes, {}));
+    }
     if (!pending.empty()) covered = std::max(covered, pending.back());
     pending = live_.LiveIidsAbove(covered);
   } while (pending.size() >= kCatchUpDocuments);
