@@ -481,7 +481,8 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   // Otherwise: query × centroid scores, centroids split over the pool, stored token-major (row i:
   // token i's score of every centroid) so that each token's selection reads one contiguous row
   // instead of one cache line per centroid.
-  const bool full_table = !codebook_->has_groups() || options.centroid_scores != nullptr;
+  const bool keep_table = options.centroid_scores != nullptr && nq * C <= kMaxKeptCentroidScores;
+  const bool full_table = !codebook_->has_groups() || keep_table;
   std::unique_ptr<float[]> token_scores;
   if (full_table) {
     const QuerySimilarity similarity(queries);
@@ -566,7 +567,7 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   };
   std::partial_sort(hits.begin(), hits.begin() + kept, hits.end(), better);
   hits.resize(kept);
-  if (options.centroid_scores != nullptr) {
+  if (keep_table) {
     *options.centroid_scores = CentroidScoreTable{codebook_, nq, std::move(token_scores)};
   }
   return hits;

@@ -34,10 +34,11 @@
 // the bytes, as in an index whose codec is 2-bit, and the approximate scores above are those of
 // the coarse codec. Why stage 2 does not gather codes from the lists: a vector's code lies there
 // byte-transposed, one byte per 32-byte row of its block (and coarsened), so gathering it touches
-// code_bytes / 2 cache lines; measured (bench/code_maxsim_benchmark.cc, AMD EPYC Zen 4, shared) a
-// gather from the lists through a per-document directory (8 bytes per vector) ran at 45k
-// documents of 64 vectors per CPU second at 4 bits, 3.7× the time of scoring them, while a
-// document's row-major codes as stored are laid out with one transpose of contiguous bytes
+// code_bytes / 2 cache lines; measured (BM_GatherCompact, since removed from
+// bench/code_maxsim_benchmark.cc; AMD EPYC Zen 4, shared) a gather from the lists through a
+// per-document directory (8 bytes per vector) ran at 45k documents of 64 vectors per CPU second at
+// 4 bits, 3.7× the time of scoring them, while a document's row-major codes as stored are laid out
+// with one transpose of contiguous bytes
 // (~2.6M documents/s, BM_CompactLayout). Memory per vector at dim 128 and 4 bits: the list entry's
 // 36 bytes (4 of ordinal, 32 of coarsened code) and the document tables' share; the 68 bytes of
 // codes stage 2 reads stay in the store's files (page cache, not the process's memory).
@@ -151,12 +152,18 @@ struct CentroidScoreTable {
 struct CentroidSearchOptions {
   int nprobe = 0;  // centroids probed per query token (clamped to the count); 0: DefaultNprobe
   int64_t num_documents = 100;  // documents returned
-  // Not null: score every centroid against every query row and leave the table here. With groups
-  // the probed groups' members are then read from it instead of scored one group at a time, so
-  // the probes, and the hits, are the same. For a search whose stage 2 scores codes, and so
-  // needs the candidates' centroid scores anyway.
+  // Not null: score every centroid against every query row and leave the table here, unless it
+  // would pass kMaxKeptCentroidScores values (then it is left empty). With groups the probed
+  // groups' members are then read from it instead of scored one group at a time, so the probes,
+  // and the hits, are the same. For a search whose stage 2 scores codes, and so needs the
+  // candidates' centroid scores anyway.
   CentroidScoreTable* centroid_scores = nullptr;
 };
+
+// The largest query × centroid table a search keeps for its stage 2 (64 MiB of fp32: 32 query
+// tokens × 2^19 centroids, 1,024 × 16,384), per shard, held until the search has ranked; a larger
+// one is not worth its memory, and stage 2 then scores the centroids its documents use itself.
+inline constexpr int64_t kMaxKeptCentroidScores = int64_t{1} << 24;
 
 struct CentroidHit {
   uint64_t doc = 0;

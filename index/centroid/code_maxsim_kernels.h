@@ -39,8 +39,9 @@ struct CompactMaxSimArgs {
 
 // scores[d] for each of docs[0, num_docs), every num_tokens ≥ 1. All three compute the same
 // integer sums and the same fp32 operations in the same order, so their scores are bit-identical:
-//   m_i = max_t (score(i, cid_t) + steps[i] · (float)sum_it)   (score: the table above)   (a
-//   product, then a sum) score = Σ_i (m_i + biases[i]), i ascending.
+// m_i = max over tokens t of (score(i, cid_t) + steps[i] · sum_it) — score(i, c) the table
+// above, sum_it converted to float, a product then a sum — and score = Σ_i (m_i + biases[i]),
+// i ascending.
 void CompactMaxSimPortable(const CompactMaxSimArgs& args, const CompactDocument* docs,
                            int64_t num_docs, float* scores);
 void CompactMaxSimAvx2(const CompactMaxSimArgs& args, const CompactDocument* docs, int64_t num_docs,

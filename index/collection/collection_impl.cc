@@ -883,8 +883,8 @@ absl::StatusOr<std::vector<TokenMatch>> CollectionImpl::Explain(FloatMatrixView 
   // store: the table does not keep them.
   TESSERA_ASSIGN_OR_RETURN(DocumentRecord record, shards_[entry.shard]->GetRecord(entry.iid));
   // A hit scored from its codes (the others carry the vectors they were scored with): its vectors
-  // decoded from the codes the shard's centroid index keeps (no read of the store), and the best
-  // of them per query token.
+  // decoded from its stored codes (read in place, Shard::DecodeCodes), and the best of them per
+  // query token.
   std::vector<float> decoded;
   if (entry.best_tokens.empty()) {
     const uint64_t iid = entry.iid;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -329,9 +330,9 @@ absl::StatusOr<std::vector<RankingDocument>> Shard::FetchForRanking(absl::Span<c
   };
   auto resident = std::make_shared<Resident>();
   if (!codes_only) resident->views.resize(iids.size());
-  // Every document of a rerank_from_codes shard with its codebook is in its centroid index, whose
-  // codes stage 2 reads (those written before the codebook keep rows only until its training
-  // drops them): a view without rows for each live one, and no read of the store.
+  // Every live document of a rerank_from_codes shard with its codebook is scored from its stored
+  // codes (FetchCodes; those written before the codebook keep rows only until its training drops
+  // them): a view without rows for each, and no read of the store here.
   const auto no_rows = codes_only ? std::make_shared<const StoredMatrixView>(StoredMatrixView{
                                         schema_.dtype, 0, schema_.dim, absl::string_view()})
                                   : nullptr;
@@ -477,16 +478,17 @@ namespace {
 
 // The query × centroid scores stage 2 from codes needs when stage 1 left none: centroid-major as
 // QuerySimilarity::Compute writes them (centroid c's scores of the query's rows at table[c ·
-// *stride], so that a token's scores lie in one or two cache lines for the kernel's gathers),
-// computed for the runs of kTableSpan consecutive centroids in which some document of `parts` has
-// a token; nothing reads the others. Whole spans are scored in place rather than the used
-// centroids gathered: a stage-2 batch (400 documents of 64 vectors at the 100k and 1M defaults)
-// has ids in most spans of 16,384 or 32,768 centroids, and in a profile of the 100k compact shard
-// (AMD EPYC Zen 4) the gather's copy of the rows took about as long as the products, with a
-// transpose to token-major besides.
-std::unique_ptr<float[]> ScoreUsedCentroids(const CentroidCodebook& codebook, FloatMatrixView query,
+// similarity.stride()], so that a token's scores lie in one or two cache lines for the kernel's
+// gathers), computed for the runs of kTableSpan consecutive centroids in which some document of
+// `parts` has a token; nothing reads the others. Whole spans are scored in place rather than the
+// used centroids gathered: a stage-2 batch (400 documents of 64 vectors at the 100k and 1M
+// defaults) has ids in most spans of 16,384 or 32,768 centroids, and in a profile of the 100k
+// compact shard (AMD EPYC Zen 4) the gather's copy of the rows took about as long as the products,
+// with a transpose to token-major besides.
+std::unique_ptr<float[]> ScoreUsedCentroids(const CentroidCodebook& codebook,
+                                            const QuerySimilarity& similarity,
                                             absl::Span<const std::vector<CompactDocument>> parts,
-                                            ThreadPool* pool, int64_t* stride) {
+                                            ThreadPool* pool) {
   const int64_t C = codebook.num_centroids();
   const int64_t dim = codebook.dim();
   constexpr int64_t kTableSpan = 64;
@@ -510,15 +512,14 @@ std::unique_ptr<float[]> ScoreUsedCentroids(const CentroidCodebook& codebook, Fl
       runs.emplace_back(span, span + 1);
     }
   }
-  const QuerySimilarity similarity(query);
-  *stride = similarity.stride();
+  const int64_t stride = similarity.stride();
   // Only the runs are written, and only they are read: no zero fill of the C × stride floats.
-  std::unique_ptr<float[]> table(new float[C * *stride]);
+  std::unique_ptr<float[]> table(new float[C * stride]);
   pool->ParallelFor(static_cast<int64_t>(runs.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
       const int64_t first = runs[r].first * kTableSpan;
       const int64_t n = std::min(runs[r].second * kTableSpan, C) - first;
-      similarity.Compute(codebook.centroids() + first * dim, n, &table[first * *stride]);
+      similarity.Compute(codebook.centroids() + first * dim, n, &table[first * stride]);
     }
   });
 
@@ -554,8 +555,17 @@ absl::StatusOr<std::vector<std::optional<float>>> Shard::ScoreCodes(
     compact.emplace(codebook.codec(), query.data, nq, stage1_scores->scores.get(),
                     /*row_stride=*/C);
   } else {
-    int64_t stride = 0;
-    own_scores = ScoreUsedCentroids(codebook, query, refs, pool_.get(), &stride);
+    const QuerySimilarity similarity(query);
+    const int64_t stride = similarity.stride();
+    // The kernels gather with int32 offsets c · stride (code_maxsim_kernels.h).
+    if ((C - 1) * stride > std::numeric_limits<int32_t>::max()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "query of ", nq, " tokens: scoring codes of ", C, " centroids needs a table of ", C,
+          " × ", stride, " scores, more than the ", std::numeric_limits<int32_t>::max(),
+          " offsets the compact kernels address; expected ≤ ",
+          std::numeric_limits<int32_t>::max() / std::max<int64_t>(C - 1, 1), " padded tokens"));
+    }
+    own_scores = ScoreUsedCentroids(codebook, similarity, refs, pool_.get());
     compact.emplace(codebook.codec(), query.data, nq, own_scores.get(), /*row_stride=*/1,
                     /*centroid_stride=*/stride);
   }

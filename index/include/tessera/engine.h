@@ -40,11 +40,12 @@ struct EngineOptions {
   // fp32 form, loaded at open and updated by every write), so that reranking reads no storage;
   // documents beyond the budget are read per search in place from the shard's mapped rerank
   // segment files (from RocksDB for rows not yet moved there). 0 = none resident, the default:
-  // the segments are mapped and populated at open, so a resident copy duplicates rows already in
-  // memory. Measured on the 1M-document shard (docs/results.md, "Exact rerank fetch"): P50 9.7–10.4
-  // ms with 0 against 9.8–11.2 with 4 GiB, the open 35–40 s against 40–61 s, and the copy's
-  // 4 GiB pushed segment pages out of a 24 GB machine's cache. A budget still pays where rows stay
-  // in RocksDB (a store opened with rerank segments off).
+  // the segments are mapped (and their check at open leaves them in the page cache), so a
+  // resident copy duplicates rows already in memory. Measured on the 1M-document shard
+  // (docs/results.md, "Exact rerank fetch"): P50 9.7–10.4 ms with 0 against 9.8–11.2 with 4 GiB,
+  // the open 35–40 s against 40–61 s, and the copy's 4 GiB pushed segment pages out of a 24 GB
+  // machine's cache. A budget still pays where rows stay in RocksDB (a store opened with rerank
+  // segments off).
   int64_t resident_rerank_bytes = 0;
   CollectionLimits limits;
   // An exact scorer tried before the engine's CPU scorer (NewCudaMaxSimScorer); null = the CPU
