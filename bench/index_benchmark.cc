@@ -349,6 +349,25 @@ std::string CpuModel() {
   return "unknown";
 }
 
+// A field of /proc/self/status in bytes ("RssAnon", "RssFile"; its kB value × 1024), 0 where
+// there is none. peak_rss_bytes counts the pages of mapped segment files a search touched (page
+// cache the kernel may take back); the anonymous part at the end of the run is the process's own.
+int64_t ProcStatusBytes(absl::string_view field) {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (!absl::StartsWith(line, field) || line.size() <= field.size() ||
+        line[field.size()] != ':') {
+      continue;
+    }
+    int64_t kilobytes = 0;
+    std::string value(absl::StripAsciiWhitespace(line.substr(field.size() + 1)));
+    if (absl::EndsWith(value, " kB")) value.resize(value.size() - 3);
+    return absl::SimpleAtoi(value, &kilobytes) ? kilobytes * 1024 : 0;
+  }
+  return 0;
+}
+
 // The kernel family the CPU scorer runs here (DetectCpuIsa), as bench-kernels names it.
 const char* CpuIsaName() {
   switch (DetectCpuIsa()) {
@@ -760,6 +779,8 @@ int Run(const Flags& flags) {
       ",\n  \"disk_bytes_per_original_token\": ", disk / (n * flags.tokens),
       ",\n  \"peak_rss_bytes\": ", usage.ru_maxrss * int64_t{1024},
       ",\n  \"peak_rss_bytes_per_document\": ", usage.ru_maxrss * 1024.0 / n,
+      ",\n  \"rss_anon_bytes_at_end\": ", ProcStatusBytes("RssAnon"),
+      ",\n  \"rss_file_bytes_at_end\": ", ProcStatusBytes("RssFile"),
       ",\n  \"queries\": ", queries.size(), ",\n  \"exhaustive_queries\": ", checked,
       ",\n  \"exhaustive_ms\": ", timed == 0 ? 0.0 : 1000 * exhaustive_seconds / timed,
       ",\n  \"exhaustive_timed_queries\": ", timed,
