@@ -106,6 +106,37 @@ class RerankSegmentTest : public ::testing::Test {
     return total;
   }
 
+  // The one segment of `kind` flipped in one byte, torn, then gone: each time the open fails with
+  // DATA_LOSS naming the file (and saying `what`, and "checksum" for the flipped byte, "missing"
+  // when gone); finally the original is put back.
+  void ExpectDamagedSegmentRefused(SegmentKind kind, absl::string_view what) {
+    const std::vector<std::string> files = SegmentFiles(kind);
+    ASSERT_EQ(files.size(), 1u);
+    const std::string& path = files[0];
+    auto original = ReadWholeFile(path);
+    ASSERT_TRUE(original.ok());
+    ShardStoreOptions options;
+    options.rerank_flush_bytes = 0;
+    auto expect_refused = [&](absl::string_view damage, absl::string_view said) {
+      SCOPED_TRACE(damage);
+      auto opened = ShardStore::Open(dir_, options);
+      ASSERT_FALSE(opened.ok());
+      EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss) << opened.status();
+      EXPECT_THAT(opened.status().message(), HasSubstr(path));
+      EXPECT_THAT(opened.status().message(), HasSubstr(said));
+    };
+    std::string corrupt = *original;
+    corrupt[corrupt.size() / 2] ^= 0x40;
+    ASSERT_TRUE(WriteFileAtomically(path, {corrupt}).ok());
+    expect_refused("one flipped byte", "checksum");
+    expect_refused("one flipped byte", what);
+    ASSERT_TRUE(WriteFileAtomically(path, {absl::string_view(*original).substr(0, 1000)}).ok());
+    expect_refused("torn: the tail is missing", what);
+    std::filesystem::remove(path);
+    expect_refused("gone", "missing");
+    ASSERT_TRUE(WriteFileAtomically(path, {*original}).ok());
+  }
+
   TempDir root_{"rerank_segment_test"};
   const std::string dir_ = root_.path() + "/db";
 };
@@ -209,40 +240,8 @@ TEST_F(RerankSegmentTest, CorruptTruncatedOrMissingSegmentIsDataLossNamingIt) {
     WriteDocs(store.get(), 100);
     ASSERT_TRUE(store->FlushSegments().ok());
   }
-  const std::vector<std::string> files = SegmentFiles();
-  ASSERT_EQ(files.size(), 1u);
-  const std::string& path = files[0];
-  auto original = ReadWholeFile(path);
-  ASSERT_TRUE(original.ok());
-  ShardStoreOptions options;
-  options.rerank_flush_bytes = 0;
-
-  // One flipped byte among the rows.
-  std::string corrupt = *original;
-  corrupt[corrupt.size() / 2] ^= 0x40;
-  ASSERT_TRUE(WriteFileAtomically(path, {corrupt}).ok());
-  auto opened = ShardStore::Open(dir_, options);
-  ASSERT_FALSE(opened.ok());
-  EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss) << opened.status();
-  EXPECT_THAT(opened.status().message(), HasSubstr(path));
-  EXPECT_THAT(opened.status().message(), HasSubstr("checksum"));
-
-  // Torn: the tail is missing.
-  ASSERT_TRUE(WriteFileAtomically(path, {absl::string_view(*original).substr(0, 1000)}).ok());
-  opened = ShardStore::Open(dir_, options);
-  ASSERT_FALSE(opened.ok());
-  EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss) << opened.status();
-  EXPECT_THAT(opened.status().message(), HasSubstr(path));
-
-  // Gone.
-  std::filesystem::remove(path);
-  opened = ShardStore::Open(dir_, options);
-  ASSERT_FALSE(opened.ok());
-  EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss) << opened.status();
-  EXPECT_THAT(opened.status().message(), HasSubstr(path));
-
+  ExpectDamagedSegmentRefused(SegmentKind::kRerank, "rerank segment");
   // Put back, it opens again with every document.
-  ASSERT_TRUE(WriteFileAtomically(path, {*original}).ok());
   auto store = Open();
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->Stats().documents, 100);
@@ -582,42 +581,8 @@ TEST_F(RerankSegmentTest, CorruptTruncatedOrMissingCodesSegmentIsDataLossNamingI
     WriteCodedDocs(store.get(), 100);
     ASSERT_TRUE(store->FlushSegments().ok());
   }
-  const std::vector<std::string> files = SegmentFiles(SegmentKind::kCodes);
-  ASSERT_EQ(files.size(), 1u);
-  const std::string& path = files[0];
-  auto original = ReadWholeFile(path);
-  ASSERT_TRUE(original.ok());
-  ShardStoreOptions options;
-  options.rerank_flush_bytes = 0;
-
-  // One flipped byte among the codes.
-  std::string corrupt = *original;
-  corrupt[corrupt.size() / 2] ^= 0x40;
-  ASSERT_TRUE(WriteFileAtomically(path, {corrupt}).ok());
-  auto opened = ShardStore::Open(dir_, options);
-  ASSERT_FALSE(opened.ok());
-  EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss) << opened.status();
-  EXPECT_THAT(opened.status().message(), HasSubstr(path));
-  EXPECT_THAT(opened.status().message(), HasSubstr("codes segment"));
-  EXPECT_THAT(opened.status().message(), HasSubstr("checksum"));
-
-  // Torn: the tail is missing.
-  ASSERT_TRUE(WriteFileAtomically(path, {absl::string_view(*original).substr(0, 1000)}).ok());
-  opened = ShardStore::Open(dir_, options);
-  ASSERT_FALSE(opened.ok());
-  EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss) << opened.status();
-  EXPECT_THAT(opened.status().message(), HasSubstr(path));
-
-  // Gone.
-  std::filesystem::remove(path);
-  opened = ShardStore::Open(dir_, options);
-  ASSERT_FALSE(opened.ok());
-  EXPECT_EQ(opened.status().code(), absl::StatusCode::kDataLoss) << opened.status();
-  EXPECT_THAT(opened.status().message(), HasSubstr(path));
-  EXPECT_THAT(opened.status().message(), HasSubstr("missing"));
-
+  ExpectDamagedSegmentRefused(SegmentKind::kCodes, "codes segment");
   // Put back, it opens again with every document's codes.
-  ASSERT_TRUE(WriteFileAtomically(path, {*original}).ok());
   auto store = Open();
   ASSERT_NE(store, nullptr);
   int64_t streamed = 0;
