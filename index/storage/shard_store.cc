@@ -506,6 +506,11 @@ class ShardStoreImpl final : public ShardStore {
   // kSegmentGone when the pointer names a segment no longer there.
   absl::StatusOr<InlineValue> CopyValue(SegmentKind kind, absl::string_view value,
                                         const DocKey& key) const;
+  // One RocksDB MultiGet of keys[i] for each i of `which`, in `kind`'s column family: (*values)[j]
+  // and (*statuses)[j] for keys[which[j]].
+  void MultiGetKeys(SegmentKind kind, absl::Span<const DocKey> keys,
+                    const std::vector<size_t>& which, std::vector<rocksdb::PinnableSlice>* values,
+                    std::vector<rocksdb::Status>* statuses) const;
   // One MultiGet of the keys' values, copied (CopyValue, retried past replaced segments);
   // std::nullopt for an absent key. Fails as a whole on any other error.
   absl::StatusOr<std::vector<std::optional<InlineValue>>> MultiGetCopies(
@@ -1122,6 +1127,20 @@ absl::StatusOr<std::vector<std::optional<std::string>>> ShardStoreImpl::MultiGet
   return out;
 }
 
+void ShardStoreImpl::MultiGetKeys(SegmentKind kind, absl::Span<const DocKey> keys,
+                                  const std::vector<size_t>& which,
+                                  std::vector<rocksdb::PinnableSlice>* values,
+                                  std::vector<rocksdb::Status>* statuses) const {
+  std::vector<std::string> encoded;
+  encoded.reserve(which.size());
+  for (size_t i : which) encoded.push_back(EncodeKey(kind, keys[i]));
+  std::vector<rocksdb::Slice> slices(encoded.begin(), encoded.end());
+  *values = std::vector<rocksdb::PinnableSlice>(which.size());
+  *statuses = std::vector<rocksdb::Status>(which.size());
+  db_->MultiGet(rocksdb::ReadOptions(), Cf(kind), which.size(), slices.data(), values->data(),
+                statuses->data());
+}
+
 absl::StatusOr<std::vector<std::optional<ShardStoreImpl::InlineValue>>>
 ShardStoreImpl::MultiGetCopies(SegmentKind kind, absl::Span<const DocKey> keys) const {
   const size_t n = keys.size();
@@ -1131,14 +1150,9 @@ ShardStoreImpl::MultiGetCopies(SegmentKind kind, absl::Span<const DocKey> keys) 
   // A rewrite may replace a segment between the read of a pointer and the copy: such keys are
   // read again, and then hold the new pointer.
   for (int attempt = 0; !pending.empty(); ++attempt) {
-    std::vector<std::string> encoded;
-    encoded.reserve(pending.size());
-    for (size_t i : pending) encoded.push_back(EncodeKey(kind, keys[i]));
-    std::vector<rocksdb::Slice> slices(encoded.begin(), encoded.end());
-    std::vector<rocksdb::PinnableSlice> values(pending.size());
-    std::vector<rocksdb::Status> statuses(pending.size());
-    db_->MultiGet(rocksdb::ReadOptions(), Cf(kind), pending.size(), slices.data(), values.data(),
-                  statuses.data());
+    std::vector<rocksdb::PinnableSlice> values;
+    std::vector<rocksdb::Status> statuses;
+    MultiGetKeys(kind, keys, pending, &values, &statuses);
     std::vector<size_t> again;
     for (size_t j = 0; j < pending.size(); ++j) {
       const size_t i = pending[j];
@@ -1276,14 +1290,9 @@ absl::Status ShardStoreImpl::ReadInPlace(SegmentKind kind, absl::Span<const DocK
   }
   // Values still in RocksDB (or flushed since the lookup above).
   for (int attempt = 0; !missing.empty(); ++attempt) {
-    std::vector<std::string> encoded;
-    encoded.reserve(missing.size());
-    for (size_t i : missing) encoded.push_back(EncodeKey(kind, keys[i]));
-    std::vector<rocksdb::Slice> slices(encoded.begin(), encoded.end());
-    std::vector<rocksdb::PinnableSlice> values(missing.size());
-    std::vector<rocksdb::Status> statuses(missing.size());
-    db_->MultiGet(rocksdb::ReadOptions(), Cf(kind), missing.size(), slices.data(), values.data(),
-                  statuses.data());
+    std::vector<rocksdb::PinnableSlice> values;
+    std::vector<rocksdb::Status> statuses;
+    MultiGetKeys(kind, keys, missing, &values, &statuses);
     std::vector<size_t> again;
     for (size_t j = 0; j < missing.size(); ++j) {
       const size_t i = missing[j];
