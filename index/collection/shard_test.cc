@@ -17,6 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "index/centroid/centroid_codebook.h"
+#include "index/centroid/centroid_index.h"
 #include "index/collection/collection_test_util.h"
 #include "index/common/thread_pool.h"
 
@@ -337,6 +339,77 @@ TEST_F(ShardTest, TrainingOnTooFewVectorsForTheCodebookRunsOnce) {
                                  << shard_->CentroidGenerationForTesting();
   EXPECT_EQ(shard_->CentroidGenerationForTesting(), 2u);
   EXPECT_EQ(shard_->Stats().candidate_index, "Centroid24,Residual2bit");
+}
+
+// Stage 2 of a rerank_from_codes search takes its query × centroid scores from stage 1's table
+// when that table was built for this query under the documents' codebook, and computes them itself
+// otherwise (an exhaustive search, a retraining between the two stages). A table whose every score
+// is 1 more than the true one raises each document's MaxSim by exactly 1 per query row when it is
+// used; a table of another codebook (an equal copy: reuse goes by identity) or of another query's
+// length is ignored.
+TEST_F(ShardTest, CompactScoringReusesOnlyTheTableOfItsQueryAndCodebook) {
+  CollectionSchema schema = TrainsAtOnce();
+  schema.candidates.rerank_from_codes = true;
+  schema.candidates.residual_bits = 4;
+  schema.candidates.centroid_min_training_vectors = 1;
+  Open(schema);
+  std::vector<ShardWrite> batch;
+  for (int i = 0; i < 12; ++i) batch.push_back(Write(absl::StrCat("d", i), i));
+  ASSERT_TRUE(shard_->Apply(std::move(batch), {}).ok());
+  ASSERT_TRUE(TrainingSettles());
+  std::vector<uint64_t> iids;
+  for (int i = 0; i < 12; ++i) {
+    absl::StatusOr<uint64_t> iid = shard_->LookupId(absl::StrCat("d", i));
+    ASSERT_TRUE(iid.ok()) << iid.status();
+    iids.push_back(*iid);
+  }
+  absl::StatusOr<Shard::CodedDocuments> documents = shard_->FetchCodes(iids);
+  ASSERT_TRUE(documents.ok()) << documents.status();
+  const CentroidCodebook& codebook = *documents->codebook;
+  const int64_t nq = 2;
+  const int64_t C = codebook.num_centroids();
+  const std::vector<float> query = Vectors(5, nq);
+  const FloatMatrixView view{query.data(), nq, kDim};
+
+  // Every centroid score, plus `offset`, for a table of `rows` query rows.
+  auto table = [&](std::shared_ptr<const CentroidCodebook> of, int64_t rows, float offset) {
+    CentroidScoreTable shifted{std::move(of), rows, std::make_unique<float[]>(rows * C)};
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t c = 0; c < C; ++c) {
+        float dot = 0;
+        for (int64_t k = 0; k < kDim; ++k) {
+          dot += query[(i % nq) * kDim + k] * codebook.centroids()[c * kDim + k];
+        }
+        shifted.scores[i * C + c] = dot + offset;
+      }
+    }
+    return shifted;
+  };
+  absl::StatusOr<std::vector<std::optional<float>>> own =
+      shard_->ScoreCodes(view, *documents, nullptr);
+  ASSERT_TRUE(own.ok()) << own.status();
+  ASSERT_EQ(own->size(), iids.size());
+
+  const CentroidScoreTable reused = table(documents->codebook, nq, 1.0f);
+  absl::StatusOr<std::vector<std::optional<float>>> shifted =
+      shard_->ScoreCodes(view, *documents, &reused);
+  ASSERT_TRUE(shifted.ok()) << shifted.status();
+  for (size_t d = 0; d < iids.size(); ++d) {
+    ASSERT_TRUE((*own)[d].has_value() && (*shifted)[d].has_value()) << "document " << d;
+    EXPECT_NEAR(*(*shifted)[d], *(*own)[d] + nq, 1e-5) << "document " << d;
+  }
+
+  absl::StatusOr<std::unique_ptr<CentroidCodebook>> copy =
+      CentroidCodebook::Parse(codebook.Serialize());
+  ASSERT_TRUE(copy.ok()) << copy.status();
+  const CentroidScoreTable other_codebook = table(std::move(*copy), nq, 1.0f);
+  const CentroidScoreTable other_length = table(documents->codebook, nq + 1, 1.0f);
+  for (const CentroidScoreTable* ignored : {&other_codebook, &other_length}) {
+    absl::StatusOr<std::vector<std::optional<float>>> scores =
+        shard_->ScoreCodes(view, *documents, ignored);
+    ASSERT_TRUE(scores.ok()) << scores.status();
+    EXPECT_EQ(*scores, *own);
+  }
 }
 
 }  // namespace
