@@ -115,9 +115,21 @@ int Shard::DefaultNumCandidates(int k) const {
   return stage1.index->DefaultNumDocuments(k, live_.rerank_vectors());
 }
 
+void Shard::WaitForTrainingLag() {
+  MutexLock lock(&apply_mu_);
+  while (training_encoded_through_ != kNoTrainingLag &&
+         last_applied_iid_ > training_encoded_through_ &&
+         last_applied_iid_ - training_encoded_through_ > kMaxTrainingLagDocuments &&
+         !stopping_.load(std::memory_order_acquire)) {
+    applied_.Wait(&apply_mu_);
+  }
+}
+
 absl::StatusOr<WriteResult> Shard::Apply(std::vector<ShardWrite> upserts,
                                          const std::vector<std::string>& deletes) {
   TESSERA_RETURN_IF_ERROR(FailedStatus());
+  // Before the write path is taken: a training's last catch-up takes it exclusively.
+  if (!upserts.empty()) WaitForTrainingLag();
   // What indexing needs, kept before the store takes ownership of the writes.
   std::vector<LiveDocument> documents;
   std::vector<Stage1Payload> payloads;
@@ -238,6 +250,7 @@ absl::Status Shard::ApplyDerived(Stage1Index& index, std::vector<LiveDocument> d
     const uint64_t iid = result.upserted_iids[i];
     if (replaced != 0) status.Update(index.Remove(replaced));
     status.Update(index.Add(iid, payloads[i]));
+    last_applied_iid_ = std::max(last_applied_iid_, iid);
   }
   for (uint64_t deleted : result.deleted_iids) {
     if (deleted != 0) status.Update(index.Remove(deleted));

@@ -3,14 +3,17 @@
 // leaving it serving a table that no longer matches the store.
 #include "index/collection/shard.h"
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <future>
 #include <limits>
 #include <memory>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -410,6 +413,60 @@ TEST_F(ShardTest, CompactScoringReusesOnlyTheTableOfItsQueryAndCodebook) {
     ASSERT_TRUE(scores.ok()) << scores.status();
     EXPECT_EQ(*scores, *own);
   }
+}
+
+// Writes run at most kMaxTrainingLagDocuments ahead of a training's encoding: held here between
+// the training's free catch-up rounds and its last catch-up, the training encodes nothing more, so
+// a writer stops once that many documents wait past it, and goes on when the training ends. All
+// writes land. Without the bound, a training slower than the ingest chased it with both indexes
+// growing (a 3M-document build ran out of memory that way).
+TEST_F(ShardTest, WritesWaitWhileATrainingLagsBehindThem) {
+  Open(TrainsAtOnce());
+  std::promise<void> in_hook;
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> hooked{false};
+  shard_->SetTrainingHookForTesting([&in_hook, &hooked, released] {
+    if (hooked.exchange(true)) return;  // only the first training waits
+    in_hook.set_value();
+    released.wait();
+  });
+  std::vector<ShardWrite> seed;
+  seed.push_back(Write("a", 0));
+  seed.push_back(Write("b", 1));
+  ASSERT_TRUE(shard_->Apply(std::move(seed), {}).ok());
+  in_hook.get_future().wait();
+
+  constexpr int64_t kBatch = 256;
+  const int64_t total = static_cast<int64_t>(kMaxTrainingLagDocuments) + 8 * kBatch;
+  std::atomic<int64_t> written{0};
+  std::thread writer([&] {
+    for (int64_t start = 0; start < total; start += kBatch) {
+      std::vector<ShardWrite> batch;
+      for (int64_t i = start; i < start + kBatch; ++i) {
+        batch.push_back(Write(absl::StrCat("w", i), static_cast<int>(i)));
+      }
+      ASSERT_TRUE(shard_->Apply(std::move(batch), {}).ok());
+      written += kBatch;
+    }
+  });
+  // The writer gets up to the bound without waiting; then it waits (a writer that is merely slow
+  // passes this check too, one that does not wait fails it).
+  for (int i = 0; i < 600 && written < static_cast<int64_t>(kMaxTrainingLagDocuments); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GE(written, static_cast<int64_t>(kMaxTrainingLagDocuments) - kBatch);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_LE(written, static_cast<int64_t>(kMaxTrainingLagDocuments) + kBatch);
+  release.set_value();
+  writer.join();
+  EXPECT_EQ(written, total);
+  ASSERT_TRUE(TrainingSettles());
+  EXPECT_EQ(shard_->num_documents(), total + 2);
+  // The trained index holds every document's vectors (3 each).
+  const ShardStats stats = shard_->Stats();
+  EXPECT_EQ(stats.candidate_vectors, 3 * (total + 2));
+  EXPECT_EQ(stats.candidate_vectors, stats.rerank_vectors);
 }
 
 }  // namespace

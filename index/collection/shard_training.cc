@@ -1,7 +1,8 @@
 // Shard, part 2 of 3: the lifecycle of the centroid training (see shard.h). A write that finds
 // the shard outgrown (OutgrewTraining) starts one background thread (MaybeStartTraining), which
 // trains a codebook on a seeded sample of the live documents' vectors, encodes every live document
-// into a new centroid index and code generation while writes go on, then holds the write path
+// into a new centroid index and code generation while writes go on (waiting once they run
+// kMaxTrainingLagDocuments ahead of the encoding: WaitForTrainingLag), then holds the write path
 // (encode_mu_, then apply_mu_ once every committed write is applied) to catch up, commit the
 // generation and swap the index in; and again while the shard has outgrown what it trained on.
 // The trainings' outcomes are logged and counted for ShardStats. A closing shard abandons its
@@ -85,13 +86,21 @@ void Shard::TrainingThread() {
     // On failure stage 1 stays as it was; the next write that finds the shard outgrown tries again.
     const absl::Status status = TrainAndReport();
     MutexLock lock(&apply_mu_);
+    // Whatever became of the training, writes no longer wait for it.
+    training_encoded_through_ = kNoTrainingLag;
+    applied_.SignalAll();
     // Writes that found the shard outgrown while this training ran did not start another (one
     // runs at a time), and once ingest has ended no write comes to notice: check here.
     if (status.ok() && trained_vectors_ > 0 && OutgrewTraining()) continue;
     training_ = false;
-    applied_.SignalAll();
     return;
   }
+}
+
+void Shard::SetTrainingEncodedThrough(uint64_t iid) {
+  MutexLock lock(&apply_mu_);
+  training_encoded_through_ = iid;
+  applied_.SignalAll();
 }
 
 absl::Status Shard::EncodeDocuments(absl::Span<const uint64_t> iids, CentroidIndex* index,
@@ -192,24 +201,32 @@ absl::Status Shard::Train(TrainingRun* run) {
       std::make_shared<CentroidIndex>(std::move(codebook), schema_.candidates.rerank_from_codes);
 
   // 2. Encode every live document into the new index and generation, while writes go on against
-  // the old index. Removals delete codes of both generations from now on.
+  // the old index, at most kMaxTrainingLagDocuments ahead of the encoding (iids ascend with the
+  // writes: the first pass covers every document written before it). Removals delete codes of
+  // both generations from now on.
   if (generation > 1) {
     store_->SetCodeGenerations({generation - 1, generation});
   } else {
     store_->SetCodeGenerations({generation});
   }
-  uint64_t covered = 0;
+  uint64_t covered = iids.back();
+  SetTrainingEncodedThrough(covered);
   std::vector<uint64_t> pending = std::move(iids);
-  do {
+  for (int round = 0; round <= kFreeCatchUpRounds; ++round) {
     for (size_t start = 0; start < pending.size(); start += kEncodeBatchDocuments) {
+      const absl::Span<const uint64_t> batch =
+          absl::MakeConstSpan(pending).subspan(start, kEncodeBatchDocuments);
       std::vector<std::pair<uint64_t, std::string>> codes;
-      TESSERA_RETURN_IF_ERROR(EncodeDocuments(
-          absl::MakeConstSpan(pending).subspan(start, kEncodeBatchDocuments), index.get(), &codes));
+      TESSERA_RETURN_IF_ERROR(EncodeDocuments(batch, index.get(), &codes));
       TESSERA_RETURN_IF_ERROR(store_->PutCodes(generation, codes, {}));
+      if (batch.back() > covered) {
+        covered = batch.back();
+        SetTrainingEncodedThrough(covered);
+      }
     }
-    if (!pending.empty()) covered = std::max(covered, pending.back());
     pending = live_.LiveIidsAbove(covered);
-  } while (pending.size() >= kCatchUpDocuments);
+    if (pending.size() < kCatchUpDocuments) break;
+  }
   std::function<void()> hook;
   {
     MutexLock lock(&apply_mu_);
