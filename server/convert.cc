@@ -357,6 +357,12 @@ void StatsToProto(const CollectionStats& stats, v1::CollectionStats* out) {
   out->set_resident_bytes(stats.resident_bytes);
   out->set_candidate_bytes(stats.candidate_bytes);
   out->set_training_shards(stats.training_shards);
+  out->set_rerank_segments(stats.rerank_segments);
+  out->set_rerank_segment_bytes(stats.rerank_segment_bytes);
+  out->set_rerank_unflushed_bytes(stats.rerank_unflushed_bytes);
+  out->set_code_segments(stats.code_segments);
+  out->set_code_segment_bytes(stats.code_segment_bytes);
+  out->set_code_unflushed_bytes(stats.code_unflushed_bytes);
   out->set_vectors_per_document(stats.vectors_per_document);
   out->set_disk_bytes_per_original_token(stats.disk_bytes_per_original_token);
   out->set_disk_bytes_per_rerank_vector(stats.disk_bytes_per_rerank_vector);
@@ -373,6 +379,12 @@ CollectionStats StatsFromProto(const v1::CollectionStats& proto) {
   stats.resident_bytes = static_cast<int64_t>(proto.resident_bytes());
   stats.candidate_bytes = static_cast<int64_t>(proto.candidate_bytes());
   stats.training_shards = static_cast<int>(proto.training_shards());
+  stats.rerank_segments = static_cast<int64_t>(proto.rerank_segments());
+  stats.rerank_segment_bytes = static_cast<int64_t>(proto.rerank_segment_bytes());
+  stats.rerank_unflushed_bytes = static_cast<int64_t>(proto.rerank_unflushed_bytes());
+  stats.code_segments = static_cast<int64_t>(proto.code_segments());
+  stats.code_segment_bytes = static_cast<int64_t>(proto.code_segment_bytes());
+  stats.code_unflushed_bytes = static_cast<int64_t>(proto.code_unflushed_bytes());
   stats.vectors_per_document = proto.vectors_per_document();
   stats.disk_bytes_per_original_token = proto.disk_bytes_per_original_token();
   stats.disk_bytes_per_rerank_vector = proto.disk_bytes_per_rerank_vector();

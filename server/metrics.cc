@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -176,12 +177,25 @@ std::string Metrics::Render() const {
 
   // Per collection: one family at a time, every collection's sample in it.
   if (collections_.empty()) return out;
+  using Value = std::function<double(const CollectionStats&)>;
   const auto family = [&](absl::string_view name, absl::string_view type, absl::string_view help,
-                          const std::function<double(const CollectionStats&)>& value) {
+                          const Value& value) {
     AppendHeader(&out, name, type, help);
     for (const auto& [collection, stats] : collections_) {
       absl::StrAppend(&out, name, "{collection=\"", LabelValue(collection), "\"} ",
                       FormatValue(value(stats)), "\n");
+    }
+  };
+  // A family with a second label: per collection, one sample per value of `label`.
+  const auto labelled_family = [&](absl::string_view name, absl::string_view type,
+                                   absl::string_view help, absl::string_view label,
+                                   const std::vector<std::pair<absl::string_view, Value>>& values) {
+    AppendHeader(&out, name, type, help);
+    for (const auto& [collection, stats] : collections_) {
+      for (const auto& [label_value, value] : values) {
+        absl::StrAppend(&out, name, "{collection=\"", LabelValue(collection), "\",", label, "=\"",
+                        LabelValue(label_value), "\"} ", FormatValue(value(stats)), "\n");
+      }
     }
   };
   family("tessera_documents", "gauge", "Live documents per collection.",
@@ -197,17 +211,38 @@ std::string Metrics::Render() const {
   family("tessera_disk_bytes_per_original_token", "gauge",
          "Disk bytes per original token the collection holds.",
          [](const CollectionStats& s) { return s.disk_bytes_per_original_token; });
+  // The shards' append-once segment files (part of the disk bytes), kind "rerank" for the fp16
+  // rerank rows and "codes" for the centroid codes (rerank_from_codes).
+  labelled_family(
+      "tessera_segment_files", "gauge", "Segment files of the collection's shards, by kind.",
+      "kind",
+      {{"rerank", [](const CollectionStats& s) { return static_cast<double>(s.rerank_segments); }},
+       {"codes", [](const CollectionStats& s) { return static_cast<double>(s.code_segments); }}});
+  labelled_family(
+      "tessera_segment_bytes", "gauge", "Bytes the collection's segment files occupy, by kind.",
+      "kind",
+      {{"rerank",
+        [](const CollectionStats& s) { return static_cast<double>(s.rerank_segment_bytes); }},
+       {"codes",
+        [](const CollectionStats& s) { return static_cast<double>(s.code_segment_bytes); }}});
+  labelled_family(
+      "tessera_unflushed_bytes", "gauge",
+      "Bytes of values still in RocksDB, waiting for the next flush into a segment file, by kind.",
+      "kind",
+      {{"rerank",
+        [](const CollectionStats& s) { return static_cast<double>(s.rerank_unflushed_bytes); }},
+       {"codes",
+        [](const CollectionStats& s) { return static_cast<double>(s.code_unflushed_bytes); }}});
   family("tessera_training_shards", "gauge",
          "Shards of the collection training a centroid index now.",
          [](const CollectionStats& s) { return static_cast<double>(s.training_shards); });
-  AppendHeader(&out, "tessera_trainings_total", "counter",
-               "Centroid trainings of the collection's shards since it opened, by outcome.");
-  for (const auto& [collection, stats] : collections_) {
-    absl::StrAppend(&out, "tessera_trainings_total{collection=\"", LabelValue(collection),
-                    "\",outcome=\"completed\"} ", stats.trainings_completed, "\n",
-                    "tessera_trainings_total{collection=\"", LabelValue(collection),
-                    "\",outcome=\"failed\"} ", stats.trainings_failed, "\n");
-  }
+  labelled_family(
+      "tessera_trainings_total", "counter",
+      "Centroid trainings of the collection's shards since it opened, by outcome.", "outcome",
+      {{"completed",
+        [](const CollectionStats& s) { return static_cast<double>(s.trainings_completed); }},
+       {"failed",
+        [](const CollectionStats& s) { return static_cast<double>(s.trainings_failed); }}});
   family("tessera_last_training_seconds", "gauge",
          "How long the collection's most recent training ran (0: none since it opened).",
          [](const CollectionStats& s) { return s.last_training_seconds; });

@@ -207,6 +207,43 @@ TEST_F(MetricsTest, TrainingFamiliesPerCollection) {
                                      "tessera_last_training_seconds{collection=\"beta\"} 0"));
 }
 
+// The segment families: per collection, one sample per kind, each the collection's own figure;
+// alpha's rows wait in RocksDB until Snapshot (the Flush RPC) writes them to segment files.
+TEST_F(MetricsTest, SegmentFamiliesPerCollectionAndKind) {
+  auto alpha = engine_->GetCollection("alpha");
+  ASSERT_TRUE(alpha.ok());
+  const auto samples = [](const std::string& name, int64_t alpha_rerank, int64_t alpha_codes) {
+    return ::testing::ElementsAre(
+        absl::StrCat(name, "{collection=\"alpha\",kind=\"rerank\"} ", alpha_rerank),
+        absl::StrCat(name, "{collection=\"alpha\",kind=\"codes\"} ", alpha_codes),
+        absl::StrCat(name, "{collection=\"beta\",kind=\"rerank\"} 0"),
+        absl::StrCat(name, "{collection=\"beta\",kind=\"codes\"} 0"));
+  };
+  std::string text = metrics_.Render();
+  for (const char* family :
+       {"tessera_segment_files", "tessera_segment_bytes", "tessera_unflushed_bytes"}) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("# TYPE ", family, " gauge\n")));
+  }
+  const CollectionStats before = (*alpha)->Stats();
+  ASSERT_GT(before.rerank_unflushed_bytes, 0) << "5 documents' rerank rows wait in RocksDB";
+  EXPECT_THAT(Samples(text, "tessera_segment_files"), samples("tessera_segment_files", 0, 0));
+  EXPECT_THAT(Samples(text, "tessera_segment_bytes"), samples("tessera_segment_bytes", 0, 0));
+  EXPECT_THAT(Samples(text, "tessera_unflushed_bytes"),
+              samples("tessera_unflushed_bytes", before.rerank_unflushed_bytes, 0));
+
+  ASSERT_TRUE((*alpha)->Snapshot().ok());
+  metrics_.SetCollections(*engine_);
+  text = metrics_.Render();
+  const CollectionStats after = (*alpha)->Stats();
+  ASSERT_GE(after.rerank_segments, 1);
+  ASSERT_GT(after.rerank_segment_bytes, 0);
+  EXPECT_THAT(Samples(text, "tessera_segment_files"),
+              samples("tessera_segment_files", after.rerank_segments, 0));
+  EXPECT_THAT(Samples(text, "tessera_segment_bytes"),
+              samples("tessera_segment_bytes", after.rerank_segment_bytes, 0));
+  EXPECT_THAT(Samples(text, "tessera_unflushed_bytes"), samples("tessera_unflushed_bytes", 0, 0));
+}
+
 // A dropped collection's samples were kept (and reported) until the server restarted.
 TEST_F(MetricsTest, ADroppedCollectionsSamplesGoWithIt) {
   EXPECT_THAT(metrics_.Render(), HasSubstr("collection=\"beta\""));

@@ -701,6 +701,14 @@ class Cli {
          << "\n";
     out_ << absl::StrFormat("  candidate memory    %s bytes\n",
                             WithThousands(stats.candidate_bytes()));
+    out_ << absl::StrFormat("  rerank segments     %s files, %s bytes (%s bytes unflushed)\n",
+                            WithThousands(stats.rerank_segments()),
+                            WithThousands(stats.rerank_segment_bytes()),
+                            WithThousands(stats.rerank_unflushed_bytes()));
+    out_ << absl::StrFormat("  code segments       %s files, %s bytes (%s bytes unflushed)\n",
+                            WithThousands(stats.code_segments()),
+                            WithThousands(stats.code_segment_bytes()),
+                            WithThousands(stats.code_unflushed_bytes()));
   }
 
   const ParsedArgs& args_;
@@ -1600,6 +1608,12 @@ Json StatsToJson(const std::string& collection, const v1::CollectionStats& stats
   json["resident_bytes"] = stats.resident_bytes();
   json["candidate_bytes"] = stats.candidate_bytes();
   json["training_shards"] = stats.training_shards();
+  json["rerank_segments"] = stats.rerank_segments();
+  json["rerank_segment_bytes"] = stats.rerank_segment_bytes();
+  json["rerank_unflushed_bytes"] = stats.rerank_unflushed_bytes();
+  json["code_segments"] = stats.code_segments();
+  json["code_segment_bytes"] = stats.code_segment_bytes();
+  json["code_unflushed_bytes"] = stats.code_unflushed_bytes();
   return json;
 }
 

@@ -481,12 +481,20 @@ TEST(JsonOutput, Stats) {
   stats.set_resident_bytes(614400);
   stats.set_candidate_bytes(98304);
   stats.set_training_shards(1);
+  stats.set_rerank_segments(2);
+  stats.set_rerank_segment_bytes(67108864);
+  stats.set_rerank_unflushed_bytes(4096);
+  stats.set_code_segments(3);
+  stats.set_code_segment_bytes(8192);
+  stats.set_code_unflushed_bytes(512);
   EXPECT_EQ(DumpJson(internal::StatsToJson("papers", stats)),
             R"({"collection":"papers","documents":300,"original_tokens":4800,)"
             R"("rerank_vectors":2400,"candidate_vectors":1200,"disk_bytes":123456,)"
             R"("vectors_per_document":8.0,"disk_bytes_per_original_token":25.72,)"
             R"("disk_bytes_per_rerank_vector":51.44,"candidate_indexes":["IDMap2,Flat"],)"
-            R"("resident_bytes":614400,"candidate_bytes":98304,"training_shards":1})");
+            R"("resident_bytes":614400,"candidate_bytes":98304,"training_shards":1,)"
+            R"("rerank_segments":2,"rerank_segment_bytes":67108864,"rerank_unflushed_bytes":4096,)"
+            R"("code_segments":3,"code_segment_bytes":8192,"code_unflushed_bytes":512})");
 }
 
 TEST(TextOutput, SearchTableEscapesIds) {

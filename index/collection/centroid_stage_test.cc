@@ -673,6 +673,21 @@ TEST(CentroidStage, RerankFromCodesScoresTheDecodedVectors) {
   ASSERT_TRUE((*codes)->Snapshot().ok() && (*stored)->Snapshot().ok());
   EXPECT_LT((*codes)->Stats().disk_bytes, 0.6 * (*stored)->Stats().disk_bytes)
       << (*codes)->Stats().disk_bytes << " vs " << (*stored)->Stats().disk_bytes;
+  // Both keep their codes in codes segments once flushed (a centroid id and 48 · 4 / 8 residual
+  // bytes per vector, and the files' framing); only the stored collection keeps fp16 rows in
+  // rerank segments as well (48 · 2 bytes per vector).
+  const CollectionStats codes_stats = (*codes)->Stats();
+  const CollectionStats stored_stats = (*stored)->Stats();
+  for (const CollectionStats* stats : {&codes_stats, &stored_stats}) {
+    EXPECT_GE(stats->code_segments, 1);
+    EXPECT_GE(stats->code_segment_bytes, stats->rerank_vectors * (4 + kDim * 4 / 8));
+    EXPECT_EQ(stats->code_unflushed_bytes, 0);
+    EXPECT_EQ(stats->rerank_unflushed_bytes, 0);
+  }
+  EXPECT_GE(stored_stats.rerank_segments, 1);
+  EXPECT_GE(stored_stats.rerank_segment_bytes, stored_stats.rerank_vectors * kDim * 2);
+  EXPECT_LT(codes_stats.rerank_segment_bytes, stored_stats.rerank_segment_bytes / 4)
+      << "only the first document's rows, written before the codebook";
 
   // Deleted documents are gone; a reopen serves the same decoded vectors.
   ASSERT_TRUE((*codes)->Delete({documents[5].id}).ok());

@@ -595,6 +595,75 @@ TEST(CollectionDurability, ReopenAndSnapshotLossGiveIdenticalResults) {
   check("snapshot truncated");
 }
 
+// The segment figures are the store's files: before a flush (the 64 MiB threshold is far off) the
+// fp16 rerank rows all wait in RocksDB and there is no segment; Snapshot flushes them into
+// rerank-*.seg files whose sizes on disk add up to rerank_segment_bytes; later writes wait again.
+TEST(CollectionStats, SegmentFiguresAreTheFilesOnDisk) {
+  TempDir dir;
+  const int64_t dim = 16;
+  Corpus corpus(dim, 41);
+  auto engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  CollectionSchema schema = Schema("segments", dim);
+  schema.num_shards = 2;
+  auto collection = (*engine)->CreateCollection(schema);
+  ASSERT_TRUE(collection.ok()) << collection.status();
+  ASSERT_FALSE(schema.candidates.rerank_from_codes) << "the exact mode: fp16 rerank rows";
+  std::vector<Document> documents;
+  for (int d = 0; d < 80; ++d) documents.push_back(corpus.Make(absl::StrCat("d", d), 6 + d % 9));
+  ExpectAllOk((*collection)->Upsert(documents));
+  // The rerank-*.seg files under the collection's shard directories: how many, their sizes.
+  const auto files_on_disk = [&](int64_t* count, int64_t* bytes) {
+    *count = 0;
+    *bytes = 0;
+    for (const auto& entry : fs::recursive_directory_iterator(dir.path())) {
+      const std::string name = entry.path().filename().string();
+      if (entry.is_regular_file() && name.rfind("rerank-", 0) == 0 && name.size() > 4 &&
+          name.compare(name.size() - 4, 4, ".seg") == 0) {
+        ++*count;
+        *bytes += static_cast<int64_t>(entry.file_size());
+      }
+    }
+  };
+  int64_t files = -1, bytes = -1;
+
+  const CollectionStats before = (*collection)->Stats();
+  ASSERT_GT(before.rerank_vectors, 0);
+  EXPECT_EQ(before.rerank_segments, 0);
+  EXPECT_EQ(before.rerank_segment_bytes, 0);
+  EXPECT_EQ(before.rerank_unflushed_bytes, before.rerank_vectors * dim * 2)
+      << "every stored fp16 row, " << before.rerank_vectors << " rows of " << dim;
+  files_on_disk(&files, &bytes);
+  EXPECT_EQ(files, 0);
+
+  ASSERT_TRUE((*collection)->Snapshot().ok());
+  const CollectionStats flushed = (*collection)->Stats();
+  files_on_disk(&files, &bytes);
+  EXPECT_GE(flushed.rerank_segments, 1);
+  EXPECT_EQ(flushed.rerank_segments, files);
+  EXPECT_GT(flushed.rerank_segment_bytes, 0);
+  EXPECT_EQ(flushed.rerank_segment_bytes, bytes);
+  EXPECT_GE(flushed.rerank_segment_bytes, before.rerank_unflushed_bytes) << "the rows and more";
+  EXPECT_EQ(flushed.rerank_unflushed_bytes, 0);
+  EXPECT_LE(flushed.rerank_segment_bytes, flushed.disk_bytes);
+  // No codes in the exact mode.
+  for (const CollectionStats& stats : {before, flushed}) {
+    EXPECT_EQ(stats.code_segments, 0);
+    EXPECT_EQ(stats.code_segment_bytes, 0);
+    EXPECT_EQ(stats.code_unflushed_bytes, 0);
+  }
+
+  // A later write waits in RocksDB for the next flush; the segments stay as they are.
+  const Document late = corpus.Make("late", 8);
+  ExpectAllOk((*collection)->Upsert({late}));
+  const CollectionStats after = (*collection)->Stats();
+  EXPECT_EQ(after.rerank_segments, flushed.rerank_segments);
+  EXPECT_EQ(after.rerank_segment_bytes, flushed.rerank_segment_bytes);
+  EXPECT_EQ(after.rerank_unflushed_bytes,
+            (after.rerank_vectors - flushed.rerank_vectors) * dim * 2);
+  EXPECT_GT(after.rerank_unflushed_bytes, 0);
+}
+
 // Resident rerank vectors (none, part of the collection, all of it) give the results of brute
 // force over Get() through upserts, replacements, deletes and a reopen, and the budget is kept.
 TEST(CollectionSearch, ResidentRerankVectorsEqualStoredOnes) {

@@ -1,8 +1,9 @@
 """What the real tessera-server shows of itself (issue 32, items 5, 9 and 10): a centroid training
 logged as structured JSON lines (start and end, with the shard, vectors, centroids and seconds) and
 counted in /metrics; a /metrics text that promtool accepts (skipped without promtool, which Debian's
-prometheus package ships); per-collection samples that go when the collection is dropped; and disk
-figures that count what the collection's files occupy (preallocated space included)."""
+prometheus package ships); per-collection samples that go when the collection is dropped; disk
+figures that count what the collection's files occupy (preallocated space included); and the
+segment figures, which are the segment files on disk."""
 
 import json
 import os
@@ -90,6 +91,51 @@ class ObservabilityTest(e2e_util.ServerTestCase):
         self.assertAlmostEqual(
             float(self.sample(text, "tessera_last_training_seconds", collection="trained")),
             float(finished[0]["seconds"]), delta=0.0006)
+
+    def test_segment_figures_are_the_files(self):
+        """collection_info's segment figures and their gauges: before a flush the rows wait in
+        RocksDB (the 64 MiB threshold is far off) and there is no segment file; after it the
+        rerank-*.seg files' count and sizes, nothing unflushed. No codes without a codebook."""
+        with self.server.client() as client:
+            client.create_collection("segmented", dim=8, num_shards=2)
+            rng = np.random.default_rng(11)
+            docs = [(f"d{i}", e2e_util.normalized(rng, 12, 8)) for i in range(40)]
+            self.assertTrue(all(r.ok for r in client.upsert("segmented", docs)))
+
+            def check(stats, segments, segment_bytes, unflushed):
+                self.assertEqual(stats["rerank_segments"], segments, stats)
+                self.assertEqual(stats["rerank_segment_bytes"], segment_bytes, stats)
+                self.assertEqual(stats["rerank_unflushed_bytes"], unflushed, stats)
+                for field in ("code_segments", "code_segment_bytes", "code_unflushed_bytes"):
+                    self.assertEqual(stats[field], 0, field)
+                text = self.server.metrics()
+                for name, rerank in (("tessera_segment_files", segments),
+                                     ("tessera_segment_bytes", segment_bytes),
+                                     ("tessera_unflushed_bytes", unflushed)):
+                    self.assertEqual(self.sample(text, name, collection="segmented",
+                                                 kind="rerank"), str(rerank), text)
+                    self.assertEqual(self.sample(text, name, collection="segmented",
+                                                 kind="codes"), "0", text)
+
+            def files():
+                collections = os.path.join(self.server.data_dir, "collections")
+                sizes = []
+                for d in os.listdir(collections):
+                    if not d.startswith("segmented@"):
+                        continue
+                    for root, _, names in os.walk(os.path.join(collections, d)):
+                        sizes += [os.path.getsize(os.path.join(root, name)) for name in names
+                                  if name.startswith("rerank-") and name.endswith(".seg")]
+                return sizes
+
+            stats = client.collection_info("segmented")["stats"]
+            self.assertGreater(stats["rerank_unflushed_bytes"], 0, stats)
+            self.assertEqual(files(), [])
+            check(stats, 0, 0, stats["rerank_unflushed_bytes"])
+            client.flush("segmented")
+            sizes = files()
+            self.assertGreaterEqual(len(sizes), 1)
+            check(client.collection_info("segmented")["stats"], len(sizes), sum(sizes), 0)
 
     def test_metrics_pass_promtool_and_follow_drops(self):
         with self.server.client() as client:

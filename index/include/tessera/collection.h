@@ -369,6 +369,16 @@ struct CollectionStats {
   int64_t trainings_failed = 0;
   // How long the shards' most recent training (finished or failed) ran; 0 before the first.
   double last_training_seconds = 0;
+  // The shards' segment files: the stored fp16 rerank rows, and (for rerank_from_codes) the
+  // centroid codes of every generation, moved out of RocksDB into append-once files once a shard's
+  // unflushed values pass the store's flush threshold (64 MiB) and on Snapshot (the Flush RPC).
+  // Included in disk_bytes.
+  int64_t rerank_segments = 0;         // rerank segment files
+  int64_t rerank_segment_bytes = 0;    // bytes those files occupy (their sizes)
+  int64_t rerank_unflushed_bytes = 0;  // bytes of rerank rows in RocksDB until the next flush
+  int64_t code_segments = 0;           // codes segment files
+  int64_t code_segment_bytes = 0;      // bytes those files occupy (their sizes)
+  int64_t code_unflushed_bytes = 0;    // bytes of codes in RocksDB until the next flush
 };
 
 // Thread-safe: upserts, deletes, gets and searches may run concurrently; a write is visible to

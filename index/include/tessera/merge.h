@@ -49,10 +49,10 @@ int64_t HybridLaneDepth(const SearchOptions& options, int64_t max_depth);
 
 // The statistics of the one collection from its parts' (a collection's shards, a router's shard
 // nodes): AddStats sums each part's counts (documents, tokens, vectors, bytes, training shards,
-// trainings completed and failed) into `total` and appends its candidate_indexes; once every part
-// is in, SetStatsRatios derives the ratios from the sums (0 where the divisor is 0).
-// last_training_seconds is the most recent training's, which only the caller can tell: AddStats
-// leaves it alone.
+// trainings completed and failed, segment files) into `total` and appends its candidate_indexes;
+// once every part is in, SetStatsRatios derives the ratios from the sums (0 where the divisor is
+// 0). last_training_seconds is the most recent training's, which only the caller can tell:
+// AddStats leaves it alone.
 void AddStats(const CollectionStats& part, CollectionStats* total);
 void SetStatsRatios(CollectionStats* stats);
 
