@@ -119,7 +119,7 @@ void Shard::WaitForTrainingLag() {
   MutexLock lock(&apply_mu_);
   while (training_encoded_through_ != kNoTrainingLag &&
          last_applied_iid_ > training_encoded_through_ &&
-         last_applied_iid_ - training_encoded_through_ > kMaxTrainingLagDocuments &&
+         last_applied_iid_ - training_encoded_through_ > training_allowed_lag_ &&
          !stopping_.load(std::memory_order_acquire)) {
     applied_.Wait(&apply_mu_);
   }

@@ -14,12 +14,12 @@
 // - CentroidStage1, the CentroidIndex over the rerank vectors themselves (centroid id + residual
 //   code each), once the shard holds CandidateSpec::centroid_min_vectors rerank vectors (factory
 //   "auto"). Training runs on a background thread: it trains a codebook on a sample, encodes every
-//   live document into a new index while writes go on (at most kMaxTrainingLagDocuments ahead of
-//   it: further writes wait), then — holding the write path for the few documents written meanwhile
-//   — catches up and swaps the new index in. The shard retrains the same way once it holds
-//   kRetrainGrowth (4) times the vectors its codebook was trained on, or once its size calls for
-//   more centroids than its codebook has (DefaultNumCentroids). A shard never goes back to the
-//   candidate index; documents written with the centroid index carry codes and no candidate
+//   live document into a new index while writes go on (further writes wait once they run too far
+//   ahead of it: kMaxTrainingLagDocuments), then — holding the write path for the few documents
+//   written meanwhile — catches up and swaps the new index in. The shard retrains the same way once
+//   it holds kRetrainGrowth (4) times the vectors its codebook was trained on, or once its size
+//   calls for more centroids than its codebook has (DefaultNumCentroids). A shard never goes back
+//   to the candidate index; documents written with the centroid index carry codes and no candidate
 //   vectors, and the switch deletes those of the documents written before.
 // Which one a shard opens with, and the training that replaces it, are the only places that name
 // an implementation. A write derives its payload while it holds the write path shared (encode_mu_),
@@ -182,19 +182,22 @@ struct ShardWrite {
 // 9 minutes past it). 4× also bounds how far the data can drift from the sample.
 inline constexpr int64_t kRetrainGrowth = 4;
 
-// How far writes may run ahead of a training: once this many documents were written past the
-// last one the training has encoded into its new index, a write waits (Apply, before it encodes)
-// until the training has encoded more, or ended. Without a bound a training whose encoding is
-// slower than the ingest chased it: on a 3M-document build the training that started at ~1.05M
-// documents (65,536 centroids) was still catching up at 2.32M, with the old and the new index both
-// growing, until the process ran out of memory. The bound keeps the catch-up that holds the write
-// path to at most this many documents' encoding, and the two indexes side by side to the shard's
-// size when the training started plus this many documents. A write stall, as RocksDB stalls
-// writes when its compactions fall behind; ingest through the same cores loses no throughput.
+// How far writes may run ahead of a training's encoding into its new index: a write that finds
+// more documents than this written past the last one the training has encoded waits (Apply,
+// before it encodes) until the training has encoded more, or ended. During the training's first
+// pass over the shard's documents the bound is a quarter of those documents, when that is more
+// (writes at a moderate rate then never wait); in the catch-up rounds after it, this. Without a
+// bound a training whose encoding is slower than the ingest chased it: on a 3M-document build the
+// training that started at ~1.05M documents (65,536 centroids) was still catching up at 2.32M,
+// with the old and the new index both growing, until the process ran out of memory. The bound
+// keeps the two indexes side by side to 1.25 × the shard's size when the training started, and
+// the catch-up that holds the write path to about this many documents' encoding. A write stall,
+// as RocksDB stalls writes when its compactions fall behind; an ingest on the same cores loses no
+// throughput (the training's encoding is work it waits for either way).
 inline constexpr uint64_t kMaxTrainingLagDocuments = 8192;
 // Catch-up rounds a training runs without holding the write path after its first pass over the
-// shard's documents; the documents written meanwhile (at most kMaxTrainingLagDocuments) are then
-// encoded with writes held.
+// shard's documents; the documents written meanwhile (about kMaxTrainingLagDocuments at most) are
+// then encoded with writes held.
 inline constexpr int kFreeCatchUpRounds = 4;
 
 class Shard {
@@ -384,7 +387,7 @@ class Shard {
 
   // The write path and the reads (shard.cc).
   Stage1 CurrentStage1() const ABSL_LOCKS_EXCLUDED(state_mu_);
-  // Waits while a training lags the writes by more than kMaxTrainingLagDocuments (see there).
+  // Waits while a training lags the writes by more than it allows (see kMaxTrainingLagDocuments).
   void WaitForTrainingLag() ABSL_LOCKS_EXCLUDED(apply_mu_);
   // OK, or the INTERNAL error a failed shard answers with.
   absl::Status FailedStatus() const ABSL_LOCKS_EXCLUDED(state_mu_);
@@ -430,9 +433,10 @@ class Shard {
   absl::Status TrainAndReport();
   // Logs "training started" once it knows the sizes, which it sets in *run.
   absl::Status Train(TrainingRun* run);
-  // Records that the running training has encoded every live document up to `iid` (a write
-  // waiting in WaitForTrainingLag may go on), or with kNoTrainingLag that no training encodes.
-  void SetTrainingEncodedThrough(uint64_t iid) ABSL_LOCKS_EXCLUDED(apply_mu_);
+  // Records that the running training has encoded every live document up to `iid` and that
+  // writes may run `allowed_lag` documents ahead of it (a write waiting in WaitForTrainingLag may
+  // go on).
+  void SetTrainingLag(uint64_t iid, uint64_t allowed_lag) ABSL_LOCKS_EXCLUDED(apply_mu_);
   // Encodes the given live documents (read from memory or the store) into `index`, and their
   // codes into `codes`; documents no longer stored are skipped.
   absl::Status EncodeDocuments(absl::Span<const uint64_t> iids, CentroidIndex* index,
@@ -463,11 +467,13 @@ class Shard {
   // Rerank vectors the current codebook was trained on (0: no codebook).
   int64_t trained_vectors_ ABSL_GUARDED_BY(apply_mu_) = 0;
   // The highest iid ApplyDerived has applied, and, while a training encodes documents into its
-  // new index, the highest iid it has encoded (kNoTrainingLag otherwise): Apply waits on applied_
-  // while the first passes the second by more than kMaxTrainingLagDocuments.
+  // new index, the highest iid it has encoded (kNoTrainingLag otherwise) and how many documents
+  // writes may run ahead of it: Apply waits on applied_ while the first passes the second by more
+  // than the third (see kMaxTrainingLagDocuments).
   static constexpr uint64_t kNoTrainingLag = ~uint64_t{0};
   uint64_t last_applied_iid_ ABSL_GUARDED_BY(apply_mu_) = 0;
   uint64_t training_encoded_through_ ABSL_GUARDED_BY(apply_mu_) = kNoTrainingLag;
+  uint64_t training_allowed_lag_ ABSL_GUARDED_BY(apply_mu_) = kMaxTrainingLagDocuments;
   std::function<void()> training_hook_ ABSL_GUARDED_BY(apply_mu_);
   absl::Status index_fault_ ABSL_GUARDED_BY(apply_mu_);  // FailNextIndexUpdateForTesting
 

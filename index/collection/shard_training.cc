@@ -1,9 +1,9 @@
 // Shard, part 2 of 3: the lifecycle of the centroid training (see shard.h). A write that finds
 // the shard outgrown (OutgrewTraining) starts one background thread (MaybeStartTraining), which
 // trains a codebook on a seeded sample of the live documents' vectors, encodes every live document
-// into a new centroid index and code generation while writes go on (waiting once they run
-// kMaxTrainingLagDocuments ahead of the encoding: WaitForTrainingLag), then holds the write path
-// (encode_mu_, then apply_mu_ once every committed write is applied) to catch up, commit the
+// into a new centroid index and code generation while writes go on (waiting once they run too
+// far ahead of the encoding: kMaxTrainingLagDocuments, WaitForTrainingLag), then holds the write
+// path (encode_mu_, then apply_mu_ once every committed write is applied) to catch up, commit the
 // generation and swap the index in; and again while the shard has outgrown what it trained on.
 // The trainings' outcomes are logged and counted for ShardStats. A closing shard abandons its
 // training (CANCELLED between batches); a failed one leaves stage 1 as it was.
@@ -88,6 +88,7 @@ void Shard::TrainingThread() {
     MutexLock lock(&apply_mu_);
     // Whatever became of the training, writes no longer wait for it.
     training_encoded_through_ = kNoTrainingLag;
+    training_allowed_lag_ = kMaxTrainingLagDocuments;
     applied_.SignalAll();
     // Writes that found the shard outgrown while this training ran did not start another (one
     // runs at a time), and once ingest has ended no write comes to notice: check here.
@@ -97,9 +98,10 @@ void Shard::TrainingThread() {
   }
 }
 
-void Shard::SetTrainingEncodedThrough(uint64_t iid) {
+void Shard::SetTrainingLag(uint64_t iid, uint64_t allowed_lag) {
   MutexLock lock(&apply_mu_);
   training_encoded_through_ = iid;
+  training_allowed_lag_ = allowed_lag;
   applied_.SignalAll();
 }
 
@@ -201,18 +203,19 @@ absl::Status Shard::Train(TrainingRun* run) {
       std::make_shared<CentroidIndex>(std::move(codebook), schema_.candidates.rerank_from_codes);
 
   // 2. Encode every live document into the new index and generation, while writes go on against
-  // the old index, at most kMaxTrainingLagDocuments ahead of the encoding (iids ascend with the
-  // writes: the first pass covers every document written before it). Removals delete codes of
-  // both generations from now on.
+  // the old index, a bounded number of documents ahead of the encoding (kMaxTrainingLagDocuments;
+  // iids ascend with the writes, so the first pass covers every document written before it).
+  // Removals delete codes of both generations from now on.
   if (generation > 1) {
     store_->SetCodeGenerations({generation - 1, generation});
   } else {
     store_->SetCodeGenerations({generation});
   }
   uint64_t covered = iids.back();
-  SetTrainingEncodedThrough(covered);
+  SetTrainingLag(covered, std::max<uint64_t>(kMaxTrainingLagDocuments, iids.size() / 4));
   std::vector<uint64_t> pending = std::move(iids);
   for (int round = 0; round <= kFreeCatchUpRounds; ++round) {
+    if (round == 1) SetTrainingLag(covered, kMaxTrainingLagDocuments);
     for (size_t start = 0; start < pending.size(); start += kEncodeBatchDocuments) {
       const absl::Span<const uint64_t> batch =
           absl::MakeConstSpan(pending).subspan(start, kEncodeBatchDocuments);
@@ -221,7 +224,7 @@ absl::Status Shard::Train(TrainingRun* run) {
       TESSERA_RETURN_IF_ERROR(store_->PutCodes(generation, codes, {}));
       if (batch.back() > covered) {
         covered = batch.back();
-        SetTrainingEncodedThrough(covered);
+        SetTrainingLag(covered, kMaxTrainingLagDocuments);
       }
     }
     pending = live_.LiveIidsAbove(covered);
