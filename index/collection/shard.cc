@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "index/collection/shard_internal.h"
 #include "index/common/file_io.h"
 #include "index/common/thread_pool.h"
@@ -72,6 +73,10 @@ Shard::Shard(std::string dir, const CollectionSchema& schema, std::unique_ptr<Sh
 
 Shard::~Shard() {
   stopping_.store(true, std::memory_order_release);
+  {
+    MutexLock lock(&apply_mu_);
+    applied_.SignalAll();  // a write waiting in WaitForTrainingLag
+  }
   if (trainer_.joinable()) trainer_.join();
 }
 
@@ -117,19 +122,21 @@ int Shard::DefaultNumCandidates(int k) const {
 
 void Shard::WaitForTrainingLag() {
   MutexLock lock(&apply_mu_);
+  const absl::Time deadline = absl::Now() + kMaxTrainingStall;
   while (training_encoded_through_ != kNoTrainingLag &&
          last_applied_iid_ > training_encoded_through_ &&
          last_applied_iid_ - training_encoded_through_ > training_allowed_lag_ &&
          !stopping_.load(std::memory_order_acquire)) {
-    applied_.Wait(&apply_mu_);
+    if (applied_.WaitWithTimeout(&apply_mu_, deadline - absl::Now())) return;
   }
 }
 
 absl::StatusOr<WriteResult> Shard::Apply(std::vector<ShardWrite> upserts,
                                          const std::vector<std::string>& deletes) {
-  TESSERA_RETURN_IF_ERROR(FailedStatus());
-  // Before the write path is taken: a training's last catch-up takes it exclusively.
+  // Before the write path is taken (a training's last catch-up takes it exclusively), and before
+  // the failure check, which a long wait could otherwise outdate.
   if (!upserts.empty()) WaitForTrainingLag();
+  TESSERA_RETURN_IF_ERROR(FailedStatus());
   // What indexing needs, kept before the store takes ownership of the writes.
   std::vector<LiveDocument> documents;
   std::vector<Stage1Payload> payloads;

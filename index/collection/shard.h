@@ -103,6 +103,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "index/centroid/centroid_index.h"
 #include "index/centroid/code_maxsim.h"
@@ -184,17 +185,22 @@ inline constexpr int64_t kRetrainGrowth = 4;
 
 // How far writes may run ahead of a training's encoding into its new index: a write that finds
 // more documents than this written past the last one the training has encoded waits (Apply,
-// before it encodes) until the training has encoded more, or ended. During the training's first
-// pass over the shard's documents the bound is a quarter of those documents, when that is more
-// (writes at a moderate rate then never wait); in the catch-up rounds after it, this. Without a
-// bound a training whose encoding is slower than the ingest chased it: on a 3M-document build the
-// training that started at ~1.05M documents (65,536 centroids) was still catching up at 2.32M,
-// with the old and the new index both growing, until the process ran out of memory. The bound
-// keeps the two indexes side by side to 1.25 × the shard's size when the training started, and
-// the catch-up that holds the write path to about this many documents' encoding. A write stall,
-// as RocksDB stalls writes when its compactions fall behind; an ingest on the same cores loses no
-// throughput (the training's encoding is work it waits for either way).
+// before it encodes) until the training has encoded more or ended, for at most kMaxTrainingStall.
+// During the training's first pass over the shard's documents the bound is a quarter of those
+// documents, when that is more (writes at a moderate rate then never wait); in the catch-up rounds
+// after it, this. Without a bound a training whose encoding is slower than the ingest chased it:
+// on a 3M-document build the training that started at ~1.05M documents (65,536 centroids) was
+// still catching up at 2.32M, with the old and the new index both growing, until the process ran
+// out of memory. A write stall, as RocksDB stalls writes when its compactions fall behind; an
+// ingest on the same cores loses no throughput (the training's encoding is work it waits for
+// either way). The bound is soft: it counts iids applied (an upsert that replaces a document
+// counts too), concurrent writers that pass the check together all go on, and it holds from the
+// end of the codebook's k-means, not from the training's start.
 inline constexpr uint64_t kMaxTrainingLagDocuments = 8192;
+// The longest a write waits for a lagging training before it goes on regardless: a waiting write
+// holds a server worker (shared with searches) and the collection's write side, and the server's
+// shutdown waits for it. A writer is slowed to one batch per this, far below any encoding rate.
+inline constexpr absl::Duration kMaxTrainingStall = absl::Seconds(5);
 // Catch-up rounds a training runs without holding the write path after its first pass over the
 // shard's documents; the documents written meanwhile (about kMaxTrainingLagDocuments at most) are
 // then encoded with writes held.
@@ -387,7 +393,8 @@ class Shard {
 
   // The write path and the reads (shard.cc).
   Stage1 CurrentStage1() const ABSL_LOCKS_EXCLUDED(state_mu_);
-  // Waits while a training lags the writes by more than it allows (see kMaxTrainingLagDocuments).
+  // Waits, at most kMaxTrainingStall, while a training lags the writes by more than it allows (see
+  // kMaxTrainingLagDocuments), or until the shard closes.
   void WaitForTrainingLag() ABSL_LOCKS_EXCLUDED(apply_mu_);
   // OK, or the INTERNAL error a failed shard answers with.
   absl::Status FailedStatus() const ABSL_LOCKS_EXCLUDED(state_mu_);

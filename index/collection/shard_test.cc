@@ -17,6 +17,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -415,51 +416,70 @@ TEST_F(ShardTest, CompactScoringReusesOnlyTheTableOfItsQueryAndCodebook) {
   }
 }
 
-// Writes run at most kMaxTrainingLagDocuments ahead of a training's encoding: held here between
+// Writes run at most kMaxTrainingLagDocuments ahead of a training's catch-up: held here between
 // the training's free catch-up rounds and its last catch-up, the training encodes nothing more, so
-// a writer stops once that many documents wait past it, and goes on when the training ends. All
-// writes land. Without the bound, a training slower than the ingest chased it with both indexes
-// growing (a 3M-document build ran out of memory that way).
+// a writer stops once that many documents wait past it (for up to kMaxTrainingStall per write,
+// longer than this test looks), and goes on when the training ends. All writes land. Without the
+// bound, a training slower than the ingest chased it with both indexes growing (a 3M-document
+// build ran out of memory that way).
 TEST_F(ShardTest, WritesWaitWhileATrainingLagsBehindThem) {
   Open(TrainsAtOnce());
-  std::promise<void> in_hook;
-  std::promise<void> release;
-  std::shared_future<void> released = release.get_future().share();
-  std::atomic<bool> hooked{false};
-  shard_->SetTrainingHookForTesting([&in_hook, &hooked, released] {
-    if (hooked.exchange(true)) return;  // only the first training waits
-    in_hook.set_value();
+  // Shared with the hook, which a retraining may call after this test's body.
+  struct Gate {
+    std::atomic<bool> hooked{false};
+    std::promise<void> in_hook;
+    std::promise<void> release;
+  };
+  auto gate = std::make_shared<Gate>();
+  std::shared_future<void> released = gate->release.get_future().share();
+  // A training held in the hook is let go on every exit of this test (TearDown waits for it).
+  bool gate_released = false;
+  const auto release_gate = [&] {
+    if (!std::exchange(gate_released, true)) gate->release.set_value();
+  };
+  absl::Cleanup release_on_exit = release_gate;
+  shard_->SetTrainingHookForTesting([gate, released] {
+    if (gate->hooked.exchange(true)) return;  // only the first training waits
+    gate->in_hook.set_value();
     released.wait();
   });
   std::vector<ShardWrite> seed;
   seed.push_back(Write("a", 0));
   seed.push_back(Write("b", 1));
   ASSERT_TRUE(shard_->Apply(std::move(seed), {}).ok());
-  in_hook.get_future().wait();
+  gate->in_hook.get_future().wait();
 
   constexpr int64_t kBatch = 256;
   const int64_t total = static_cast<int64_t>(kMaxTrainingLagDocuments) + 8 * kBatch;
   std::atomic<int64_t> written{0};
+  std::atomic<bool> failed{false};
   std::thread writer([&] {
     for (int64_t start = 0; start < total; start += kBatch) {
       std::vector<ShardWrite> batch;
       for (int64_t i = start; i < start + kBatch; ++i) {
         batch.push_back(Write(absl::StrCat("w", i), static_cast<int>(i)));
       }
-      ASSERT_TRUE(shard_->Apply(std::move(batch), {}).ok());
+      if (!shard_->Apply(std::move(batch), {}).ok()) failed = true;
       written += kBatch;
     }
   });
-  // The writer gets up to the bound without waiting; then it waits (a writer that is merely slow
-  // passes this check too, one that does not wait fails it).
+  // Whatever the checks below find, the writer is joined, after the training was let go.
+  absl::Cleanup join_writer = [&] {
+    release_gate();
+    if (writer.joinable()) writer.join();
+  };
+
+  // The writer gets to the bound without waiting, then waits: one that is merely slow passes this
+  // check too, one that does not wait fails it.
   for (int i = 0; i < 600 && written < static_cast<int64_t>(kMaxTrainingLagDocuments); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   ASSERT_GE(written, static_cast<int64_t>(kMaxTrainingLagDocuments) - kBatch);
   std::this_thread::sleep_for(std::chrono::seconds(1));
   EXPECT_LE(written, static_cast<int64_t>(kMaxTrainingLagDocuments) + kBatch);
-  release.set_value();
+  release_gate();
   writer.join();
+  EXPECT_FALSE(failed);
   EXPECT_EQ(written, total);
   ASSERT_TRUE(TrainingSettles());
   EXPECT_EQ(shard_->num_documents(), total + 2);
