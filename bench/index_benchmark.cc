@@ -748,7 +748,9 @@ int Run(const Flags& flags) {
                        ", \"fetch\": ", Percentile(fetch_ms, 0.50),
                        ", \"rerank\": ", Percentile(rerank_ms, 0.50),
                        "}, \"documents_scored_per_query\": ", scored / num_queries,
-                       ", \"recall_at_10\": ", recall / checked);
+                       // null (valid JSON, unlike nan) when no query was checked.
+                       ", \"recall_at_10\": ",
+                       checked > 0 ? absl::StrCat(recall / checked) : std::string("null"));
       if (top_level.empty()) top_level = figures;
       absl::StrAppend(&settings, settings.empty() ? "" : ",\n    ", "{", figures, "}");
       std::cerr << "{" << figures << "}\n";
