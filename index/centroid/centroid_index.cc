@@ -461,6 +461,36 @@ void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, uint32_t first
   }
 }
 
+CentroidScoreTable ScoreEveryCentroid(std::shared_ptr<const CentroidCodebook> codebook,
+                                      FloatMatrixView queries, ThreadPool* pool) {
+  const int64_t C = codebook->num_centroids();
+  const int64_t nq = queries.rows;
+  const int64_t dim = queries.cols;
+  const QuerySimilarity similarity(queries);
+  const int64_t stride = similarity.stride();
+  // Every score is written below: no zero fill of the nq × C floats.
+  std::unique_ptr<float[]> scores(new float[nq * C]);
+  const int64_t chunks = (C + kCentroidChunk - 1) / kCentroidChunk;
+  auto score_chunks = [&](int64_t begin, int64_t end) {
+    std::vector<float> block(kCentroidChunk * stride);
+    for (int64_t chunk = begin; chunk < end; ++chunk) {
+      const int64_t first = chunk * kCentroidChunk;
+      const int64_t n = std::min(kCentroidChunk, C - first);
+      similarity.Compute(codebook->centroids() + first * dim, n, block.data());
+      for (int64_t i = 0; i < nq; ++i) {
+        float* row = &scores[i * C + first];
+        for (int64_t c = 0; c < n; ++c) row[c] = block[c * stride + i];
+      }
+    }
+  };
+  if (pool != nullptr) {
+    pool->ParallelFor(chunks, 1, score_chunks);
+  } else {
+    score_chunks(0, chunks);
+  }
+  return CentroidScoreTable{std::move(codebook), nq, std::move(scores)};
+}
+
 absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
     FloatMatrixView queries, const CentroidSearchOptions& options,
     const std::function<bool(uint64_t)>* accept, ThreadPool* pool) const {
@@ -484,30 +514,7 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   const bool keep_table = options.centroid_scores != nullptr && nq * C <= kMaxKeptCentroidScores;
   const bool full_table = !codebook_->has_groups() || keep_table;
   std::unique_ptr<float[]> token_scores;
-  if (full_table) {
-    const QuerySimilarity similarity(queries);
-    const int64_t stride = similarity.stride();
-    // Every score is written below: no zero fill of the nq × C floats.
-    token_scores.reset(new float[nq * C]);
-    const int64_t chunks = (C + kCentroidChunk - 1) / kCentroidChunk;
-    auto score_chunks = [&](int64_t begin, int64_t end) {
-      std::vector<float> block(kCentroidChunk * stride);
-      for (int64_t chunk = begin; chunk < end; ++chunk) {
-        const int64_t first = chunk * kCentroidChunk;
-        const int64_t n = std::min(kCentroidChunk, C - first);
-        similarity.Compute(codebook_->centroids() + first * dim, n, block.data());
-        for (int64_t i = 0; i < nq; ++i) {
-          float* row = &token_scores[i * C + first];
-          for (int64_t c = 0; c < n; ++c) row[c] = block[c * stride + i];
-        }
-      }
-    };
-    if (pool != nullptr) {
-      pool->ParallelFor(chunks, 1, score_chunks);
-    } else {
-      score_chunks(0, chunks);
-    }
-  }
+  if (full_table) token_scores = ScoreEveryCentroid(codebook_, queries, pool).scores;
 
   ReaderMutexLock lock(&mu_);
   // Ordinal tiles: the accumulation over documents runs one tile at a time, so that its scratch

@@ -149,6 +149,13 @@ struct CentroidScoreTable {
   std::unique_ptr<float[]> scores;  // nq × codebook->num_centroids()
 };
 
+// The table of `queries` (nq × codebook->dim() fp32) against every centroid of `codebook`,
+// centroids split over `pool` (null: the calling thread). The search computes its probes' scores
+// with it when asked for its table; the exhaustive search from codes once per shard, instead of
+// once per batch of documents it scores.
+CentroidScoreTable ScoreEveryCentroid(std::shared_ptr<const CentroidCodebook> codebook,
+                                      FloatMatrixView queries, ThreadPool* pool);
+
 struct CentroidSearchOptions {
   int nprobe = 0;  // centroids probed per query token (clamped to the count); 0: DefaultNprobe
   int64_t num_documents = 100;  // documents returned

@@ -575,6 +575,59 @@ TEST(CentroidStage, RerankFromCodesScoresWithinTheErrorBound) {
   }
 }
 
+// An exhaustive search from codes over more documents than one scoring batch (4,096) scores the
+// query's centroids once for the shard (Shard::ScoreCentroids) instead of once per batch: the
+// same scores, bit for bit, as the cascade's (whose stage 1 kept its table), and within the
+// kernel's bound of brute force over the decoded vectors.
+TEST(CentroidStage, AnExhaustiveSearchFromCodesOverManyBatchesScoresLikeTheCascade) {
+  TempDir dir;
+  Corpus corpus(kDim, 91);
+  std::vector<Document> sources;
+  const std::vector<Document> documents = FamiliesAndNoise(corpus, 20, 4'500, &sources);
+  std::vector<std::string> ids;
+  for (const Document& document : documents) ids.push_back(document.id);
+  auto engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok());
+  CollectionSchema schema = Schema("codes", kDim);
+  schema.dtype = VectorDtype::kFloat32;
+  schema.candidates.rerank_from_codes = true;
+  schema.candidates.centroid_min_training_vectors = 4'000;
+  auto collection = (*engine)->CreateCollection(schema);
+  ASSERT_TRUE(collection.ok()) << collection.status();
+  UpsertAll(**collection, documents);
+  Impl(**collection).WaitForTrainingForTesting();
+  ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid")) << StageOf(**collection);
+  ASSERT_GT(documents.size(), 4'096u);
+
+  for (int q = 0; q < 3; ++q) {
+    SCOPED_TRACE(absl::StrCat("query ", q));
+    const std::vector<float> query = corpus.QueryFrom(sources[q], 24);
+    const FloatMatrixView view{query.data(), 24, kDim};
+    const auto expected = BruteForce(**collection, ids, query, kDim);
+    const std::map<std::string, double> exact(expected.begin(), expected.end());
+    const double tolerance = CodesErrorBound(**collection, query) + 1e-4;
+
+    SearchOptions exhaustive;
+    exhaustive.exhaustive = true;
+    exhaustive.k = 1'000;  // the most a search returns: documents of both batches among them
+    auto all = (*collection)->Search(view, exhaustive);
+    ASSERT_TRUE(all.ok()) << all.status();
+    ASSERT_EQ(all->hits.size(), 1'000u);
+    EXPECT_EQ(all->documents_scored, static_cast<int64_t>(documents.size()));
+    std::map<std::string, float> scores;
+    for (const SearchHit& hit : all->hits) {
+      EXPECT_NEAR(hit.score, exact.at(hit.id), tolerance) << hit.id;
+      scores[hit.id] = hit.score;
+    }
+    SearchOptions cascade;
+    cascade.num_candidates = 100;
+    auto nominated = (*collection)->Search(view, cascade);
+    ASSERT_TRUE(nominated.ok()) << nominated.status();
+    ASSERT_EQ(nominated->hits.size(), 10u);
+    for (const SearchHit& hit : nominated->hits) EXPECT_EQ(hit.score, scores.at(hit.id)) << hit.id;
+  }
+}
+
 // rerank_from_codes: documents written once the codebook exists store no rerank vectors; stage 2,
 // Get and explain use the decoded codes, consistently; the disk holds far less; nothing retrains;
 // a reopen and deletes behave as with stored vectors.

@@ -130,6 +130,9 @@ CollectionImpl::CollectionImpl(std::string dir, CollectionSchema schema, Collect
 
 namespace {
 
+// Documents scored per batch by the exhaustive ranks (RankExactly, RankGroups): bounded memory.
+constexpr size_t kRankBatchDocuments = 4096;
+
 std::string ShardDirectory(const std::string& dir, int shard) {
   char name[32];
   std::snprintf(name, sizeof(name), "/shard-%03d", shard);
@@ -804,13 +807,13 @@ absl::StatusOr<std::vector<CollectionImpl::Scored>> CollectionImpl::RankExactly(
     return a.score != b.score ? a.score > b.score : a.id < b.id;
   };
   std::vector<Scored> top;
-  constexpr size_t kChunk = 4096;
-  for (size_t begin = 0; begin < selected.size(); begin += kChunk) {
+  for (size_t begin = 0; begin < selected.size(); begin += kRankBatchDocuments) {
     if (Clock::now() > options.deadline) {
       return absl::DeadlineExceededError("search deadline passed during exact scoring");
     }
     const std::vector<std::pair<int, uint64_t>> chunk(
-        selected.begin() + begin, selected.begin() + std::min(selected.size(), begin + kChunk));
+        selected.begin() + begin,
+        selected.begin() + std::min(selected.size(), begin + kRankBatchDocuments));
     TESSERA_RETURN_IF_ERROR(ScoreDocuments(query, options.explain, options.with_attributes, chunk,
                                            &centroid_scores, &top, &result->timings));
     result->documents_scored += static_cast<int64_t>(chunk.size());
@@ -835,14 +838,14 @@ absl::StatusOr<std::vector<CollectionImpl::ScoredGroup>> CollectionImpl::RankGro
   // Every group's best group_size so far, by value (bounded memory: each chunk's hits are folded
   // in before the next is scored).
   std::map<AttributeValue, std::vector<Scored>, AttributeLess> by_value;
-  constexpr size_t kChunk = 4096;
   std::vector<Scored> scored;
-  for (size_t begin = 0; begin < selected.size(); begin += kChunk) {
+  for (size_t begin = 0; begin < selected.size(); begin += kRankBatchDocuments) {
     if (Clock::now() > options.deadline) {
       return absl::DeadlineExceededError("search deadline passed during exact scoring");
     }
     const std::vector<std::pair<int, uint64_t>> chunk(
-        selected.begin() + begin, selected.begin() + std::min(selected.size(), begin + kChunk));
+        selected.begin() + begin,
+        selected.begin() + std::min(selected.size(), begin + kRankBatchDocuments));
     scored.clear();
     TESSERA_RETURN_IF_ERROR(ScoreDocuments(query, /*want_best_tokens=*/false,
                                            /*want_attributes=*/true, chunk, &centroid_scores,
@@ -1022,9 +1025,16 @@ absl::StatusOr<std::vector<CollectionImpl::Candidate>> CollectionImpl::SelectFor
   }
   result->exhaustive = every_document.size() == shards_.size();
   for (size_t s : every_document) {
+    const size_t first = selected.size();
     shards_[s]->ForEachLive(options.filter, [&](uint64_t iid, const LiveDocument&) {
       selected.emplace_back(static_cast<int>(s), iid);
     });
+    // Scored from codes in more than one batch: the query's centroid scores once for all of them
+    // (each batch would otherwise score the centroids its documents use: at 1M documents and
+    // 32,768 centroids, nearly all of them, 244 times).
+    if (schema_.candidates.rerank_from_codes && selected.size() - first > kRankBatchDocuments) {
+      (*centroid_scores)[s] = shards_[s]->ScoreCentroids(query);
+    }
   }
   return selected;
 }

@@ -606,6 +606,17 @@ absl::StatusOr<std::vector<std::optional<float>>> Shard::ScoreCodes(
   return scores;
 }
 
+CentroidScoreTable Shard::ScoreCentroids(FloatMatrixView query) const {
+  const Stage1 stage1 = CurrentStage1();
+  if (stage1.centroids == nullptr) return {};
+  std::shared_ptr<const CentroidCodebook> codebook = stage1.centroids->shared_codebook();
+  if (query.rows < 1 || query.cols != codebook->dim() ||
+      query.rows * codebook->num_centroids() > kMaxKeptCentroidScores) {
+    return {};
+  }
+  return ScoreEveryCentroid(std::move(codebook), query, pool_.get());
+}
+
 absl::Status Shard::DecodeRerankFromCodes(
     absl::Span<const uint64_t> iids,
     std::vector<std::shared_ptr<const StoredMatrix>>* matrices) const {

@@ -320,6 +320,11 @@ class Shard {
   absl::StatusOr<std::vector<std::optional<float>>> ScoreCodes(
       FloatMatrixView query, const CodedDocuments& documents,
       const CentroidScoreTable* stage1_scores) const;
+  // The query's score of every centroid of the codebook in use (ScoreEveryCentroid, on the pool),
+  // for ScoreCodes over many batches of this shard's documents (an exhaustive search); empty when
+  // the shard has no codebook, the query is not nq × dim, or the table would pass
+  // kMaxKeptCentroidScores.
+  CentroidScoreTable ScoreCentroids(FloatMatrixView query) const;
   // The live iid of an external id (NOT_FOUND when none), and its stored record.
   absl::StatusOr<uint64_t> LookupId(const std::string& external_id) const;
   absl::StatusOr<DocumentRecord> GetRecord(uint64_t iid) const;
