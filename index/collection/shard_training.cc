@@ -7,6 +7,8 @@
 // generation and swap the index in; and again while the shard has outgrown what it trained on.
 // The trainings' outcomes are logged and counted for ShardStats. A closing shard abandons its
 // training (CANCELLED between batches); a failed one leaves stage 1 as it was.
+#include <malloc.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -44,6 +46,16 @@ constexpr size_t kCatchUpDocuments = 512;
 // that training's end of encoding, to a 23.4 GB peak.
 constexpr size_t kEncodeBatchDocuments = 16384;
 constexpr uint64_t kSampleSeed = 0x53414d504c453031;
+
+// Gives the heap's free pages back to the system. A training's swap frees the index it replaced,
+// list allocations that glibc's malloc otherwise keeps for reuse (mid-heap, where free() never
+// returns them): a 250k-document compact build ended with 2.15 GB of anonymous memory against
+// 2.24 GB without (AMD EPYC Zen 4; the rest is live: lists, tables, RocksDB's memtables and cache).
+void ReleaseFreedHeap() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
 
 // Whether the schema lets a shard of `rerank_vectors` vectors move to the centroid index.
 bool WantsCentroidIndex(const CandidateSpec& spec, int64_t rerank_vectors) {
@@ -85,6 +97,8 @@ void Shard::TrainingThread() {
   for (;;) {
     // On failure stage 1 stays as it was; the next write that finds the shard outgrown tries again.
     const absl::Status status = TrainAndReport();
+    // The retired stage 1 is freed by now, unless a search still holds it.
+    ReleaseFreedHeap();
     MutexLock lock(&apply_mu_);
     // Whatever became of the training, writes no longer wait for it.
     training_encoded_through_ = kNoTrainingLag;
