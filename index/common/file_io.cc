@@ -160,6 +160,32 @@ void MappedFile::DropResidentPages() const {
   if (size_ > 0) ::madvise(const_cast<char*>(data_), size_, MADV_DONTNEED);
 }
 
+void PrefetchMapped(std::vector<absl::string_view> ranges) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  auto address = [](const char* p) { return reinterpret_cast<uintptr_t>(p); };
+  std::sort(ranges.begin(), ranges.end(), [&](absl::string_view a, absl::string_view b) {
+    return address(a.data()) < address(b.data());
+  });
+  uintptr_t begin = 0;
+  uintptr_t end = 0;
+  auto advise = [&] {
+    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);
+  };
+  for (absl::string_view range : ranges) {
+    if (range.empty()) continue;
+    const uintptr_t first = address(range.data()) & ~(page - 1);
+    const uintptr_t last = address(range.data()) + range.size();
+    if (end > begin && first <= end + page) {
+      end = std::max(end, last);
+      continue;
+    }
+    advise();
+    begin = first;
+    end = last;
+  }
+  advise();
+}
+
 MappedFile::~MappedFile() {
   if (size_ > 0) ::munmap(const_cast<char*>(data_), size_);
 }

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -58,6 +59,13 @@ class MappedFile {
   const char* const data_;
   const size_t size_;
 };
+
+// Starts reading the pages of a file mapping that hold the `ranges` (each a part of a mapping's
+// bytes) into the page cache, without waiting (madvise MADV_WILLNEED, one call per run of ranges
+// at most a page apart): a caller about to read many scattered ranges issues them all first, so
+// that their disk reads overlap instead of faulting in one at a time. Pages already cached cost a
+// lookup each. Advice only: a failure changes nothing but the speed.
+void PrefetchMapped(std::vector<absl::string_view> ranges);
 
 // The bytes the regular files under `path` (a file, or a directory walked recursively, symbolic
 // links not followed) occupy on disk: their allocated blocks (st_blocks × 512), so space a file

@@ -1,11 +1,17 @@
 #include "index/common/file_io.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "index/testing/temp_dir.h"
 
@@ -71,6 +77,42 @@ TEST(FileIo, ReadsAFileInChunks) {
   EXPECT_THAT(longer.message(), HasSubstr("10000 bytes, 10001 expected"));
   EXPECT_EQ(ReadFileInChunks(dir.path() + "/missing", 1, 1, [](absl::string_view) {}).code(),
             absl::StatusCode::kNotFound);
+}
+
+// PrefetchMapped brings the pages under the ranges into the page cache without touching them:
+// after the file's pages were evicted (fsync, then POSIX_FADV_DONTNEED), mincore finds the
+// requested pages cached (the reads are asynchronous: polled for up to 10 s), given in any order,
+// empty ranges and neighbours within a page included.
+TEST(FileIo, PrefetchMappedReadsTheRangesPagesAhead) {
+  TempDir dir;
+  const std::string path = dir.path() + "/file";
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t pages = 64;
+  ASSERT_TRUE(WriteFileAtomically(path, {std::string(pages * page, 'x')}).ok());
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ::fsync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+  auto file = MappedFile::Open(path);
+  ASSERT_TRUE(file.ok()) << file.status();
+  const char* data = (*file)->bytes().data();
+  auto cached = [&](size_t p) {
+    unsigned char resident = 0;
+    const void* at = data + p * page;
+    return ::mincore(const_cast<void*>(at), page, &resident) == 0 && (resident & 1) != 0;
+  };
+  const std::vector<size_t> wanted = {40, 3, 4, 20};
+  if (cached(40) || cached(3) || cached(20)) {
+    GTEST_SKIP() << "the file system kept the evicted pages cached";
+  }
+  PrefetchMapped({absl::string_view(data + 40 * page + 100, 10), absl::string_view(data, 0),
+                  absl::string_view(data + 3 * page + page - 1, 2),  // pages 3 and 4
+                  absl::string_view(data + 20 * page, page)});
+  for (int i = 0; i < 1000 && !std::all_of(wanted.begin(), wanted.end(), cached); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (size_t p : wanted) EXPECT_TRUE(cached(p)) << "page " << p;
 }
 
 TEST(FileIo, ReadingAMissingFileIsNotFoundNamingIt) {
