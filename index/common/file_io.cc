@@ -161,22 +161,23 @@ void MappedFile::DropResidentPages() const {
 }
 
 void PrefetchMapped(std::vector<absl::string_view> ranges) {
-  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto page_size = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   auto address = [](const char* p) { return reinterpret_cast<uintptr_t>(p); };
   std::sort(ranges.begin(), ranges.end(), [&](absl::string_view a, absl::string_view b) {
     return address(a.data()) < address(b.data());
   });
-  uintptr_t begin = 0;
-  uintptr_t end = 0;
+  // The run being gathered: [begin, end), begin on a page boundary.
+  const char* begin = nullptr;
+  const char* end = nullptr;
   auto advise = [&] {
-    if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_WILLNEED);
+    if (begin != nullptr) ::madvise(const_cast<char*>(begin), end - begin, MADV_WILLNEED);
   };
   for (absl::string_view range : ranges) {
     if (range.empty()) continue;
-    const uintptr_t first = address(range.data()) & ~(page - 1);
-    const uintptr_t last = address(range.data()) + range.size();
-    if (end > begin && first <= end + page) {
-      end = std::max(end, last);
+    const char* first = range.data() - address(range.data()) % page_size;
+    const char* last = range.data() + range.size();
+    if (begin != nullptr && address(first) <= address(end) + page_size) {
+      if (address(last) > address(end)) end = last;
       continue;
     }
     advise();
