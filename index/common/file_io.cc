@@ -160,21 +160,35 @@ void MappedFile::DropResidentPages() const {
   if (size_ > 0) ::madvise(const_cast<char*>(data_), size_, MADV_DONTNEED);
 }
 
-void PrefetchMapped(std::vector<absl::string_view> ranges) {
+size_t PrefetchMapped(std::vector<absl::string_view> ranges) {
   const auto page_size = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   auto address = [](const char* p) { return reinterpret_cast<uintptr_t>(p); };
+  auto page_of = [&](const char* p) { return p - address(p) % page_size; };
+  ranges.erase(std::remove_if(ranges.begin(), ranges.end(),
+                              [](absl::string_view range) { return range.empty(); }),
+               ranges.end());
+  const size_t samples = std::min(ranges.size(), kPrefetchResidencySamples);
+  bool all_cached = true;
+  for (size_t i = 0; i < samples && all_cached; ++i) {
+    unsigned char resident = 0;
+    const char* page = page_of(ranges[i * ranges.size() / samples].data());
+    all_cached = ::mincore(const_cast<char*>(page), 1, &resident) == 0 && (resident & 1) != 0;
+  }
+  if (all_cached) return 0;
   std::sort(ranges.begin(), ranges.end(), [&](absl::string_view a, absl::string_view b) {
     return address(a.data()) < address(b.data());
   });
   // The run being gathered: [begin, end), begin on a page boundary.
   const char* begin = nullptr;
   const char* end = nullptr;
+  size_t advised = 0;
   auto advise = [&] {
-    if (begin != nullptr) ::madvise(const_cast<char*>(begin), end - begin, MADV_WILLNEED);
+    if (begin == nullptr) return;
+    ::madvise(const_cast<char*>(begin), end - begin, MADV_WILLNEED);
+    advised += end - begin;
   };
   for (absl::string_view range : ranges) {
-    if (range.empty()) continue;
-    const char* first = range.data() - address(range.data()) % page_size;
+    const char* first = page_of(range.data());
     const char* last = range.data() + range.size();
     if (begin != nullptr && address(first) <= address(end) + page_size) {
       if (address(last) > address(end)) end = last;
@@ -185,6 +199,7 @@ void PrefetchMapped(std::vector<absl::string_view> ranges) {
     end = last;
   }
   advise();
+  return advised;
 }
 
 MappedFile::~MappedFile() {

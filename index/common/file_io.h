@@ -63,9 +63,13 @@ class MappedFile {
 // Starts reading the pages of a file mapping that hold the `ranges` (each a part of a mapping's
 // bytes) into the page cache, without waiting (madvise MADV_WILLNEED, one call per run of ranges
 // at most a page apart): a caller about to read many scattered ranges issues them all first, so
-// that their disk reads overlap instead of faulting in one at a time. Pages already cached cost a
-// lookup each. Advice only: a failure changes nothing but the speed.
-void PrefetchMapped(std::vector<absl::string_view> ranges);
+// that their disk reads overlap instead of faulting in one at a time. It first asks mincore about
+// the first page of up to kPrefetchResidencySamples ranges spread over them, and advises nothing
+// when all of those are cached: the advice costs ~0.6 µs a run even then (400 runs, 0.24 ms, of a
+// 1M-document compact search whose codes stay cached). Advice only: a failure changes nothing but
+// the speed. Returns the bytes advised (0 when the sample found every page cached).
+inline constexpr size_t kPrefetchResidencySamples = 16;
+size_t PrefetchMapped(std::vector<absl::string_view> ranges);
 
 // The bytes the regular files under `path` (a file, or a directory walked recursively, symbolic
 // links not followed) occupy on disk: their allocated blocks (st_blocks × 512), so space a file

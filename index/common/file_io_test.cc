@@ -82,7 +82,8 @@ TEST(FileIo, ReadsAFileInChunks) {
 // PrefetchMapped brings the pages under the ranges into the page cache without touching them:
 // after the file's pages were evicted (fsync, then POSIX_FADV_DONTNEED), mincore finds the
 // requested pages cached (the reads are asynchronous: polled for up to 10 s), given in any order,
-// empty ranges and neighbours within a page included.
+// empty ranges and neighbours within a page included. Once they are cached, the same call advises
+// nothing; with one sampled page evicted again, it advises the runs again.
 TEST(FileIo, PrefetchMappedReadsTheRangesPagesAhead) {
   TempDir dir;
   const std::string path = dir.path() + "/file";
@@ -106,13 +107,25 @@ TEST(FileIo, PrefetchMappedReadsTheRangesPagesAhead) {
   if (cached(40) || cached(3) || cached(20)) {
     GTEST_SKIP() << "the file system kept the evicted pages cached";
   }
-  PrefetchMapped({absl::string_view(data + 40 * page + 100, 10), absl::string_view(data, 0),
-                  absl::string_view(data + 3 * page + page - 1, 2),  // pages 3 and 4
-                  absl::string_view(data + 20 * page, page)});
+  const std::vector<absl::string_view> ranges = {
+      absl::string_view(data + 40 * page + 100, 10), absl::string_view(data, 0),
+      absl::string_view(data + 3 * page + page - 1, 2),  // pages 3 and 4
+      absl::string_view(data + 20 * page, page)};
+  // Runs from the start of page 3, 20 and 40 to their ranges' ends: page + 1, page and 110 bytes.
+  EXPECT_EQ(PrefetchMapped(ranges), 2 * page + 111);
   for (int i = 0; i < 1000 && !std::all_of(wanted.begin(), wanted.end(), cached); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   for (size_t p : wanted) EXPECT_TRUE(cached(p)) << "page " << p;
+  EXPECT_EQ(PrefetchMapped(ranges), 0);
+
+  ASSERT_EQ(::madvise(const_cast<char*>(data), pages * page, MADV_DONTNEED), 0);
+  const int again = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(again, 0);
+  ::posix_fadvise(again, 20 * page, page, POSIX_FADV_DONTNEED);
+  ::close(again);
+  if (cached(20)) GTEST_SKIP() << "the file system kept the evicted page cached";
+  EXPECT_GT(PrefetchMapped(ranges), 0);
 }
 
 TEST(FileIo, ReadingAMissingFileIsNotFoundNamingIt) {
