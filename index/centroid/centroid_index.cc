@@ -117,8 +117,9 @@ int DefaultNprobe(int64_t num_centroids) {
 }
 
 int DefaultNumCandidates(int64_t k, int64_t vectors) {
-  const double per_hit = std::clamp(
-      10.0 * std::sqrt(static_cast<double>(std::max<int64_t>(vectors, 0)) / 262144.0), 10.0, 40.0);
+  const auto v = static_cast<double>(std::max<int64_t>(vectors, 0));
+  const double per_hit = std::clamp(10.0 * std::sqrt(v / 262144.0), 10.0, 40.0) *
+                         std::max(1.0, std::sqrt(v / 67108864.0));
   return static_cast<int>(std::ceil(per_hit * static_cast<double>(std::max<int64_t>(k, 10))));
 }
 

@@ -125,11 +125,14 @@ int DefaultNprobe(int64_t num_centroids);
 
 // Documents a shard sends to the exact rerank for k hits when a search leaves N at 0, with a
 // centroid index of `vectors` vectors: max(c·k, 10·c) with c = 10·√(vectors / 2^18) clamped to
-// [10, 40] — max(10·k, 100), the exact candidate scan's rule, up to 262,144 vectors, 20 per hit
-// at ~1M vectors and 40 from ~4.2M (65,536 documents of 64 vectors) on. The approximate scores
-// rank coarser the more documents sit near the top 10: measured top-10 agreement with exhaustive
-// (docs/notes/2026-12-05.md) at N = 100 was ≥ 0.993 on the real sets of 98k–622k vectors, while the
-// 2.56M-vector (40k-document) shard needed ~300 and the 6.4M ones 400 for recall@10 ≥ 0.97.
+// [10, 40], times max(1, √(vectors / 2^26)) — max(10·k, 100), the exact candidate scan's rule, up
+// to 262,144 vectors, 20 per hit at ~1M vectors, 40 from ~4.2M (65,536 documents of 64 vectors) to
+// 2^26 (~1M documents), then growing with √vectors again (~68 at 3M documents). The approximate
+// scores rank coarser the more documents sit near the top 10: measured top-10 agreement with
+// exhaustive (docs/notes/2026-12-05.md) at N = 100 was ≥ 0.993 on the real sets of 98k–622k
+// vectors, while the 2.56M-vector (40k-document) shard needed ~300 and the 6.4M ones 400 for
+// recall@10 ≥ 0.97. 400 still gave 0.962 (compact) and 0.9765 (exact) at 64M vectors, but 0.938
+// at 192M (3M documents, compact; 800 gave 0.972), where the √ codebook rule's lists are longer.
 int DefaultNumCandidates(int64_t k, int64_t vectors);
 
 // Groups of centroids (CentroidGroups, ~64 centroids each) whose members a query token scores

@@ -682,7 +682,7 @@ TEST(DefaultNprobe, GrowsWithTheSquareRootOfTheCodebook) {
   EXPECT_EQ(DefaultNprobe(262144), 32);
 }
 
-TEST(DefaultNumCandidates, GrowsFromTheExactScansRuleToFortyPerHit) {
+TEST(DefaultNumCandidates, GrowsFromTheExactScansRuleToFortyPerHitThenWithTheShard) {
   EXPECT_EQ(DefaultNumCandidates(10, 16384), 100);  // below 2^18 vectors: max(10·k, 100)
   EXPECT_EQ(DefaultNumCandidates(1, 262144), 100);  // k < 10 asks for 10 hits' worth
   EXPECT_EQ(DefaultNumCandidates(50, 262144), 500);
@@ -691,6 +691,9 @@ TEST(DefaultNumCandidates, GrowsFromTheExactScansRuleToFortyPerHit) {
   EXPECT_EQ(DefaultNumCandidates(10, 4194304), 400);   // 40 per hit from 2^22
   EXPECT_EQ(DefaultNumCandidates(10, 64000000), 400);  // 1M documents of 64 vectors
   EXPECT_EQ(DefaultNumCandidates(1000, 64000000), 40000);
+  EXPECT_EQ(DefaultNumCandidates(10, 67108864), 400);   // 2^26: 40 per hit still
+  EXPECT_EQ(DefaultNumCandidates(10, 192000000), 677);  // 3M documents: 40·√2.861 per hit
+  EXPECT_EQ(DefaultNumCandidates(10, 268435456), 800);  // 2^28: 80 per hit
 }
 
 TEST_F(CentroidIndexTest, NprobeZeroIsTheDefault) {
