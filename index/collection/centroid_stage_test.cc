@@ -732,14 +732,15 @@ TEST(CentroidStage, RerankFromCodesScoresTheDecodedVectors) {
   const CollectionStats codes_stats = (*codes)->Stats();
   const CollectionStats stored_stats = (*stored)->Stats();
   for (const CollectionStats* stats : {&codes_stats, &stored_stats}) {
-    EXPECT_GE(stats->code_segments, 1);
-    EXPECT_GE(stats->code_segment_bytes, stats->rerank_vectors * (4 + kDim * 4 / 8));
-    EXPECT_EQ(stats->code_unflushed_bytes, 0);
-    EXPECT_EQ(stats->rerank_unflushed_bytes, 0);
+    EXPECT_GE(stats->segments.code_segments, 1);
+    EXPECT_GE(stats->segments.code_segment_bytes, stats->rerank_vectors * (4 + kDim * 4 / 8));
+    EXPECT_EQ(stats->segments.code_unflushed_bytes, 0);
+    EXPECT_EQ(stats->segments.rerank_unflushed_bytes, 0);
   }
-  EXPECT_GE(stored_stats.rerank_segments, 1);
-  EXPECT_GE(stored_stats.rerank_segment_bytes, stored_stats.rerank_vectors * kDim * 2);
-  EXPECT_LT(codes_stats.rerank_segment_bytes, stored_stats.rerank_segment_bytes / 4)
+  EXPECT_GE(stored_stats.segments.rerank_segments, 1);
+  EXPECT_GE(stored_stats.segments.rerank_segment_bytes, stored_stats.rerank_vectors * kDim * 2);
+  EXPECT_LT(codes_stats.segments.rerank_segment_bytes,
+            stored_stats.segments.rerank_segment_bytes / 4)
       << "only the first document's rows, written before the codebook";
 
   // Deleted documents are gone; a reopen serves the same decoded vectors.
@@ -889,8 +890,8 @@ TEST(CentroidStage, RerankFromCodesKeepsNoVectorsOfDocumentsWrittenBeforeTheCode
                     .ok());
     EXPECT_EQ(candidates, 0) << "documents with candidate vectors";
     const internal::ShardStoreStats store_stats = (*store)->Stats();
-    EXPECT_EQ(store_stats.rerank_segments, 0);
-    EXPECT_EQ(store_stats.rerank_unflushed_bytes, 0);
+    EXPECT_EQ(store_stats.segments.rerank_segments, 0);
+    EXPECT_EQ(store_stats.segments.rerank_unflushed_bytes, 0);
   }
   EXPECT_EQ(documents_seen, static_cast<int64_t>(documents.size() - deleted.size()));
 
