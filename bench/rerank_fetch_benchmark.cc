@@ -133,9 +133,9 @@ Fixture& GetFixture() {
     }
     const ShardStoreStats stats = f->segments->Stats();
     std::cerr << docs << " documents of " << kRows << " × " << kCols
-              << " fp16; segments store: " << stats.rerank_segments << " segments, "
-              << stats.rerank_segment_bytes << " bytes, " << stats.rerank_unflushed_bytes
-              << " bytes left in RocksDB\n";
+              << " fp16; segments store: " << stats.segments.rerank_segments << " segments, "
+              << stats.segments.rerank_segment_bytes << " bytes, "
+              << stats.segments.rerank_unflushed_bytes << " bytes left in RocksDB\n";
     return f;
   }();
   return *fixture;

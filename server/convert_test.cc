@@ -433,12 +433,12 @@ TEST(Convert, StatsRoundTripTheFieldsTheWireCarries) {
   stats.disk_bytes_per_original_token = 100;
   stats.disk_bytes_per_rerank_vector = 200;
   stats.candidate_indexes = {"IDMap2,Flat", "Centroid(256,4b)"};
-  stats.rerank_segments = 6;
-  stats.rerank_segment_bytes = 60'000'000'000;  // past 2^32
-  stats.rerank_unflushed_bytes = 6001;
-  stats.code_segments = 7;
-  stats.code_segment_bytes = 7002;
-  stats.code_unflushed_bytes = 7003;
+  stats.segments.rerank_segments = 6;
+  stats.segments.rerank_segment_bytes = 60'000'000'000;  // past 2^32
+  stats.segments.rerank_unflushed_bytes = 6001;
+  stats.segments.code_segments = 7;
+  stats.segments.code_segment_bytes = 7002;
+  stats.segments.code_unflushed_bytes = 7003;
   stats.trainings_completed = 3;  // not on the wire
   v1::CollectionStats proto;
   StatsToProto(stats, &proto);
@@ -455,12 +455,12 @@ TEST(Convert, StatsRoundTripTheFieldsTheWireCarries) {
   EXPECT_EQ(back.disk_bytes_per_original_token, 100.0);
   EXPECT_EQ(back.disk_bytes_per_rerank_vector, 200.0);
   EXPECT_EQ(back.candidate_indexes, stats.candidate_indexes);
-  EXPECT_EQ(back.rerank_segments, 6);
-  EXPECT_EQ(back.rerank_segment_bytes, 60'000'000'000);
-  EXPECT_EQ(back.rerank_unflushed_bytes, 6001);
-  EXPECT_EQ(back.code_segments, 7);
-  EXPECT_EQ(back.code_segment_bytes, 7002);
-  EXPECT_EQ(back.code_unflushed_bytes, 7003);
+  EXPECT_EQ(back.segments.rerank_segments, 6);
+  EXPECT_EQ(back.segments.rerank_segment_bytes, 60'000'000'000);
+  EXPECT_EQ(back.segments.rerank_unflushed_bytes, 6001);
+  EXPECT_EQ(back.segments.code_segments, 7);
+  EXPECT_EQ(back.segments.code_segment_bytes, 7002);
+  EXPECT_EQ(back.segments.code_unflushed_bytes, 7003);
   EXPECT_EQ(back.trainings_completed, 0);
   v1::CollectionStats again;
   StatsToProto(back, &again);

@@ -212,27 +212,24 @@ std::string Metrics::Render() const {
          "Disk bytes per original token the collection holds.",
          [](const CollectionStats& s) { return s.disk_bytes_per_original_token; });
   // The shards' append-once segment files (part of the disk bytes), kind "rerank" for the fp16
-  // rerank rows and "codes" for the centroid codes (rerank_from_codes).
-  labelled_family(
-      "tessera_segment_files", "gauge", "Segment files of the collection's shards, by kind.",
-      "kind",
-      {{"rerank", [](const CollectionStats& s) { return static_cast<double>(s.rerank_segments); }},
-       {"codes", [](const CollectionStats& s) { return static_cast<double>(s.code_segments); }}});
-  labelled_family(
-      "tessera_segment_bytes", "gauge", "Bytes the collection's segment files occupy, by kind.",
-      "kind",
-      {{"rerank",
-        [](const CollectionStats& s) { return static_cast<double>(s.rerank_segment_bytes); }},
-       {"codes",
-        [](const CollectionStats& s) { return static_cast<double>(s.code_segment_bytes); }}});
-  labelled_family(
-      "tessera_unflushed_bytes", "gauge",
+  // rerank rows and "codes" for the centroid codes (rerank_from_codes): a family per pair of
+  // SegmentFigures fields.
+  const auto segment_family = [&](absl::string_view name, absl::string_view help,
+                                  int64_t SegmentFigures::*rerank, int64_t SegmentFigures::*codes) {
+    const auto figure = [](int64_t SegmentFigures::*field) -> Value {
+      return [field](const CollectionStats& s) { return static_cast<double>(s.segments.*field); };
+    };
+    labelled_family(name, "gauge", help, "kind",
+                    {{"rerank", figure(rerank)}, {"codes", figure(codes)}});
+  };
+  segment_family("tessera_segment_files", "Segment files of the collection's shards, by kind.",
+                 &SegmentFigures::rerank_segments, &SegmentFigures::code_segments);
+  segment_family("tessera_segment_bytes", "Bytes the collection's segment files occupy, by kind.",
+                 &SegmentFigures::rerank_segment_bytes, &SegmentFigures::code_segment_bytes);
+  segment_family(
+      "tessera_unflushed_bytes",
       "Bytes of values still in RocksDB, waiting for the next flush into a segment file, by kind.",
-      "kind",
-      {{"rerank",
-        [](const CollectionStats& s) { return static_cast<double>(s.rerank_unflushed_bytes); }},
-       {"codes",
-        [](const CollectionStats& s) { return static_cast<double>(s.code_unflushed_bytes); }}});
+      &SegmentFigures::rerank_unflushed_bytes, &SegmentFigures::code_unflushed_bytes);
   family("tessera_training_shards", "gauge",
          "Shards of the collection training a centroid index now.",
          [](const CollectionStats& s) { return static_cast<double>(s.training_shards); });

@@ -225,22 +225,23 @@ TEST_F(MetricsTest, SegmentFamiliesPerCollectionAndKind) {
     EXPECT_THAT(text, HasSubstr(absl::StrCat("# TYPE ", family, " gauge\n")));
   }
   const CollectionStats before = (*alpha)->Stats();
-  ASSERT_GT(before.rerank_unflushed_bytes, 0) << "5 documents' rerank rows wait in RocksDB";
+  ASSERT_GT(before.segments.rerank_unflushed_bytes, 0)
+      << "5 documents' rerank rows wait in RocksDB";
   EXPECT_THAT(Samples(text, "tessera_segment_files"), samples("tessera_segment_files", 0, 0));
   EXPECT_THAT(Samples(text, "tessera_segment_bytes"), samples("tessera_segment_bytes", 0, 0));
   EXPECT_THAT(Samples(text, "tessera_unflushed_bytes"),
-              samples("tessera_unflushed_bytes", before.rerank_unflushed_bytes, 0));
+              samples("tessera_unflushed_bytes", before.segments.rerank_unflushed_bytes, 0));
 
   ASSERT_TRUE((*alpha)->Snapshot().ok());
   metrics_.SetCollections(*engine_);
   text = metrics_.Render();
   const CollectionStats after = (*alpha)->Stats();
-  ASSERT_GE(after.rerank_segments, 1);
-  ASSERT_GT(after.rerank_segment_bytes, 0);
+  ASSERT_GE(after.segments.rerank_segments, 1);
+  ASSERT_GT(after.segments.rerank_segment_bytes, 0);
   EXPECT_THAT(Samples(text, "tessera_segment_files"),
-              samples("tessera_segment_files", after.rerank_segments, 0));
+              samples("tessera_segment_files", after.segments.rerank_segments, 0));
   EXPECT_THAT(Samples(text, "tessera_segment_bytes"),
-              samples("tessera_segment_bytes", after.rerank_segment_bytes, 0));
+              samples("tessera_segment_bytes", after.segments.rerank_segment_bytes, 0));
   EXPECT_THAT(Samples(text, "tessera_unflushed_bytes"), samples("tessera_unflushed_bytes", 0, 0));
 }
 

@@ -457,6 +457,49 @@ double CodesErrorBound(Collection& collection, const std::vector<float>& query) 
   return compact.ErrorBound();
 }
 
+// A rerank_from_codes collection over FamiliesAndNoise(corpus, families, noise) of a
+// Corpus(kDim, seed), fp32 (so Get returns exactly the decoded vectors), whose shard trains its
+// codebook once it holds 4,000 rerank vectors.
+struct CodesCollection {
+  CodesCollection(uint32_t seed, int families, int noise) : corpus(kDim, seed) {
+    documents = FamiliesAndNoise(corpus, families, noise, &sources);
+    for (const Document& document : documents) ids.push_back(document.id);
+  }
+
+  // Creates the collection (residual_bits 0: the default), writes the first `train_on` documents,
+  // waits for the training they start and checks that stage 1 is the centroid index; then writes
+  // the rest (stored as codes only: the training re-encoded the first ones and dropped their
+  // rerank vectors) and waits again. Call under ASSERT_NO_FATAL_FAILURE.
+  void Create(int residual_bits, size_t train_on) {
+    auto opened = Engine::Open(dir.path());
+    ASSERT_TRUE(opened.ok()) << opened.status();
+    engine = std::move(*opened);
+    CollectionSchema schema = Schema("codes", kDim);
+    schema.dtype = VectorDtype::kFloat32;
+    schema.candidates.rerank_from_codes = true;
+    schema.candidates.residual_bits = residual_bits;
+    schema.candidates.centroid_min_training_vectors = 4'000;
+    auto created = engine->CreateCollection(schema);
+    ASSERT_TRUE(created.ok()) << created.status();
+    collection = std::move(*created);
+    UpsertAll(*collection, std::vector<Document>(documents.begin(), documents.begin() + train_on));
+    Impl(*collection).WaitForTrainingForTesting();
+    ASSERT_TRUE(absl::StartsWith(StageOf(*collection), "Centroid")) << StageOf(*collection);
+    if (train_on < documents.size()) {
+      UpsertAll(*collection, std::vector<Document>(documents.begin() + train_on, documents.end()));
+      Impl(*collection).WaitForTrainingForTesting();
+    }
+  }
+
+  TempDir dir;
+  Corpus corpus;
+  std::vector<Document> sources;
+  std::vector<Document> documents;
+  std::vector<std::string> ids;  // the documents'
+  std::unique_ptr<Engine> engine;
+  std::shared_ptr<Collection> collection;
+};
+
 // rerank_from_codes scores the documents stored as codes only from their codes (compact MaxSim,
 // code_maxsim.h), without decoding them: within CompactQuery::ErrorBound of the MaxSim of their
 // decoded vectors (fp32 here, so Get returns exactly those), merged in one ranking with the
@@ -466,45 +509,27 @@ double CodesErrorBound(Collection& collection, const std::vector<float>& query) 
 TEST(CentroidStage, RerankFromCodesScoresWithinTheErrorBound) {
   for (const int bits : {2, 4}) {
     SCOPED_TRACE(absl::StrCat("residual_bits ", bits));
-    TempDir dir;
-    Corpus corpus(kDim, 57);
-    std::vector<Document> sources;
-    const std::vector<Document> documents = FamiliesAndNoise(corpus, 40, 600, &sources);
-    std::vector<std::string> ids;
-    for (const Document& document : documents) ids.push_back(document.id);
-    auto engine = Engine::Open(dir.path());
-    ASSERT_TRUE(engine.ok());
-    CollectionSchema schema = Schema("codes", kDim);
-    schema.dtype = VectorDtype::kFloat32;
-    schema.candidates.rerank_from_codes = true;
-    schema.candidates.residual_bits = bits;
-    schema.candidates.centroid_min_training_vectors = 4'000;
-    auto collection = (*engine)->CreateCollection(schema);
-    ASSERT_TRUE(collection.ok()) << collection.status();
-    // The first 200 documents train the codebook (which re-encodes them and drops their rerank
-    // vectors); the rest are stored as codes only.
-    UpsertAll(**collection, std::vector<Document>(documents.begin(), documents.begin() + 200));
-    Impl(**collection).WaitForTrainingForTesting();
-    ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid")) << StageOf(**collection);
-    UpsertAll(**collection, std::vector<Document>(documents.begin() + 200, documents.end()));
-    Impl(**collection).WaitForTrainingForTesting();
+    // The first 200 documents train the codebook; the rest are stored as codes only.
+    CodesCollection codes(57, 40, 600);
+    ASSERT_NO_FATAL_FAILURE(codes.Create(bits, 200));
+    Collection& collection = *codes.collection;
 
     double largest_error = 0;
     for (int q = 0; q < 10; ++q) {
       SCOPED_TRACE(absl::StrCat("query ", q));
-      const std::vector<float> query = corpus.QueryFrom(sources[q], 24);
+      const std::vector<float> query = codes.corpus.QueryFrom(codes.sources[q], 24);
       const FloatMatrixView view{query.data(), 24, kDim};
-      const auto expected = BruteForce(**collection, ids, query, kDim);
+      const auto expected = BruteForce(collection, codes.ids, query, kDim);
       const std::map<std::string, double> exact(expected.begin(), expected.end());
       // The kernel's bound plus fp32 rounding (scores are ~24 × unit dot products).
-      const double bound = CodesErrorBound(**collection, query);
+      const double bound = CodesErrorBound(collection, query);
       const double tolerance = bound + 1e-4;
       ASSERT_GT(bound, 0.0);
 
       SearchOptions exhaustive;
       exhaustive.exhaustive = true;
       exhaustive.k = 50;
-      auto result = (*collection)->Search(view, exhaustive);
+      auto result = collection.Search(view, exhaustive);
       ASSERT_TRUE(result.ok()) << result.status();
       ASSERT_EQ(result->hits.size(), 50u);
       for (size_t i = 0; i < result->hits.size(); ++i) {
@@ -522,14 +547,14 @@ TEST(CentroidStage, RerankFromCodesScoresWithinTheErrorBound) {
       // Explain: the same ranking and scores; per query token the best decoded vector.
       exhaustive.k = 10;
       exhaustive.explain = true;
-      auto explained = (*collection)->Search(view, exhaustive);
+      auto explained = collection.Search(view, exhaustive);
       ASSERT_TRUE(explained.ok()) << explained.status();
       ASSERT_EQ(explained->hits.size(), 10u);
       for (size_t i = 0; i < 10; ++i) {
         const SearchHit& hit = explained->hits[i];
         EXPECT_EQ(hit.id, result->hits[i].id);
         EXPECT_EQ(hit.score, result->hits[i].score);
-        auto vectors = (*collection)->Get(hit.id);
+        auto vectors = collection.Get(hit.id);
         ASSERT_TRUE(vectors.ok()) << vectors.status();
         ASSERT_EQ(hit.explanation.size(), 24u);
         double total = 0;
@@ -556,7 +581,7 @@ TEST(CentroidStage, RerankFromCodesScoresWithinTheErrorBound) {
       // runs no stage 1 and scores the centroids itself).
       SearchOptions cascade;
       cascade.num_candidates = 100;
-      auto nominated = (*collection)->Search(view, cascade);
+      auto nominated = collection.Search(view, cascade);
       ASSERT_TRUE(nominated.ok()) << nominated.status();
       ASSERT_EQ(nominated->hits.size(), 10u);
       std::map<std::string, float> exhaustive_scores;
@@ -580,40 +605,26 @@ TEST(CentroidStage, RerankFromCodesScoresWithinTheErrorBound) {
 // same scores, bit for bit, as the cascade's (whose stage 1 kept its table), and within the
 // kernel's bound of brute force over the decoded vectors.
 TEST(CentroidStage, AnExhaustiveSearchFromCodesOverManyBatchesScoresLikeTheCascade) {
-  TempDir dir;
-  Corpus corpus(kDim, 91);
-  std::vector<Document> sources;
-  const std::vector<Document> documents = FamiliesAndNoise(corpus, 20, 4'500, &sources);
-  std::vector<std::string> ids;
-  for (const Document& document : documents) ids.push_back(document.id);
-  auto engine = Engine::Open(dir.path());
-  ASSERT_TRUE(engine.ok());
-  CollectionSchema schema = Schema("codes", kDim);
-  schema.dtype = VectorDtype::kFloat32;
-  schema.candidates.rerank_from_codes = true;
-  schema.candidates.centroid_min_training_vectors = 4'000;
-  auto collection = (*engine)->CreateCollection(schema);
-  ASSERT_TRUE(collection.ok()) << collection.status();
-  UpsertAll(**collection, documents);
-  Impl(**collection).WaitForTrainingForTesting();
-  ASSERT_TRUE(absl::StartsWith(StageOf(**collection), "Centroid")) << StageOf(**collection);
-  ASSERT_GT(documents.size(), 4'096u);
+  CodesCollection codes(91, 20, 4'500);
+  ASSERT_NO_FATAL_FAILURE(codes.Create(/*residual_bits=*/0, codes.documents.size()));
+  Collection& collection = *codes.collection;
+  ASSERT_GT(codes.documents.size(), 4'096u);
 
   for (int q = 0; q < 3; ++q) {
     SCOPED_TRACE(absl::StrCat("query ", q));
-    const std::vector<float> query = corpus.QueryFrom(sources[q], 24);
+    const std::vector<float> query = codes.corpus.QueryFrom(codes.sources[q], 24);
     const FloatMatrixView view{query.data(), 24, kDim};
-    const auto expected = BruteForce(**collection, ids, query, kDim);
+    const auto expected = BruteForce(collection, codes.ids, query, kDim);
     const std::map<std::string, double> exact(expected.begin(), expected.end());
-    const double tolerance = CodesErrorBound(**collection, query) + 1e-4;
+    const double tolerance = CodesErrorBound(collection, query) + 1e-4;
 
     SearchOptions exhaustive;
     exhaustive.exhaustive = true;
     exhaustive.k = 1'000;  // the most a search returns: documents of both batches among them
-    auto all = (*collection)->Search(view, exhaustive);
+    auto all = collection.Search(view, exhaustive);
     ASSERT_TRUE(all.ok()) << all.status();
     ASSERT_EQ(all->hits.size(), 1'000u);
-    EXPECT_EQ(all->documents_scored, static_cast<int64_t>(documents.size()));
+    EXPECT_EQ(all->documents_scored, static_cast<int64_t>(codes.documents.size()));
     std::map<std::string, float> scores;
     for (const SearchHit& hit : all->hits) {
       EXPECT_NEAR(hit.score, exact.at(hit.id), tolerance) << hit.id;
@@ -621,7 +632,7 @@ TEST(CentroidStage, AnExhaustiveSearchFromCodesOverManyBatchesScoresLikeTheCasca
     }
     SearchOptions cascade;
     cascade.num_candidates = 100;
-    auto nominated = (*collection)->Search(view, cascade);
+    auto nominated = collection.Search(view, cascade);
     ASSERT_TRUE(nominated.ok()) << nominated.status();
     ASSERT_EQ(nominated->hits.size(), 10u);
     for (const SearchHit& hit : nominated->hits) EXPECT_EQ(hit.score, scores.at(hit.id)) << hit.id;
@@ -732,14 +743,15 @@ TEST(CentroidStage, RerankFromCodesScoresTheDecodedVectors) {
   const CollectionStats codes_stats = (*codes)->Stats();
   const CollectionStats stored_stats = (*stored)->Stats();
   for (const CollectionStats* stats : {&codes_stats, &stored_stats}) {
-    EXPECT_GE(stats->code_segments, 1);
-    EXPECT_GE(stats->code_segment_bytes, stats->rerank_vectors * (4 + kDim * 4 / 8));
-    EXPECT_EQ(stats->code_unflushed_bytes, 0);
-    EXPECT_EQ(stats->rerank_unflushed_bytes, 0);
+    EXPECT_GE(stats->segments.code_segments, 1);
+    EXPECT_GE(stats->segments.code_segment_bytes, stats->rerank_vectors * (4 + kDim * 4 / 8));
+    EXPECT_EQ(stats->segments.code_unflushed_bytes, 0);
+    EXPECT_EQ(stats->segments.rerank_unflushed_bytes, 0);
   }
-  EXPECT_GE(stored_stats.rerank_segments, 1);
-  EXPECT_GE(stored_stats.rerank_segment_bytes, stored_stats.rerank_vectors * kDim * 2);
-  EXPECT_LT(codes_stats.rerank_segment_bytes, stored_stats.rerank_segment_bytes / 4)
+  EXPECT_GE(stored_stats.segments.rerank_segments, 1);
+  EXPECT_GE(stored_stats.segments.rerank_segment_bytes, stored_stats.rerank_vectors * kDim * 2);
+  EXPECT_LT(codes_stats.segments.rerank_segment_bytes,
+            stored_stats.segments.rerank_segment_bytes / 4)
       << "only the first document's rows, written before the codebook";
 
   // Deleted documents are gone; a reopen serves the same decoded vectors.
@@ -889,8 +901,8 @@ TEST(CentroidStage, RerankFromCodesKeepsNoVectorsOfDocumentsWrittenBeforeTheCode
                     .ok());
     EXPECT_EQ(candidates, 0) << "documents with candidate vectors";
     const internal::ShardStoreStats store_stats = (*store)->Stats();
-    EXPECT_EQ(store_stats.rerank_segments, 0);
-    EXPECT_EQ(store_stats.rerank_unflushed_bytes, 0);
+    EXPECT_EQ(store_stats.segments.rerank_segments, 0);
+    EXPECT_EQ(store_stats.segments.rerank_unflushed_bytes, 0);
   }
   EXPECT_EQ(documents_seen, static_cast<int64_t>(documents.size() - deleted.size()));
 

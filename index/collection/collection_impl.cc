@@ -1195,12 +1195,7 @@ CollectionStats CollectionImpl::Stats() const {
     part.training_shards = s.training ? 1 : 0;
     part.trainings_completed = s.trainings_completed;
     part.trainings_failed = s.trainings_failed;
-    part.rerank_segments = s.rerank_segments;
-    part.rerank_segment_bytes = s.rerank_segment_bytes;
-    part.rerank_unflushed_bytes = s.rerank_unflushed_bytes;
-    part.code_segments = s.code_segments;
-    part.code_segment_bytes = s.code_segment_bytes;
-    part.code_unflushed_bytes = s.code_unflushed_bytes;
+    part.segments = s.segments;
     part.candidate_indexes.push_back(s.candidate_index);
     AddStats(part, &stats);
     if (s.last_training_end > last_training_end) {

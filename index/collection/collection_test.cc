@@ -629,9 +629,9 @@ TEST(CollectionStats, SegmentFiguresAreTheFilesOnDisk) {
 
   const CollectionStats before = (*collection)->Stats();
   ASSERT_GT(before.rerank_vectors, 0);
-  EXPECT_EQ(before.rerank_segments, 0);
-  EXPECT_EQ(before.rerank_segment_bytes, 0);
-  EXPECT_EQ(before.rerank_unflushed_bytes, before.rerank_vectors * dim * 2)
+  EXPECT_EQ(before.segments.rerank_segments, 0);
+  EXPECT_EQ(before.segments.rerank_segment_bytes, 0);
+  EXPECT_EQ(before.segments.rerank_unflushed_bytes, before.rerank_vectors * dim * 2)
       << "every stored fp16 row, " << before.rerank_vectors << " rows of " << dim;
   files_on_disk(&files, &bytes);
   EXPECT_EQ(files, 0);
@@ -639,29 +639,30 @@ TEST(CollectionStats, SegmentFiguresAreTheFilesOnDisk) {
   ASSERT_TRUE((*collection)->Snapshot().ok());
   const CollectionStats flushed = (*collection)->Stats();
   files_on_disk(&files, &bytes);
-  EXPECT_GE(flushed.rerank_segments, 1);
-  EXPECT_EQ(flushed.rerank_segments, files);
-  EXPECT_GT(flushed.rerank_segment_bytes, 0);
-  EXPECT_EQ(flushed.rerank_segment_bytes, bytes);
-  EXPECT_GE(flushed.rerank_segment_bytes, before.rerank_unflushed_bytes) << "the rows and more";
-  EXPECT_EQ(flushed.rerank_unflushed_bytes, 0);
-  EXPECT_LE(flushed.rerank_segment_bytes, flushed.disk_bytes);
+  EXPECT_GE(flushed.segments.rerank_segments, 1);
+  EXPECT_EQ(flushed.segments.rerank_segments, files);
+  EXPECT_GT(flushed.segments.rerank_segment_bytes, 0);
+  EXPECT_EQ(flushed.segments.rerank_segment_bytes, bytes);
+  EXPECT_GE(flushed.segments.rerank_segment_bytes, before.segments.rerank_unflushed_bytes)
+      << "the rows and more";
+  EXPECT_EQ(flushed.segments.rerank_unflushed_bytes, 0);
+  EXPECT_LE(flushed.segments.rerank_segment_bytes, flushed.disk_bytes);
   // No codes in the exact mode.
   for (const CollectionStats& stats : {before, flushed}) {
-    EXPECT_EQ(stats.code_segments, 0);
-    EXPECT_EQ(stats.code_segment_bytes, 0);
-    EXPECT_EQ(stats.code_unflushed_bytes, 0);
+    EXPECT_EQ(stats.segments.code_segments, 0);
+    EXPECT_EQ(stats.segments.code_segment_bytes, 0);
+    EXPECT_EQ(stats.segments.code_unflushed_bytes, 0);
   }
 
   // A later write waits in RocksDB for the next flush; the segments stay as they are.
   const Document late = corpus.Make("late", 8);
   ExpectAllOk((*collection)->Upsert({late}));
   const CollectionStats after = (*collection)->Stats();
-  EXPECT_EQ(after.rerank_segments, flushed.rerank_segments);
-  EXPECT_EQ(after.rerank_segment_bytes, flushed.rerank_segment_bytes);
-  EXPECT_EQ(after.rerank_unflushed_bytes,
+  EXPECT_EQ(after.segments.rerank_segments, flushed.segments.rerank_segments);
+  EXPECT_EQ(after.segments.rerank_segment_bytes, flushed.segments.rerank_segment_bytes);
+  EXPECT_EQ(after.segments.rerank_unflushed_bytes,
             (after.rerank_vectors - flushed.rerank_vectors) * dim * 2);
-  EXPECT_GT(after.rerank_unflushed_bytes, 0);
+  EXPECT_GT(after.segments.rerank_unflushed_bytes, 0);
 }
 
 // Resident rerank vectors (none, part of the collection, all of it) give the results of brute

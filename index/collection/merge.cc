@@ -225,12 +225,7 @@ void AddStats(const CollectionStats& part, CollectionStats* total) {
   total->training_shards += part.training_shards;
   total->trainings_completed += part.trainings_completed;
   total->trainings_failed += part.trainings_failed;
-  total->rerank_segments += part.rerank_segments;
-  total->rerank_segment_bytes += part.rerank_segment_bytes;
-  total->rerank_unflushed_bytes += part.rerank_unflushed_bytes;
-  total->code_segments += part.code_segments;
-  total->code_segment_bytes += part.code_segment_bytes;
-  total->code_unflushed_bytes += part.code_unflushed_bytes;
+  total->segments += part.segments;
   total->candidate_indexes.insert(total->candidate_indexes.end(), part.candidate_indexes.begin(),
                                   part.candidate_indexes.end());
 }

@@ -265,8 +265,8 @@ TEST(MergeStats, PartsAddUpToTheOneCollection) {
   EXPECT_EQ(total.training_shards, whole.training_shards);
   EXPECT_EQ(total.candidate_indexes, whole.candidate_indexes);
   // Nothing flushed yet: every row waits in RocksDB, in the parts as in the whole.
-  EXPECT_GT(whole.rerank_unflushed_bytes, 0);
-  EXPECT_EQ(total.rerank_unflushed_bytes, whole.rerank_unflushed_bytes);
+  EXPECT_GT(whole.segments.rerank_unflushed_bytes, 0);
+  EXPECT_EQ(total.segments.rerank_unflushed_bytes, whole.segments.rerank_unflushed_bytes);
   EXPECT_DOUBLE_EQ(total.vectors_per_document, whole.vectors_per_document);
   EXPECT_GT(total.disk_bytes, 0);
   EXPECT_DOUBLE_EQ(total.disk_bytes_per_rerank_vector,
@@ -286,12 +286,12 @@ TEST(MergeStats, SumsCountsAndDerivesRatiosFromTheSums) {
   a.trainings_completed = 2;
   a.trainings_failed = 1;
   a.candidate_indexes = {"IDMap2,Flat"};
-  a.rerank_segments = 2;
-  a.rerank_segment_bytes = 2000;
-  a.rerank_unflushed_bytes = 200;
-  a.code_segments = 3;
-  a.code_segment_bytes = 300;
-  a.code_unflushed_bytes = 30;
+  a.segments.rerank_segments = 2;
+  a.segments.rerank_segment_bytes = 2000;
+  a.segments.rerank_unflushed_bytes = 200;
+  a.segments.code_segments = 3;
+  a.segments.code_segment_bytes = 300;
+  a.segments.code_unflushed_bytes = 30;
   a.vectors_per_document = 99;  // a part's own ratios do not enter the sums
   a.last_training_seconds = 7;
   CollectionStats b;
@@ -300,12 +300,12 @@ TEST(MergeStats, SumsCountsAndDerivesRatiosFromTheSums) {
   b.rerank_vectors = 5;
   b.disk_bytes = 1000;
   b.candidate_indexes = {"Centroid(256,4b)", "Flat"};
-  b.rerank_segments = 1;
-  b.rerank_segment_bytes = 1000;
-  b.rerank_unflushed_bytes = 100;
-  b.code_segments = 4;
-  b.code_segment_bytes = 400;
-  b.code_unflushed_bytes = 40;
+  b.segments.rerank_segments = 1;
+  b.segments.rerank_segment_bytes = 1000;
+  b.segments.rerank_unflushed_bytes = 100;
+  b.segments.code_segments = 4;
+  b.segments.code_segment_bytes = 400;
+  b.segments.code_unflushed_bytes = 40;
   CollectionStats total;
   AddStats(a, &total);
   AddStats(b, &total);
@@ -320,12 +320,12 @@ TEST(MergeStats, SumsCountsAndDerivesRatiosFromTheSums) {
   EXPECT_EQ(total.training_shards, 1);
   EXPECT_EQ(total.trainings_completed, 2);
   EXPECT_EQ(total.trainings_failed, 1);
-  EXPECT_EQ(total.rerank_segments, 3);
-  EXPECT_EQ(total.rerank_segment_bytes, 3000);
-  EXPECT_EQ(total.rerank_unflushed_bytes, 300);
-  EXPECT_EQ(total.code_segments, 7);
-  EXPECT_EQ(total.code_segment_bytes, 700);
-  EXPECT_EQ(total.code_unflushed_bytes, 70);
+  EXPECT_EQ(total.segments.rerank_segments, 3);
+  EXPECT_EQ(total.segments.rerank_segment_bytes, 3000);
+  EXPECT_EQ(total.segments.rerank_unflushed_bytes, 300);
+  EXPECT_EQ(total.segments.code_segments, 7);
+  EXPECT_EQ(total.segments.code_segment_bytes, 700);
+  EXPECT_EQ(total.segments.code_unflushed_bytes, 70);
   EXPECT_EQ(total.candidate_indexes,
             (std::vector<std::string>{"IDMap2,Flat", "Centroid(256,4b)", "Flat"}));
   EXPECT_EQ(total.vectors_per_document, 5.0);

@@ -688,13 +688,8 @@ ShardStats Shard::Stats() const {
   stats.trainings_failed = trainings_failed_.load(std::memory_order_relaxed);
   stats.last_training_seconds = last_training_seconds_.load(std::memory_order_relaxed);
   stats.last_training_end = last_training_end_.load(std::memory_order_relaxed);
-  const ShardStoreStats store = store_->Stats();
-  stats.rerank_segments = store.rerank_segments;
-  stats.rerank_segment_bytes = store.rerank_segment_bytes;
-  stats.rerank_unflushed_bytes = store.rerank_unflushed_bytes;
-  stats.code_segments = store.code_segments;
-  stats.code_segment_bytes = store.code_segment_bytes;
-  stats.code_unflushed_bytes = store.code_unflushed_bytes;
+  // Not store_->Stats(): that walks db/ again for a disk_bytes the walk of dir_ above includes.
+  stats.segments = store_->SegmentStats();
   return stats;
 }
 

@@ -137,14 +137,9 @@ struct ShardStats {
   // ticks since its epoch; 0: none yet).
   double last_training_seconds = 0;
   int64_t last_training_end = 0;
-  // The store's append-once segment files (ShardStoreStats): fp16 rerank rows, and codes of every
-  // generation.
-  int64_t rerank_segments = 0;         // rerank segment files
-  int64_t rerank_segment_bytes = 0;    // bytes those files occupy
-  int64_t rerank_unflushed_bytes = 0;  // bytes of rerank rows in RocksDB until the next flush
-  int64_t code_segments = 0;           // codes segment files
-  int64_t code_segment_bytes = 0;      // bytes those files occupy
-  int64_t code_unflushed_bytes = 0;    // bytes of codes in RocksDB until the next flush
+  // The store's append-once segment files (ShardStore::SegmentStats): fp16 rerank rows, and codes
+  // of every generation.
+  SegmentFigures segments;
 };
 
 // One document a search ranks (Shard::FetchForRanking): how the table described it and its rerank

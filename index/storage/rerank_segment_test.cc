@@ -190,13 +190,13 @@ TEST_F(RerankSegmentTest, ReadsEqualTheRocksDbPathByteForByte) {
     ASSERT_TRUE(want[i]->bytes == MakeDoc(i).rerank.bytes) << i;
   }
   ExpectReadsEqual(*store, iids, want);
-  EXPECT_EQ(store->Stats().rerank_segments, 0);
+  EXPECT_EQ(store->Stats().segments.rerank_segments, 0);
 
   ASSERT_TRUE(store->FlushSegments().ok());
   const ShardStoreStats stats = store->Stats();
-  EXPECT_GT(stats.rerank_segments, 1);
-  EXPECT_EQ(stats.rerank_unflushed_bytes, 0);
-  EXPECT_EQ(static_cast<int64_t>(SegmentFiles().size()), stats.rerank_segments);
+  EXPECT_GT(stats.segments.rerank_segments, 1);
+  EXPECT_EQ(stats.segments.rerank_unflushed_bytes, 0);
+  EXPECT_EQ(static_cast<int64_t>(SegmentFiles().size()), stats.segments.rerank_segments);
   ExpectReadsEqual(*store, iids, want);
   // An unknown iid has none.
   auto none = store->ReadRerank(std::vector<uint64_t>{999999});
@@ -226,12 +226,12 @@ TEST_F(RerankSegmentTest, RowsAreStoredOnceAfterTheFlush) {
   for (int i = 0; i < 4000; ++i) row_bytes += static_cast<int64_t>(MakeDoc(i).rerank.bytes.size());
   ASSERT_TRUE(store->Flush().ok());  // FlushSegments, then the memtables
   const ShardStoreStats stats = store->Stats();
-  EXPECT_GE(stats.rerank_segment_bytes, row_bytes);
+  EXPECT_GE(stats.segments.rerank_segment_bytes, row_bytes);
   // What RocksDB keeps beside the segments is far less than the rows (their pointers, the other
   // column families, the logs), not a second copy.
-  EXPECT_LT(stats.disk_bytes - stats.rerank_segment_bytes, row_bytes / 2)
-      << "disk " << stats.disk_bytes << ", segments " << stats.rerank_segment_bytes << ", rows "
-      << row_bytes << Listing(dir_);
+  EXPECT_LT(stats.disk_bytes - stats.segments.rerank_segment_bytes, row_bytes / 2)
+      << "disk " << stats.disk_bytes << ", segments " << stats.segments.rerank_segment_bytes
+      << ", rows " << row_bytes << Listing(dir_);
 }
 
 TEST_F(RerankSegmentTest, CorruptTruncatedOrMissingSegmentIsDataLossNamingIt) {
@@ -315,7 +315,7 @@ TEST_F(RerankSegmentTest, DeletesGiveTheirSpaceBack) {
   EXPECT_FALSE(std::filesystem::exists(first));
   const int64_t rewritten = SegmentFileBytes();
   EXPECT_LT(rewritten, full / 2) << "full " << full << ", rewritten " << rewritten;
-  EXPECT_EQ(store->Stats().rerank_segment_bytes, rewritten);
+  EXPECT_EQ(store->Stats().segments.rerank_segment_bytes, rewritten);
 
   std::vector<std::optional<StoredMatrix>> want(200);
   for (int i = 150; i < 200; ++i) want[i] = MakeDoc(i).rerank;
@@ -331,7 +331,7 @@ TEST_F(RerankSegmentTest, DeletesGiveTheirSpaceBack) {
   ASSERT_TRUE(store->Write({}, deletes).ok());
   ASSERT_TRUE(store->FlushSegments().ok());
   EXPECT_TRUE(SegmentFiles().empty());
-  EXPECT_EQ(store->Stats().rerank_segments, 0);
+  EXPECT_EQ(store->Stats().segments.rerank_segments, 0);
 
   store.reset();
   store = Open();
@@ -365,7 +365,7 @@ TEST_F(RerankSegmentTest, BackgroundFlushMovesRowsWhileWritesGoOn) {
   store = Open();
   ASSERT_NE(store, nullptr);
   ExpectReadsEqual(*store, iids, want);
-  EXPECT_GT(store->Stats().rerank_segments, 0);
+  EXPECT_GT(store->Stats().segments.rerank_segments, 0);
 }
 
 TEST_F(RerankSegmentTest, CheckpointCarriesTheSegments) {
@@ -496,23 +496,24 @@ TEST_F(RerankSegmentTest, CodesFlushIntoSegmentsAndReadInPlaceAsWritten) {
     code_bytes += static_cast<int64_t>(want1[i]->size() + (want2[i] ? want2[i]->size() : 0));
   }
   ExpectCodesEqual(*store, 1, iids, want1);  // from RocksDB
-  EXPECT_EQ(store->Stats().code_unflushed_bytes, code_bytes);
-  EXPECT_EQ(store->Stats().code_segments, 0);
+  EXPECT_EQ(store->Stats().segments.code_unflushed_bytes, code_bytes);
+  EXPECT_EQ(store->Stats().segments.code_segments, 0);
 
   ASSERT_TRUE(store->Flush().ok());  // FlushSegments, then the memtables
   ExpectCodesEqual(*store, 1, iids, want1);
   ExpectCodesEqual(*store, 2, iids, want2);
   ExpectCodesEqual(*store, 3, iids, std::vector<std::optional<std::string>>(3000));
   const ShardStoreStats stats = store->Stats();
-  EXPECT_EQ(stats.code_unflushed_bytes, 0);
-  EXPECT_GE(stats.code_segments, 2);  // one generation per segment
-  EXPECT_GE(stats.code_segment_bytes, code_bytes);
-  EXPECT_EQ(stats.code_segment_bytes, SegmentFileBytes(SegmentKind::kCodes));
+  EXPECT_EQ(stats.segments.code_unflushed_bytes, 0);
+  EXPECT_GE(stats.segments.code_segments, 2);  // one generation per segment
+  EXPECT_GE(stats.segments.code_segment_bytes, code_bytes);
+  EXPECT_EQ(stats.segments.code_segment_bytes, SegmentFileBytes(SegmentKind::kCodes));
   // Stored once: what RocksDB keeps beside the segments (pointers, records, rows, logs) is far
   // less than the codes.
-  EXPECT_LT(stats.disk_bytes - stats.code_segment_bytes - stats.rerank_segment_bytes,
-            code_bytes / 2)
-      << "disk " << stats.disk_bytes << ", codes segments " << stats.code_segment_bytes
+  EXPECT_LT(
+      stats.disk_bytes - stats.segments.code_segment_bytes - stats.segments.rerank_segment_bytes,
+      code_bytes / 2)
+      << "disk " << stats.disk_bytes << ", codes segments " << stats.segments.code_segment_bytes
       << ", codes " << code_bytes << Listing(dir_);
 
   store.reset();
@@ -520,7 +521,7 @@ TEST_F(RerankSegmentTest, CodesFlushIntoSegmentsAndReadInPlaceAsWritten) {
   ASSERT_NE(store, nullptr);
   ExpectCodesEqual(*store, 1, iids, want1);
   ExpectCodesEqual(*store, 2, iids, want2);
-  EXPECT_EQ(store->Stats().code_unflushed_bytes, 0);
+  EXPECT_EQ(store->Stats().segments.code_unflushed_bytes, 0);
 }
 
 // A PutCodes over codes already in a segment replaces them (the segment's copy is dead), and its
@@ -549,8 +550,8 @@ TEST_F(RerankSegmentTest, AWriteAndRemovalInOneGroupLeaveNothingUnflushed) {
   ASSERT_TRUE(second.ok()) << second.status();
   ASSERT_TRUE(store->FlushSegments().ok());
   const ShardStoreStats stats = store->Stats();
-  EXPECT_EQ(stats.rerank_unflushed_bytes, 0);
-  EXPECT_EQ(stats.code_unflushed_bytes, 0);
+  EXPECT_EQ(stats.segments.rerank_unflushed_bytes, 0);
+  EXPECT_EQ(stats.segments.code_unflushed_bytes, 0);
   const std::vector<uint64_t> iids = {first->upserted_iids[0], first->upserted_iids[1],
                                       second->upserted_iids[0]};
   ExpectCodesEqual(*store, 1, iids, {std::nullopt, CodesOf(7, 1), std::nullopt});
@@ -615,7 +616,7 @@ TEST_F(RerankSegmentTest, DroppingAGenerationDeletesItsSegments) {
   ASSERT_TRUE(store->DropCodeGenerationsExcept(2).ok());
   EXPECT_FALSE(std::filesystem::exists(first[0]));
   ASSERT_EQ(SegmentFiles(SegmentKind::kCodes).size(), 1u);
-  EXPECT_EQ(store->Stats().code_segments, 1);
+  EXPECT_EQ(store->Stats().segments.code_segments, 1);
   std::vector<std::optional<std::string>> want2(200);
   for (int i = 0; i < 200; ++i) want2[i] = CodesOf(i, 2);
   ExpectCodesEqual(*store, 1, iids, std::vector<std::optional<std::string>>(200));
@@ -654,7 +655,7 @@ TEST_F(RerankSegmentTest, DeletesGiveTheirCodesSpaceBack) {
   EXPECT_FALSE(std::filesystem::exists(first));
   const int64_t rewritten = SegmentFileBytes(SegmentKind::kCodes);
   EXPECT_LT(rewritten, full / 2) << "full " << full << ", rewritten " << rewritten;
-  EXPECT_EQ(store->Stats().code_segment_bytes, rewritten);
+  EXPECT_EQ(store->Stats().segments.code_segment_bytes, rewritten);
   std::vector<std::optional<std::string>> want(200);
   for (int i = 150; i < 200; ++i) want[i] = CodesOf(i, 1);
   ExpectCodesEqual(*store, 1, iids, want);
@@ -667,7 +668,7 @@ TEST_F(RerankSegmentTest, DeletesGiveTheirCodesSpaceBack) {
   ASSERT_TRUE(store->Write({}, deletes).ok());
   ASSERT_TRUE(store->FlushSegments().ok());
   EXPECT_TRUE(SegmentFiles(SegmentKind::kCodes).empty());
-  EXPECT_EQ(store->Stats().code_segments, 0);
+  EXPECT_EQ(store->Stats().segments.code_segments, 0);
 }
 
 TEST_F(RerankSegmentTest, CheckpointCarriesTheCodesSegments) {

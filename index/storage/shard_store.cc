@@ -347,6 +347,7 @@ class ShardStoreImpl final : public ShardStore {
       const override ABSL_LOCKS_EXCLUDED(flush_mu_);
   uint64_t LatestSequence() const override { return db_->GetLatestSequenceNumber(); }
   ShardStoreStats Stats() const override;
+  SegmentFigures SegmentStats() const override;
   absl::Status Flush() override;
   absl::Status Checkpoint(const std::string& dir, uint64_t* sequence) override;
   int64_t SyncedWritesForTesting() const override {
@@ -2088,19 +2089,25 @@ ShardStoreStats ShardStoreImpl::Stats() const {
   ShardStoreStats stats;
   stats.documents = live_documents_snapshot_.load(std::memory_order_relaxed);
   stats.disk_bytes = AllocatedBytes(dir_);
+  stats.segments = SegmentStats();
+  return stats;
+}
+
+SegmentFigures ShardStoreImpl::SegmentStats() const {
+  SegmentFigures figures;
   ReaderMutexLock lock(&rerank_mu_);
   for (const auto& [number, segment] : segments_) {
     if (segment.file->kind() == SegmentKind::kCodes) {
-      ++stats.code_segments;
-      stats.code_segment_bytes += segment.file->size();
+      ++figures.code_segments;
+      figures.code_segment_bytes += segment.file->size();
     } else {
-      ++stats.rerank_segments;
-      stats.rerank_segment_bytes += segment.file->size();
+      ++figures.rerank_segments;
+      figures.rerank_segment_bytes += segment.file->size();
     }
   }
-  stats.rerank_unflushed_bytes = unflushed_bytes_[KindIndex(SegmentKind::kRerank)];
-  stats.code_unflushed_bytes = unflushed_bytes_[KindIndex(SegmentKind::kCodes)];
-  return stats;
+  figures.rerank_unflushed_bytes = unflushed_bytes_[KindIndex(SegmentKind::kRerank)];
+  figures.code_unflushed_bytes = unflushed_bytes_[KindIndex(SegmentKind::kCodes)];
+  return figures;
 }
 absl::Status ShardStoreImpl::Flush() {
   TESSERA_RETURN_IF_ERROR(FlushSegments());

@@ -55,6 +55,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "tessera/collection.h"
 #include "tessera/document.h"
 #include "tessera/log.h"
 #include "tessera/matrix.h"
@@ -180,14 +181,9 @@ struct ShardStoreStats {
   // What the database directory occupies on disk: the allocated blocks of every file in it (SST
   // files, write-ahead logs with their preallocated space, MANIFEST, OPTIONS, the info log).
   int64_t disk_bytes = 0;
-  // Rerank segment files, the bytes they occupy, and the bytes of rerank rows still in RocksDB.
-  int64_t rerank_segments = 0;
-  int64_t rerank_segment_bytes = 0;
-  int64_t rerank_unflushed_bytes = 0;
-  // The same for codes (every generation).
-  int64_t code_segments = 0;
-  int64_t code_segment_bytes = 0;
-  int64_t code_unflushed_bytes = 0;
+  // Segment files (rerank rows, and codes of every generation), the bytes they occupy, and the
+  // bytes of each kind still in RocksDB: SegmentStats().
+  SegmentFigures segments;
 };
 
 // The interface; ShardStoreImpl (shard_store.cc) is its one implementation (leveldb's DB / DBImpl).
@@ -307,7 +303,11 @@ class ShardStore {
       const std::function<absl::Status(uint64_t, absl::string_view)>& fn) const = 0;
 
   virtual uint64_t LatestSequence() const = 0;
+  // Walks the database directory for disk_bytes (one stat per file).
   virtual ShardStoreStats Stats() const = 0;
+  // Only the segment figures of Stats(), without its walk of the directory: for a caller that
+  // counts the disk bytes of a directory holding the database itself (Shard::Stats).
+  virtual SegmentFigures SegmentStats() const = 0;
   // FlushSegments, then flushes memtables to SST files (not needed for durability: the WAL already
   // has every write).
   virtual absl::Status Flush() = 0;

@@ -397,7 +397,7 @@ TEST_F(ShardStoreTest, DropCodeGenerationsExceptKeepsOneGenerationAndIsFreeWhenN
   // Generations 1 and 2 in codes segments, 3 still in RocksDB: both are dropped the same way.
   ASSERT_TRUE(store->FlushSegments().ok());
   ASSERT_TRUE(store->PutCodes(3, {{iids[0], "a3"}, {iids[1], "b3"}}, {}).ok());
-  EXPECT_EQ(store->Stats().code_segments, 2);
+  EXPECT_EQ(store->Stats().segments.code_segments, 2);
   auto codes_of = [&](uint32_t generation) {
     std::vector<std::string> codes;
     EXPECT_TRUE(store
@@ -410,7 +410,7 @@ TEST_F(ShardStoreTest, DropCodeGenerationsExceptKeepsOneGenerationAndIsFreeWhenN
     return codes;
   };
   ASSERT_TRUE(store->DropCodeGenerationsExcept(2).ok());
-  EXPECT_EQ(store->Stats().code_segments, 1);
+  EXPECT_EQ(store->Stats().segments.code_segments, 1);
   store.reset();
   store = OpenStore();
   ASSERT_NE(store, nullptr);

@@ -342,6 +342,29 @@ struct UpsertOutcome {
   int64_t num_vectors = 0;
 };
 
+// Segment files: the stored fp16 rerank rows, and (for rerank_from_codes) the centroid codes of
+// every generation, moved out of RocksDB into append-once files once a shard's unflushed values
+// pass the store's flush threshold (64 MiB) and on Snapshot (the Flush RPC). One shard's store
+// reports them; a collection's are its shards' added up (+=).
+struct SegmentFigures {
+  int64_t rerank_segments = 0;         // rerank segment files
+  int64_t rerank_segment_bytes = 0;    // bytes those files occupy (their sizes)
+  int64_t rerank_unflushed_bytes = 0;  // bytes of rerank rows in RocksDB until the next flush
+  int64_t code_segments = 0;           // codes segment files
+  int64_t code_segment_bytes = 0;      // bytes those files occupy (their sizes)
+  int64_t code_unflushed_bytes = 0;    // bytes of codes in RocksDB until the next flush
+
+  SegmentFigures& operator+=(const SegmentFigures& other) {
+    rerank_segments += other.rerank_segments;
+    rerank_segment_bytes += other.rerank_segment_bytes;
+    rerank_unflushed_bytes += other.rerank_unflushed_bytes;
+    code_segments += other.code_segments;
+    code_segment_bytes += other.code_segment_bytes;
+    code_unflushed_bytes += other.code_unflushed_bytes;
+    return *this;
+  }
+};
+
 struct CollectionStats {
   int64_t documents = 0;
   int64_t original_tokens = 0;
@@ -369,16 +392,8 @@ struct CollectionStats {
   int64_t trainings_failed = 0;
   // How long the shards' most recent training (finished or failed) ran; 0 before the first.
   double last_training_seconds = 0;
-  // The shards' segment files: the stored fp16 rerank rows, and (for rerank_from_codes) the
-  // centroid codes of every generation, moved out of RocksDB into append-once files once a shard's
-  // unflushed values pass the store's flush threshold (64 MiB) and on Snapshot (the Flush RPC).
-  // Included in disk_bytes.
-  int64_t rerank_segments = 0;         // rerank segment files
-  int64_t rerank_segment_bytes = 0;    // bytes those files occupy (their sizes)
-  int64_t rerank_unflushed_bytes = 0;  // bytes of rerank rows in RocksDB until the next flush
-  int64_t code_segments = 0;           // codes segment files
-  int64_t code_segment_bytes = 0;      // bytes those files occupy (their sizes)
-  int64_t code_unflushed_bytes = 0;    // bytes of codes in RocksDB until the next flush
+  // The shards' segment files (see SegmentFigures), included in disk_bytes.
+  SegmentFigures segments;
 };
 
 // Thread-safe: upserts, deletes, gets and searches may run concurrently; a write is visible to
