@@ -164,17 +164,6 @@ size_t PrefetchMapped(std::vector<absl::string_view> ranges) {
   const auto page_size = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   auto address = [](const char* p) { return reinterpret_cast<uintptr_t>(p); };
   auto page_of = [&](const char* p) { return p - address(p) % page_size; };
-  ranges.erase(std::remove_if(ranges.begin(), ranges.end(),
-                              [](absl::string_view range) { return range.empty(); }),
-               ranges.end());
-  const size_t samples = std::min(ranges.size(), kPrefetchResidencySamples);
-  bool all_cached = true;
-  for (size_t i = 0; i < samples && all_cached; ++i) {
-    unsigned char resident = 0;
-    const char* page = page_of(ranges[i * ranges.size() / samples].data());
-    all_cached = ::mincore(const_cast<char*>(page), 1, &resident) == 0 && (resident & 1) != 0;
-  }
-  if (all_cached) return 0;
   std::sort(ranges.begin(), ranges.end(), [&](absl::string_view a, absl::string_view b) {
     return address(a.data()) < address(b.data());
   });
@@ -188,6 +177,7 @@ size_t PrefetchMapped(std::vector<absl::string_view> ranges) {
     advised += end - begin;
   };
   for (absl::string_view range : ranges) {
+    if (range.empty()) continue;
     const char* first = page_of(range.data());
     const char* last = range.data() + range.size();
     if (begin != nullptr && address(first) <= address(end) + page_size) {
@@ -200,6 +190,31 @@ size_t PrefetchMapped(std::vector<absl::string_view> ranges) {
   }
   advise();
   return advised;
+}
+
+size_t MappedReadAhead::Read(std::vector<absl::string_view> ranges) {
+  const auto page_size = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  std::vector<const char*> firsts;
+  for (absl::string_view range : ranges) {
+    if (!range.empty()) firsts.push_back(range.data());
+  }
+  const size_t samples = std::min(firsts.size(), kResidencySamples);
+  bool cached = true;
+  for (size_t i = 0; i < samples && cached; ++i) {
+    const char* first = firsts[i * firsts.size() / samples];
+    const char* page = first - reinterpret_cast<uintptr_t>(first) % page_size;
+    unsigned char resident = 0;
+    cached = ::mincore(const_cast<char*>(page), 1, &resident) == 0 && (resident & 1) != 0;
+  }
+  // Concurrent reads may lose an update of the count: it only steers advice.
+  if (!cached) {
+    cached_in_a_row_.store(0, std::memory_order_relaxed);
+  } else {
+    const int in_a_row = cached_in_a_row_.load(std::memory_order_relaxed) + 1;
+    if (in_a_row >= kCachedReadsToSkip) return 0;
+    cached_in_a_row_.store(in_a_row, std::memory_order_relaxed);
+  }
+  return PrefetchMapped(std::move(ranges));
 }
 
 MappedFile::~MappedFile() {

@@ -79,32 +79,63 @@ TEST(FileIo, ReadsAFileInChunks) {
             absl::StatusCode::kNotFound);
 }
 
-// PrefetchMapped brings the pages under the ranges into the page cache without touching them:
-// after the file's pages were evicted (fsync, then POSIX_FADV_DONTNEED), mincore finds the
-// requested pages cached (the reads are asynchronous: polled for up to 10 s), given in any order,
-// empty ranges and neighbours within a page included. Once they are cached, the same call advises
-// nothing; with one sampled page evicted again, it advises the runs again.
-TEST(FileIo, PrefetchMappedReadsTheRangesPagesAhead) {
-  TempDir dir;
-  const std::string path = dir.path() + "/file";
-  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  const size_t pages = 64;
-  ASSERT_TRUE(WriteFileAtomically(path, {std::string(pages * page, 'x')}).ok());
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  ASSERT_GE(fd, 0);
-  ::fsync(fd);
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
-  auto file = MappedFile::Open(path);
-  ASSERT_TRUE(file.ok()) << file.status();
-  const char* data = (*file)->bytes().data();
-  auto cached = [&](size_t p) {
+// A file of `pages` pages written and then evicted from the page cache (fsync, then
+// POSIX_FADV_DONTNEED), mapped; and whether page p of the mapping is cached (mincore).
+class EvictedFile {
+ public:
+  static constexpr size_t kPages = 64;
+
+  EvictedFile() : page_(static_cast<size_t>(::sysconf(_SC_PAGESIZE))) {
+    path_ = dir_.path() + "/file";
+    EXPECT_TRUE(WriteFileAtomically(path_, {std::string(kPages * page_, 'x')}).ok());
+    Evict(0, 0);
+    auto file = MappedFile::Open(path_);
+    EXPECT_TRUE(file.ok()) << file.status();
+    if (file.ok()) file_ = *std::move(file);
+  }
+  size_t page() const { return page_; }
+  const char* data() const { return file_->bytes().data(); }
+  bool Cached(size_t p) const {
     unsigned char resident = 0;
-    const void* at = data + p * page;
-    return ::mincore(const_cast<void*>(at), page, &resident) == 0 && (resident & 1) != 0;
-  };
-  const std::vector<size_t> wanted = {40, 3, 4, 20};
-  if (cached(40) || cached(3) || cached(20)) {
+    const void* at = data() + p * page_;
+    return ::mincore(const_cast<void*>(at), page_, &resident) == 0 && (resident & 1) != 0;
+  }
+  // Evicts `length` bytes from `offset` (0: to the end), unmapping them from this process first.
+  void Evict(size_t offset, size_t length) const {
+    if (file_ != nullptr) ::madvise(const_cast<char*>(data()), kPages * page_, MADV_DONTNEED);
+    const int fd = ::open(path_.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ::fsync(fd);
+    ::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(length),
+                    POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+  // Polls for up to 10 s: the reads ahead are asynchronous.
+  bool AwaitCached(const std::vector<size_t>& pages) const {
+    auto all = [&] {
+      return std::all_of(pages.begin(), pages.end(), [&](size_t p) { return Cached(p); });
+    };
+    for (int i = 0; i < 1000 && !all(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return all();
+  }
+
+ private:
+  TempDir dir_;
+  std::string path_;
+  const size_t page_;
+  std::shared_ptr<const MappedFile> file_;
+};
+
+// PrefetchMapped brings the pages under the ranges into the page cache without touching them:
+// after the file's pages were evicted, mincore finds the requested pages cached, given in any
+// order, empty ranges and neighbours within a page included; it advises them whether cached or not.
+TEST(FileIo, PrefetchMappedReadsTheRangesPagesAhead) {
+  EvictedFile file;
+  const size_t page = file.page();
+  const char* data = file.data();
+  if (file.Cached(40) || file.Cached(3) || file.Cached(20)) {
     GTEST_SKIP() << "the file system kept the evicted pages cached";
   }
   const std::vector<absl::string_view> ranges = {
@@ -113,19 +144,35 @@ TEST(FileIo, PrefetchMappedReadsTheRangesPagesAhead) {
       absl::string_view(data + 20 * page, page)};
   // Runs from the start of page 3, 20 and 40 to their ranges' ends: page + 1, page and 110 bytes.
   EXPECT_EQ(PrefetchMapped(ranges), 2 * page + 111);
-  for (int i = 0; i < 1000 && !std::all_of(wanted.begin(), wanted.end(), cached); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  for (size_t p : wanted) EXPECT_TRUE(cached(p)) << "page " << p;
-  EXPECT_EQ(PrefetchMapped(ranges), 0);
+  for (size_t p : {40, 3, 4, 20}) EXPECT_TRUE(file.AwaitCached({p})) << "page " << p;
+  EXPECT_EQ(PrefetchMapped(ranges), 2 * page + 111);
+}
 
-  ASSERT_EQ(::madvise(const_cast<char*>(data), pages * page, MADV_DONTNEED), 0);
-  const int again = ::open(path.c_str(), O_RDONLY);
-  ASSERT_GE(again, 0);
-  ::posix_fadvise(again, 20 * page, page, POSIX_FADV_DONTNEED);
-  ::close(again);
-  if (cached(20)) GTEST_SKIP() << "the file system kept the evicted page cached";
-  EXPECT_GT(PrefetchMapped(ranges), 0);
+// MappedReadAhead advises a read whose sampled pages miss, and skips the advice only from the
+// kCachedReadsToSkip-th read in a row whose sample was all cached; one miss starts the count again.
+TEST(FileIo, MappedReadAheadSkipsOnlyAfterAStreakOfCachedReads) {
+  EvictedFile file;
+  const size_t page = file.page();
+  const char* data = file.data();
+  if (file.Cached(20) || file.Cached(40)) {
+    GTEST_SKIP() << "the file system kept the evicted pages cached";
+  }
+  const std::vector<absl::string_view> ranges = {absl::string_view(data + 40 * page, 10),
+                                                 absl::string_view(data + 20 * page, 10)};
+  MappedReadAhead read_ahead;
+  EXPECT_EQ(read_ahead.Read(ranges), 2 * 10);
+  ASSERT_TRUE(file.AwaitCached({20, 40}));
+  for (int i = 1; i < MappedReadAhead::kCachedReadsToSkip; ++i) {
+    EXPECT_EQ(read_ahead.Read(ranges), 2 * 10) << "cached read " << i;
+  }
+  EXPECT_EQ(read_ahead.Read(ranges), 0);
+  EXPECT_EQ(read_ahead.Read(ranges), 0);
+
+  file.Evict(20 * page, page);
+  if (file.Cached(20)) GTEST_SKIP() << "the file system kept the evicted page cached";
+  EXPECT_EQ(read_ahead.Read(ranges), 2 * 10);
+  ASSERT_TRUE(file.AwaitCached({20, 40}));
+  EXPECT_EQ(read_ahead.Read(ranges), 2 * 10);  // one cached read in a row, not a streak
 }
 
 TEST(FileIo, ReadingAMissingFileIsNotFoundNamingIt) {

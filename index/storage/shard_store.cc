@@ -609,6 +609,8 @@ class ShardStoreImpl final : public ShardStore {
   absl::flat_hash_map<DocKey, RowsLocation> locations_[2] ABSL_GUARDED_BY(rerank_mu_);
   absl::flat_hash_map<DocKey, int64_t> unflushed_[2] ABSL_GUARDED_BY(rerank_mu_);
   int64_t unflushed_bytes_[2] ABSL_GUARDED_BY(rerank_mu_) = {0, 0};
+  // ReadCodes' read-ahead of the candidates' codes pages, skipped while they stay cached.
+  mutable MappedReadAhead codes_read_ahead_;
   // The background maintenance thread (options_.rerank_flush_bytes > 0).
   Mutex maintain_mu_;
   CondVar maintain_cv_;
@@ -1365,7 +1367,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const absl::string_view>>> ShardStore
   TESSERA_RETURN_IF_ERROR(ReadInPlace(SegmentKind::kCodes, keys, read.get()));
   // The caller reads every document's codes next: their pages are read ahead together. A shard
   // whose codes do not fit in the page cache (3M documents: 13 GB of codes beside 13 GB of index
-  // on 24 GB) would otherwise fault them in one at a time.
+  // on 24 GB) would otherwise fault them in one at a time; one whose codes stay cached skips it.
   std::vector<absl::string_view> in_segments;
   in_segments.reserve(n);
   for (const std::optional<RowsLocation>& location : read->found) {
@@ -1373,7 +1375,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const absl::string_view>>> ShardStore
       in_segments.emplace_back(location->data, location->bytes());
     }
   }
-  PrefetchMapped(std::move(in_segments));
+  codes_read_ahead_.Read(std::move(in_segments));
   read->codes.resize(n);
   std::vector<std::shared_ptr<const absl::string_view>> out(n);
   for (size_t i = 0; i < n; ++i) {
