@@ -52,6 +52,11 @@ struct OpenForReading {
   }
 };
 
+// The start of the page holding p.
+const char* PageStart(const char* p, uintptr_t page_size) {
+  return p - reinterpret_cast<uintptr_t>(p) % page_size;
+}
+
 }  // namespace
 
 absl::Status WriteFileAtomically(const std::string& path,
@@ -163,7 +168,6 @@ void MappedFile::DropResidentPages() const {
 size_t PrefetchMapped(std::vector<absl::string_view> ranges) {
   const auto page_size = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
   auto address = [](const char* p) { return reinterpret_cast<uintptr_t>(p); };
-  auto page_of = [&](const char* p) { return p - address(p) % page_size; };
   std::sort(ranges.begin(), ranges.end(), [&](absl::string_view a, absl::string_view b) {
     return address(a.data()) < address(b.data());
   });
@@ -178,7 +182,7 @@ size_t PrefetchMapped(std::vector<absl::string_view> ranges) {
   };
   for (absl::string_view range : ranges) {
     if (range.empty()) continue;
-    const char* first = page_of(range.data());
+    const char* first = PageStart(range.data(), page_size);
     const char* last = range.data() + range.size();
     if (begin != nullptr && address(first) <= address(end) + page_size) {
       if (address(last) > address(end)) end = last;
@@ -194,15 +198,13 @@ size_t PrefetchMapped(std::vector<absl::string_view> ranges) {
 
 size_t MappedReadAhead::Read(std::vector<absl::string_view> ranges) {
   const auto page_size = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
-  std::vector<const char*> firsts;
-  for (absl::string_view range : ranges) {
-    if (!range.empty()) firsts.push_back(range.data());
-  }
-  const size_t samples = std::min(firsts.size(), kResidencySamples);
+  ranges.erase(std::remove_if(ranges.begin(), ranges.end(),
+                              [](absl::string_view range) { return range.empty(); }),
+               ranges.end());
+  const size_t samples = std::min(ranges.size(), kResidencySamples);
   bool cached = true;
   for (size_t i = 0; i < samples && cached; ++i) {
-    const char* first = firsts[i * firsts.size() / samples];
-    const char* page = first - reinterpret_cast<uintptr_t>(first) % page_size;
+    const char* page = PageStart(ranges[i * ranges.size() / samples].data(), page_size);
     unsigned char resident = 0;
     cached = ::mincore(const_cast<char*>(page), 1, &resident) == 0 && (resident & 1) != 0;
   }
