@@ -331,7 +331,7 @@ void SchemaToProto(const CollectionSchema& schema, v1::CollectionSchema* out) {
   c->set_residual_bits(static_cast<uint32_t>(EffectiveResidualBits(schema.candidates)));
   c->set_centroid_min_vectors(static_cast<uint64_t>(schema.candidates.centroid_min_vectors));
   c->set_centroid_min_training_vectors(
-      static_cast<uint64_t>(schema.candidates.centroid_min_training_vectors));
+      static_cast<uint64_t>(EffectiveMinTrainingVectors(schema.candidates)));
   c->set_rerank_from_codes(schema.candidates.rerank_from_codes);
   if (schema.sparse.has_value()) {
     v1::SparseField* sparse = out->mutable_sparse();

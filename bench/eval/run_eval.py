@@ -30,7 +30,6 @@ Configurations (all exhaustive unless named "cascade"):
 
 import argparse
 import dataclasses
-import itertools
 import json
 import os
 import platform
@@ -56,10 +55,6 @@ import report  # noqa: E402
 TOP_K = 100  # every run keeps 100 hits so that recall@100 is defined
 WARMUP_QUERIES = 5
 TOKENS_PER_LINE = 16  # page simulation: tokens per grid row
-# codes-b: documents ingested before waiting for the codebook, at most (a quarter of a smaller
-# set): past the 16,384-vector training threshold on every shared set; the rest are stored as
-# codes only.
-CODES_TRAINING_DOCUMENTS = 1000
 # Settings per peer run ({} = the peer's defaults); the first is the peer's headline row.
 # fast-plaid: k-means on a 1,024-document sample (its default samples every document of these
 # sets: 8+ minutes of k-means for scifact's 16,384 centroids on 2 cores) and batch_size 256 (its
@@ -267,23 +262,15 @@ def run_config(client, dataset, config: Config, exact_runs: Dict[str, Dict],
     """Creates, fills, searches and drops one collection; the exhaustive run is kept in
     exact_runs[config.name] for the configurations that rerank the same vectors."""
     client.create_collection(config.name, dim=dataset.corpus.tokens.shape[1], **config.create)
-    stream = documents(dataset, config.page_layout)
-    parts = [stream]
-    if config.group == "codes":
-        # The codebook first (trained in the background on the first documents), then the rest,
-        # which are stored as codes only.
-        first = min(CODES_TRAINING_DOCUMENTS, len(dataset.corpus) // 4)
-        parts = [itertools.islice(stream, first), stream]
-    seconds = 0.0
-    for i, part in enumerate(parts):
-        summary = client.ingest(config.name, part, batch_size=32, progress=False,
-                                total=len(dataset.corpus), dtype="fp32")
-        seconds += summary.seconds
-        if summary.failed:
-            raise RuntimeError(f"{config.name}: {len(summary.failed)} documents rejected, "
-                               f"first: {summary.failed[0]}")
-        if i + 1 < len(parts):
-            wait_for_training(client, config.name, centroid=True)
+    # codes-b: the documents in one stream, as a user writes them; the shard trains its codebook
+    # in the background once it holds the mode's threshold of vectors (65,536), re-encodes the
+    # documents written before and drops their vectors.
+    summary = client.ingest(config.name, documents(dataset, config.page_layout), batch_size=32,
+                            progress=False, total=len(dataset.corpus), dtype="fp32")
+    seconds = summary.seconds
+    if summary.failed:
+        raise RuntimeError(f"{config.name}: {len(summary.failed)} documents rejected, "
+                           f"first: {summary.failed[0]}")
     wait_for_training(client, config.name,
                       centroid=config.create.get("candidates", {}).get("factory") == "centroid")
     client.flush(config.name)

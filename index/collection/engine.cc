@@ -457,7 +457,7 @@ absl::Status ValidateSchema(const CollectionSchema& schema) {
   for (const auto& [field, value] :
        {std::pair<const char*, int64_t>{"centroid_min_vectors",
                                         schema.candidates.centroid_min_vectors},
-        {"centroid_min_training_vectors", schema.candidates.centroid_min_training_vectors}}) {
+        {"centroid_min_training_vectors", EffectiveMinTrainingVectors(schema.candidates)}}) {
     if (value < internal::kMinCentroids) {
       return absl::InvalidArgumentError(absl::StrCat(
           "candidate ", field, " ", value, ", expected ≥ ", internal::kMinCentroids,

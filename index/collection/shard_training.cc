@@ -60,7 +60,7 @@ void ReleaseFreedHeap() {
 // Whether the schema lets a shard of `rerank_vectors` vectors move to the centroid index.
 bool WantsCentroidIndex(const CandidateSpec& spec, int64_t rerank_vectors) {
   if (spec.factory == "centroid" || spec.rerank_from_codes) {
-    return rerank_vectors >= spec.centroid_min_training_vectors;
+    return rerank_vectors >= EffectiveMinTrainingVectors(spec);
   }
   if (spec.factory == "auto") return rerank_vectors >= spec.centroid_min_vectors;
   return false;

@@ -52,9 +52,10 @@ struct CandidateSpec {
   // on, the centroid index found the exact top 10 as often as the candidate scan or more at
   // equal N, at 2.2–3.1× its speed (docs/notes/2026-12-05.md, "Stage 1 defaults from the
   // real sets"). Both thresholds are at least 256, the smallest codebook's centroids
-  // (ValidateSchema).
+  // (ValidateSchema); centroid_min_training_vectors 0 is the mode's default
+  // (EffectiveMinTrainingVectors).
   int64_t centroid_min_vectors = 16'384;
-  int64_t centroid_min_training_vectors = 16'384;
+  int64_t centroid_min_training_vectors = 0;
   // Stage 2 scores the vectors decoded from the centroid codes (centroid + residual, PLAID's
   // approach) instead of stored rerank vectors: documents written once a shard has its codebook
   // store no rerank vectors (about 8× less disk at residual_bits 4, 16× at 2). Such documents are
@@ -63,12 +64,12 @@ struct CandidateSpec {
   // query tokens of ⌈dim · residual_bits / 4⌉ · step / 2, step = the token's largest table range
   // / 255) of the MaxSim of the decoded vectors; explain and Get return the decoded vectors.
   // Needs factory "auto" or "centroid" and then behaves as "centroid" (a shard trains once it
-  // holds centroid_min_training_vectors vectors; the documents written before are encoded by that
-  // training, which then drops their rerank and candidate vectors: no fp16/fp32 copy remains).
-  // The codes stay resident in the centroid index (its lists for stage 1, and a per-document copy
-  // for stage 2: 4 + dim · residual_bits / 8 bytes per pooled vector more memory, 68 at dim 128
-  // and 4 bits), so stage 2 reads no storage per document. Such a shard retrains as the others
-  // do, from the vectors its codes decode to, and re-encodes every document from them.
+  // holds EffectiveMinTrainingVectors vectors, 65,536 by default; the documents written before
+  // are encoded by that training, which then drops their rerank and candidate vectors: no
+  // fp16/fp32 copy remains). Stage 1 scans the codes' 2-bit coarsening in the centroid index's
+  // lists; stage 2 reads each candidate's codes in place from the shard's codes segments. Such a
+  // shard retrains as the others do, from the vectors its codes decode to, and re-encodes every
+  // document from them.
   bool rerank_from_codes = false;
 };
 
@@ -76,6 +77,18 @@ struct CandidateSpec {
 inline int EffectiveResidualBits(const CandidateSpec& spec) {
   if (spec.residual_bits != 0) return spec.residual_bits;
   return spec.rerank_from_codes ? 4 : 2;
+}
+
+// The first training's threshold of a CandidateSpec: centroid_min_training_vectors, or the mode's
+// default when it is 0: 16,384 vectors, and 65,536 with rerank_from_codes. A compact shard
+// retrains from its decoded codes (no vectors remain), so each retraining quantises the
+// documents it re-encodes once more; starting at 4× the vectors saves one such pass (the
+// retraining follows at every 4× growth). On the real sets that took 4-bit nDCG@10 from 99.0% to
+// 99.6% of exact fp16 on cranfield and from 99.4% to 99.9% on scifact (docs/results.md, "Rerank
+// from codes"); until the first training a compact shard stores fp16 vectors (~16 MiB at dim 128).
+inline int64_t EffectiveMinTrainingVectors(const CandidateSpec& spec) {
+  if (spec.centroid_min_training_vectors != 0) return spec.centroid_min_training_vectors;
+  return spec.rerank_from_codes ? 65'536 : 16'384;
 }
 
 // The most shards a collection may have.
