@@ -28,15 +28,13 @@ constexpr int64_t kMaxTileOrdinals = 524288;
 constexpr int64_t kMinTileOrdinals = 256;
 
 // Per-thread scratch for one tile, indexed by ordinal − the tile's first: per document, the
-// current token's best margin over its missing estimate so far, in units of the token's tile step
-// (TokenScan::tile_step; 0 = nothing above the estimate), and the sum of the margins over the
-// tokens before it. Dense arrays instead of slots touched on demand: the per-entry update is then
-// a branch-free max, and the per-token fold a vectorised pass over the tile — a data-dependent
-// branch per entry (first visit of a document by this token or not) cost more than the fold.
-// 16-bit margins instead of float scores: a tile's margins (1 MiB at 524,288 ordinals) stay within
-// a core's L2 while the entries scatter into them. Reused across searches on the same thread.
+// current token's best score so far (starting at the token's missing estimate) and the sum of
+// (best − missing) over the tokens before it. Dense arrays instead of slots touched on demand:
+// the per-entry update is then a branch-free max, and the per-token fold a vectorised pass over
+// the tile — a data-dependent branch per entry (first visit of a document by this token or not)
+// cost more than the fold. Reused across searches on the same thread.
 struct TileScratch {
-  std::vector<uint16_t> best;
+  std::vector<float> best;
   std::vector<float> sum;
 
   void Begin(size_t ordinals) {
@@ -47,15 +45,16 @@ struct TileScratch {
   }
 };
 
-// After a token of a tile: adds each document's margin (best units · unit) to its sum and resets
-// its best to 0. A document the token found nothing of (or nothing above its estimate) adds
-// exactly 0, so the sums equal those of adding only the tokens that found it, in the same order.
-// Cloned for AVX2, where it runs 8 lanes at a time instead of SSE's 4.
-__attribute__((target_clones("avx2", "default"))) void FoldToken(float step, size_t n,
-                                                                 uint16_t* best, float* sum) {
+// After a token of a tile: adds each document's (best − missing) to its sum and resets its best
+// to the next token's estimate. A document the token found nothing of (or nothing above its
+// estimate) adds exactly 0, so the sums equal those of adding only the tokens that found it, in
+// the same order. Cloned for AVX2, where it runs 8 lanes at a time instead of SSE's 4.
+__attribute__((target_clones("avx2", "default"))) void FoldToken(float missing, float next,
+                                                                 size_t n, float* best,
+                                                                 float* sum) {
   for (size_t o = 0; o < n; ++o) {
-    sum[o] += step * static_cast<float>(best[o]);
-    best[o] = 0;
+    sum[o] += best[o] - missing;
+    best[o] = next;
   }
 }
 
@@ -329,17 +328,6 @@ bool CentroidIndex::Contains(uint64_t doc) const {
   return doc_ordinal_.contains(doc);
 }
 
-int TileShift(double largest_margin, int64_t max_sum) {
-  // Shifted sums: left for k < 0, right (at most 16: all of a 16-bit sum) for k > 0.
-  auto fits = [&](int k) {
-    const int64_t sums = k < 0 ? max_sum << -k : max_sum >> std::min(k, 16);
-    return std::nearbyint(std::ldexp(largest_margin, -k)) + static_cast<double>(sums) <= 65535.0;
-  };
-  int k = kMinTileShift;
-  while (k < kMaxTileShift && !fits(k)) ++k;
-  return k;
-}
-
 void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, int nprobe,
                               TokenScan* out) const {
   const int64_t C = codebook_->num_centroids();
@@ -376,28 +364,13 @@ void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, 
   scan_codec_.BuildLookupTable(query, lut.data());
   ScanTables tables;
   QuantizeScanTables(lut.data(), scan_codec_.nibbles(), &tables);
-  int64_t max_sum = 0;
-  for (int64_t n = 0; n < scan_codec_.nibbles(); ++n) {
-    max_sum += *std::max_element(&tables.levels[n * 16], &tables.levels[n * 16] + 16);
-  }
-  const int shift = TileShift(
-      (static_cast<double>(ranked[0].first) + tables.bias - out->missing) / tables.step, max_sum);
-  out->sum_left = std::max(-shift, 0);
-  out->sum_right = std::clamp(shift, 0, 16);
-  out->tile_step = static_cast<float>(std::ldexp(double{tables.step}, shift));
-  const double highest_offset =
-      65535.0 - static_cast<double>((max_sum << out->sum_left) >> out->sum_right);
+  out->step = tables.step;
   out->probes.clear();
   int64_t sums_size = 0;
   for (int p = 0; p < nprobe; ++p) {
     const List& list = lists_[ranked[p].second];
     if (list.ordinals.empty()) continue;
-    const double margin = std::nearbyint(std::ldexp(
-        (static_cast<double>(ranked[p].first) + tables.bias - out->missing) / tables.step, -shift));
-    // NaN (an infinite centroid score less an infinite estimate) counts as below the estimate.
-    const double offset =
-        std::isnan(margin) ? -65536.0 : std::clamp(margin, -65536.0, highest_offset);
-    out->probes.push_back(Probe{&list, static_cast<int32_t>(offset), sums_size});
+    out->probes.push_back(Probe{&list, ranked[p].first + tables.bias, sums_size});
     sums_size += static_cast<int64_t>(list.blocks.size()) / ScanBlockBytes(scan_code_bytes_) *
                  kScanBlockEntries;
   }
@@ -421,12 +394,17 @@ void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, uint32_t first
   const size_t n = end_ordinal - first_ordinal;
   TileScratch& scratch = ThreadTileScratch();
   scratch.Begin(n);
-  uint16_t* best = scratch.best.data();
+  float* best = scratch.best.data();
   float* sum = scratch.sum.data();
   std::fill(sum, sum + n, 0.0f);
-  std::fill(best, best + n, uint16_t{0});
-  for (const TokenScan& token : tokens) {
-    for (const Probe& probe : token.probes) {
+  std::fill(best, best + n, tokens[0].missing);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const TokenScan& token = tokens[i];
+    // Locals, not members: the stores to `best` could alias them and force a reload per entry.
+    const float step = token.step;
+    for (size_t p = 0; p < token.probes.size(); ++p) {
+      const Probe& probe = token.probes[p];
+      const float offset = probe.offset;
       // A list's ordinals ascend, so the tile's entries are one run of it, found here (the lines
       // the searches touch are the run's first and last, which this loop reads next; finding
       // every tile's bounds per token up front measured no faster on the 1M-document shard, nor
@@ -438,18 +416,13 @@ void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, uint32_t first
       const auto end = static_cast<uint32_t>(
           InterpolatedLowerBound(ordinals + begin, list_end, end_ordinal) - ordinals);
       const uint16_t* sums = &token.sums[probe.sums];
-      // Locals, not members: the stores to `best` could alias them and force a reload per entry.
-      // Every margin is at most 65,535 (Probe::offset), and a negative one never beats 0.
-      const int32_t offset = probe.offset;
-      const int left = token.sum_left;
-      const int right = token.sum_right;
       for (uint32_t e = begin; e < end; ++e) {
-        uint16_t& slot = best[ordinals[e] - first_ordinal];
-        slot = static_cast<uint16_t>(
-            std::max<int32_t>(slot, offset + ((int32_t{sums[e]} << left) >> right)));
+        const float score = offset + step * static_cast<float>(sums[e]);
+        float& slot = best[ordinals[e] - first_ordinal];
+        slot = std::max(slot, score);
       }
     }
-    FoldToken(token.tile_step, n, best, sum);
+    FoldToken(token.missing, i + 1 < tokens.size() ? tokens[i + 1].missing : 0.0f, n, best, sum);
   }
   // The documents some token found above its estimate (a positive sum), live ones only (dead
   // ordinals were scored like live ones and are dropped here, once); with `keep` ≥ 0, only the

@@ -19,12 +19,9 @@
 // sums per list entry); then per tile of document ordinals (a list's ordinals ascend, so a tile is
 // one run of each list; a thread's share of the ordinals, up to 524,288), the per-document
 // accumulation in a dense scratch (a branch-free max per entry, a vectorised fold per token) and
-// a bounded heap of the tile's best. The scratch holds each token's best margin over its estimate
-// as a 16-bit count of a unit (TileShift: the finest power-of-two multiple of the tables' step at
-// which the token's margins fit), the centroid's part of the margin rounded to it: a further
-// unit / 2 per token on top of the tables' quantisation. At 1M
-// documents stage 1 then reads ~100 MB of codes, ordinals and sums per query, and is bound by that
-// memory traffic on the 2-core machine (docs/notes/2026-12-04.md).
+// a bounded heap of the tile's best. At 1M documents stage 1 then reads ~100 MB of codes, ordinals
+// and sums per query, and is bound by that memory traffic on the 2-core machine
+// (docs/notes/2026-12-04.md).
 //
 // Documents are removed by tombstones; the lists are compacted (and ordinals renumbered) once the
 // dead vectors pass kCompactionFraction of all vectors.
@@ -190,19 +187,6 @@ struct CentroidIndexStats {
   int64_t memory_bytes = 0;  // codebook + lists + document tables
 };
 
-// The unit of a query token's margins in the tile accumulation (CentroidIndex::Search): the
-// tables' step · 2^k for the smallest k in [kMinTileShift, kMaxTileShift] at which the largest
-// margin an entry can reach — largest_margin (the best probed centroid's ⟨q, c⟩ + bias − the
-// token's estimate, in steps; any double, NaN or infinite from a query of huge values) rounded,
-// plus max_sum (the largest sum of the token's table levels, < 2^16) shifted to the unit — fits
-// 16 bits; kMaxTileShift where none does (the offsets are then clamped). The finest unit that
-// fits: finer than the step while the margins are small against 16 bits (flat tables, as of a
-// codebook with one centroid per vector, would otherwise round every margin to 0), coarser only
-// where the centroids' spread dwarfs the tables' range.
-inline constexpr int kMinTileShift = -16;
-inline constexpr int kMaxTileShift = 64;
-int TileShift(double largest_margin, int64_t max_sum);
-
 class CentroidIndex {
  public:
   // scan_coarsened: the lists hold (and stage 1 scans) the 2-bit coarsening of a 4-bit codec's
@@ -251,25 +235,17 @@ class CentroidIndex {
     // block's unused entries are zero.
     std::vector<uint8_t> blocks;
   };
-  // One probed list of a query token. An entry's score is ⟨q, centroid⟩ + bias + step · sums[e]
-  // (code_scan.h); the tile accumulation keeps its margin over the token's missing estimate, in
-  // units of the token's tile step (TokenScan), negative for an entry at or below the estimate.
+  // One probed list of a query token: score = offset + step · sums[entry].
   struct Probe {
     const List* list = nullptr;
-    // (⟨q, centroid⟩ + bias − missing) / tile_step, rounded; at most 65,535 minus the largest
-    // shifted sum, so that every margin fits 16 bits.
-    int32_t offset = 0;
-    int64_t sums = 0;  // where the list's sums start in TokenScan::sums
+    float offset = 0.0f;  // the centroid's score + the tables' bias
+    int64_t sums = 0;     // where the list's sums start in TokenScan::sums
   };
   // One query token's scan: the 16-bit sums of its probed lists' codes.
   struct TokenScan {
     std::vector<Probe> probes;
     std::unique_ptr<uint16_t[]> sums;
-    // The margins' unit, the tables' step · 2^TileShift: an entry's margin is offset +
-    // ((sums[e] << sum_left) >> sum_right), at most one shift nonzero.
-    float tile_step = 0.0f;
-    int sum_left = 0;
-    int sum_right = 0;
+    float step = 0.0f;
     float missing = 0.0f;
   };
 

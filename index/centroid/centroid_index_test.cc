@@ -70,38 +70,6 @@ uint32_t BruteNearest(const CentroidCodebook& codebook, const float* v) {
   return best;
 }
 
-// A query token's scores as the tile accumulation counts them (centroid_index.h): each entry's
-// margin over the token's estimate in units of step · 2^TileShift, the centroid's part rounded to
-// the unit and the table levels shifted to it; the score is the estimate + unit · margin.
-class TileMargins {
- public:
-  // best_centroid: the token's best probed centroid score; missing: its estimate (both as the
-  // index has them, in float).
-  TileMargins(const ScanTables& tables, float best_centroid, float missing)
-      : tables_(tables), missing_(missing) {
-    int64_t max_sum = 0;
-    for (size_t n = 0; n < tables.levels.size(); n += 16) {
-      max_sum += *std::max_element(&tables.levels[n], &tables.levels[n] + 16);
-    }
-    shift_ = TileShift((double{best_centroid} + tables.bias - missing) / tables.step, max_sum);
-  }
-
-  // An entry of a list whose centroid scores `centroid`, its code's levels summing to `levels`.
-  double Score(float centroid, int64_t levels) const {
-    const double offset = std::nearbyint(
-        std::ldexp((double{centroid} + tables_.bias - missing_) / tables_.step, -shift_));
-    const int64_t shifted = shift_ < 0 ? levels << -shift_ : levels >> std::min(shift_, 16);
-    return missing_ +
-           std::ldexp(double{tables_.step}, shift_) * (offset + static_cast<double>(shifted));
-  }
-  int shift() const { return shift_; }
-
- private:
-  const ScanTables& tables_;
-  float missing_;
-  int shift_;
-};
-
 std::unique_ptr<CentroidCodebook> TrainOrDie(const std::vector<float>& sample, int64_t dim,
                                              int64_t centroids, int nbits, ThreadPool* pool,
                                              int iterations = 6) {
@@ -449,21 +417,19 @@ class CentroidIndexTest : public ::testing::Test {
     return tables;
   }
 
-  // Σ_i (nibbles + 1) · step_i / 2: how far the quantised tables (step / 2 per nibble) and the
-  // rounding of each centroid's margin over the estimate to a whole step may move a score.
+  // Σ_i nibbles · step_i / 2: how far the quantised tables may move a document's score.
   double QuantisationBound(const std::vector<float>& query) const {
     double bound = 0.0;
     for (size_t i = 0; i < query.size() / kDim; ++i) {
-      bound += (ScanCodec().nibbles() + 1) * Tables(&query[i * kDim]).step * 0.5;
+      bound += ScanCodec().nibbles() * Tables(&query[i * kDim]).step * 0.5;
     }
     return bound;
   }
 
   // The documented score: Σ_i max(token i's last probed centroid score, the best over the
   // document's vectors in token i's probed lists of ⟨q_i, centroid⟩ + the quantised table score
-  // of its code, its margin over the estimate counted in whole steps with the centroid's part
-  // rounded — or, when `quantised` is false, ⟨q_i, decoded vector⟩), for the documents with at
-  // least one vector above its token's estimate.
+  // of its code — or, when `quantised` is false, ⟨q_i, decoded vector⟩), for the documents with
+  // at least one vector above its token's estimate.
   std::vector<CentroidHit> Reference(const std::vector<float>& query, int nprobe, size_t n,
                                      const std::function<bool(uint64_t)>& accept,
                                      bool quantised = true) const {
@@ -473,8 +439,6 @@ class CentroidIndexTest : public ::testing::Test {
     for (int64_t i = 0; i < nq; ++i) tables.push_back(Tables(&query[i * kDim]));
     std::vector<std::set<uint32_t>> probed(nq);
     std::vector<double> missing(nq);
-    std::vector<TileMargins> margins;
-    margins.reserve(nq);
     for (int64_t i = 0; i < nq; ++i) {
       std::vector<std::pair<double, uint32_t>> ranked;
       if (codebook_->has_groups()) {  // the candidates are the nearest groups' centroids
@@ -494,8 +458,6 @@ class CentroidIndexTest : public ::testing::Test {
       });
       for (int p = 0; p < nprobe; ++p) probed[i].insert(ranked[p].second);
       missing[i] = ranked[nprobe - 1].first;
-      margins.emplace_back(tables[i], static_cast<float>(ranked[0].first),
-                           static_cast<float>(missing[i]));
     }
     std::vector<CentroidHit> hits;
     std::vector<float> decoded(kDim);
@@ -522,10 +484,9 @@ class CentroidIndexTest : public ::testing::Test {
               levels += tables[i].levels[2 * j * 16 + (scanned[j] & 15)] +
                         tables[i].levels[(2 * j + 1) * 16 + (scanned[j] >> 4)];
             }
-            score = margins[i].Score(
-                static_cast<float>(Dot(&query[i * kDim],
-                                       codebook_->centroids() + codes.centroids[v] * kDim, kDim)),
-                levels);
+            score =
+                Dot(&query[i * kDim], codebook_->centroids() + codes.centroids[v] * kDim, kDim) +
+                tables[i].bias + double{tables[i].step} * levels;
           } else {
             codebook_->Decode(codes.centroids[v], code, decoded.data());
             score = Dot(&query[i * kDim], decoded.data(), kDim);
@@ -666,14 +627,9 @@ TEST(CentroidIndexCoarsening, NarrowDimensionsListTheCoarsenedCodesToo) {
     ScanTables tables;
     QuantizeScanTables(lut.data(), coarse.nibbles(), &tables);
     double missing = 1e30;
-    double best_centroid = -1e30;
     for (int c = 0; c < C; ++c) {
-      const double score = Dot(query.data(), codebook->centroids() + c * dim, dim);
-      missing = std::min(missing, score);
-      best_centroid = std::max(best_centroid, score);
+      missing = std::min(missing, Dot(query.data(), codebook->centroids() + c * dim, dim));
     }
-    const TileMargins margins(tables, static_cast<float>(best_centroid),
-                              static_cast<float>(missing));
     std::map<uint64_t, double> expected;
     std::vector<uint8_t> coarsened(coarse.code_bytes());
     const int64_t code_bytes = codebook->codec().code_bytes();
@@ -688,11 +644,9 @@ TEST(CentroidIndexCoarsening, NarrowDimensionsListTheCoarsenedCodesToo) {
           levels += tables.levels[2 * j * 16 + (coarsened[j] & 15)] +
                     tables.levels[(2 * j + 1) * 16 + (coarsened[j] >> 4)];
         }
-        best = std::max(
-            best,
-            margins.Score(static_cast<float>(Dot(
-                              query.data(), codebook->centroids() + codes.centroids[v] * dim, dim)),
-                          levels));
+        best = std::max(best,
+                        Dot(query.data(), codebook->centroids() + codes.centroids[v] * dim, dim) +
+                            tables.bias + double{tables.step} * levels);
       }
       if (best > missing) expected[doc] = best;
     }
@@ -707,128 +661,6 @@ TEST(CentroidIndexCoarsening, NarrowDimensionsListTheCoarsenedCodesToo) {
       ASSERT_TRUE(expected.count(hit.doc)) << "dim " << dim << ", document " << hit.doc;
       EXPECT_NEAR(hit.score, expected.at(hit.doc), 2e-4)
           << "dim " << dim << ", document " << hit.doc;
-    }
-  }
-}
-
-TEST(TileShift, IsTheFinestUnitAtWhichTheLargestMarginFitsSixteenBits) {
-  // 1,000 steps of centroid margin and sums up to 16,320 (64 nibbles of 255): half steps fit
-  // (2,000 + 32,640), quarter steps do not (4,000 + 65,280).
-  EXPECT_EQ(TileShift(1000.0, 16320), -1);
-  // Sums up to 100: 1/16 steps fit (48,006 + 1,600), 1/32 do not (96,013 + 3,200).
-  EXPECT_EQ(TileShift(3000.4, 100), -4);
-  // Sums that fill 16 bits alone leave the step itself.
-  EXPECT_EQ(TileShift(0.4, 65535), 0);
-  // A centroid spread of 10^8 steps: 2^11 steps (48,828), not 2^10 (97,657).
-  EXPECT_EQ(TileShift(1e8, 10), 11);
-  // Flat tables and a margin below the estimate: the finest unit.
-  EXPECT_EQ(TileShift(-5.0, 0), kMinTileShift);
-  // A margin that is not finite (scores of a query of huge values): no unit fits.
-  EXPECT_EQ(TileShift(std::numeric_limits<double>::infinity(), 5), kMaxTileShift);
-  EXPECT_EQ(TileShift(std::numeric_limits<double>::quiet_NaN(), 5), kMaxTileShift);
-}
-
-TEST(CentroidIndexMargins, CentroidSpreadsFarBeyondTheTablesKeepTheScoresAndTheOrder) {
-  // Residuals of ~1e-6 (every vector within 1e-6 of its centroid) make the tables' step ~1e-8
-  // while the centroids' scores spread over ~2: a token's margins reach ~10^8 steps, far past the
-  // 16-bit tile scratch, so the margins are counted in a coarser unit (step · 2^shift). Every
-  // centroid probed: each document's score must still be MaxSim over its decoded vectors within
-  // the tables' bound plus a few of the coarser units (~spread / 65,535 each), and documents whose
-  // scores differ by more than that must keep their order.
-  ThreadPool pool(2);
-  constexpr int64_t kDim = 16;
-  constexpr int64_t kPoints = 4;
-  std::mt19937_64 rng(9);
-  std::normal_distribution<float> normal;
-  std::vector<float> points(kPoints * kDim);
-  // `copies` rows around each point, in turn.
-  auto near_points = [&](int64_t copies) {
-    std::vector<float> x;
-    for (int64_t c = 0; c < copies; ++c) {
-      for (float v : points) x.push_back(v + 1e-6f * normal(rng));
-    }
-    return x;
-  };
-  // k-means starts from random rows and may seat two centroids at one point (leaving another
-  // point's rows to a far centroid): the first draw of points it separates is the fixture.
-  std::shared_ptr<const CentroidCodebook> codebook;
-  for (int draw = 0; draw < 20 && codebook == nullptr; ++draw) {
-    for (float& v : points) v = normal(rng);
-    for (int64_t p = 0; p < kPoints; ++p) Normalize(&points[p * kDim], kDim);
-    std::shared_ptr<const CentroidCodebook> trained(
-        TrainOrDie(near_points(128), kDim, kPoints, 2, &pool, 10));
-    bool separated = true;
-    for (int64_t p = 0; p < kPoints; ++p) {
-      const uint32_t c = BruteNearest(*trained, &points[p * kDim]);
-      separated &= Dot(&points[p * kDim], trained->centroids() + c * kDim, kDim) > 1.0 - 1e-4;
-    }
-    if (separated) codebook = trained;
-  }
-  ASSERT_NE(codebook, nullptr) << "no draw of points that k-means separates";
-  CentroidIndex index(codebook);
-  std::map<uint64_t, std::vector<float>> decoded_docs;
-  const std::vector<float> vectors = near_points(32);
-  for (uint64_t doc = 1; doc <= 64; ++doc) {
-    constexpr int64_t kDocTokens = 4;
-    std::vector<float> doc_vectors(
-        vectors.begin() + static_cast<int64_t>(doc - 1) * kDocTokens * kDim,
-        vectors.begin() + static_cast<int64_t>(doc) * kDocTokens * kDim);
-    DocumentCodes codes = index.Encode(FloatMatrixView{doc_vectors.data(), kDocTokens, kDim});
-    ASSERT_TRUE(index.Add(doc, codes).ok());
-    std::vector<float>& decoded = decoded_docs[doc];
-    decoded.resize(kDocTokens * kDim);
-    for (int64_t v = 0; v < kDocTokens; ++v) {
-      codebook->Decode(
-          codes.centroids[v],
-          reinterpret_cast<const uint8_t*>(codes.codes.data()) + v * codebook->codec().code_bytes(),
-          &decoded[v * kDim]);
-    }
-  }
-  constexpr int64_t kQueryTokens = 3;
-  const std::vector<float> query = Clustered(kQueryTokens, kDim, 16, 77);
-  const int C = static_cast<int>(codebook->num_centroids());
-  double bound = 0.0;
-  std::vector<double> missing(kQueryTokens, 1e30);
-  for (int64_t i = 0; i < kQueryTokens; ++i) {
-    std::vector<float> lut(codebook->codec().nibbles() * 16);
-    codebook->codec().BuildLookupTable(&query[i * kDim], lut.data());
-    ScanTables tables;
-    QuantizeScanTables(lut.data(), codebook->codec().nibbles(), &tables);
-    double best_centroid = -1e30;
-    for (int c = 0; c < C; ++c) {
-      const double score = Dot(&query[i * kDim], codebook->centroids() + c * kDim, kDim);
-      missing[i] = std::min(missing[i], score);
-      best_centroid = std::max(best_centroid, score);
-    }
-    const double spread = best_centroid - missing[i];
-    ASSERT_GT(spread / tables.step, 65535.0 * 16) << "token " << i << ": no wide margins to test";
-    bound += codebook->codec().nibbles() * tables.step * 0.5 + 4.0 * spread / 65535.0;
-  }
-  std::map<uint64_t, double> expected;
-  for (const auto& [doc, decoded] : decoded_docs) {
-    double total = 0.0;
-    for (int64_t i = 0; i < kQueryTokens; ++i) {
-      double best = missing[i];
-      for (int64_t v = 0; v < static_cast<int64_t>(decoded.size()) / kDim; ++v) {
-        best = std::max(best, Dot(&query[i * kDim], &decoded[v * kDim], kDim));
-      }
-      total += best;
-    }
-    expected[doc] = total;
-  }
-  CentroidSearchOptions options;
-  options.nprobe = C;
-  options.num_documents = 64;
-  absl::StatusOr<std::vector<CentroidHit>> hits =
-      index.Search(FloatMatrixView{query.data(), kQueryTokens, kDim}, options, nullptr, &pool);
-  ASSERT_TRUE(hits.ok()) << hits.status();
-  ASSERT_GE(hits->size(), 32u);
-  for (size_t r = 0; r < hits->size(); ++r) {
-    const CentroidHit& hit = (*hits)[r];
-    EXPECT_NEAR(hit.score, expected.at(hit.doc), bound + 1e-5) << "rank " << r;
-    if (r > 0) {
-      EXPECT_LE(expected.at(hit.doc), expected.at((*hits)[r - 1].doc) + 2 * bound + 1e-5)
-          << "rank " << r;
     }
   }
 }
