@@ -471,6 +471,17 @@ class ShardStoreImpl final : public ShardStore {
     std::vector<StoredMatrixView> matrices;
     std::vector<absl::string_view> codes;
   };
+  // The found values that lie in segments (mapped), for their read-ahead.
+  static std::vector<absl::string_view> InSegments(const InPlaceRead& read) {
+    std::vector<absl::string_view> ranges;
+    ranges.reserve(read.found.size());
+    for (const std::optional<RowsLocation>& location : read.found) {
+      if (location.has_value() && location->segment != 0) {
+        ranges.emplace_back(location->data, location->bytes());
+      }
+    }
+    return ranges;
+  }
   rocksdb::ColumnFamilyHandle* Cf(SegmentKind kind) const {
     return kind == SegmentKind::kCodes ? codes_ : rerank_;
   }
@@ -609,7 +620,9 @@ class ShardStoreImpl final : public ShardStore {
   absl::flat_hash_map<DocKey, RowsLocation> locations_[2] ABSL_GUARDED_BY(rerank_mu_);
   absl::flat_hash_map<DocKey, int64_t> unflushed_[2] ABSL_GUARDED_BY(rerank_mu_);
   int64_t unflushed_bytes_[2] ABSL_GUARDED_BY(rerank_mu_) = {0, 0};
-  // ReadCodes' read-ahead of the candidates' codes pages, skipped while they stay cached.
+  // ReadRerank's and ReadCodes' read-ahead of the candidates' pages in the segments, each skipped
+  // while its pages stay cached.
+  mutable MappedReadAhead rerank_read_ahead_;
   mutable MappedReadAhead codes_read_ahead_;
   // The background maintenance thread (options_.rerank_flush_bytes > 0).
   Mutex maintain_mu_;
@@ -1344,6 +1357,9 @@ absl::StatusOr<std::vector<std::shared_ptr<const StoredMatrixView>>> ShardStoreI
   for (uint64_t iid : iids) keys.push_back(DocKey{0, iid});
   auto read = std::make_shared<InPlaceRead>();
   TESSERA_RETURN_IF_ERROR(ReadInPlace(SegmentKind::kRerank, keys, read.get()));
+  // The caller scores every document's rows next: a shard whose rows are not all in the page cache
+  // (1M documents of 16 KiB) would otherwise fault each in while it scores.
+  rerank_read_ahead_.Read(InSegments(*read));
   read->matrices.resize(n);
   std::vector<std::shared_ptr<const StoredMatrixView>> out(n);
   for (size_t i = 0; i < n; ++i) {
@@ -1368,14 +1384,7 @@ absl::StatusOr<std::vector<std::shared_ptr<const absl::string_view>>> ShardStore
   // The caller reads every document's codes next: their pages are read ahead together. A shard
   // whose codes do not fit in the page cache (3M documents: 13 GB of codes beside 13 GB of index
   // on 24 GB) would otherwise fault them in one at a time; one whose codes stay cached skips it.
-  std::vector<absl::string_view> in_segments;
-  in_segments.reserve(n);
-  for (const std::optional<RowsLocation>& location : read->found) {
-    if (location.has_value() && location->segment != 0) {
-      in_segments.emplace_back(location->data, location->bytes());
-    }
-  }
-  codes_read_ahead_.Read(std::move(in_segments));
+  codes_read_ahead_.Read(InSegments(*read));
   read->codes.resize(n);
   std::vector<std::shared_ptr<const absl::string_view>> out(n);
   for (size_t i = 0; i < n; ++i) {

@@ -44,8 +44,8 @@ struct CandidateSpec {
   // The centroid index (DESIGN §5): k-means centroids over the rerank vectors, each vector stored
   // as its centroid id and a residual code of residual_bits ∈ {2, 4} bits per dimension; 0: the
   // mode's default (EffectiveResidualBits): 4 with rerank_from_codes, where the codes are stage
-  // 2's vectors (nDCG@10 −0.4% to +0.6% of exact fp16 at 4 bits on the four real sets, −2.1% to
-  // +0.4% at 2; docs/results.md, "Rerank from codes"), and 2 otherwise, where they only rank
+  // 2's vectors (nDCG@10 −0.5% to +0.0% of exact fp16 at 4 bits on the four real sets, −0.9% to
+  // +1.2% at 2; docs/results.md, "Rerank from codes"), and 2 otherwise, where they only rank
   // candidates for the exact rerank.
   int residual_bits = 0;
   // "auto" switches at the training threshold: on every real set measured, from 98k vectors
