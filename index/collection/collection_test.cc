@@ -2,6 +2,7 @@
 // Get() returns, exhaustive search for recall, reopen for durability.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -663,6 +664,37 @@ TEST(CollectionStats, SegmentFiguresAreTheFilesOnDisk) {
   EXPECT_EQ(after.segments.rerank_unflushed_bytes,
             (after.rerank_vectors - flushed.rerank_vectors) * dim * 2);
   EXPECT_GT(after.segments.rerank_unflushed_bytes, 0);
+}
+
+// A flush leaves no write-ahead log of what it flushed behind: the log of an ingest holds every row
+// it wrote, and RocksDB deleted it only at its next purge of obsolete files (a collection measured
+// twice its size right after its flush).
+TEST(CollectionStats, AFlushLeavesNoWriteAheadLogBehind) {
+  TempDir dir;
+  const int64_t dim = 384;
+  Corpus corpus(dim, 43);
+  auto engine = Engine::Open(dir.path());
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  auto collection = (*engine)->CreateCollection(Schema("wal", dim));
+  ASSERT_TRUE(collection.ok()) << collection.status();
+  for (int batch = 0; batch < 44; ++batch) {
+    std::vector<Document> documents;
+    for (int d = 0; d < 32; ++d) {
+      documents.push_back(corpus.Make(absl::StrCat("d", batch, "-", d), 188));
+    }
+    ExpectAllOk((*collection)->Upsert(documents));
+  }
+  while ((*collection)->Stats().training_shards > 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE((*collection)->Snapshot().ok());
+  int64_t log_bytes = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(dir.path())) {
+    if (entry.is_regular_file() && entry.path().extension() == ".log") {
+      log_bytes += static_cast<int64_t>(entry.file_size());
+    }
+  }
+  EXPECT_LT(log_bytes, int64_t{1} << 20);
 }
 
 // Resident rerank vectors (none, part of the collection, all of it) give the results of brute

@@ -2125,8 +2125,13 @@ absl::Status ShardStoreImpl::Flush() {
   TESSERA_RETURN_IF_ERROR(ResumeIfStopped(0));
   rocksdb::FlushOptions flush_options;
   flush_options.wait = true;
-  const rocksdb::Status s =
-      db_->Flush(flush_options, {meta_, docs_, ids_, rerank_, candidates_, codes_});
+  rocksdb::Status s = db_->Flush(flush_options, {meta_, docs_, ids_, rerank_, candidates_, codes_});
+  // The flush leaves the write-ahead logs it emptied on disk until RocksDB's next purge of obsolete
+  // files: after an ingest that trained a centroid index, logs as large as the rows it wrote (a
+  // collection at twice its size right after its flush). Re-enabling file deletions runs that
+  // purge now; force = false keeps any hold a checkpoint has on them.
+  if (s.ok()) s = db_->DisableFileDeletions();
+  if (s.ok()) s = db_->EnableFileDeletions(/*force=*/false);
   return s.ok() ? absl::OkStatus() : WriteFailed(s, "flushing");
 }
 
