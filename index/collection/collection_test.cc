@@ -26,6 +26,23 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
+// The regular files under `dir` whose names `wanted` accepts: how many, and their sizes.
+struct FilesOnDisk {
+  int64_t count = 0;
+  int64_t bytes = 0;
+};
+FilesOnDisk FilesUnder(const std::string& dir,
+                       const std::function<bool(const std::string& name)>& wanted) {
+  FilesOnDisk files;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file() && wanted(entry.path().filename().string())) {
+      ++files.count;
+      files.bytes += static_cast<int64_t>(entry.file_size());
+    }
+  }
+  return files;
+}
+
 // Property: exhaustive search (and N ≥ collection size) equals brute force over stored vectors,
 // across random dimensions, dtypes, shard counts, pool factors and document lengths.
 TEST(CollectionSearch, ExhaustiveEqualsBruteForce) {
@@ -613,20 +630,13 @@ TEST(CollectionStats, SegmentFiguresAreTheFilesOnDisk) {
   std::vector<Document> documents;
   for (int d = 0; d < 80; ++d) documents.push_back(corpus.Make(absl::StrCat("d", d), 6 + d % 9));
   ExpectAllOk((*collection)->Upsert(documents));
-  // The rerank-*.seg files under the collection's shard directories: how many, their sizes.
-  const auto files_on_disk = [&](int64_t* count, int64_t* bytes) {
-    *count = 0;
-    *bytes = 0;
-    for (const auto& entry : fs::recursive_directory_iterator(dir.path())) {
-      const std::string name = entry.path().filename().string();
-      if (entry.is_regular_file() && name.rfind("rerank-", 0) == 0 && name.size() > 4 &&
-          name.compare(name.size() - 4, 4, ".seg") == 0) {
-        ++*count;
-        *bytes += static_cast<int64_t>(entry.file_size());
-      }
-    }
+  // The rerank-*.seg files under the collection's shard directories.
+  const auto segment_files = [&] {
+    return FilesUnder(dir.path(), [](const std::string& name) {
+      return name.rfind("rerank-", 0) == 0 && name.size() > 4 &&
+             name.compare(name.size() - 4, 4, ".seg") == 0;
+    });
   };
-  int64_t files = -1, bytes = -1;
 
   const CollectionStats before = (*collection)->Stats();
   ASSERT_GT(before.rerank_vectors, 0);
@@ -634,16 +644,15 @@ TEST(CollectionStats, SegmentFiguresAreTheFilesOnDisk) {
   EXPECT_EQ(before.segments.rerank_segment_bytes, 0);
   EXPECT_EQ(before.segments.rerank_unflushed_bytes, before.rerank_vectors * dim * 2)
       << "every stored fp16 row, " << before.rerank_vectors << " rows of " << dim;
-  files_on_disk(&files, &bytes);
-  EXPECT_EQ(files, 0);
+  EXPECT_EQ(segment_files().count, 0);
 
   ASSERT_TRUE((*collection)->Snapshot().ok());
   const CollectionStats flushed = (*collection)->Stats();
-  files_on_disk(&files, &bytes);
+  const FilesOnDisk flushed_files = segment_files();
   EXPECT_GE(flushed.segments.rerank_segments, 1);
-  EXPECT_EQ(flushed.segments.rerank_segments, files);
+  EXPECT_EQ(flushed.segments.rerank_segments, flushed_files.count);
   EXPECT_GT(flushed.segments.rerank_segment_bytes, 0);
-  EXPECT_EQ(flushed.segments.rerank_segment_bytes, bytes);
+  EXPECT_EQ(flushed.segments.rerank_segment_bytes, flushed_files.bytes);
   EXPECT_GE(flushed.segments.rerank_segment_bytes, before.segments.rerank_unflushed_bytes)
       << "the rows and more";
   EXPECT_EQ(flushed.segments.rerank_unflushed_bytes, 0);
@@ -688,13 +697,9 @@ TEST(CollectionStats, AFlushLeavesNoWriteAheadLogBehind) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   ASSERT_TRUE((*collection)->Snapshot().ok());
-  int64_t log_bytes = 0;
-  for (const auto& entry : fs::recursive_directory_iterator(dir.path())) {
-    if (entry.is_regular_file() && entry.path().extension() == ".log") {
-      log_bytes += static_cast<int64_t>(entry.file_size());
-    }
-  }
-  EXPECT_LT(log_bytes, int64_t{1} << 20);
+  const FilesOnDisk logs = FilesUnder(
+      dir.path(), [](const std::string& name) { return fs::path(name).extension() == ".log"; });
+  EXPECT_LT(logs.bytes, int64_t{1} << 20);
 }
 
 // Resident rerank vectors (none, part of the collection, all of it) give the results of brute
