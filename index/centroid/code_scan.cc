@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "index/common/cpu_features.h"
 
 namespace tessera::internal {
@@ -19,16 +23,66 @@ void GetBlockedCode(const uint8_t* blocks, int64_t code_bytes, int64_t entry, ui
   for (int64_t j = 0; j < code_bytes; ++j) code[j] = at[j * kScanBlockEntries];
 }
 
+namespace {
+
+#if defined(__SSE2__)
+// The smallest and largest of 16 floats. A table holding a NaN (inf − inf in the table of a query
+// of huge values) may give a NaN bound where std::minmax_element skips it: its levels are then
+// NaN, which QuantizeTable makes 0, and the scores of such a query are meaningless either way.
+void TableMinMax(const float* table, float* lo, float* hi) {
+  const __m128 a = _mm_loadu_ps(table), b = _mm_loadu_ps(table + 4);
+  const __m128 c = _mm_loadu_ps(table + 8), d = _mm_loadu_ps(table + 12);
+  __m128 mn = _mm_min_ps(_mm_min_ps(a, b), _mm_min_ps(c, d));
+  __m128 mx = _mm_max_ps(_mm_max_ps(a, b), _mm_max_ps(c, d));
+  mn = _mm_min_ps(mn, _mm_movehl_ps(mn, mn));
+  mx = _mm_max_ps(mx, _mm_movehl_ps(mx, mx));
+  *lo = _mm_cvtss_f32(_mm_min_ss(mn, _mm_shuffle_ps(mn, mn, 1)));
+  *hi = _mm_cvtss_f32(_mm_max_ss(mx, _mm_shuffle_ps(mx, mx, 1)));
+}
+
+// levels[v] = the nearest level to (table[v] − lo) · inverse, clamped to [0, max_level], a NaN 0:
+// max_ps(x, 0) returns 0 for a NaN x, and cvtps rounds to nearest even as std::nearbyint does
+// in the default rounding mode (clamping first changes nothing: the bounds are integers).
+void QuantizeTable(const float* table, float lo, float inverse, float max_level, uint8_t* levels) {
+  const __m128 low = _mm_set1_ps(lo), scale = _mm_set1_ps(inverse);
+  const __m128 zero = _mm_setzero_ps(), top = _mm_set1_ps(max_level);
+  __m128i ints[4];
+  for (int k = 0; k < 4; ++k) {
+    const __m128 x = _mm_mul_ps(_mm_sub_ps(_mm_loadu_ps(table + 4 * k), low), scale);
+    ints[k] = _mm_cvtps_epi32(_mm_min_ps(_mm_max_ps(x, zero), top));
+  }
+  const __m128i words = _mm_packs_epi32(ints[0], ints[1]);
+  const __m128i more = _mm_packs_epi32(ints[2], ints[3]);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(levels), _mm_packus_epi16(words, more));
+}
+#else
+void TableMinMax(const float* table, float* lo, float* hi) {
+  const auto [min, max] = std::minmax_element(table, table + 16);
+  *lo = *min;
+  *hi = *max;
+}
+
+void QuantizeTable(const float* table, float lo, float inverse, float max_level, uint8_t* levels) {
+  for (int v = 0; v < 16; ++v) {
+    const float level = std::nearbyint((table[v] - lo) * inverse);
+    levels[v] = std::isnan(level) ? 0 : static_cast<uint8_t>(std::clamp(level, 0.0f, max_level));
+  }
+}
+#endif
+
+}  // namespace
+
 void QuantizeScanTables(const float* lut, int64_t nibbles, ScanTables* out) {
   // The largest level count whose sums over every nibble fit in 16 bits.
   const int64_t max_level = std::min<int64_t>(255, 65535 / std::max<int64_t>(nibbles, 1));
   float range = 0.0f;
   out->bias = 0.0f;
+  std::vector<float> lows(nibbles);
   for (int64_t n = 0; n < nibbles; ++n) {
-    const float* table = lut + n * 16;
-    const auto [lo, hi] = std::minmax_element(table, table + 16);
-    out->bias += *lo;
-    range = std::max(range, *hi - *lo);
+    float hi = 0.0f;
+    TableMinMax(lut + n * 16, &lows[n], &hi);
+    out->bias += lows[n];
+    range = std::max(range, hi - lows[n]);
   }
   // A range so small that the step underflows to 0 (tables of subnormals: a query of tiny
   // values) or one that is not finite (tables that overflowed: a query of huge values) gets a step
@@ -38,15 +92,8 @@ void QuantizeScanTables(const float* lut, int64_t nibbles, ScanTables* out) {
   const float inverse = 1.0f / out->step;
   out->levels.resize(nibbles * 16);
   for (int64_t n = 0; n < nibbles; ++n) {
-    const float* table = lut + n * 16;
-    const float lo = *std::min_element(table, table + 16);
-    for (int v = 0; v < 16; ++v) {
-      const float level = std::nearbyint((table[v] - lo) * inverse);
-      out->levels[n * 16 + v] =
-          std::isnan(level)
-              ? 0
-              : static_cast<uint8_t>(std::clamp(level, 0.0f, static_cast<float>(max_level)));
-    }
+    QuantizeTable(lut + n * 16, lows[n], inverse, static_cast<float>(max_level),
+                  &out->levels[n * 16]);
   }
 }
 

@@ -103,7 +103,33 @@ TEST(CodeScan, QuantisedScoresStayWithinHalfAStepPerNibble) {
     }
     // Every level is used up to the maximum: the widest table spans them all.
     EXPECT_EQ(*std::max_element(tables.levels.begin(), tables.levels.end()), max_level);
+    // Each level is its value's nearest (ties to even, as std::nearbyint), counted from its
+    // table's minimum; the bias is the sum of the minima in nibble order.
+    float bias = 0.0f;
+    for (int64_t n = 0; n < nibbles; ++n) {
+      const float* table = &lut[n * 16];
+      const float lo = *std::min_element(table, table + 16);
+      bias += lo;
+      for (int v = 0; v < 16; ++v) {
+        const float level = std::nearbyint((table[v] - lo) * (1.0f / tables.step));
+        ASSERT_EQ(tables.levels[n * 16 + v], static_cast<uint8_t>(level)) << n << " " << v;
+      }
+    }
+    EXPECT_EQ(tables.bias, bias);
   }
+}
+
+// A value halfway between two levels goes to the even one, as std::nearbyint rounds.
+TEST(CodeScan, QuantisationRoundsTiesToEven) {
+  // One table spanning [0, 255]: 255 levels, a step of exactly 1.
+  const std::vector<float> lut = {0.0f,  255.0f, 0.5f,   1.5f,   2.5f, 3.5f,  100.5f, 101.5f,
+                                  0.49f, 0.51f,  254.5f, 253.5f, 7.0f, 8.25f, 9.75f,  10.5f};
+  ScanTables tables;
+  QuantizeScanTables(lut.data(), 1, &tables);
+  ASSERT_EQ(tables.step, 1.0f);
+  const std::vector<uint8_t> expected = {0, 255, 0,   2,   2, 4, 100, 102,
+                                         0, 1,   254, 254, 7, 8, 10,  10};
+  EXPECT_EQ(tables.levels, expected);
 }
 
 // tests/fuzz/search_fuzzer found a query of tiny (but normal) values whose lookup tables held

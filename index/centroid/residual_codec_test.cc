@@ -100,6 +100,33 @@ TEST_P(ResidualCodecTest, LookupTableScoresEqualInnerProductsWithDecodedResidual
   EXPECT_LT(error / energy, nbits == 2 ? 0.15 : 0.03);
 }
 
+// An odd dim leaves the last nibble half (nbits 2) or wholly (nbits 4) without a dimension: its
+// table values must be exactly the missing dimension's 0, whatever the tables' prior contents.
+TEST_P(ResidualCodecTest, LookupTablesOfAnOddDimCountNothingForThePadding) {
+  const int nbits = GetParam();
+  const int64_t n = 1000, dim = 37;
+  const std::vector<float> x = Gaussian(n, dim, 5);
+  absl::StatusOr<ResidualCodec> codec = ResidualCodec::Train(x.data(), n, dim, nbits);
+  ASSERT_TRUE(codec.ok()) << codec.status();
+  const std::vector<float> query = Gaussian(1, dim, 6);
+  std::vector<float> lut(codec->nibbles() * 16, 1e6f);
+  codec->BuildLookupTable(query.data(), lut.data());
+  std::vector<uint8_t> code(codec->code_bytes());
+  std::vector<float> decoded(dim);
+  for (int64_t i = 0; i < 100; ++i) {
+    codec->Encode(&x[i * dim], code.data());
+    // Set the padding bits (they are 0 in a code) to every value: the table must not see them.
+    code.back() |= nbits == 4 ? 0xf0 : 0xfc;
+    codec->Decode(code.data(), decoded.data());
+    double direct = 0.0, table = 0.0;
+    for (int64_t d = 0; d < dim; ++d) direct += double{query[d]} * decoded[d];
+    for (int64_t j = 0; j < codec->code_bytes(); ++j) {
+      table += lut[2 * j * 16 + (code[j] & 15)] + lut[(2 * j + 1) * 16 + (code[j] >> 4)];
+    }
+    ASSERT_NEAR(table, direct, 1e-5) << i;
+  }
+}
+
 TEST_P(ResidualCodecTest, ByteFormRoundTrips) {
   const int nbits = GetParam();
   const std::vector<float> x = Gaussian(500, 16, 4);
