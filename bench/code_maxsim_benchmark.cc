@@ -12,7 +12,8 @@
 //   BM_Fp32MaxSimOnly/nbits:{4,2}       the fp32 MaxSim of already decoded documents (no decode)
 //   BM_CompactMaxSim/nbits:{4,2}/{avx512,avx2,portable}
 //   BM_CompactLayout/nbits:{4,2}        CompactDocuments::Add of the 1,000 documents; docs_per_s
-//   BM_Int8VnniPrototype/nbits:{4,2}    the design the compact kernel was chosen over (below)
+//   BM_StoredCodesMaxSim/nbits:{4,2}    ScoreStoredCodes (layout + scoring, best ISA): stage 2's
+//   path BM_Int8VnniPrototype/nbits:{4,2}    the design the compact kernel was chosen over (below)
 // BM_CompactMaxSim and BM_Int8VnniPrototype report docs_per_s, vs_decode (docs_per_s /
 // BM_DecodeThenMaxSim's at the same nbits), max_err (the largest |score − double-precision MaxSim
 // of the decoded vectors| over the first 100 documents) and bound (the worst-case error the design
@@ -53,6 +54,7 @@ constexpr int64_t kDocTokens = 64;
 constexpr int64_t kCentroids = 8192;
 
 double g_decode_docs_per_s[5] = {0, 0, 0, 0, 0};  // by nbits
+double g_compact_docs_per_s[5][4] = {};           // by nbits and CpuIsa
 
 struct Workload {
   std::unique_ptr<ResidualCodec> codec;
@@ -62,6 +64,12 @@ struct Workload {
   std::vector<uint32_t> ids;           // kDocs × kDocTokens
   std::vector<uint8_t> codes;          // kDocs × kDocTokens × code_bytes
   std::unique_ptr<CompactDocuments> compact;
+
+  // Document d's ids and codes as the store's view of them.
+  DocumentCodesView Stored(int64_t d) const {
+    return DocumentCodesView{kDocTokens, reinterpret_cast<const char*>(&ids[d * kDocTokens]),
+                             &codes[d * kDocTokens * codec->code_bytes()]};
+  }
 };
 
 const Workload& GetWorkload(int nbits) {
@@ -94,9 +102,7 @@ const Workload& GetWorkload(int nbits) {
   w->codes.resize(kDocs * kDocTokens * code_bytes);
   for (uint8_t& b : w->codes) b = static_cast<uint8_t>(byte(rng));
   w->compact = std::make_unique<CompactDocuments>(code_bytes);
-  for (int64_t d = 0; d < kDocs; ++d) {
-    w->compact->Add(&w->ids[d * kDocTokens], &w->codes[d * kDocTokens * code_bytes], kDocTokens);
-  }
+  for (int64_t d = 0; d < kDocs; ++d) w->compact->Add(w->Stored(d));
   workloads[nbits] = w;
   return *w;
 }
@@ -358,6 +364,7 @@ void BM_CompactMaxSim(benchmark::State& state, int nbits, CpuIsa isa) {
   }
   const double docs_per_s = state.iterations() * kDocs / (ThreadCpuSeconds() - start);
   state.counters["docs_per_s"] = docs_per_s;
+  g_compact_docs_per_s[nbits][static_cast<int>(isa)] = docs_per_s;
   const CompactQuery query(*w.codec, w.query.data(), kQueryTokens, w.centroid_scores.data(),
                            kCentroids);
   state.counters["max_err"] = MaxError(w, scores);
@@ -376,11 +383,36 @@ void BM_CompactLayout(benchmark::State& state, int nbits) {
   for (auto _ : state) {
     CompactDocuments docs(code_bytes);
     for (int64_t d = 0; d < kDocs; ++d) {
-      docs.Add(&w.ids[d * kDocTokens], &w.codes[d * kDocTokens * code_bytes], kDocTokens);
+      docs.Add(w.Stored(d));
     }
     benchmark::DoNotOptimize(docs.refs().data());
   }
   state.counters["docs_per_s"] = state.iterations() * kDocs / (ThreadCpuSeconds() - start);
+}
+
+// What stage 2 runs: ScoreStoredCodes from the documents' stored (row-major) codes, laid out and
+// scored batch by batch, best ISA; vs_compact is docs_per_s over BM_CompactMaxSim's at the same
+// nbits and ISA (the layout's share).
+void BM_StoredCodesMaxSim(benchmark::State& state, int nbits) {
+  const Workload& w = GetWorkload(nbits);
+  std::vector<DocumentCodesView> docs;
+  for (int64_t d = 0; d < kDocs; ++d) docs.push_back(w.Stored(d));
+  std::vector<float> scores(kDocs);
+  const double start = ThreadCpuSeconds();
+  for (auto _ : state) {
+    const CompactQuery query(*w.codec, w.query.data(), kQueryTokens, w.centroid_scores.data(),
+                             kCentroids);
+    if (!ScoreStoredCodes(query, docs, scores.data()).ok()) {
+      state.SkipWithError("ScoreStoredCodes failed");
+      return;
+    }
+    benchmark::DoNotOptimize(scores.data());
+  }
+  const double docs_per_s = state.iterations() * kDocs / (ThreadCpuSeconds() - start);
+  state.counters["docs_per_s"] = docs_per_s;
+  state.counters["max_err"] = MaxError(w, scores);
+  const double compact = g_compact_docs_per_s[nbits][static_cast<int>(DetectCpuIsa())];
+  if (compact > 0) state.counters["vs_compact"] = docs_per_s / compact;
 }
 
 void BM_Int8VnniPrototype(benchmark::State& state, int nbits) {
@@ -423,6 +455,9 @@ const bool kRegistered = [] {
     }
     benchmark::RegisterBenchmark(absl::StrCat("BM_CompactLayout/nbits:", nbits).c_str(),
                                  BM_CompactLayout, nbits)
+        ->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(absl::StrCat("BM_StoredCodesMaxSim/nbits:", nbits).c_str(),
+                                 BM_StoredCodesMaxSim, nbits)
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark(absl::StrCat("BM_Int8VnniPrototype/nbits:", nbits).c_str(),
                                  BM_Int8VnniPrototype, nbits)

@@ -49,7 +49,6 @@
 #define TESSERA_INDEX_CENTROID_CENTROID_INDEX_H_
 
 #include <cstdint>
-#include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
@@ -63,6 +62,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "index/centroid/centroid_codebook.h"
+#include "index/centroid/document_codes.h"
 #include "tessera/base/mutex.h"
 #include "tessera/matrix.h"
 
@@ -87,23 +87,6 @@ absl::StatusOr<DocumentCodes> ParseDocumentCodes(absl::string_view bytes, int64_
 
 // The same bytes read in place (checked as ParseDocumentCodes checks them): the ids start at byte
 // 4, the codes (size × code_bytes, row-major) after them. Valid while the bytes are.
-struct DocumentCodesView {
-  int64_t size = 0;
-  const char* centroids = nullptr;  // size × u32, little-endian, not necessarily 4-byte aligned
-  const uint8_t* codes = nullptr;
-  uint32_t centroid(int64_t v) const {
-    uint32_t id;
-    std::memcpy(&id, centroids + v * sizeof(uint32_t), sizeof(id));
-    return id;
-  }
-  // The ids as an array, when their address allows it (always for bytes at a 4-byte-aligned
-  // address: a segment's and a heap string's); null otherwise.
-  const uint32_t* aligned_centroids() const {
-    return reinterpret_cast<uintptr_t>(centroids) % alignof(uint32_t) == 0
-               ? reinterpret_cast<const uint32_t*>(centroids)
-               : nullptr;
-  }
-};
 absl::StatusOr<DocumentCodesView> ViewDocumentCodes(absl::string_view bytes, int64_t code_bytes,
                                                     int64_t num_centroids);
 

@@ -12,6 +12,7 @@
 #include "index/centroid/code_scan.h"
 #include "index/centroid/code_scan_kernels.h"
 #include "index/kernels/cpu_kernels.h"
+#include "tessera/status_macros.h"
 
 namespace tessera::internal {
 
@@ -107,21 +108,40 @@ CompactQuery::CompactQuery(const ResidualCodec& codec, const float* queries, int
   args_.centroid_stride = centroid_stride;
 }
 
-void CompactDocuments::Add(const uint32_t* centroid_ids, const uint8_t* codes, int64_t num_tokens) {
-  ids_.insert(ids_.end(), centroid_ids, centroid_ids + num_tokens);
-  const int64_t blocks = (num_tokens + kScanBlockEntries - 1) / kScanBlockEntries;
-  const size_t first = blocks_.size();
-  blocks_.resize(first + blocks * ScanBlockBytes(code_bytes_), 0);
-  BlockCodes(codes, num_tokens, code_bytes_, &blocks_[first]);
-  num_tokens_.push_back(num_tokens);
+void CompactDocuments::Add(const DocumentCodesView& document) {
+  const int64_t n = document.size;
+  const size_t first_id = ids_.size();
+  ids_.resize(first_id + n);
+  std::memcpy(&ids_[first_id], document.centroids, n * sizeof(uint32_t));
+  const int64_t blocks = (n + kScanBlockEntries - 1) / kScanBlockEntries;
+  const size_t first = blocks_used_;
+  blocks_used_ += blocks * ScanBlockBytes(code_bytes_);
+  // Grown, never shrunk: a buffer reused after Clear() is not zero-filled again.
+  if (blocks_.size() < blocks_used_) blocks_.resize(std::max(blocks_used_, 2 * blocks_.size()));
+  uint8_t* out = &blocks_[first];
+  BlockCodes(document.codes, n, code_bytes_, out);
+  // The padding slots of the last block, which may hold an earlier document's bytes.
+  if (const int64_t used = n % kScanBlockEntries; used != 0) {
+    uint8_t* last = out + (blocks - 1) * ScanBlockBytes(code_bytes_);
+    for (int64_t k = 0; k < code_bytes_; ++k) {
+      std::memset(last + k * kScanBlockEntries + used, 0, kScanBlockEntries - used);
+    }
+  }
+  num_tokens_.push_back(n);
 }
 
 void CompactDocuments::Reserve(int64_t documents, int64_t tokens) {
   ids_.reserve(ids_.size() + tokens);
   // At most one partial block per document.
   const int64_t blocks = tokens / kScanBlockEntries + documents;
-  blocks_.reserve(blocks_.size() + blocks * ScanBlockBytes(code_bytes_));
+  blocks_.reserve(blocks_used_ + blocks * ScanBlockBytes(code_bytes_));
   num_tokens_.reserve(num_tokens_.size() + documents);
+}
+
+void CompactDocuments::Clear() {
+  ids_.clear();
+  num_tokens_.clear();
+  blocks_used_ = 0;
 }
 
 std::vector<CompactDocument> CompactDocuments::refs() const {
@@ -193,6 +213,33 @@ absl::Status ScoreCompactDocuments(const CompactQuery& query,
     default:
       CompactMaxSimPortable(query.args(), docs.data(), n, scores);
       break;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ScoreStoredCodes(const CompactQuery& query, absl::Span<const DocumentCodesView> docs,
+                              float* scores, CpuIsa isa) {
+  for (size_t d = 0; d < docs.size(); ++d) {
+    if (docs[d].size < 1 || docs[d].centroids == nullptr || docs[d].codes == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stored codes of document ", d, ": ", docs[d].size, " tokens (ids ",
+          docs[d].centroids == nullptr ? "null" : "set", ", codes ",
+          docs[d].codes == nullptr ? "null" : "set", "), expected ≥ 1 token with ids and codes"));
+    }
+  }
+  CompactDocuments batch(query.code_bytes());
+  size_t first = 0;
+  while (first < docs.size()) {
+    batch.Clear();
+    size_t end = first;
+    int64_t tokens = 0;
+    while (end < docs.size() && (end == first || tokens < kLayoutBatchTokens)) {
+      batch.Add(docs[end]);
+      tokens += docs[end].size;
+      ++end;
+    }
+    TESSERA_RETURN_IF_ERROR(ScoreCompactDocuments(query, batch.refs(), scores + first, isa));
+    first = end;
   }
   return absl::OkStatus();
 }

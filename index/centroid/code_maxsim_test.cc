@@ -140,6 +140,11 @@ std::vector<CpuIsa> SupportedIsas() {
   return isas;
 }
 
+// A document's ids and row-major codes as the store's view of them.
+DocumentCodesView View(const uint32_t* ids, const uint8_t* codes, int64_t n) {
+  return DocumentCodesView{n, reinterpret_cast<const char*>(ids), codes};
+}
+
 struct Shape {
   int64_t dim;
   int nbits;
@@ -159,7 +164,7 @@ TEST_P(CompactMaxSimTest, MatchesDecodedReferenceWithinBound) {
   const ResidualCodec& codec = corpus.codec[0];
   CompactDocuments docs(codec.code_bytes());
   for (size_t d = 0; d < lengths.size(); ++d) {
-    docs.Add(corpus.ids[d].data(), corpus.codes[d].data(), lengths[d]);
+    docs.Add(View(corpus.ids[d].data(), corpus.codes[d].data(), lengths[d]));
   }
   const std::vector<CompactDocument> refs = docs.refs();
   ASSERT_EQ(refs.size(), lengths.size());
@@ -183,6 +188,15 @@ TEST_P(CompactMaxSimTest, MatchesDecodedReferenceWithinBound) {
     for (const CpuIsa isa : SupportedIsas()) {
       std::vector<float> scores(refs.size(), NAN);
       ASSERT_TRUE(ScoreCompactDocuments(query, refs, scores.data(), isa).ok());
+      // Scored where they are stored, laid out batch by batch: the same scores, bit for bit
+      // (the 4,096-token document and the ones around it span several batches).
+      std::vector<DocumentCodesView> stored;
+      for (size_t d = 0; d < lengths.size(); ++d) {
+        stored.push_back(View(corpus.ids[d].data(), corpus.codes[d].data(), lengths[d]));
+      }
+      std::vector<float> stored_scores(refs.size(), NAN);
+      ASSERT_TRUE(ScoreStoredCodes(query, stored, stored_scores.data(), isa).ok());
+      EXPECT_EQ(stored_scores, scores) << "isa " << CpuIsaName(isa) << ", nq " << nq;
       std::vector<float> centroid_major_scores(refs.size(), NAN);
       ASSERT_TRUE(
           ScoreCompactDocuments(centroid_major, refs, centroid_major_scores.data(), isa).ok());
@@ -246,7 +260,7 @@ TEST_P(CompactMaxSimIsaTest, TopTenMatchesReferenceExceptNearTies) {
     const Corpus corpus = MakeCorpus(128, nbits, lengths, 13 + nbits);
     CompactDocuments docs(corpus.codec[0].code_bytes());
     for (size_t d = 0; d < lengths.size(); ++d) {
-      docs.Add(corpus.ids[d].data(), corpus.codes[d].data(), lengths[d]);
+      docs.Add(View(corpus.ids[d].data(), corpus.codes[d].data(), lengths[d]));
     }
     const std::vector<float> q = RandomQuery(32, 128, 17);
     const std::vector<float> centroid_scores = CentroidScores(corpus, q, 32);
@@ -290,8 +304,9 @@ INSTANTIATE_TEST_SUITE_P(Isas, CompactMaxSimIsaTest,
                            return std::string(CpuIsaName(info.param));
                          });
 
-// CompactDocuments lays codes out as stage 1's lists (PutBlockedCode), padding slots zero, for
-// token counts and code sizes on and around its 16 × 16 transpose tiles.
+// CompactDocuments lays codes out as stage 1's lists (PutBlockedCode), padding slots zero (also in
+// a buffer reused after Clear), for token counts and code sizes on and around its 16 × 16
+// transpose tiles.
 TEST(CompactDocuments, LayoutIsTheListLayout) {
   std::mt19937 rng(9);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -303,9 +318,17 @@ TEST(CompactDocuments, LayoutIsTheListLayout) {
     for (const int64_t n : lengths) {
       codes.emplace_back(n * code_bytes);
       for (uint8_t& b : codes.back()) b = static_cast<uint8_t>(byte(rng));
-      docs.Add(ids.data(), codes.back().data(), n);
+    }
+    // Laid out once in reverse, cleared, then in order: the reused buffer's padding slots held
+    // other documents' bytes, and must be zero again.
+    for (size_t d = lengths.size(); d-- > 0;)
+      docs.Add(View(ids.data(), codes[d].data(), lengths[d]));
+    docs.Clear();
+    for (size_t d = 0; d < lengths.size(); ++d) {
+      docs.Add(View(ids.data(), codes[d].data(), lengths[d]));
     }
     const std::vector<CompactDocument> refs = docs.refs();
+    ASSERT_EQ(refs.size(), lengths.size());
     for (size_t d = 0; d < lengths.size(); ++d) {
       const int64_t blocks = (lengths[d] + 31) / 32;
       std::vector<uint8_t> want(blocks * 32 * code_bytes, 0);
@@ -324,13 +347,20 @@ TEST(CompactMaxSim, RejectsEmptyDocumentsAndMissingIsas) {
   const std::vector<float> centroid_scores = CentroidScores(corpus, q, 2);
   const CompactQuery query(corpus.codec[0], q.data(), 2, centroid_scores.data(), kCentroids);
   CompactDocuments docs(corpus.codec[0].code_bytes());
-  docs.Add(corpus.ids[0].data(), corpus.codes[0].data(), 3);
+  docs.Add(View(corpus.ids[0].data(), corpus.codes[0].data(), 3));
   std::vector<CompactDocument> refs = docs.refs();
   refs.push_back(CompactDocument{refs[0].centroid_ids, refs[0].blocks, 0});
   float scores[2];
   const absl::Status empty = ScoreCompactDocuments(query, refs, scores);
   EXPECT_EQ(empty.code(), absl::StatusCode::kInvalidArgument) << empty;
   EXPECT_THAT(empty.message(), ::testing::HasSubstr("compact document 1: 0 tokens"));
+  const std::vector<DocumentCodesView> stored = {
+      View(corpus.ids[0].data(), corpus.codes[0].data(), 3),
+      View(corpus.ids[0].data(), nullptr, 3)};
+  const absl::Status null_codes = ScoreStoredCodes(query, stored, scores);
+  EXPECT_EQ(null_codes.code(), absl::StatusCode::kInvalidArgument) << null_codes;
+  EXPECT_THAT(null_codes.message(),
+              ::testing::HasSubstr("stored codes of document 1: 3 tokens (ids set, codes null)"));
   for (const CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     if (CpuSupportsIsa(isa)) continue;
     const absl::Status missing = ScoreCompactDocuments(query, {refs[0]}, scores, isa);

@@ -447,50 +447,20 @@ absl::StatusOr<Shard::CodedDocuments> Shard::FetchCodes(absl::Span<const uint64_
   CodedDocuments documents;
   documents.requested = iids.size();
   if (iids.empty()) return documents;
-  TESSERA_ASSIGN_OR_RETURN(const StoredCodes read, ReadStoredCodes(iids));
+  TESSERA_ASSIGN_OR_RETURN(StoredCodes read, ReadStoredCodes(iids));
   documents.codebook = read.stage1.centroids->shared_codebook();
-  const CentroidCodebook& codebook = *documents.codebook;
-  const int64_t code_bytes = codebook.codec().code_bytes();
-  // Read in place from the store (the codes segments' mappings, kept alive by `read`), laid out in
-  // parts of at least kMinReadsPerPart documents over the pool, as the reads of stored rows are.
-  const int64_t parts = ReadParts(iids.size(), pool_->num_threads());
-  documents.parts.assign(parts, CompactDocuments(code_bytes));
-  documents.positions.resize(parts);
-  std::vector<absl::Status> statuses(parts);
-  pool_->ParallelFor(parts, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t part = begin; part < end; ++part) {
-      const size_t first = iids.size() * part / parts;
-      const size_t last = iids.size() * (part + 1) / parts;
-      std::vector<std::pair<size_t, DocumentCodesView>> found;
-      int64_t tokens = 0;
-      for (size_t i = first; i < last; ++i) {
-        if (read.codes[i] == nullptr) continue;  // removed since
-        absl::StatusOr<DocumentCodesView> view =
-            ViewStoredCodes(codebook, iids[i], read.stage1.generation, *read.codes[i]);
-        if (!view.ok()) {
-          statuses[part] = view.status();
-          break;
-        }
-        tokens += view->size;
-        found.emplace_back(i, *view);
-      }
-      if (!statuses[part].ok()) continue;
-      CompactDocuments& out = documents.parts[part];
-      out.Reserve(static_cast<int64_t>(found.size()), tokens);
-      std::vector<uint32_t> copied;
-      for (const auto& [i, view] : found) {
-        const uint32_t* ids = view.aligned_centroids();
-        if (ids == nullptr) {
-          copied.resize(view.size);
-          for (int64_t v = 0; v < view.size; ++v) copied[v] = view.centroid(v);
-          ids = copied.data();
-        }
-        out.Add(ids, view.codes, view.size);
-        documents.positions[part].push_back(i);
-      }
-    }
-  });
-  for (const absl::Status& status : statuses) TESSERA_RETURN_IF_ERROR(status);
+  documents.documents.reserve(iids.size());
+  documents.positions.reserve(iids.size());
+  for (size_t i = 0; i < iids.size(); ++i) {
+    if (read.codes[i] == nullptr) continue;  // removed since
+    TESSERA_ASSIGN_OR_RETURN(
+        const DocumentCodesView view,
+        ViewStoredCodes(*documents.codebook, iids[i], read.stage1.generation, *read.codes[i]));
+    documents.documents.push_back(view);
+    documents.positions.push_back(i);
+  }
+  // The views point into the codes segments' mappings, which these keep alive.
+  documents.held = std::move(read.codes);
   return documents;
 }
 
@@ -499,27 +469,23 @@ namespace {
 // The query × centroid scores stage 2 from codes needs when stage 1 left none: centroid-major as
 // QuerySimilarity::Compute writes them (centroid c's scores of the query's rows at table[c ·
 // similarity.stride()], so that a token's scores lie in one or two cache lines for the kernel's
-// gathers), computed for the runs of kTableSpan consecutive centroids in which some document of
-// `parts` has a token; nothing reads the others. Whole spans are scored in place rather than the
+// gathers), computed for the runs of kTableSpan consecutive centroids in which one of `documents`
+// has a token; nothing reads the others. Whole spans are scored in place rather than the
 // used centroids gathered: a stage-2 batch (400 documents of 64 vectors at the 100k and 1M
 // defaults) has ids in most spans of 16,384 or 32,768 centroids, and in a profile of the 100k
 // compact shard (AMD EPYC Zen 4) the gather's copy of the rows took about as long as the products,
 // with a transpose to token-major besides.
 std::unique_ptr<float[]> ScoreUsedCentroids(const CentroidCodebook& codebook,
                                             const QuerySimilarity& similarity,
-                                            absl::Span<const std::vector<CompactDocument>> parts,
+                                            absl::Span<const DocumentCodesView> documents,
                                             ThreadPool* pool) {
   const int64_t C = codebook.num_centroids();
   const int64_t dim = codebook.dim();
   constexpr int64_t kTableSpan = 64;
   const int64_t spans = (C + kTableSpan - 1) / kTableSpan;
   std::vector<uint8_t> used(spans, 0);
-  for (const std::vector<CompactDocument>& part : parts) {
-    for (const CompactDocument& document : part) {
-      for (int64_t t = 0; t < document.num_tokens; ++t) {
-        used[document.centroid_ids[t] / kTableSpan] = 1;
-      }
-    }
+  for (const DocumentCodesView& document : documents) {
+    for (int64_t t = 0; t < document.size; ++t) used[document.centroid(t) / kTableSpan] = 1;
   }
   // Runs of used spans, of at most kRunSpans spans each: the units of work over the pool.
   constexpr int64_t kRunSpans = 16;
@@ -552,13 +518,8 @@ absl::StatusOr<std::vector<std::optional<float>>> Shard::ScoreCodes(
     FloatMatrixView query, const CodedDocuments& documents,
     const CentroidScoreTable* stage1_scores) const {
   std::vector<std::optional<float>> scores(documents.requested);
-  std::vector<std::vector<CompactDocument>> refs(documents.parts.size());
-  for (size_t part = 0; part < documents.parts.size(); ++part) {
-    refs[part] = documents.parts[part].refs();
-  }
-  if (std::all_of(refs.begin(), refs.end(), [](const auto& r) { return r.empty(); })) {
-    return scores;
-  }
+  const absl::Span<const DocumentCodesView> found = documents.documents;
+  if (found.empty()) return scores;
   const CentroidCodebook& codebook = *documents.codebook;
   const int64_t C = codebook.num_centroids();
   const int64_t dim = codebook.dim();
@@ -585,24 +546,25 @@ absl::StatusOr<std::vector<std::optional<float>>> Shard::ScoreCodes(
           " offsets the compact kernels address; expected ≤ ",
           std::numeric_limits<int32_t>::max() / std::max<int64_t>(C - 1, 1), " padded tokens"));
     }
-    own_scores = ScoreUsedCentroids(codebook, similarity, refs, pool_.get());
+    own_scores = ScoreUsedCentroids(codebook, similarity, found, pool_.get());
     compact.emplace(codebook.codec(), query.data, nq, own_scores.get(), /*row_stride=*/1,
                     /*centroid_stride=*/stride);
   }
-  std::vector<std::vector<float>> part_scores(refs.size());
-  std::vector<absl::Status> statuses(refs.size());
-  pool_->ParallelFor(static_cast<int64_t>(refs.size()), 1, [&](int64_t begin, int64_t end) {
+  // Parts of at least kMinReadsPerPart documents over the pool, each laid out and scored batch by
+  // batch on its thread (ScoreStoredCodes).
+  const int64_t parts = ReadParts(found.size(), pool_->num_threads());
+  std::vector<float> found_scores(found.size());
+  std::vector<absl::Status> statuses(parts);
+  pool_->ParallelFor(parts, 1, [&](int64_t begin, int64_t end) {
     for (int64_t part = begin; part < end; ++part) {
-      part_scores[part].resize(refs[part].size());
-      statuses[part] = ScoreCompactDocuments(*compact, refs[part], part_scores[part].data());
+      const size_t first = found.size() * part / parts;
+      const size_t last = found.size() * (part + 1) / parts;
+      statuses[part] =
+          ScoreStoredCodes(*compact, found.subspan(first, last - first), &found_scores[first]);
     }
   });
   for (const absl::Status& status : statuses) TESSERA_RETURN_IF_ERROR(status);
-  for (size_t part = 0; part < refs.size(); ++part) {
-    for (size_t d = 0; d < refs[part].size(); ++d) {
-      scores[documents.positions[part][d]] = part_scores[part][d];
-    }
-  }
+  for (size_t d = 0; d < found.size(); ++d) scores[documents.positions[d]] = found_scores[d];
   return scores;
 }
 

@@ -59,8 +59,9 @@
 // before it, in the same critical section as its commit (or at the next open after a crash in
 // between): no fp16/fp32 copy remains. Stage 2 scores the documents from their codes as stored
 // (4 + code_bytes bytes per vector), read in place from the store's codes segments
-// (ShardStore::ReadCodes: views into the mapped files, no copy per document beyond the compact
-// layout) without decoding them (FetchCodes + ScoreCodes: compact MaxSim, code_maxsim.h), within
+// (ShardStore::ReadCodes: views into the mapped files, laid out in the compact layout a few
+// documents at a time as they are scored) without decoding them (FetchCodes + ScoreCodes: compact
+// MaxSim, code_maxsim.h), within
 // CompactQuery::ErrorBound of the fp32 MaxSim of the decoded vectors; FetchRerank (Get, training)
 // and DecodeCodes (explain) decode the codes (centroid + residual) the same way. The process keeps
 // no per-document copy of the codes: its centroid index holds only the lists (the 2-bit
@@ -289,20 +290,21 @@ class Shard {
     // The codebook that encoded them (the one in use when they were read: a retraining may swap
     // in another meanwhile, and these codes are scored with theirs).
     std::shared_ptr<const CentroidCodebook> codebook;
-    // Per part of the read (split over the pool): the documents found, in the compact layout,
+    // The documents found, viewed in place where the store keeps them (valid while `held` is),
     // and each one's position among the requested iids.
-    std::vector<CompactDocuments> parts;
-    std::vector<std::vector<size_t>> positions;
+    std::vector<DocumentCodesView> documents;
+    std::vector<size_t> positions;
+    std::vector<std::shared_ptr<const absl::string_view>> held;
   };
   // Reads the codes of each iid from the store in place (ReadStoredCodes: ShardStore::ReadCodes
-  // under the generation of the Stage1 in use) and lays them out in the compact layout (parts
-  // split over the pool); an iid no longer stored is left out. DATA_LOSS when the shard has no
-  // codebook (only rerank_from_codes documents have no rows, and only once it has one), or naming
-  // the iid and generation for stored codes that do not parse (size ≠ 4 + n·(4 + code_bytes), a
-  // centroid id out of range); ABORTED when trainings kept swapping generations during the read.
+  // under the generation of the Stage1 in use), copying nothing; an iid no longer stored is left
+  // out. DATA_LOSS when the shard has no codebook (only rerank_from_codes documents have no rows,
+  // and only once it has one), or naming the iid and generation for stored codes that do not
+  // parse (size ≠ 4 + n·(4 + code_bytes), a centroid id out of range); ABORTED when trainings
+  // kept swapping generations during the read.
   absl::StatusOr<CodedDocuments> FetchCodes(absl::Span<const uint64_t> iids) const;
   // MaxSim of `query` (nq × dim fp32, validated by the caller) and each document FetchCodes
-  // found, scored from the codes with ScoreCompactDocuments (parts split over the pool):
+  // found, scored from the codes with ScoreStoredCodes (parts split over the pool):
   // within CompactQuery::ErrorBound() (Σ_i ⌈dim · nbits / 4⌉ · step_i / 2, see code_maxsim.h)
   // plus fp32 rounding of the fp32 MaxSim of the decoded vectors. One entry per requested iid,
   // std::nullopt for those not found. The query × centroid scores come from `stage1_scores` when
