@@ -95,10 +95,10 @@ void ScoreBlock(const CompactMaxSimArgs& args, const uint8_t* block, const Block
   }
 }
 
+// best[r] = max(best[r], the row (first_row + r)'s best score over the document's blocks).
 template <int R>
 void ScoreRows(const CompactMaxSimArgs& args, const CompactDocument& doc,
                const std::vector<BlockLanes>& lanes, int64_t first_row, float* best) {
-  for (int r = 0; r < R; ++r) best[r] = -std::numeric_limits<float>::infinity();
   const int64_t block_bytes = args.code_bytes * kBlock;
   for (size_t b = 0; b < lanes.size(); ++b) {
     ScoreBlock<R>(args, doc.blocks + b * block_bytes, lanes[b], first_row, best);
@@ -107,33 +107,36 @@ void ScoreRows(const CompactMaxSimArgs& args, const CompactDocument& doc,
 
 }  // namespace
 
+void CompactMaxSimAvx2Rows(const CompactMaxSimArgs& args, const CompactDocument& doc, float* best) {
+  const int64_t blocks = (doc.num_tokens + kBlock - 1) / kBlock;
+  std::vector<BlockLanes> lanes(blocks);
+  for (int64_t b = 0; b < blocks; ++b) {
+    PrepareLanes(doc.centroid_ids + b * kBlock, doc.num_tokens - b * kBlock, args.centroid_stride,
+                 &lanes[b]);
+  }
+  int64_t i = 0;
+  for (; i + kRows <= args.nq; i += kRows) ScoreRows<kRows>(args, doc, lanes, i, &best[i]);
+  switch (args.nq - i) {
+    case 3:
+      ScoreRows<3>(args, doc, lanes, i, &best[i]);
+      break;
+    case 2:
+      ScoreRows<2>(args, doc, lanes, i, &best[i]);
+      break;
+    case 1:
+      ScoreRows<1>(args, doc, lanes, i, &best[i]);
+      break;
+    default:
+      break;
+  }
+}
+
 void CompactMaxSimAvx2(const CompactMaxSimArgs& args, const CompactDocument* docs, int64_t num_docs,
                        float* scores) {
-  std::vector<BlockLanes> lanes;
   std::vector<float> best(args.nq);
   for (int64_t d = 0; d < num_docs; ++d) {
-    const CompactDocument& doc = docs[d];
-    const int64_t blocks = (doc.num_tokens + kBlock - 1) / kBlock;
-    lanes.resize(blocks);
-    for (int64_t b = 0; b < blocks; ++b) {
-      PrepareLanes(doc.centroid_ids + b * kBlock, doc.num_tokens - b * kBlock, args.centroid_stride,
-                   &lanes[b]);
-    }
-    int64_t i = 0;
-    for (; i + kRows <= args.nq; i += kRows) ScoreRows<kRows>(args, doc, lanes, i, &best[i]);
-    switch (args.nq - i) {
-      case 3:
-        ScoreRows<3>(args, doc, lanes, i, &best[i]);
-        break;
-      case 2:
-        ScoreRows<2>(args, doc, lanes, i, &best[i]);
-        break;
-      case 1:
-        ScoreRows<1>(args, doc, lanes, i, &best[i]);
-        break;
-      default:
-        break;
-    }
+    std::fill(best.begin(), best.end(), -std::numeric_limits<float>::infinity());
+    CompactMaxSimAvx2Rows(args, docs[d], best.data());
     float total = 0.0f;
     for (int64_t q = 0; q < args.nq; ++q) total += best[q] + args.biases[q];
     scores[d] = total;

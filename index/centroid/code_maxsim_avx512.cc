@@ -1,7 +1,7 @@
 // The AVX-512 compact MaxSim kernel: two blocks of 32 tokens per register (code row j of block b in
-// the low 256 bits, of block b + 1 in the high; an odd last block pairs with zeros), so that each
-// 16-byte table, broadcast to the four 128-bit lanes, serves 64 look-ups; kRows query rows at a
-// time and 16-bit sums as in the AVX2 kernel. Uses AVX-512F and BW (byte shuffles and 16-bit adds
+// the low 256 bits, of block b + 1 in the high; an odd last block is the AVX2 kernel's), so that
+// each 16-byte table, broadcast to the four 128-bit lanes, serves 64 look-ups; kRows query rows at
+// a time and 16-bit sums as in the AVX2 kernel. Uses AVX-512F and BW (byte shuffles and 16-bit adds
 // on 512 bits) and masked gathers that give padding tokens −∞. Compiled with its flags and
 // -ffp-contract=off (CMakeLists.txt), so that the fp32 product and sum stay two roundings as in the
 // portable kernel.
@@ -46,8 +46,8 @@ void PrepareLanes(const uint32_t* ids, int64_t count, int64_t centroid_stride, P
   }
 }
 
-// best[r] = max(best[r], max over the pair's valid tokens of row (first_row + r)'s score). second:
-// the second block, or zeros of a block's size.
+// best[r] = max(best[r], max over the pair's tokens of row (first_row + r)'s score); second: the
+// block after first.
 template <int R>
 void ScorePair(const CompactMaxSimArgs& args, const uint8_t* first, const uint8_t* second,
                const PairLanes& lanes, int64_t first_row, float* best) {
@@ -99,17 +99,14 @@ void ScorePair(const CompactMaxSimArgs& args, const uint8_t* first, const uint8_
   }
 }
 
+// best[r] = max(best[r], the row (first_row + r)'s best score over the document's pairs of blocks).
 template <int R>
 void ScoreRows(const CompactMaxSimArgs& args, const CompactDocument& doc,
-               const std::vector<PairLanes>& lanes, const uint8_t* zeros, int64_t first_row,
-               float* best) {
-  for (int r = 0; r < R; ++r) best[r] = -std::numeric_limits<float>::infinity();
+               const std::vector<PairLanes>& lanes, int64_t first_row, float* best) {
   const int64_t block_bytes = args.code_bytes * kBlock;
-  const int64_t blocks = (doc.num_tokens + kBlock - 1) / kBlock;
   for (int64_t p = 0; p < static_cast<int64_t>(lanes.size()); ++p) {
     const uint8_t* first = doc.blocks + 2 * p * block_bytes;
-    const uint8_t* second = 2 * p + 1 < blocks ? first + block_bytes : zeros;
-    ScorePair<R>(args, first, second, lanes[p], first_row, best);
+    ScorePair<R>(args, first, first + block_bytes, lanes[p], first_row, best);
   }
 }
 
@@ -119,43 +116,50 @@ void CompactMaxSimAvx512(const CompactMaxSimArgs& args, const CompactDocument* d
                          int64_t num_docs, float* scores) {
   std::vector<PairLanes> lanes;
   std::vector<float> best(args.nq);
-  const std::vector<uint8_t> zeros(args.code_bytes * kBlock, 0);
+  const int64_t block_bytes = args.code_bytes * kBlock;
   for (int64_t d = 0; d < num_docs; ++d) {
     const CompactDocument& doc = docs[d];
-    const int64_t pairs = (doc.num_tokens + 2 * kBlock - 1) / (2 * kBlock);
+    std::fill(best.begin(), best.end(), -std::numeric_limits<float>::infinity());
+    // Whole pairs of blocks here; an odd last block by the AVX2 kernel (CompactMaxSimAvx2Rows).
+    const int64_t pairs = doc.num_tokens / (2 * kBlock);
     lanes.resize(pairs);
     for (int64_t p = 0; p < pairs; ++p) {
       PrepareLanes(doc.centroid_ids + p * 2 * kBlock, doc.num_tokens - p * 2 * kBlock,
                    args.centroid_stride, &lanes[p]);
     }
-    int64_t i = 0;
-    for (; i + kRows <= args.nq; i += kRows) {
-      ScoreRows<kRows>(args, doc, lanes, zeros.data(), i, &best[i]);
+    if (pairs > 0) {
+      int64_t i = 0;
+      for (; i + kRows <= args.nq; i += kRows) ScoreRows<kRows>(args, doc, lanes, i, &best[i]);
+      switch (args.nq - i) {
+        case 7:
+          ScoreRows<7>(args, doc, lanes, i, &best[i]);
+          break;
+        case 6:
+          ScoreRows<6>(args, doc, lanes, i, &best[i]);
+          break;
+        case 5:
+          ScoreRows<5>(args, doc, lanes, i, &best[i]);
+          break;
+        case 4:
+          ScoreRows<4>(args, doc, lanes, i, &best[i]);
+          break;
+        case 3:
+          ScoreRows<3>(args, doc, lanes, i, &best[i]);
+          break;
+        case 2:
+          ScoreRows<2>(args, doc, lanes, i, &best[i]);
+          break;
+        case 1:
+          ScoreRows<1>(args, doc, lanes, i, &best[i]);
+          break;
+        default:
+          break;
+      }
     }
-    switch (args.nq - i) {
-      case 7:
-        ScoreRows<7>(args, doc, lanes, zeros.data(), i, &best[i]);
-        break;
-      case 6:
-        ScoreRows<6>(args, doc, lanes, zeros.data(), i, &best[i]);
-        break;
-      case 5:
-        ScoreRows<5>(args, doc, lanes, zeros.data(), i, &best[i]);
-        break;
-      case 4:
-        ScoreRows<4>(args, doc, lanes, zeros.data(), i, &best[i]);
-        break;
-      case 3:
-        ScoreRows<3>(args, doc, lanes, zeros.data(), i, &best[i]);
-        break;
-      case 2:
-        ScoreRows<2>(args, doc, lanes, zeros.data(), i, &best[i]);
-        break;
-      case 1:
-        ScoreRows<1>(args, doc, lanes, zeros.data(), i, &best[i]);
-        break;
-      default:
-        break;
+    if (const int64_t done = pairs * 2 * kBlock; done < doc.num_tokens) {
+      const CompactDocument rest{doc.centroid_ids + done, doc.blocks + 2 * pairs * block_bytes,
+                                 doc.num_tokens - done};
+      CompactMaxSimAvx2Rows(args, rest, best.data());
     }
     float total = 0.0f;
     for (int64_t q = 0; q < args.nq; ++q) total += best[q] + args.biases[q];
