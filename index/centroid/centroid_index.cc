@@ -15,7 +15,9 @@
 namespace tessera::internal {
 namespace {
 
-// Centroids scored per task when the query × centroid scores are split over the pool.
+// Centroids scored per task when the query × centroid scores are split over the pool, at most
+// (fewer when that leaves a thread idle: a codebook of 2,048 centroids, the real sets' size, was
+// scored by one thread of two, ~0.5 ms of a compact search's stage 1 at dim 384).
 constexpr int64_t kCentroidChunk = 2048;
 
 // Ordinals per accumulation tile: the shard's share per thread, at least 256 and at most 524,288
@@ -471,12 +473,15 @@ CentroidScoreTable ScoreEveryCentroid(std::shared_ptr<const CentroidCodebook> co
   const int64_t stride = similarity.stride();
   // Every score is written below: no zero fill of the nq × C floats.
   std::unique_ptr<float[]> scores(new float[nq * C]);
-  const int64_t chunks = (C + kCentroidChunk - 1) / kCentroidChunk;
+  // A share per thread, rounded up to 64 centroids, and at most kCentroidChunk.
+  const int64_t threads = pool != nullptr ? pool->num_threads() : 1;
+  const int64_t chunk_size = std::min(kCentroidChunk, ((C + threads - 1) / threads + 63) / 64 * 64);
+  const int64_t chunks = (C + chunk_size - 1) / chunk_size;
   auto score_chunks = [&](int64_t begin, int64_t end) {
-    std::vector<float> block(kCentroidChunk * stride);
+    std::vector<float> block(chunk_size * stride);
     for (int64_t chunk = begin; chunk < end; ++chunk) {
-      const int64_t first = chunk * kCentroidChunk;
-      const int64_t n = std::min(kCentroidChunk, C - first);
+      const int64_t first = chunk * chunk_size;
+      const int64_t n = std::min(chunk_size, C - first);
       similarity.Compute(codebook->centroids() + first * dim, n, block.data());
       for (int64_t i = 0; i < nq; ++i) {
         float* row = &scores[i * C + first];
