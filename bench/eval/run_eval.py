@@ -22,9 +22,10 @@ Configurations (all exhaustive unless named "cascade"):
   cascade-ivf          the default collection, stage 1 on FAISS IVF1024,Flat (nprobe 64)
                        instead of "auto"
   cascade-global       p = 1 with one global-mean candidate vector per document
-  codes-b              the default pooling, centroid index from 16,384 vectors on, rerank from
-                       the b-bit codes scored without decoding (no rerank vectors stored),
-                       exhaustive and the default search for k = 10
+  codes-b              the default pooling, centroid index from 65,536 vectors on (the compact
+                       mode's first training), rerank from the b-bit codes scored without
+                       decoding (no rerank vectors stored), exhaustive and the default search
+                       for k = 10
   page-*               the page simulation (see simulate_pages): spatial pooling of a token grid
 """
 
