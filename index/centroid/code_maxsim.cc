@@ -130,14 +130,6 @@ void CompactDocuments::Add(const DocumentCodesView& document) {
   num_tokens_.push_back(n);
 }
 
-void CompactDocuments::Reserve(int64_t documents, int64_t tokens) {
-  ids_.reserve(ids_.size() + tokens);
-  // At most one partial block per document.
-  const int64_t blocks = tokens / kScanBlockEntries + documents;
-  blocks_.reserve(blocks_used_ + blocks * ScanBlockBytes(code_bytes_));
-  num_tokens_.reserve(num_tokens_.size() + documents);
-}
-
 void CompactDocuments::Clear() {
   ids_.clear();
   num_tokens_.clear();

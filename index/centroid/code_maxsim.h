@@ -91,9 +91,6 @@ class CompactDocuments {
   // document.size ≥ 1, its codes of code_bytes bytes each. Padding slots are zeroed. Invalidates
   // earlier refs().
   void Add(const DocumentCodesView& document);
-  // Room for `documents` more documents of `tokens` tokens in all (Add then reallocates nothing:
-  // a stage-2 batch of 4,096 documents of 64 tokens is 16 MiB of blocks at code_bytes 64).
-  void Reserve(int64_t documents, int64_t tokens);
   // Forgets every document and keeps the memory, for the next batch.
   void Clear();
 
