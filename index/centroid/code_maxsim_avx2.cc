@@ -109,7 +109,9 @@ void ScoreRows(const CompactMaxSimArgs& args, const CompactDocument& doc,
 
 void CompactMaxSimAvx2Rows(const CompactMaxSimArgs& args, const CompactDocument& doc, float* best) {
   const int64_t blocks = (doc.num_tokens + kBlock - 1) / kBlock;
-  std::vector<BlockLanes> lanes(blocks);
+  // Reused by every document this thread scores: no allocation per document.
+  thread_local std::vector<BlockLanes> lanes;
+  lanes.resize(blocks);
   for (int64_t b = 0; b < blocks; ++b) {
     PrepareLanes(doc.centroid_ids + b * kBlock, doc.num_tokens - b * kBlock, args.centroid_stride,
                  &lanes[b]);
