@@ -79,19 +79,7 @@ def main():
     try:
         with server.client() as client:
             for name in names:
-                config = known[name]
-                client.create_collection(name, dim=dataset.corpus.tokens.shape[1],
-                                         **config.create)
-                summary = client.ingest(name, run_eval.documents(dataset, config.page_layout),
-                                        batch_size=32, progress=False,
-                                        total=len(dataset.corpus), dtype="fp32")
-                if summary.failed:
-                    raise RuntimeError(f"{name}: {len(summary.failed)} documents rejected, "
-                                       f"first: {summary.failed[0]}")
-                run_eval.wait_for_training(
-                    client, name,
-                    centroid=config.create.get("candidates", {}).get("factory") == "centroid")
-                client.flush(name)
+                run_eval.load_collection(client, dataset, known[name])
                 for query in queries[:WARMUP_QUERIES]:
                     client.search(name, query, k=10)
             for r in range(args.rounds):

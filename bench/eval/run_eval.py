@@ -258,23 +258,29 @@ def wait_for_training(client, name, centroid=False, timeout=600.0):
     raise RuntimeError(f"{name}: still training after {timeout:.0f} s")
 
 
-def run_config(client, dataset, config: Config, exact_runs: Dict[str, Dict],
-               log: Callable[[str], None]) -> List[Dict]:
-    """Creates, fills, searches and drops one collection; the exhaustive run is kept in
-    exact_runs[config.name] for the configurations that rerank the same vectors."""
+def load_collection(client, dataset, config: Config) -> float:
+    """Creates config's collection, ingests the corpus, waits for its trainings and flushes it;
+    returns the ingest's seconds."""
     client.create_collection(config.name, dim=dataset.corpus.tokens.shape[1], **config.create)
     # codes-b: the documents in one stream, as a user writes them; the shard trains its codebook
     # in the background once it holds the mode's threshold of vectors (65,536), re-encodes the
     # documents written before and drops their vectors.
     summary = client.ingest(config.name, documents(dataset, config.page_layout), batch_size=32,
                             progress=False, total=len(dataset.corpus), dtype="fp32")
-    seconds = summary.seconds
     if summary.failed:
         raise RuntimeError(f"{config.name}: {len(summary.failed)} documents rejected, "
                            f"first: {summary.failed[0]}")
     wait_for_training(client, config.name,
                       centroid=config.create.get("candidates", {}).get("factory") == "centroid")
     client.flush(config.name)
+    return summary.seconds
+
+
+def run_config(client, dataset, config: Config, exact_runs: Dict[str, Dict],
+               log: Callable[[str], None]) -> List[Dict]:
+    """Creates, fills, searches and drops one collection; the exhaustive run is kept in
+    exact_runs[config.name] for the configurations that rerank the same vectors."""
+    seconds = load_collection(client, dataset, config)
     stats = client.collection_info(config.name)["stats"]
     rows = []
     for search in config.searches:
