@@ -4,30 +4,35 @@
 // CPU MaxSim scorer (tessera/maxsim.h, best ISA).
 //
 // Workload: a 32 × 128 query against 1,000 documents of 64 tokens, nbits 4 and 2, a codebook of
-// 8,192 centroids (stage 1's 32 × 8,192 centroid score table, 1 MiB, is an input both paths have).
-// One thread throughout.
+// 8,192 centroids (stage 1's 32 × 8,192 centroid score table, 1 MiB, is an input both paths have);
+// the compact benchmarks also at 32 tokens (one block, the short set's documents) and 96 (an odd
+// count of blocks). One thread throughout.
 //
 // Benchmark names, in the order they run:
 //   BM_DecodeThenMaxSim/nbits:{4,2}     decode + fp32 MaxSim; counter docs_per_s
 //   BM_Fp32MaxSimOnly/nbits:{4,2}       the fp32 MaxSim of already decoded documents (no decode)
-//   BM_CompactMaxSim/nbits:{4,2}/{avx512,avx2,portable}
+//   BM_CompactMaxSim/nbits:{4,2}/{avx512,avx2,portable}/doc_tokens:{64,32,96}
 //   BM_CompactLayout/nbits:{4,2}        CompactDocuments::Add of the 1,000 documents; docs_per_s
-//   BM_StoredCodesMaxSim/nbits:{4,2}    ScoreStoredCodes (layout + scoring, best ISA): stage 2's
-//   path BM_Int8VnniPrototype/nbits:{4,2}    the design the compact kernel was chosen over (below)
+//   BM_StoredCodesMaxSim/nbits:{4,2}/doc_tokens:{64,32,96}
+//                                       ScoreStoredCodes (layout + scoring, best ISA): stage 2's
+//                                       path
+//   BM_Int8VnniPrototype/nbits:{4,2}    the design the compact kernel was chosen over (below)
 // BM_CompactMaxSim and BM_Int8VnniPrototype report docs_per_s, vs_decode (docs_per_s /
-// BM_DecodeThenMaxSim's at the same nbits), max_err (the largest |score − double-precision MaxSim
-// of the decoded vectors| over the first 100 documents) and bound (the worst-case error the design
-// guarantees). Each compact or int8 iteration includes preparing the query (the quantised tables of
-// its 32 rows). Rates are per CPU second of the benchmark thread (ThreadCpuSeconds). An ISA the CPU
-// lacks is reported as an error for that benchmark.
+// BM_DecodeThenMaxSim's at the same nbits, 64-token documents only), max_err (the largest |score −
+// double-precision MaxSim of the decoded vectors| over the first 100 documents) and bound (the
+// worst-case error the design guarantees). Each compact or int8 iteration includes preparing the
+// query (the quantised tables of its 32 rows). Rates are per CPU second of the benchmark thread
+// (ThreadCpuSeconds). An ISA the CPU lacks is reported as an error for that benchmark.
 #include <time.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -51,6 +56,8 @@ constexpr int64_t kQueryTokens = 32;
 constexpr int64_t kDim = 128;
 constexpr int64_t kDocs = 1000;
 constexpr int64_t kDocTokens = 64;
+// The compact benchmarks' document lengths: the default, one block, an odd count of blocks.
+constexpr int64_t kCompactDocTokens[] = {kDocTokens, 32, 96};
 constexpr int64_t kCentroids = 8192;
 
 double g_decode_docs_per_s[5] = {0, 0, 0, 0, 0};  // by nbits
@@ -58,24 +65,28 @@ double g_compact_docs_per_s[5][4] = {};           // by nbits and CpuIsa
 
 struct Workload {
   std::unique_ptr<ResidualCodec> codec;
+  int64_t doc_tokens = kDocTokens;
   std::vector<float> query;            // kQueryTokens × kDim
   std::vector<float> centroids;        // kCentroids × kDim
   std::vector<float> centroid_scores;  // kQueryTokens × kCentroids
-  std::vector<uint32_t> ids;           // kDocs × kDocTokens
-  std::vector<uint8_t> codes;          // kDocs × kDocTokens × code_bytes
+  std::vector<uint32_t> ids;           // kDocs × doc_tokens
+  std::vector<uint8_t> codes;          // kDocs × doc_tokens × code_bytes
   std::unique_ptr<CompactDocuments> compact;
 
   // Document d's ids and codes as the store's view of them.
   DocumentCodesView Stored(int64_t d) const {
-    return DocumentCodesView{kDocTokens, reinterpret_cast<const char*>(&ids[d * kDocTokens]),
-                             &codes[d * kDocTokens * codec->code_bytes()]};
+    return DocumentCodesView{doc_tokens, reinterpret_cast<const char*>(&ids[d * doc_tokens]),
+                             &codes[d * doc_tokens * codec->code_bytes()]};
   }
 };
 
-const Workload& GetWorkload(int nbits) {
-  static Workload* workloads[5] = {};
-  if (workloads[nbits] != nullptr) return *workloads[nbits];
+// The workload of `nbits` and documents of `doc_tokens` tokens (built once per pair).
+const Workload& GetWorkload(int nbits, int64_t doc_tokens = kDocTokens) {
+  static auto* workloads = new std::map<std::pair<int, int64_t>, std::unique_ptr<Workload>>;
+  std::unique_ptr<Workload>& slot = (*workloads)[{nbits, doc_tokens}];
+  if (slot != nullptr) return *slot;
   auto* w = new Workload;
+  w->doc_tokens = doc_tokens;
   std::mt19937 rng(42);
   std::normal_distribution<float> normal;
   std::vector<float> training(4096 * kDim);
@@ -97,13 +108,13 @@ const Workload& GetWorkload(int nbits) {
   const int64_t code_bytes = w->codec->code_bytes();
   std::uniform_int_distribution<uint32_t> pick(0, kCentroids - 1);
   std::uniform_int_distribution<int> byte(0, 255);
-  w->ids.resize(kDocs * kDocTokens);
+  w->ids.resize(kDocs * doc_tokens);
   for (uint32_t& id : w->ids) id = pick(rng);
-  w->codes.resize(kDocs * kDocTokens * code_bytes);
+  w->codes.resize(kDocs * doc_tokens * code_bytes);
   for (uint8_t& b : w->codes) b = static_cast<uint8_t>(byte(rng));
   w->compact = std::make_unique<CompactDocuments>(code_bytes);
   for (int64_t d = 0; d < kDocs; ++d) w->compact->Add(w->Stored(d));
-  workloads[nbits] = w;
+  slot.reset(w);
   return *w;
 }
 
@@ -264,8 +275,8 @@ double ReferenceScore(const Workload& w, int64_t d) {
   const int64_t code_bytes = w.codec->code_bytes();
   double total = 0;
   std::vector<double> best(kQueryTokens, -INFINITY);
-  for (int64_t t = 0; t < kDocTokens; ++t) {
-    const int64_t token = d * kDocTokens + t;
+  for (int64_t t = 0; t < w.doc_tokens; ++t) {
+    const int64_t token = d * w.doc_tokens + t;
     w.codec->Decode(&w.codes[token * code_bytes], v.data());
     for (int64_t k = 0; k < kDim; ++k) v[k] += w.centroids[w.ids[token] * kDim + k];
     for (int64_t i = 0; i < kQueryTokens; ++i) {
@@ -344,12 +355,12 @@ void BM_Fp32MaxSimOnly(benchmark::State& state, int nbits) {
   state.SetLabel(std::string(scorer->name()));
 }
 
-void BM_CompactMaxSim(benchmark::State& state, int nbits, CpuIsa isa) {
+void BM_CompactMaxSim(benchmark::State& state, int nbits, CpuIsa isa, int64_t doc_tokens) {
   if (!CpuSupportsIsa(isa)) {
     state.SkipWithError(absl::StrCat("this CPU lacks ", CpuIsaName(isa)).c_str());
     return;
   }
-  const Workload& w = GetWorkload(nbits);
+  const Workload& w = GetWorkload(nbits, doc_tokens);
   const std::vector<CompactDocument> docs = w.compact->refs();
   std::vector<float> scores(kDocs);
   const double start = ThreadCpuSeconds();
@@ -364,12 +375,12 @@ void BM_CompactMaxSim(benchmark::State& state, int nbits, CpuIsa isa) {
   }
   const double docs_per_s = state.iterations() * kDocs / (ThreadCpuSeconds() - start);
   state.counters["docs_per_s"] = docs_per_s;
-  g_compact_docs_per_s[nbits][static_cast<int>(isa)] = docs_per_s;
+  if (doc_tokens == kDocTokens) g_compact_docs_per_s[nbits][static_cast<int>(isa)] = docs_per_s;
   const CompactQuery query(*w.codec, w.query.data(), kQueryTokens, w.centroid_scores.data(),
                            kCentroids);
   state.counters["max_err"] = MaxError(w, scores);
   state.counters["bound"] = query.ErrorBound();
-  if (g_decode_docs_per_s[nbits] > 0) {
+  if (g_decode_docs_per_s[nbits] > 0 && doc_tokens == kDocTokens) {
     state.counters["vs_decode"] = docs_per_s / g_decode_docs_per_s[nbits];
   }
 }
@@ -393,8 +404,8 @@ void BM_CompactLayout(benchmark::State& state, int nbits) {
 // What stage 2 runs: ScoreStoredCodes from the documents' stored (row-major) codes, laid out and
 // scored batch by batch, best ISA; vs_compact is docs_per_s over BM_CompactMaxSim's at the same
 // nbits and ISA (the layout's share).
-void BM_StoredCodesMaxSim(benchmark::State& state, int nbits) {
-  const Workload& w = GetWorkload(nbits);
+void BM_StoredCodesMaxSim(benchmark::State& state, int nbits, int64_t doc_tokens) {
+  const Workload& w = GetWorkload(nbits, doc_tokens);
   std::vector<DocumentCodesView> docs;
   for (int64_t d = 0; d < kDocs; ++d) docs.push_back(w.Stored(d));
   std::vector<float> scores(kDocs);
@@ -412,7 +423,7 @@ void BM_StoredCodesMaxSim(benchmark::State& state, int nbits) {
   state.counters["docs_per_s"] = docs_per_s;
   state.counters["max_err"] = MaxError(w, scores);
   const double compact = g_compact_docs_per_s[nbits][static_cast<int>(DetectCpuIsa())];
-  if (compact > 0) state.counters["vs_compact"] = docs_per_s / compact;
+  if (compact > 0 && doc_tokens == kDocTokens) state.counters["vs_compact"] = docs_per_s / compact;
 }
 
 void BM_Int8VnniPrototype(benchmark::State& state, int nbits) {
@@ -447,18 +458,24 @@ const bool kRegistered = [] {
     benchmark::RegisterBenchmark(absl::StrCat("BM_Fp32MaxSimOnly/nbits:", nbits).c_str(),
                                  BM_Fp32MaxSimOnly, nbits)
         ->Unit(benchmark::kMillisecond);
-    for (const CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
-      benchmark::RegisterBenchmark(
-          absl::StrCat("BM_CompactMaxSim/nbits:", nbits, "/", CpuIsaName(isa)).c_str(),
-          BM_CompactMaxSim, nbits, isa)
-          ->Unit(benchmark::kMillisecond);
+    for (const int64_t doc_tokens : kCompactDocTokens) {
+      for (const CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
+        benchmark::RegisterBenchmark(absl::StrCat("BM_CompactMaxSim/nbits:", nbits, "/",
+                                                  CpuIsaName(isa), "/doc_tokens:", doc_tokens)
+                                         .c_str(),
+                                     BM_CompactMaxSim, nbits, isa, doc_tokens)
+            ->Unit(benchmark::kMillisecond);
+      }
     }
     benchmark::RegisterBenchmark(absl::StrCat("BM_CompactLayout/nbits:", nbits).c_str(),
                                  BM_CompactLayout, nbits)
         ->Unit(benchmark::kMillisecond);
-    benchmark::RegisterBenchmark(absl::StrCat("BM_StoredCodesMaxSim/nbits:", nbits).c_str(),
-                                 BM_StoredCodesMaxSim, nbits)
-        ->Unit(benchmark::kMillisecond);
+    for (const int64_t doc_tokens : kCompactDocTokens) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("BM_StoredCodesMaxSim/nbits:", nbits, "/doc_tokens:", doc_tokens).c_str(),
+          BM_StoredCodesMaxSim, nbits, doc_tokens)
+          ->Unit(benchmark::kMillisecond);
+    }
     benchmark::RegisterBenchmark(absl::StrCat("BM_Int8VnniPrototype/nbits:", nbits).c_str(),
                                  BM_Int8VnniPrototype, nbits)
         ->Unit(benchmark::kMillisecond);

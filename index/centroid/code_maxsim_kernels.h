@@ -48,10 +48,9 @@ void CompactMaxSimAvx2(const CompactMaxSimArgs& args, const CompactDocument* doc
                        float* scores);
 void CompactMaxSimAvx512(const CompactMaxSimArgs& args, const CompactDocument* docs,
                          int64_t num_docs, float* scores);
-// best[i] = max(best[i], m_i of `doc`) for every row i < args.nq, with AVX2: the AVX-512 kernel
-// scores a document's last block this way when its block count is odd (half a register of padding
-// otherwise: a 32-token document was scored as 64 tokens, at about the AVX2 kernel's speed per
-// token on Zen 4, whose 512-bit operations issue as two 256-bit halves).
+// best[i] = max(best[i], m_i of `doc`) for every row i < args.nq, with AVX2: the AVX-512 kernel,
+// which pairs the blocks of a call's documents in turn, scores the call's last block this way when
+// their count is odd (half a register of padding otherwise).
 void CompactMaxSimAvx2Rows(const CompactMaxSimArgs& args, const CompactDocument& doc, float* best);
 
 }  // namespace tessera::internal
