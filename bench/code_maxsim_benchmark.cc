@@ -17,6 +17,11 @@
 //                                       ScoreStoredCodes (layout + scoring, best ISA): stage 2's
 //                                       path
 //   BM_Int8VnniPrototype/nbits:{4,2}    the design the compact kernel was chosen over (below)
+//   BM_ScanBlocks/{avx512,avx2,portable}/code_bytes:{32,96}
+//                                       stage 1's scan of one inverted list (2,048 entries, ~the
+//                                       1M-document shard's lists) for one query row: 2-bit codes
+//                                       at dim 128 (the scale shards) and 384 (the real sets);
+//                                       entries_per_s and code_bytes_per_s
 // BM_CompactMaxSim and BM_Int8VnniPrototype report docs_per_s, vs_decode (docs_per_s /
 // BM_DecodeThenMaxSim's at the same nbits, 64-token documents only), max_err (the largest |score −
 // double-precision MaxSim of the decoded vectors| over the first 100 documents) and bound (the
@@ -44,6 +49,7 @@
 #pragma GCC diagnostic pop
 #include "benchmark/benchmark.h"
 #include "index/centroid/code_maxsim.h"
+#include "index/centroid/code_scan_kernels.h"
 #include "index/centroid/residual_codec.h"
 #include "index/common/cpu_features.h"
 #include "index/kernels/cpu_kernels.h"
@@ -450,6 +456,38 @@ void BM_Int8VnniPrototype(benchmark::State& state, int nbits) {
   }
 }
 
+// Stage 1's kernel (code_scan_kernels.h): the 16-bit sums of one list's blocks for one query row's
+// tables, the list and tables resident in cache as in a search (a token scans its probed lists one
+// after another with one set of tables).
+void BM_ScanBlocks(benchmark::State& state, CpuIsa isa, int64_t code_bytes) {
+  if (!CpuSupportsIsa(isa)) {
+    state.SkipWithError(absl::StrCat("this CPU lacks ", CpuIsaName(isa)).c_str());
+    return;
+  }
+  constexpr int64_t kListBlocks = 64;
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::vector<uint8_t> blocks(kListBlocks * code_bytes * kScanBlockEntries);
+  for (uint8_t& b : blocks) b = static_cast<uint8_t>(byte(rng));
+  // Levels small enough for 2 · code_bytes nibbles to sum within 16 bits, as QuantizeScanTables'.
+  std::uniform_int_distribution<int> level(0, 127);
+  std::vector<uint8_t> tables(2 * code_bytes * 16);
+  for (uint8_t& t : tables) t = static_cast<uint8_t>(level(rng));
+  std::vector<uint16_t> sums(kListBlocks * kScanBlockEntries);
+  auto scan = isa == CpuIsa::kAvx512 ? ScanBlocksAvx512
+              : isa == CpuIsa::kAvx2 ? ScanBlocksAvx2
+                                     : ScanBlocksPortable;
+  const double start = ThreadCpuSeconds();
+  for (auto _ : state) {
+    scan(blocks.data(), kListBlocks, code_bytes, tables.data(), sums.data());
+    benchmark::DoNotOptimize(sums.data());
+  }
+  const double entries = static_cast<double>(state.iterations()) * kListBlocks * kScanBlockEntries;
+  const double seconds = ThreadCpuSeconds() - start;
+  state.counters["entries_per_s"] = entries / seconds;
+  state.counters["code_bytes_per_s"] = entries * static_cast<double>(code_bytes) / seconds;
+}
+
 const bool kRegistered = [] {
   for (const int nbits : {4, 2}) {
     benchmark::RegisterBenchmark(absl::StrCat("BM_DecodeThenMaxSim/nbits:", nbits).c_str(),
@@ -479,6 +517,13 @@ const bool kRegistered = [] {
     benchmark::RegisterBenchmark(absl::StrCat("BM_Int8VnniPrototype/nbits:", nbits).c_str(),
                                  BM_Int8VnniPrototype, nbits)
         ->Unit(benchmark::kMillisecond);
+  }
+  for (const int64_t code_bytes : {32, 96}) {
+    for (const CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("BM_ScanBlocks/", CpuIsaName(isa), "/code_bytes:", code_bytes).c_str(),
+          BM_ScanBlocks, isa, code_bytes);
+    }
   }
   return true;
 }();

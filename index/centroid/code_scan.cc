@@ -116,7 +116,9 @@ void ScanBlocksPortable(const uint8_t* blocks, int64_t num_blocks, int64_t code_
 
 void ScanBlocks(const uint8_t* blocks, int64_t num_blocks, int64_t code_bytes,
                 const ScanTables& tables, uint16_t* sums) {
-  if (Cpu().avx2) {
+  if (Cpu().Avx512()) {
+    ScanBlocksAvx512(blocks, num_blocks, code_bytes, tables.levels.data(), sums);
+  } else if (Cpu().avx2) {
     ScanBlocksAvx2(blocks, num_blocks, code_bytes, tables.levels.data(), sums);
   } else {
     ScanBlocksPortable(blocks, num_blocks, code_bytes, tables.levels.data(), sums);

@@ -40,7 +40,7 @@ struct ScanTables {
 void QuantizeScanTables(const float* lut, int64_t nibbles, ScanTables* out);
 
 // The 16-bit sums of `num_blocks` blocks (see ScanBlocksAvx2): sums[b · 32 + i] for entry i of
-// block b, each ≈ (score − bias) / step. Uses AVX2 when the CPU has it.
+// block b, each ≈ (score − bias) / step. Uses AVX-512 (F, BW) or AVX2 when the CPU has it.
 void ScanBlocks(const uint8_t* blocks, int64_t num_blocks, int64_t code_bytes,
                 const ScanTables& tables, uint16_t* sums);
 

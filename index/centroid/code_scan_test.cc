@@ -1,11 +1,13 @@
-// The blocked code scan against direct computation: the block layout round-trips, the portable
-// and AVX2 kernels give the sums of the tables over each entry's nibbles (integers: exactly), and
-// quantised scores stay within the stated bound of the float tables' scores.
+// The blocked code scan against direct computation: the block layout round-trips, the portable,
+// AVX2 and AVX-512 kernels give the sums of the tables over each entry's nibbles (integers:
+// exactly), and quantised scores stay within the stated bound of the float tables' scores.
 #include "index/centroid/code_scan.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -50,26 +52,43 @@ TEST(CodeScan, BlockLayoutRoundTrips) {
             codes[33 * code_bytes + 2]);
 }
 
+// Every kernel the CPU has gives the exact sums, for one to five blocks (the AVX-512 kernel takes
+// two at a time and an odd last one with AVX2), random tables and all-255 tables whose sums reach
+// 65,280 (code_bytes 128: 256 nibbles), where the 16-bit accumulator of raw bytes wraps.
 TEST(CodeScan, KernelsSumTheTablesOverEveryNibble) {
-  for (int64_t code_bytes : {1, 16, 32, 64}) {
-    const int64_t entries = 3 * kScanBlockEntries;
-    const std::vector<uint8_t> codes = RandomBytes(entries * code_bytes, 2);
-    const std::vector<uint8_t> blocks = Blocked(codes, code_bytes);
-    // Levels up to 255 with 2 · 64 nibbles: sums up to 32,640, within 16 bits.
-    const std::vector<uint8_t> tables = RandomBytes(2 * code_bytes * 16, 3);
-    std::vector<uint16_t> portable(entries), avx2(entries);
-    ScanBlocksPortable(blocks.data(), 3, code_bytes, tables.data(), portable.data());
-    for (int64_t e = 0; e < entries; ++e) {
-      int64_t want = 0;
-      for (int64_t j = 0; j < code_bytes; ++j) {
-        const uint8_t byte = codes[e * code_bytes + j];
-        want += tables[2 * j * 16 + (byte & 15)] + tables[(2 * j + 1) * 16 + (byte >> 4)];
+  for (const int64_t code_bytes : {1, 16, 32, 64, 128}) {
+    for (const bool saturated : {false, true}) {
+      for (int64_t num_blocks = 1; num_blocks <= 5; ++num_blocks) {
+        const int64_t entries = num_blocks * kScanBlockEntries;
+        const std::vector<uint8_t> codes = RandomBytes(entries * code_bytes, 2 + num_blocks);
+        const std::vector<uint8_t> blocks = Blocked(codes, code_bytes);
+        std::vector<uint8_t> tables = RandomBytes(2 * code_bytes * 16, 3);
+        if (saturated) std::fill(tables.begin(), tables.end(), 255);
+        std::vector<uint16_t> portable(entries);
+        ScanBlocksPortable(blocks.data(), num_blocks, code_bytes, tables.data(), portable.data());
+        const std::string where = "code_bytes " + std::to_string(code_bytes) + ", " +
+                                  std::to_string(num_blocks) + " blocks" +
+                                  (saturated ? ", all-255 tables" : "");
+        for (int64_t e = 0; e < entries; ++e) {
+          int64_t want = 0;
+          for (int64_t j = 0; j < code_bytes; ++j) {
+            const uint8_t byte = codes[e * code_bytes + j];
+            want += tables[2 * j * 16 + (byte & 15)] + tables[(2 * j + 1) * 16 + (byte >> 4)];
+          }
+          ASSERT_EQ(portable[e], want) << where << ", entry " << e;
+        }
+        if (Cpu().avx2) {
+          std::vector<uint16_t> avx2(entries);
+          ScanBlocksAvx2(blocks.data(), num_blocks, code_bytes, tables.data(), avx2.data());
+          EXPECT_EQ(avx2, portable) << "avx2, " << where;
+        }
+        if (Cpu().Avx512()) {
+          std::vector<uint16_t> avx512(entries);
+          ScanBlocksAvx512(blocks.data(), num_blocks, code_bytes, tables.data(), avx512.data());
+          EXPECT_EQ(avx512, portable) << "avx512, " << where;
+        }
       }
-      ASSERT_EQ(portable[e], want) << code_bytes << " " << e;
     }
-    if (!Cpu().avx2) continue;
-    ScanBlocksAvx2(blocks.data(), 3, code_bytes, tables.data(), avx2.data());
-    EXPECT_EQ(avx2, portable) << code_bytes;
   }
 }
 
