@@ -5,15 +5,16 @@
 //
 // Workload: a 32 × 128 query against 1,000 documents of 64 tokens, nbits 4 and 2, a codebook of
 // 8,192 centroids (stage 1's 32 × 8,192 centroid score table, 1 MiB, is an input both paths have);
-// the compact benchmarks also at 32 tokens (one block, the short set's documents) and 96 (an odd
-// count of blocks). One thread throughout.
+// the compact benchmarks also at 27 tokens (one block, not full: the short set's documents) and 96
+// (an odd count of blocks). One thread throughout.
 //
 // Benchmark names, in the order they run:
 //   BM_DecodeThenMaxSim/nbits:{4,2}     decode + fp32 MaxSim; counter docs_per_s
 //   BM_Fp32MaxSimOnly/nbits:{4,2}       the fp32 MaxSim of already decoded documents (no decode)
-//   BM_CompactMaxSim/nbits:{4,2}/{avx512,avx2,portable}/doc_tokens:{64,32,96}
-//   BM_CompactLayout/nbits:{4,2}        CompactDocuments::Add of the 1,000 documents; docs_per_s
-//   BM_StoredCodesMaxSim/nbits:{4,2}/doc_tokens:{64,32,96}
+//   BM_CompactMaxSim/nbits:{4,2}/{avx512,avx2,portable}/doc_tokens:{64,27,96}
+//   BM_CompactLayout/nbits:{4,2}/doc_tokens:{64,27,96}
+//                                       CompactDocuments::Add of the 1,000 documents; docs_per_s
+//   BM_StoredCodesMaxSim/nbits:{4,2}/doc_tokens:{64,27,96}
 //                                       ScoreStoredCodes (layout + scoring, best ISA): stage 2's
 //                                       path
 //   BM_Int8VnniPrototype/nbits:{4,2}    the design the compact kernel was chosen over (below)
@@ -62,8 +63,9 @@ constexpr int64_t kQueryTokens = 32;
 constexpr int64_t kDim = 128;
 constexpr int64_t kDocs = 1000;
 constexpr int64_t kDocTokens = 64;
-// The compact benchmarks' document lengths: the default, one block, an odd count of blocks.
-constexpr int64_t kCompactDocTokens[] = {kDocTokens, 32, 96};
+// The compact benchmarks' document lengths: the default, one block not full, an odd count of
+// blocks.
+constexpr int64_t kCompactDocTokens[] = {kDocTokens, 27, 96};
 constexpr int64_t kCentroids = 8192;
 
 double g_decode_docs_per_s[5] = {0, 0, 0, 0, 0};  // by nbits
@@ -393,8 +395,8 @@ void BM_CompactMaxSim(benchmark::State& state, int nbits, CpuIsa isa, int64_t do
 
 // Building the compact layout from row-major codes (what a caller holding a document's stored
 // codes does before BM_CompactMaxSim): CompactDocuments::Add of every document.
-void BM_CompactLayout(benchmark::State& state, int nbits) {
-  const Workload& w = GetWorkload(nbits);
+void BM_CompactLayout(benchmark::State& state, int nbits, int64_t doc_tokens) {
+  const Workload& w = GetWorkload(nbits, doc_tokens);
   const int64_t code_bytes = w.codec->code_bytes();
   const double start = ThreadCpuSeconds();
   for (auto _ : state) {
@@ -505,9 +507,12 @@ const bool kRegistered = [] {
             ->Unit(benchmark::kMillisecond);
       }
     }
-    benchmark::RegisterBenchmark(absl::StrCat("BM_CompactLayout/nbits:", nbits).c_str(),
-                                 BM_CompactLayout, nbits)
-        ->Unit(benchmark::kMillisecond);
+    for (const int64_t doc_tokens : kCompactDocTokens) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("BM_CompactLayout/nbits:", nbits, "/doc_tokens:", doc_tokens).c_str(),
+          BM_CompactLayout, nbits, doc_tokens)
+          ->Unit(benchmark::kMillisecond);
+    }
     for (const int64_t doc_tokens : kCompactDocTokens) {
       benchmark::RegisterBenchmark(
           absl::StrCat("BM_StoredCodesMaxSim/nbits:", nbits, "/doc_tokens:", doc_tokens).c_str(),

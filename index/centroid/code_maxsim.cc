@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "index/centroid/code_scan.h"
@@ -56,15 +57,32 @@ void Transpose16x16(const uint8_t* in, int64_t in_stride, uint8_t* out) {
 }
 #endif
 
-// codes: num_tokens × code_bytes, row-major → the blocked layout (padding slots untouched).
+// codes: num_tokens × code_bytes, row-major → the blocked layout, every slot of the ⌈num_tokens /
+// 32⌉ blocks written: the padding slots zeroed.
 void BlockCodes(const uint8_t* codes, int64_t num_tokens, int64_t code_bytes, uint8_t* blocks) {
-  int64_t t = 0;
+  const int64_t slots =
+      (num_tokens + kScanBlockEntries - 1) / kScanBlockEntries * kScanBlockEntries;
 #if defined(__SSE2__)
-  // Whole groups of 16 tokens (half a block) by 16 × 16 tiles, the last code bytes one at a time.
-  for (; t + 16 <= num_tokens; t += 16) {
-    const uint8_t* in = codes + t * code_bytes;
+  // Groups of 16 tokens (half a block) by 16 × 16 tiles, the last code bytes one at a time. The
+  // last tokens are copied first to a zero-padded group of 16, so that they are transposed too
+  // rather than written byte by byte (PutBlockedCode); a group with no tokens is zeros.
+  thread_local std::vector<uint8_t> last_group;
+  for (int64_t t = 0; t < slots; t += 16) {
     uint8_t* out =
         blocks + (t / kScanBlockEntries) * ScanBlockBytes(code_bytes) + t % kScanBlockEntries;
+    if (t >= num_tokens) {
+      for (int64_t k = 0; k < code_bytes; ++k) {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + k * kScanBlockEntries),
+                         _mm_setzero_si128());
+      }
+      continue;
+    }
+    const uint8_t* in = codes + t * code_bytes;
+    if (t + 16 > num_tokens) {
+      last_group.assign(16 * code_bytes, 0);
+      std::memcpy(last_group.data(), in, (num_tokens - t) * code_bytes);
+      in = last_group.data();
+    }
     int64_t k = 0;
     for (; k + 16 <= code_bytes; k += 16)
       Transpose16x16(in + k, code_bytes, out + k * kScanBlockEntries);
@@ -72,8 +90,12 @@ void BlockCodes(const uint8_t* codes, int64_t num_tokens, int64_t code_bytes, ui
       for (int64_t i = 0; i < 16; ++i) out[k * kScanBlockEntries + i] = in[i * code_bytes + k];
     }
   }
+#else
+  std::memset(blocks, 0, slots * code_bytes);
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    PutBlockedCode(codes + t * code_bytes, code_bytes, t, blocks);
+  }
 #endif
-  for (; t < num_tokens; ++t) PutBlockedCode(codes + t * code_bytes, code_bytes, t, blocks);
 }
 
 }  // namespace
@@ -118,15 +140,8 @@ void CompactDocuments::Add(const DocumentCodesView& document) {
   blocks_used_ += blocks * ScanBlockBytes(code_bytes_);
   // Grown, never shrunk: a buffer reused after Clear() is not zero-filled again.
   if (blocks_.size() < blocks_used_) blocks_.resize(std::max(blocks_used_, 2 * blocks_.size()));
-  uint8_t* out = &blocks_[first];
-  BlockCodes(document.codes, n, code_bytes_, out);
-  // The padding slots of the last block, which may hold an earlier document's bytes.
-  if (const int64_t used = n % kScanBlockEntries; used != 0) {
-    uint8_t* last = out + (blocks - 1) * ScanBlockBytes(code_bytes_);
-    for (int64_t k = 0; k < code_bytes_; ++k) {
-      std::memset(last + k * kScanBlockEntries + used, 0, kScanBlockEntries - used);
-    }
-  }
+  // Every slot is written, the padding ones zeroed (they may hold an earlier document's bytes).
+  BlockCodes(document.codes, n, code_bytes_, &blocks_[first]);
   num_tokens_.push_back(n);
 }
 
