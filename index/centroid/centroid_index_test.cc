@@ -781,14 +781,18 @@ TEST_F(CentroidIndexTest, LargeCodebooksProbeTheirNearestGroups) {
 // Asked for the query × centroid table (for the stage 2 from codes), a search keeps
 // QuerySimilarity's score of every centroid, token-major, and finds the same hits bit for bit: with
 // groups, reading the probed groups' members from the table gives the scores that scoring the
-// groups gave.
+// groups gave. 67 centroids: a count the table's 4 × 4 transposes do not divide (9 query rows
+// neither).
 TEST_F(CentroidIndexTest, KeepsTheCentroidScoresWhenAskedWithTheSameHits) {
   const std::shared_ptr<const CentroidCodebook> grouped(
       TrainOrDie(Clustered(8192, kDim, 1000, 17), kDim,
                  CentroidCodebook::kExactAssignmentCentroids * 2, 2, &pool_, 2));
   ASSERT_TRUE(grouped->has_groups());
   ASSERT_FALSE(codebook_->has_groups());
-  for (const std::shared_ptr<const CentroidCodebook>& codebook : {codebook_, grouped}) {
+  const std::shared_ptr<const CentroidCodebook> odd(
+      TrainOrDie(Clustered(4096, kDim, 100, 23), kDim, 67, 2, &pool_));
+  ASSERT_EQ(odd->num_centroids(), 67);
+  for (const std::shared_ptr<const CentroidCodebook>& codebook : {codebook_, grouped, odd}) {
     CentroidIndex index(codebook);
     for (uint64_t doc = 1; doc <= 400; ++doc) AddDocument(index, doc, doc);
     const int64_t C = codebook->num_centroids();
