@@ -125,7 +125,7 @@ int DefaultNprobe(int64_t num_centroids) {
 int DefaultNumCandidates(int64_t k, int64_t vectors) {
   const auto v = static_cast<double>(std::max<int64_t>(vectors, 0));
   const double per_hit = std::clamp(10.0 * std::sqrt(v / 262144.0), 10.0, 40.0) *
-                         std::max(1.0, std::sqrt(v / 67108864.0));
+                         std::max(1.0, std::sqrt(v / 33554432.0));
   return static_cast<int>(std::ceil(per_hit * static_cast<double>(std::max<int64_t>(k, 10))));
 }
 
@@ -179,11 +179,12 @@ absl::StatusOr<DocumentCodes> ParseDocumentCodes(absl::string_view bytes, int64_
   return codes;
 }
 
-CentroidIndex::CentroidIndex(std::shared_ptr<const CentroidCodebook> codebook, bool scan_coarsened)
+CentroidIndex::CentroidIndex(std::shared_ptr<const CentroidCodebook> codebook, int scan_nbits)
     : codebook_(std::move(codebook)),
       code_bytes_(codebook_->codec().code_bytes()),
-      scan_codec_(scan_coarsened && codebook_->codec().nbits() == 4 ? codebook_->codec().Coarsened()
-                                                                    : codebook_->codec()),
+      scan_codec_(scan_nbits < codebook_->codec().nbits()
+                      ? codebook_->codec().Coarsened(std::max(scan_nbits, 1))
+                      : codebook_->codec()),
       scan_code_bytes_(scan_codec_.code_bytes()),
       lists_(codebook_->num_centroids()) {}
 
@@ -264,7 +265,7 @@ absl::Status CentroidIndex::Add(uint64_t doc, const DocumentCodes& codes) {
     }
     const uint8_t* listed = code + v * code_bytes_;
     if (coarsen) {
-      codebook_->codec().CoarsenCode(listed, scan_code.data());
+      codebook_->codec().CoarsenCode(listed, scan_codec_.nbits(), scan_code.data());
       listed = scan_code.data();
     }
     PutBlockedCode(listed, scan_code_bytes_, entry, list.blocks.data());

@@ -1,19 +1,19 @@
 // The centroid index: stage 1 for large shards (DESIGN §5), after PLAID and WARP.
 //
 // Every indexed vector lives in the inverted list of its centroid as (document ordinal, residual
-// code). A search scores the query tokens against the centroids with the MaxSim micro-kernels
-// (all of them, or for a large codebook those of each token's nearest groups: ProbedGroups),
-// probes the `nprobe` best centroids of each token, and scores the codes in those lists without
-// decoding them: ⟨q, centroid + residual⟩ = ⟨q, centroid⟩ + Σ_n lut_q[n][code nibble n] (the
-// codec's per-query lookup tables, quantised to bytes and applied to 32 codes at a time by
-// code_scan.h; the quantisation errs by at most step/2 per nibble). Each token has a *missing
-// estimate*: the score of its last (nprobe-th) probed centroid — the most a vector of an unprobed
-// list could score, give or take its residual and, with groups, a centroid of an unscored group
-// that outscores it (WARP's imputation). Per (token, document) the
-// token contributes the larger of its best vector's score and the missing estimate (the estimate
-// alone when it found no vector of the document); a document's approximate MaxSim sums the
-// contributions over the tokens. The top documents by that sum — among those with at least one
-// vector above its token's estimate — go to the exact rerank.
+// code: the 1-bit coarsening of the codec's code, kScanNbits). A search scores the query tokens
+// against the centroids with the MaxSim micro-kernels (all of them, or for a large codebook those
+// of each token's nearest groups: ProbedGroups), probes the `nprobe` best centroids of each token,
+// and scores the codes in those lists without decoding them: ⟨q, centroid + residual⟩ = ⟨q,
+// centroid⟩ + Σ_n lut_q[n][code nibble n] (the scan codec's per-query lookup tables, quantised to
+// bytes and applied to 32 codes at a time by code_scan.h; the quantisation errs by at most step/2
+// per nibble). Each token has a *missing estimate*: the score of its last (nprobe-th) probed
+// centroid — the most a vector of an unprobed list could score, give or take its residual and, with
+// groups, a centroid of an unscored group that outscores it (WARP's imputation). Per (token,
+// document) the token contributes the larger of its best vector's score and the missing estimate
+// (the estimate alone when it found no vector of the document); a document's approximate MaxSim
+// sums the contributions over the tokens. The top documents by that sum — among those with at least
+// one vector above its token's estimate — go to the exact rerank.
 //
 // A search runs in two parallel passes: per query token, the selection and the code scan (16-bit
 // sums per list entry); then per tile of document ordinals (a list's ordinals ascend, so a tile is
@@ -26,22 +26,22 @@
 // Documents are removed by tombstones; the lists are compacted (and ordinals renumbered) once the
 // dead vectors pass kCompactionFraction of all vectors.
 //
-// Stage 2 from codes (rerank_from_codes) reads each document's codes from the shard's store, not
-// from this index (Shard::FetchCodes: ShardStore::ReadCodes, in place in the codes segments), so
-// the lists serve stage 1 alone, and an index made with scan_coarsened holds in its lists the
-// 2-bit coarsening of a 4-bit codec (ResidualCodec::Coarsened: the top two bits of each
-// dimension's bucket, the 2-bit quantisation of the same training sample): stage 1 streams half
-// the bytes, as in an index whose codec is 2-bit, and the approximate scores above are those of
-// the coarse codec. Why stage 2 does not gather codes from the lists: a vector's code lies there
-// byte-transposed, one byte per 32-byte row of its block (and coarsened), so gathering it touches
-// code_bytes / 2 cache lines; measured (BM_GatherCompact, since removed from
-// bench/code_maxsim_benchmark.cc; AMD EPYC Zen 4, shared) a gather from the lists through a
-// per-document directory (8 bytes per vector) ran at 45k documents of 64 vectors per CPU second at
-// 4 bits, 3.7× the time of scoring them, while a document's row-major codes as stored are laid out
-// with one transpose of contiguous bytes
-// (~2.6M documents/s, BM_CompactLayout). Memory per vector at dim 128 and 4 bits: the list entry's
-// 36 bytes (4 of ordinal, 32 of coarsened code) and the document tables' share; the 68 bytes of
-// codes stage 2 reads stay in the store's files (page cache, not the process's memory).
+// The lists hold the 1-bit coarsening of each code (ResidualCodec::Coarsened: the top bit of each
+// dimension's bucket, a split at the training sample's median), whatever the codec's width:
+// stage 1 streams dim / 8 bytes a vector (16 at dim 128), and the approximate scores above are
+// those of the coarse codec. Its job is to find candidates for an exact or compact rerank, and
+// that needs no more (kScanNbits). The codec's own codes (2 or 4 bits) serve training and stage 2
+// from codes (rerank_from_codes), which reads each document's codes from the shard's store, not
+// from this index (Shard::FetchCodes: ShardStore::ReadCodes, in place in the codes segments). Why
+// stage 2 does not gather codes from the lists: a vector's code lies there byte-transposed, one
+// byte per 32-byte row of its block (and coarsened), so gathering it touches code_bytes / 2 cache
+// lines; measured (BM_GatherCompact, since removed from bench/code_maxsim_benchmark.cc; AMD EPYC
+// Zen 4, shared) a gather from the lists through a per-document directory (8 bytes per vector)
+// ran at 45k documents of 64 vectors per CPU second at 4 bits, 3.7× the time of scoring them,
+// while a document's row-major codes as stored are laid out with one transpose of contiguous bytes
+// (~2.6M documents/s, BM_CompactLayout). Memory per vector at dim 128: the list entry's 20 bytes
+// (4 of ordinal, 16 of 1-bit code) and the document tables' share; the codes stage 2 reads (68
+// bytes at 4 bits) stay in the store's files (page cache, not the process's memory).
 //
 // Thread-safe: searches run concurrently with each other under a shared lock; Add and Remove take
 // it exclusively. The codebook is immutable and shared.
@@ -104,18 +104,29 @@ absl::StatusOr<DocumentCodesView> ViewDocumentCodes(absl::string_view bytes, int
 // Too few on the synthetic 100k-document shard: recall@10 0.758 at 32 and 0.959 at 48, against
 // 0.971 for the √ rule's 16,384 centroids at 32 (docs/notes/2026-12-06-codebook-rules.md).
 inline constexpr int kMaxDefaultNprobe = 32;
+// Bits per dimension of the codes stage 1 scans (CentroidIndex's default scan_nbits): 1, the top
+// bit of each dimension's bucket, whatever the codec's width. Stage 1 only has to put the true
+// top k among the N documents the rerank scores, and half the bytes of 2-bit lists is half its
+// memory traffic. Measured on the resampled shards (Intel Xeon, AVX-512; docs/results.md, "Stage
+// 1 on 1-bit codes"): at 100k documents recall@10 0.994 at N = 400 with 1-bit lists and with
+// 2-bit ones, stage 1 2.12 against 2.80 ms at P50; at 1M 0.961 against 0.970 at N = 400 (0.968 at
+// 500, 0.974 at 600: DefaultNumCandidates grows from 2^25 vectors on), stage 1 10.6–10.9 against
+// 13.2–14.7 ms; on the four real sets the same nDCG@10 as 2 bits.
+inline constexpr int kScanNbits = 1;
 int DefaultNprobe(int64_t num_centroids);
 
 // Documents a shard sends to the exact rerank for k hits when a search leaves N at 0, with a
 // centroid index of `vectors` vectors: max(c·k, 10·c) with c = 10·√(vectors / 2^18) clamped to
-// [10, 40], times max(1, √(vectors / 2^26)) — max(10·k, 100), the exact candidate scan's rule, up
+// [10, 40], times max(1, √(vectors / 2^25)) — max(10·k, 100), the exact candidate scan's rule, up
 // to 262,144 vectors, 20 per hit at ~1M vectors, 40 from ~4.2M (65,536 documents of 64 vectors) to
-// 2^26 (~1M documents), then growing with √vectors again (~68 at 3M documents). The approximate
-// scores rank coarser the more documents sit near the top 10: measured top-10 agreement with
-// exhaustive (docs/notes/2026-12-05.md) at N = 100 was ≥ 0.993 on the real sets of 98k–622k
-// vectors, while the 2.56M-vector (40k-document) shard needed ~300 and the 6.4M ones 400 for
-// recall@10 ≥ 0.97. 400 still gave 0.962 (compact) and 0.9765 (exact) at 64M vectors, but 0.938
-// at 192M (3M documents, compact; 800 gave 0.972), where the √ codebook rule's lists are longer.
+// 2^25 (~520k documents), then growing with √vectors again (~55 per hit at 1M documents, ~96 at
+// 3M). The approximate scores rank coarser the more documents sit near the top 10: measured top-10
+// agreement with exhaustive (docs/notes/2026-12-05.md) at N = 100 was ≥ 0.993 on the real sets of
+// 98k–622k vectors, while the 2.56M-vector (40k-document) shard needed ~300 and the 6.4M ones 400
+// for recall@10 ≥ 0.97. With 2-bit lists 400 still gave 0.962 (compact) and 0.9765 (exact) at 64M
+// vectors, but 0.938 at 192M (3M documents, compact; 800 gave 0.972), where the √ codebook rule's
+// lists are longer; the 1-bit lists (kScanNbits) at 64M gave 0.961 at 400, 0.968 at 500 and 0.974
+// at 600, hence the growth from 2^25 on instead of 2^26.
 int DefaultNumCandidates(int64_t k, int64_t vectors);
 
 // Groups of centroids (CentroidGroups, ~64 centroids each) whose members a query token scores
@@ -172,14 +183,14 @@ struct CentroidIndexStats {
 
 class CentroidIndex {
  public:
-  // scan_coarsened: the lists hold (and stage 1 scans) the 2-bit coarsening of a 4-bit codec's
-  // codes (above); Add still takes the codebook's codes. No effect for other codecs.
+  // scan_nbits: the width of the codes the lists hold and stage 1 scores, the top scan_nbits bits
+  // of each dimension's bucket (ResidualCodec::Coarsened); one at least, and at or above the
+  // codec's width the codec's own codes. Add still takes the codebook's codes.
   explicit CentroidIndex(std::shared_ptr<const CentroidCodebook> codebook,
-                         bool scan_coarsened = false);
-
+                         int scan_nbits = kScanNbits);
   const CentroidCodebook& codebook() const { return *codebook_; }
-  // The codec whose codes the lists hold and stage 1 scores: the codebook's, or its coarsening
-  // (above).
+  // The codec whose codes the lists hold and stage 1 scores: the codebook's coarsening to
+  // scan_nbits, or the codebook's own.
   const ResidualCodec& scan_codec() const { return scan_codec_; }
   std::shared_ptr<const CentroidCodebook> shared_codebook() const { return codebook_; }
 

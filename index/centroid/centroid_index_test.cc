@@ -396,7 +396,9 @@ class CentroidIndexTest : public ::testing::Test {
   void SetUp() override {
     const std::vector<float> sample = Clustered(4000, kDim, 50, 7);
     codebook_ = std::shared_ptr<const CentroidCodebook>(TrainOrDie(sample, kDim, 64, 2, &pool_));
-    index_ = std::make_unique<CentroidIndex>(codebook_);
+    // Lists of the codebook's own 2-bit codes, so that probing every centroid is MaxSim over the
+    // decoded vectors (the default 1-bit scan is tested below).
+    index_ = std::make_unique<CentroidIndex>(codebook_, /*scan_nbits=*/2);
     for (uint64_t doc = 1; doc <= 300; ++doc) AddDocument(*index_, doc, doc);
   }
 
@@ -475,8 +477,8 @@ class CentroidIndexTest : public ::testing::Test {
           double score = 0.0;
           if (quantised) {
             const uint8_t* scanned = code;
-            if (scan_codec_ != nullptr) {
-              codebook_->codec().CoarsenCode(code, coarse.data());
+            if (ScanCodec().nbits() != codebook_->codec().nbits()) {
+              codebook_->codec().CoarsenCode(code, ScanCodec().nbits(), coarse.data());
               scanned = coarse.data();
             }
             int64_t levels = 0;
@@ -528,17 +530,13 @@ class CentroidIndexTest : public ::testing::Test {
     }
   }
 
-  // The codec the index scans: the codebook's unless scan_codec_ is set.
-  const ResidualCodec& ScanCodec() const {
-    return scan_codec_ != nullptr ? *scan_codec_ : codebook_->codec();
-  }
+  // The codec index_ scans: the codebook's or a coarsening of it.
+  const ResidualCodec& ScanCodec() const { return index_->scan_codec(); }
 
   ThreadPool pool_{2};
   std::shared_ptr<const CentroidCodebook> codebook_;
   std::unique_ptr<CentroidIndex> index_;
   std::map<uint64_t, DocumentCodes> docs_;
-  // Set for an index whose lists hold a coarsening of the codebook's codes (index_->scan_codec()).
-  const ResidualCodec* scan_codec_ = nullptr;
 };
 
 TEST_F(CentroidIndexTest, ProbingEveryCentroidGivesMaxSimOverDecodedVectors) {
@@ -565,53 +563,64 @@ TEST_F(CentroidIndexTest, FewProbesMatchTheDocumentedApproximation) {
   for (int nprobe : {1, 3, 8}) ExpectMatchesReference(*index_, nprobe, nullptr, 20 + nprobe);
 }
 
-TEST_F(CentroidIndexTest, CoarsenedScanOfFourBitsListsTwoBitCodes) {
-  // A 4-bit index made with scan_coarsened (a rerank_from_codes shard's) lists their 2-bit
-  // coarsening: stage 1 scores as the documented approximation with the coarse codec's tables, on
-  // the coarsened codes. It keeps nothing per vector beyond the list entry (ordinal + coarse code).
+TEST_F(CentroidIndexTest, CoarsenedScansListTheTopBitsOfEachCode) {
+  // A 4-bit index scanning 2 bits or 1 (the default) lists the codes' coarsening: stage 1 scores as
+  // the documented approximation with the coarse codec's tables, on the coarsened codes. It keeps
+  // nothing per vector beyond the list entry (ordinal + coarse code). The 2-bit fixture's lists
+  // coarsen to 1 bit likewise.
   const std::vector<float> sample = Clustered(4000, kDim, 50, 7);
-  codebook_ = std::shared_ptr<const CentroidCodebook>(TrainOrDie(sample, kDim, 64, 4, &pool_));
-  index_ = std::make_unique<CentroidIndex>(codebook_, /*scan_coarsened=*/true);
-  docs_.clear();
-  for (uint64_t doc = 1; doc <= 300; ++doc) AddDocument(*index_, doc, doc);
-  ASSERT_EQ(index_->scan_codec().nbits(), 2);
-  scan_codec_ = &index_->scan_codec();
-  for (int nprobe : {1, 8, static_cast<int>(codebook_->num_centroids())}) {
-    ExpectMatchesReference(*index_, nprobe, nullptr, 40 + nprobe);
+  for (const int codec_nbits : {4, 2}) {
+    for (const int scan_nbits : {2, 1}) {
+      if (scan_nbits >= codec_nbits) continue;
+      SCOPED_TRACE(absl::StrCat(codec_nbits, "-bit codes scanned at ", scan_nbits));
+      codebook_ = std::shared_ptr<const CentroidCodebook>(
+          TrainOrDie(sample, kDim, 64, codec_nbits, &pool_));
+      index_ = scan_nbits == kScanNbits ? std::make_unique<CentroidIndex>(codebook_)
+                                        : std::make_unique<CentroidIndex>(codebook_, scan_nbits);
+      docs_.clear();
+      for (uint64_t doc = 1; doc <= 300; ++doc) AddDocument(*index_, doc, doc);
+      ASSERT_EQ(index_->scan_codec().nbits(), scan_nbits);
+      for (int nprobe : {1, 8, static_cast<int>(codebook_->num_centroids())}) {
+        ExpectMatchesReference(*index_, nprobe, nullptr, 40 + nprobe);
+      }
+      // Memory beyond the codebook: per vector its list entry (4 bytes of ordinal, the coarse
+      // code) rounded up to whole scan blocks per list, per document its tables (ordinal → doc,
+      // vectors, dead flag; doc → ordinal) — no copy of the full codes (code_bytes per vector).
+      const CentroidIndexStats stats = index_->Stats();
+      const int64_t lists = codebook_->num_centroids();
+      const int64_t blocks_bound =
+          (stats.vectors + lists * kScanBlockEntries) * index_->scan_codec().code_bytes() +
+          lists * int64_t{sizeof(std::vector<uint8_t>) * 2};
+      const int64_t bound =
+          codebook_->MemoryBytes() + stats.vectors * 4 * 2 + blocks_bound + stats.documents * 64;
+      EXPECT_LE(stats.memory_bytes, bound)
+          << stats.vectors << " vectors, " << stats.documents << " documents";
+      // Removing a third compacts the lists (kCompactionFraction); the scan still matches.
+      for (uint64_t doc = 1; doc <= 100; ++doc) {
+        index_->Remove(doc);
+        docs_.erase(doc);
+      }
+      ExpectMatchesReference(*index_, 8, nullptr, 60);
+    }
   }
-  // Memory beyond the codebook: per vector its list entry (4 bytes of ordinal, the coarse code)
-  // rounded up to whole scan blocks per list, per document its tables (ordinal → doc, vectors,
-  // dead flag; doc → ordinal) — no copy of the 4-bit codes (code_bytes per vector).
-  const CentroidIndexStats stats = index_->Stats();
-  const int64_t lists = codebook_->num_centroids();
-  const int64_t blocks_bound =
-      (stats.vectors + lists * kScanBlockEntries) * index_->scan_codec().code_bytes() +
-      lists * int64_t{sizeof(std::vector<uint8_t>) * 2};
-  const int64_t bound =
-      codebook_->MemoryBytes() + stats.vectors * 4 * 2 + blocks_bound + stats.documents * 64;
-  EXPECT_LE(stats.memory_bytes, bound)
-      << stats.vectors << " vectors, " << stats.documents << " documents";
-  // Removing a third compacts the lists (kCompactionFraction); the scan still matches.
-  for (uint64_t doc = 1; doc <= 100; ++doc) {
-    index_->Remove(doc);
-    docs_.erase(doc);
-  }
-  ExpectMatchesReference(*index_, 8, nullptr, 60);
-  // Without scan_coarsened the lists hold the codebook's own 4-bit codes.
-  EXPECT_EQ(CentroidIndex(codebook_).scan_codec().nbits(), 4);
+  // A scan width of the codec's own (or more) lists the codebook's codes.
+  EXPECT_EQ(CentroidIndex(codebook_, 2).scan_codec().nbits(), 2);
+  EXPECT_EQ(CentroidIndex(codebook_, 4).scan_codec().nbits(), 2);
 }
 
 TEST(CentroidIndexCoarsening, NarrowDimensionsListTheCoarsenedCodesToo) {
-  // At dim 1 and 2 a 4-bit code and its 2-bit coarsening are both one byte: the lists must still
-  // hold the coarsened code the 2-bit scan reads. Every centroid probed, a one-token query: each
-  // document's score is the best over its vectors of ⟨q, centroid⟩ + the scan tables' score of
-  // the coarsened code (the documented approximation).
+  // At dim 1 and 2 a 4-bit code and its 2-bit coarsening are both one byte (at dim ≤ 8 its 1-bit
+  // one too): the lists must still hold the coarsened code the scan reads. Every centroid probed, a
+  // one-token query: each document's score is the best over its vectors of ⟨q, centroid⟩ + the scan
+  // tables' score of the coarsened code (the documented approximation).
   ThreadPool pool(2);
-  for (const int64_t dim : {1, 2, 3}) {
+  for (const auto [dim, scan_nbits] : std::vector<std::pair<int64_t, int>>{
+           {1, 2}, {2, 2}, {3, 2}, {1, 1}, {2, 1}, {3, 1}, {9, 1}}) {
     const std::vector<float> sample = Clustered(2000, dim, 8, 70 + dim);
     std::shared_ptr<const CentroidCodebook> codebook(TrainOrDie(sample, dim, 4, 4, &pool));
-    CentroidIndex index(codebook, /*scan_coarsened=*/true);
-    ASSERT_EQ(index.scan_codec().nbits(), 2) << "dim " << dim;
+    CentroidIndex index(codebook, scan_nbits);
+    ASSERT_EQ(index.scan_codec().nbits(), scan_nbits)
+        << "dim " << dim << " at " << scan_nbits << " bits";
     const ResidualCodec& coarse = index.scan_codec();
     std::map<uint64_t, DocumentCodes> docs;
     for (uint64_t doc = 1; doc <= 60; ++doc) {
@@ -637,7 +646,7 @@ TEST(CentroidIndexCoarsening, NarrowDimensionsListTheCoarsenedCodesToo) {
       double best = -1e30;
       for (int64_t v = 0; v < codes.size(); ++v) {
         codebook->codec().CoarsenCode(
-            reinterpret_cast<const uint8_t*>(codes.codes.data()) + v * code_bytes,
+            reinterpret_cast<const uint8_t*>(codes.codes.data()) + v * code_bytes, scan_nbits,
             coarsened.data());
         int64_t levels = 0;
         for (int64_t j = 0; j < coarse.code_bytes(); ++j) {
@@ -656,11 +665,13 @@ TEST(CentroidIndexCoarsening, NarrowDimensionsListTheCoarsenedCodesToo) {
     absl::StatusOr<std::vector<CentroidHit>> hits =
         index.Search(FloatMatrixView{query.data(), 1, dim}, options, nullptr, &pool);
     ASSERT_TRUE(hits.ok()) << hits.status();
-    ASSERT_EQ(hits->size(), expected.size()) << "dim " << dim;
+    ASSERT_EQ(hits->size(), expected.size()) << "dim " << dim << " at " << scan_nbits << " bits";
     for (const CentroidHit& hit : *hits) {
-      ASSERT_TRUE(expected.count(hit.doc)) << "dim " << dim << ", document " << hit.doc;
+      ASSERT_TRUE(expected.count(hit.doc)) << "dim " << dim << " at " << scan_nbits << " bits"
+                                           << ", document " << hit.doc;
       EXPECT_NEAR(hit.score, expected.at(hit.doc), 2e-4)
-          << "dim " << dim << ", document " << hit.doc;
+          << "dim " << dim << " at " << scan_nbits << " bits"
+          << ", document " << hit.doc;
     }
   }
 }
@@ -689,11 +700,11 @@ TEST(DefaultNumCandidates, GrowsFromTheExactScansRuleToFortyPerHitThenWithTheSha
   EXPECT_EQ(DefaultNumCandidates(10, 1048576), 200);   // 20 per hit at 2^20
   EXPECT_EQ(DefaultNumCandidates(10, 2560000), 313);   // 10·√9.77 = 31.25 per hit
   EXPECT_EQ(DefaultNumCandidates(10, 4194304), 400);   // 40 per hit from 2^22
-  EXPECT_EQ(DefaultNumCandidates(10, 64000000), 400);  // 1M documents of 64 vectors
-  EXPECT_EQ(DefaultNumCandidates(1000, 64000000), 40000);
-  EXPECT_EQ(DefaultNumCandidates(10, 67108864), 400);   // 2^26: 40 per hit still
-  EXPECT_EQ(DefaultNumCandidates(10, 192000000), 677);  // 3M documents: 40·√2.861 per hit
-  EXPECT_EQ(DefaultNumCandidates(10, 268435456), 800);  // 2^28: 80 per hit
+  EXPECT_EQ(DefaultNumCandidates(10, 33554432), 400);  // 2^25: 40 per hit still
+  EXPECT_EQ(DefaultNumCandidates(10, 64000000), 553);  // 1M documents: 40·√1.907 per hit
+  EXPECT_EQ(DefaultNumCandidates(1000, 64000000), 55243);
+  EXPECT_EQ(DefaultNumCandidates(10, 134217728), 800);  // 2^27: 80 per hit
+  EXPECT_EQ(DefaultNumCandidates(10, 192000000), 957);  // 3M documents: 40·√5.722 per hit
 }
 
 TEST_F(CentroidIndexTest, NprobeZeroIsTheDefault) {

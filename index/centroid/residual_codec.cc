@@ -132,35 +132,52 @@ void ResidualCodec::Encode(const float* residual, uint8_t* code) const {
   }
 }
 
-ResidualCodec ResidualCodec::Coarsened() const {
-  std::vector<float> coarse_cutoffs(dim_ * 3);
-  std::vector<float> coarse_weights(dim_ * 4);
+ResidualCodec ResidualCodec::Coarsened(int nbits) const {
+  const int merged = 1 << (nbits_ - nbits);  // fine buckets per coarse one
+  const int coarse_buckets = 1 << nbits;
+  std::vector<float> coarse_cutoffs(dim_ * (coarse_buckets - 1));
+  std::vector<float> coarse_weights(dim_ * coarse_buckets);
   for (int64_t d = 0; d < dim_; ++d) {
-    for (int j = 0; j < 4; ++j) {
-      if (j < 3) coarse_cutoffs[d * 3 + j] = cutoffs(d)[4 * j + 3];
-      const float* w = weights(d) + 4 * j;
-      coarse_weights[d * 4 + j] = (w[0] + w[1] + w[2] + w[3]) / 4.0f;
+    for (int j = 0; j < coarse_buckets; ++j) {
+      if (j + 1 < coarse_buckets) {
+        coarse_cutoffs[d * (coarse_buckets - 1) + j] = cutoffs(d)[merged * (j + 1) - 1];
+      }
+      const float* w = weights(d) + merged * j;
+      float sum = 0.0f;
+      for (int b = 0; b < merged; ++b) sum += w[b];
+      coarse_weights[d * coarse_buckets + j] = sum / static_cast<float>(merged);
     }
   }
-  return ResidualCodec(dim_, 2, std::move(coarse_cutoffs), std::move(coarse_weights));
+  return ResidualCodec(dim_, nbits, std::move(coarse_cutoffs), std::move(coarse_weights));
 }
 
-void ResidualCodec::CoarsenCode(const uint8_t* code, uint8_t* out) const {
-  // A 4-bit code byte holds dimensions 2k (low nibble) and 2k + 1; their top two bits each make
-  // the four bits a 2-bit code holds for them, so byte j of the result is two looked-up halves.
-  static const std::array<uint8_t, 256> kTopBits = [] {
-    std::array<uint8_t, 256> table{};
-    for (int byte = 0; byte < 256; ++byte) {
-      table[byte] = static_cast<uint8_t>(((byte >> 2) & 3) | (((byte >> 6) & 3) << 2));
+void ResidualCodec::CoarsenCode(const uint8_t* code, int nbits, uint8_t* out) const {
+  const int64_t out_bytes = (dim_ * nbits + 7) / 8;
+  if (nbits_ == 4 && nbits == 2) {
+    // A 4-bit code byte holds dimensions 2k (low nibble) and 2k + 1; their top two bits each make
+    // the four bits a 2-bit code holds for them, so byte j of the result is two looked-up halves.
+    static const std::array<uint8_t, 256> kTopBits = [] {
+      std::array<uint8_t, 256> table{};
+      for (int byte = 0; byte < 256; ++byte) {
+        table[byte] = static_cast<uint8_t>(((byte >> 2) & 3) | (((byte >> 6) & 3) << 2));
+      }
+      return table;
+    }();
+    for (int64_t j = 0; j < out_bytes; ++j) {
+      const uint8_t low = kTopBits[code[2 * j]];
+      const uint8_t high = 2 * j + 1 < code_bytes_ ? kTopBits[code[2 * j + 1]] : 0;
+      out[j] = static_cast<uint8_t>(low | (high << 4));
     }
-    return table;
-  }();
-  const int64_t in_bytes = code_bytes_;
-  const int64_t out_bytes = (dim_ * 2 + 7) / 8;
-  for (int64_t j = 0; j < out_bytes; ++j) {
-    const uint8_t low = kTopBits[code[2 * j]];
-    const uint8_t high = 2 * j + 1 < in_bytes ? kTopBits[code[2 * j + 1]] : 0;
-    out[j] = static_cast<uint8_t>(low | (high << 4));
+    return;
+  }
+  std::memset(out, 0, out_bytes);
+  const int mask = buckets() - 1;
+  const int drop = nbits_ - nbits;
+  for (int64_t d = 0; d < dim_; ++d) {
+    const int64_t bit = d * nbits_;
+    const int bucket = (code[bit >> 3] >> (bit & 7)) & mask;
+    const int64_t out_bit = d * nbits;
+    out[out_bit >> 3] |= static_cast<uint8_t>((bucket >> drop) << (out_bit & 7));
   }
 }
 

@@ -1,5 +1,6 @@
 // The residual quantiser of the centroid index: a vector is stored as its centroid and the residual
-// (vector − centroid) coded in `nbits` ∈ {2, 4} bits per dimension.
+// (vector − centroid) coded in `nbits` ∈ {2, 4} bits per dimension (stage 1 may scan a coarsening
+// of them to fewer bits, down to 1: Coarsened).
 //
 // Each dimension has its own 2^nbits buckets: cutoffs at the quantiles of that dimension's training
 // residuals, and a decoded value (weight) per bucket equal to the mean training residual that fell
@@ -44,18 +45,19 @@ class ResidualCodec {
   // residual: dim values → code: code_bytes() bytes.
   void Encode(const float* residual, uint8_t* code) const;
 
-  // A 4-bit codec's 2-bit coarsening: bucket j of dimension d merges this codec's buckets 4j …
-  // 4j + 3 (cutoffs 3, 7 and 11 of d: the training's quantiles at 1/4, 2/4 and 3/4, which are a
-  // 2-bit codec's on the same sample), weighing each by the mean of their four weights (buckets of
-  // equal mass on the sample). Its Encode(r) is CoarsenCode(Encode(r)). nbits() must be 4.
-  ResidualCodec Coarsened() const;
-  // code: a code of this (4-bit) codec → out: Coarsened()'s code of the same residual, the top two
+  // The coarsening of this codec to nbits < nbits() bits (a 4-bit codec's to 2 or 1, a 2-bit
+  // codec's to 1): coarse bucket j of dimension d merges this codec's buckets j·m … j·m + m − 1,
+  // m = 2^(nbits() − nbits) (the cutoffs between them are the training's quantiles at j / 2^nbits,
+  // which are an nbits codec's on the same sample), weighing each by the mean of their m weights
+  // (buckets of equal mass on the sample). Its Encode(r) is CoarsenCode(Encode(r), nbits).
+  ResidualCodec Coarsened(int nbits) const;
+  // code: a code of this codec → out: Coarsened(nbits)'s code of the same residual, the top nbits
   // bits of each dimension's bucket.
-  void CoarsenCode(const uint8_t* code, uint8_t* out) const;
+  void CoarsenCode(const uint8_t* code, int nbits, uint8_t* out) const;
   // code → out: dim values, the decoded residual.
   void Decode(const uint8_t* code, float* out) const;
 
-  // Nibbles of one code (two per byte); nbits 2 and 4 never split a dimension across two.
+  // Nibbles of one code (two per byte); nbits 1, 2 and 4 never split a dimension across two.
   int64_t nibbles() const { return 2 * code_bytes_; }
   // The per-nibble lookup tables of a query row, for scoring codes without decoding them
   // (code_scan.h): lut: nibbles() × 16 values, lut[n·16 + v] = Σ over the dimensions d packed in

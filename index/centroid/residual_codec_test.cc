@@ -151,9 +151,6 @@ TEST_P(ResidualCodecTest, ByteFormRoundTrips) {
 
 INSTANTIATE_TEST_SUITE_P(Bits, ResidualCodecTest, ::testing::Values(2, 4));
 
-// tests/fuzz/centroid_codebook_fuzzer found a codebook whose tables held a NaN (with a valid
-// checksum): it parsed, and the NaN reached the quantisation of the search's lookup tables, a
-// float → byte conversion that is undefined (corpus/centroid_codebook/regression-nan-weight).
 TEST(ResidualCodec, CoarseningIsTheTwoBitCodecOfTheSameSample) {
   // dim 10: a code whose last byte is partly used, at both widths.
   const int64_t n = 4000, dim = 10;
@@ -161,7 +158,7 @@ TEST(ResidualCodec, CoarseningIsTheTwoBitCodecOfTheSameSample) {
   absl::StatusOr<ResidualCodec> fine = ResidualCodec::Train(x.data(), n, dim, 4);
   absl::StatusOr<ResidualCodec> two_bit = ResidualCodec::Train(x.data(), n, dim, 2);
   ASSERT_TRUE(fine.ok() && two_bit.ok());
-  const ResidualCodec coarse = fine->Coarsened();
+  const ResidualCodec coarse = fine->Coarsened(2);
   ASSERT_EQ(coarse.nbits(), 2);
   ASSERT_EQ(coarse.code_bytes(), two_bit->code_bytes());
   for (int64_t d = 0; d < dim; ++d) {
@@ -185,12 +182,56 @@ TEST(ResidualCodec, CoarseningIsTheTwoBitCodecOfTheSameSample) {
   for (int64_t i = 0; i < 500; ++i) {
     fine->Encode(&probe[i * dim], code.data());
     std::fill(coarsened.begin(), coarsened.end(), 0xff);
-    fine->CoarsenCode(code.data(), coarsened.data());
+    fine->CoarsenCode(code.data(), 2, coarsened.data());
     coarse.Encode(&probe[i * dim], direct.data());
     ASSERT_EQ(coarsened, direct) << "row " << i;
   }
 }
 
+// The 1-bit coarsening (stage 1's scan) of a 4-bit and of a 2-bit codec trained on one sample:
+// both split each dimension at the sample's median (the fine codecs' middle cutoff), with the
+// means of the halves as weights, and coarsening a code is encoding with the coarse codec. dim 13:
+// a last byte partly used at every width.
+TEST(ResidualCodec, OneBitCoarseningSplitsEachDimensionAtItsMedian) {
+  const int64_t n = 4000, dim = 13;
+  const std::vector<float> x = Gaussian(n, dim, 8);
+  std::vector<float> probe = Gaussian(500, dim, 9);
+  for (const int fine_nbits : {4, 2}) {
+    absl::StatusOr<ResidualCodec> fine = ResidualCodec::Train(x.data(), n, dim, fine_nbits);
+    ASSERT_TRUE(fine.ok());
+    const ResidualCodec coarse = fine->Coarsened(1);
+    ASSERT_EQ(coarse.nbits(), 1);
+    ASSERT_EQ(coarse.code_bytes(), 2);
+    const int middle = (1 << fine_nbits) / 2;
+    for (int64_t d = 0; d < dim; ++d) {
+      std::vector<float> column(n);
+      for (int64_t i = 0; i < n; ++i) column[i] = x[i * dim + d];
+      std::sort(column.begin(), column.end());
+      EXPECT_EQ(coarse.cutoffs(d)[0], column[n / 2]) << "dim " << d;
+      EXPECT_EQ(coarse.cutoffs(d)[0], fine->cutoffs(d)[middle - 1]) << "dim " << d;
+      // The halves' means (equal-mass buckets), up to the float sums' rounding.
+      const int64_t half = n / 2;  // n is even: both halves hold `half` values
+      double low = 0.0, high = 0.0;
+      for (int64_t i = 0; i < half; ++i) low += column[i];
+      for (int64_t i = half; i < n; ++i) high += column[i];
+      EXPECT_NEAR(coarse.weights(d)[0], low / static_cast<double>(half), 1e-4) << "dim " << d;
+      EXPECT_NEAR(coarse.weights(d)[1], high / static_cast<double>(half), 1e-4) << "dim " << d;
+    }
+    for (int64_t d = 0; d < dim; ++d) probe[d] = coarse.cutoffs(d)[0];  // exactly on the cutoff
+    std::vector<uint8_t> code(fine->code_bytes()), coarsened(2), direct(2);
+    for (int64_t i = 0; i < 500; ++i) {
+      fine->Encode(&probe[i * dim], code.data());
+      std::fill(coarsened.begin(), coarsened.end(), 0xff);
+      fine->CoarsenCode(code.data(), 1, coarsened.data());
+      coarse.Encode(&probe[i * dim], direct.data());
+      ASSERT_EQ(coarsened, direct) << fine_nbits << " bits, row " << i;
+    }
+  }
+}
+
+// tests/fuzz/centroid_codebook_fuzzer found a codebook whose tables held a NaN (with a valid
+// checksum): it parsed, and the NaN reached the quantisation of the search's lookup tables, a
+// float → byte conversion that is undefined (corpus/centroid_codebook/regression-nan-weight).
 TEST(ResidualCodec, ParseRejectsNonFiniteTables) {
   const int64_t dim = 4;
   const std::vector<float> x = Gaussian(100, dim, 5);

@@ -97,7 +97,8 @@ TEST(CentroidStage, SwitchesPastTheThresholdAndKeepsRecall) {
   ASSERT_TRUE(absl::StartsWith(stats.candidate_indexes[0], "Centroid"))
       << stats.candidate_indexes[0];
   EXPECT_EQ(stats.candidate_vectors, stats.rerank_vectors);
-  // 2-bit residuals of dim 48 are 12 bytes, plus the ordinal; the codebook is amortised.
+  // The lists' 1-bit residuals of dim 48 are 6 bytes, plus the ordinal; the codebook is
+  // amortised.
   EXPECT_LT(stats.candidate_bytes, stats.rerank_vectors * 40);
 
   double recall = 0, filtered_recall = 0;

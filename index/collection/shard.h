@@ -64,8 +64,8 @@
 // MaxSim, code_maxsim.h), within
 // CompactQuery::ErrorBound of the fp32 MaxSim of the decoded vectors; FetchRerank (Get, training)
 // and DecodeCodes (explain) decode the codes (centroid + residual) the same way. The process keeps
-// no per-document copy of the codes: its centroid index holds only the lists (the 2-bit
-// coarsening of a 4-bit codec, CentroidIndex's scan_coarsened), and the codes stay in the page
+// no per-document copy of the codes: its centroid index holds only the lists (their 1-bit
+// coarsening, as every shard's: CentroidIndex's kScanNbits), and the codes stay in the page
 // cache. The retrain race: codes are read under the generation of the Stage1 in use and scored or
 // decoded with its codebook (so that codes are always paired with the codebook that made them);
 // a training swaps its Stage1 in before it drops the older generation's codes, so a read that

@@ -102,15 +102,14 @@ absl::Status Shard::LoadCentroids(uint32_t generation) {
     return absl::DataLossError(absl::StrCat("shard '", dir_, "': codebook of dim ",
                                             (*codebook)->dim(), ", the schema has ", schema_.dim));
   }
-  auto index =
-      std::make_shared<CentroidIndex>(std::move(*codebook), schema_.candidates.rerank_from_codes);
+  auto index = std::make_shared<CentroidIndex>(std::move(*codebook));
   const int64_t code_bytes = index->codebook().codec().code_bytes();
   const int64_t num_centroids = index->codebook().num_centroids();
   std::vector<uint64_t> orphans;
-  // The codes are streamed into the lists (a rerank_from_codes shard's index lists their 2-bit
-  // coarsening) and not kept: stage 2 reads them from the store, and ForEachCodes drops each
-  // segment's pages from the process once streamed, so that the open's memory is the lists'.
-  // Nothing changes the table while the shard opens.
+  // The codes are streamed into the lists (which hold their 1-bit coarsening) and not kept: stage 2
+  // reads them from the store, and ForEachCodes drops each segment's pages from the process once
+  // streamed, so that the open's memory is the lists'. Nothing changes the table while the shard
+  // opens.
   TESSERA_RETURN_IF_ERROR(
       store_->ForEachCodes(generation, [&](uint64_t iid, absl::string_view bytes) -> absl::Status {
         if (!live_.Contains(iid)) {

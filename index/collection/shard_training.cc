@@ -213,8 +213,7 @@ absl::Status Shard::Train(TrainingRun* run) {
                               pool_.get()));
   std::vector<float>().swap(sample);
   TESSERA_RETURN_IF_ERROR(store_->PutMeta(CodebookKey(generation), codebook->Serialize()));
-  auto index =
-      std::make_shared<CentroidIndex>(std::move(codebook), schema_.candidates.rerank_from_codes);
+  auto index = std::make_shared<CentroidIndex>(std::move(codebook));
 
   // 2. Encode every live document into the new index and generation, while writes go on against
   // the old index, a bounded number of documents ahead of the encoding (kMaxTrainingLagDocuments;
