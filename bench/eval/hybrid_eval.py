@@ -89,42 +89,35 @@ def main():
         reference.append([ids[i] for i in order[:10] if scores[i] > 0])
 
     e2e_util.SERVER_BINARY = args.server
-    server = e2e_util.Server(threads=args.threads)
-    server.start()
     name = "hybrid_eval"
     runs = {n: [] for n in ("bm25", "maxsim", "rrf", "score", "rrf_rerank")}
     latency = {n: [] for n in runs}
-    try:
-        with server.client(timeout=600) as client:
-            client.create_collection(name, dim=int(dataset.corpus.tokens.shape[1]), sparse=True)
-            documents = ({"id": d["_id"], "tokens": dataset.corpus.matrix(row_of_doc[d["_id"]]),
-                          "sparse": sparse}
-                         for d, sparse in zip(corpus, doc_sparse) if d["_id"] in row_of_doc)
-            summary = client.ingest(name, documents, batch_size=64, progress=False)
-            assert not summary.failed, summary.failed[:3]
-            searches = {
-                "bm25": lambda q, s: client.search(name, None, k=10, sparse_query=s),
-                "maxsim": lambda q, s: client.search(name, q, k=10),
-                "rrf": lambda q, s: client.search(name, q, k=10, sparse_query=s,
-                                                  fusion_candidates=depth),
-                "score": lambda q, s: client.search(name, q, k=10, sparse_query=s,
-                                                    fusion="score", fusion_candidates=depth),
-                "rrf_rerank": lambda q, s: client.search(name, q, k=10, sparse_query=s,
-                                                         fusion_candidates=depth, rerank=True),
-            }
-            for query, sparse in zip(queries, query_sparse):
-                matrix = dataset.queries.matrix(row_of_query[query["_id"]])
-                for run, search in searches.items():
-                    start = time.perf_counter()
-                    hits = search(matrix, sparse)
-                    latency[run].append((time.perf_counter() - start) * 1000)
-                    runs[run].append(hits.ids)
-            client.drop_collection(name)
-    finally:
-        code = server.stop()
-        server.cleanup()
-    if code != 0:
-        raise RuntimeError(f"tessera-server exited with {code}")
+    with e2e_util.Server(threads=args.threads).running() as server, \
+            server.client(timeout=600) as client:
+        client.create_collection(name, dim=int(dataset.corpus.tokens.shape[1]), sparse=True)
+        documents = ({"id": d["_id"], "tokens": dataset.corpus.matrix(row_of_doc[d["_id"]]),
+                      "sparse": sparse}
+                     for d, sparse in zip(corpus, doc_sparse) if d["_id"] in row_of_doc)
+        summary = client.ingest(name, documents, batch_size=64, progress=False)
+        assert not summary.failed, summary.failed[:3]
+        searches = {
+            "bm25": lambda q, s: client.search(name, None, k=10, sparse_query=s),
+            "maxsim": lambda q, s: client.search(name, q, k=10),
+            "rrf": lambda q, s: client.search(name, q, k=10, sparse_query=s,
+                                              fusion_candidates=depth),
+            "score": lambda q, s: client.search(name, q, k=10, sparse_query=s,
+                                                fusion="score", fusion_candidates=depth),
+            "rrf_rerank": lambda q, s: client.search(name, q, k=10, sparse_query=s,
+                                                     fusion_candidates=depth, rerank=True),
+        }
+        for query, sparse in zip(queries, query_sparse):
+            matrix = dataset.queries.matrix(row_of_query[query["_id"]])
+            for run, search in searches.items():
+                start = time.perf_counter()
+                hits = search(matrix, sparse)
+                latency[run].append((time.perf_counter() - start) * 1000)
+                runs[run].append(hits.ids)
+        client.drop_collection(name)
 
     result = {"set": os.path.basename(os.path.normpath(args.data)), "documents": len(corpus),
               "queries": len(queries), "k1": K1, "b": B, "fusion_candidates": depth,

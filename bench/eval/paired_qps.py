@@ -73,34 +73,26 @@ def main():
     queries = [dataset.queries.matrix(i) for i in range(len(dataset.queries))]
     e2e_util.SERVER_BINARY = args.server or os.path.join(REPO_ROOT, "build", "bin",
                                                          "tessera-server")
-    server = e2e_util.Server(threads=os.cpu_count())
-    server.start()
     rounds = []
-    try:
-        with server.client() as client:
+    with e2e_util.Server(threads=os.cpu_count()).running() as server, server.client() as client:
+        for name in names:
+            run_eval.load_collection(client, dataset, known[name])
+            for query in queries[:WARMUP_QUERIES]:
+                client.search(name, query, k=10)
+        for r in range(args.rounds):
+            measured = {name: search_round(client, name, queries, args.seconds)
+                        for name in names}
+            first = measured[names[0]]["qps"]
             for name in names:
-                run_eval.load_collection(client, dataset, known[name])
-                for query in queries[:WARMUP_QUERIES]:
-                    client.search(name, query, k=10)
-            for r in range(args.rounds):
-                measured = {name: search_round(client, name, queries, args.seconds)
-                            for name in names}
-                first = measured[names[0]]["qps"]
-                for name in names:
-                    measured[name]["vs_first"] = measured[name]["qps"] / first
-                    stage = measured[name]["stage_ms"]
-                    print(f"round {r}  {name:<14} {measured[name]['qps']:7.1f} QPS  "
-                          f"P50 {measured[name]['p50_ms']:5.2f} ms  "
-                          f"{measured[name]['vs_first']:.2f}x {names[0]}  stages "
-                          + " / ".join(f"{stage[key]:.3f}" for key in
-                                       ("candidates_ms", "fetch_ms", "rerank_ms")),
-                          flush=True)
-                rounds.append(measured)
-    finally:
-        code = server.stop()
-        server.cleanup()
-    if code != 0:
-        raise RuntimeError(f"tessera-server exited with {code}")
+                measured[name]["vs_first"] = measured[name]["qps"] / first
+                stage = measured[name]["stage_ms"]
+                print(f"round {r}  {name:<14} {measured[name]['qps']:7.1f} QPS  "
+                      f"P50 {measured[name]['p50_ms']:5.2f} ms  "
+                      f"{measured[name]['vs_first']:.2f}x {names[0]}  stages "
+                      + " / ".join(f"{stage[key]:.3f}" for key in
+                                   ("candidates_ms", "fetch_ms", "rerank_ms")),
+                      flush=True)
+            rounds.append(measured)
     for name in names[1:]:
         ratios = [measured[name]["vs_first"] for measured in rounds]
         print(f"{name} / {names[0]} QPS per round: {min(ratios):.2f}-{max(ratios):.2f}x")

@@ -386,22 +386,14 @@ def main():
 
     e2e_util.SERVER_BINARY = args.server or os.path.join(REPO_ROOT, "build", "bin",
                                                          "tessera-server")
-    server = e2e_util.Server(threads=os.cpu_count())
-    server.start()
     rows, exact_runs = [], {}
-    try:
-        with server.client() as client:
-            for config in tessera_configs():
-                if args.only and config.name not in args.only.split(","):
-                    continue
-                config_start = time.monotonic()
-                rows.extend(run_config(client, dataset, config, exact_runs, log))
-                log(f"    ({time.monotonic() - config_start:.0f} s)")
-    finally:
-        code = server.stop()
-        server.cleanup()
-    if code != 0:
-        raise RuntimeError(f"tessera-server exited with {code}")
+    with e2e_util.Server(threads=os.cpu_count()).running() as server, server.client() as client:
+        for config in tessera_configs():
+            if args.only and config.name not in args.only.split(","):
+                continue
+            config_start = time.monotonic()
+            rows.extend(run_config(client, dataset, config, exact_runs, log))
+            log(f"    ({time.monotonic() - config_start:.0f} s)")
     if not args.skip_peers:
         rows.extend(run_peers(dataset, os.path.join(out_dir, "peers"), log, peer_names))
 

@@ -9,6 +9,7 @@ Every test script runs as
 import argparse
 import atexit
 import base64
+import contextlib
 import glob
 import json
 import os
@@ -211,6 +212,20 @@ class Server:
         self.kill()
         if self._own_work_dir:
             shutil.rmtree(self.work_dir, ignore_errors=True)
+
+    @contextlib.contextmanager
+    def running(self):
+        """Starts the server for a `with` block; on leaving it, stops it (SIGTERM) and removes its
+        work directory, then raises RuntimeError if it exited with other than 0 (an exception of
+        the block itself propagates instead)."""
+        self.start()
+        try:
+            yield self
+        finally:
+            code = self.stop()
+            self.cleanup()
+        if code != 0:
+            raise RuntimeError(f"tessera-server exited with {code}")
 
     # Observation -------------------------------------------------------------------------------
 
