@@ -614,7 +614,7 @@ TEST(CentroidIndexCoarsening, NarrowDimensionsListTheCoarsenedCodesToo) {
   // one-token query: each document's score is the best over its vectors of ⟨q, centroid⟩ + the scan
   // tables' score of the coarsened code (the documented approximation).
   ThreadPool pool(2);
-  for (const auto [dim, scan_nbits] : std::vector<std::pair<int64_t, int>>{
+  for (const auto& [dim, scan_nbits] : std::vector<std::pair<int64_t, int>>{
            {1, 2}, {2, 2}, {3, 2}, {1, 1}, {2, 1}, {3, 1}, {9, 1}}) {
     const std::vector<float> sample = Clustered(2000, dim, 8, 70 + dim);
     std::shared_ptr<const CentroidCodebook> codebook(TrainOrDie(sample, dim, 4, 4, &pool));

@@ -24,6 +24,46 @@ bool ReadPod(absl::string_view bytes, size_t* offset, T* value) {
   return true;
 }
 
+// Per byte of `from`-bit fields (8 / from of them): the top `to` bits of each, packed in field
+// order into 8 · to / from bits. One table per coarsening the codecs allow (4 → 2, 4 → 1, 2 → 1).
+const std::array<uint8_t, 256>& TopBitsTable(int from, int to) {
+  static const auto make = [](int from, int to) {
+    std::array<uint8_t, 256> table{};
+    for (int byte = 0; byte < 256; ++byte) {
+      int packed = 0;
+      for (int field = 0; field < 8 / from; ++field) {
+        const int value = (byte >> (field * from)) & ((1 << from) - 1);
+        packed |= (value >> (from - to)) << (field * to);
+      }
+      table[byte] = static_cast<uint8_t>(packed);
+    }
+    return table;
+  };
+  static const std::array<uint8_t, 256> four_to_two = make(4, 2);
+  static const std::array<uint8_t, 256> four_to_one = make(4, 1);
+  static const std::array<uint8_t, 256> two_to_one = make(2, 1);
+  if (from == 4) return to == 2 ? four_to_two : four_to_one;
+  return two_to_one;
+}
+
+// out[j] = the looked-up bits of code bytes j · 8 / kWidth onwards, kWidth bits each, in order
+// (bytes past the code's end count as none).
+template <int kWidth>
+void PackTopBits(const std::array<uint8_t, 256>& top, const uint8_t* code, int64_t code_bytes,
+                 int64_t out_bytes, uint8_t* out) {
+  constexpr int kPerByte = 8 / kWidth;
+  for (int64_t j = 0; j < out_bytes; ++j) {
+    const int64_t first = j * kPerByte;
+    int packed = 0;
+    if (first + kPerByte <= code_bytes) {
+      for (int k = 0; k < kPerByte; ++k) packed |= top[code[first + k]] << (k * kWidth);
+    } else {
+      for (int k = 0; first + k < code_bytes; ++k) packed |= top[code[first + k]] << (k * kWidth);
+    }
+    out[j] = static_cast<uint8_t>(packed);
+  }
+}
+
 }  // namespace
 
 ResidualCodec::ResidualCodec(int64_t dim, int nbits, std::vector<float> cutoffs,
@@ -152,32 +192,15 @@ ResidualCodec ResidualCodec::Coarsened(int nbits) const {
 }
 
 void ResidualCodec::CoarsenCode(const uint8_t* code, int nbits, uint8_t* out) const {
+  // A byte of this code holds 8 / nbits_ whole dimensions, each of which gives its top nbits bits:
+  // 8 · nbits / nbits_ bits of the result per byte, looked up (a per-dimension loop made the
+  // coarsening ~40% of opening a 1M-document shard, which lists 64M codes).
+  const std::array<uint8_t, 256>& top = TopBitsTable(nbits_, nbits);
   const int64_t out_bytes = (dim_ * nbits + 7) / 8;
-  if (nbits_ == 4 && nbits == 2) {
-    // A 4-bit code byte holds dimensions 2k (low nibble) and 2k + 1; their top two bits each make
-    // the four bits a 2-bit code holds for them, so byte j of the result is two looked-up halves.
-    static const std::array<uint8_t, 256> kTopBits = [] {
-      std::array<uint8_t, 256> table{};
-      for (int byte = 0; byte < 256; ++byte) {
-        table[byte] = static_cast<uint8_t>(((byte >> 2) & 3) | (((byte >> 6) & 3) << 2));
-      }
-      return table;
-    }();
-    for (int64_t j = 0; j < out_bytes; ++j) {
-      const uint8_t low = kTopBits[code[2 * j]];
-      const uint8_t high = 2 * j + 1 < code_bytes_ ? kTopBits[code[2 * j + 1]] : 0;
-      out[j] = static_cast<uint8_t>(low | (high << 4));
-    }
-    return;
-  }
-  std::memset(out, 0, out_bytes);
-  const int mask = buckets() - 1;
-  const int drop = nbits_ - nbits;
-  for (int64_t d = 0; d < dim_; ++d) {
-    const int64_t bit = d * nbits_;
-    const int bucket = (code[bit >> 3] >> (bit & 7)) & mask;
-    const int64_t out_bit = d * nbits;
-    out[out_bit >> 3] |= static_cast<uint8_t>((bucket >> drop) << (out_bit & 7));
+  if (8 * nbits / nbits_ == 4) {
+    PackTopBits<4>(top, code, code_bytes_, out_bytes, out);
+  } else {
+    PackTopBits<2>(top, code, code_bytes_, out_bytes, out);
   }
 }
 

@@ -52,7 +52,7 @@ class ResidualCodec {
   // (buckets of equal mass on the sample). Its Encode(r) is CoarsenCode(Encode(r), nbits).
   ResidualCodec Coarsened(int nbits) const;
   // code: a code of this codec → out: Coarsened(nbits)'s code of the same residual, the top nbits
-  // bits of each dimension's bucket.
+  // bits of each dimension's bucket (nbits < nbits()).
   void CoarsenCode(const uint8_t* code, int nbits, uint8_t* out) const;
   // code → out: dim values, the decoded residual.
   void Decode(const uint8_t* code, float* out) const;
