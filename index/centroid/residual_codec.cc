@@ -27,7 +27,7 @@ bool ReadPod(absl::string_view bytes, size_t* offset, T* value) {
 // Per byte of `from`-bit fields (8 / from of them): the top `to` bits of each, packed in field
 // order into 8 · to / from bits. One table per coarsening the codecs allow (4 → 2, 4 → 1, 2 → 1).
 const std::array<uint8_t, 256>& TopBitsTable(int from, int to) {
-  static const auto make = [](int from, int to) {
+  const auto make = [](int from, int to) {
     std::array<uint8_t, 256> table{};
     for (int byte = 0; byte < 256; ++byte) {
       int packed = 0;
@@ -39,11 +39,11 @@ const std::array<uint8_t, 256>& TopBitsTable(int from, int to) {
     }
     return table;
   };
-  static const std::array<uint8_t, 256> four_to_two = make(4, 2);
-  static const std::array<uint8_t, 256> four_to_one = make(4, 1);
-  static const std::array<uint8_t, 256> two_to_one = make(2, 1);
-  if (from == 4) return to == 2 ? four_to_two : four_to_one;
-  return two_to_one;
+  static const std::array<uint8_t, 256> kFourToTwo = make(4, 2);
+  static const std::array<uint8_t, 256> kFourToOne = make(4, 1);
+  static const std::array<uint8_t, 256> kTwoToOne = make(2, 1);
+  if (from == 4) return to == 2 ? kFourToTwo : kFourToOne;
+  return kTwoToOne;
 }
 
 // out[j] = the looked-up bits of code bytes j · 8 / kWidth onwards, kWidth bits each, in order
