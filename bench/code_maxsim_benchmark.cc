@@ -18,6 +18,8 @@
 //                                       ScoreStoredCodes (layout + scoring, best ISA): stage 2's
 //                                       path
 //   BM_Int8VnniPrototype/nbits:{4,2}    the design the compact kernel was chosen over (below)
+//   BM_CentroidTable/used:{100,60,30}  stage 2's query × centroid table (32 × 32,768 centroids):
+//                                       all of it, or the used share of its rows; centroids_per_s
 //   BM_ScanBlocks/{avx512,avx2,portable}/code_bytes:{32,96}
 //                                       stage 1's scan of one inverted list (2,048 entries, ~the
 //                                       1M-document shard's lists) for one query row: 2-bit codes
@@ -54,6 +56,7 @@
 #include "index/centroid/residual_codec.h"
 #include "index/common/cpu_features.h"
 #include "index/kernels/cpu_kernels.h"
+#include "index/kernels/query_similarity.h"
 #include "tessera/maxsim.h"
 
 namespace tessera::internal {
@@ -490,6 +493,39 @@ void BM_ScanBlocks(benchmark::State& state, CpuIsa isa, int64_t code_bytes) {
   state.counters["code_bytes_per_s"] = entries * static_cast<double>(code_bytes) / seconds;
 }
 
+// Stage 2's query × centroid table when stage 1 kept none: every centroid of a 32,768-centroid
+// codebook (QuerySimilarity::Compute, the whole table) against the `used_percent` of them a batch
+// of candidates' codes name, scattered at random (ComputeRows). At the 1M-document shard's
+// defaults (553 documents of 64 vectors) about 60% of the centroids are used.
+void BM_CentroidTable(benchmark::State& state, int used_percent) {
+  constexpr int64_t kTableCentroids = 32768;
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal;
+  std::vector<float> centroids(kTableCentroids * kDim);
+  for (float& v : centroids) v = normal(rng) / 11.3f;
+  std::vector<float> query(kQueryTokens * kDim);
+  for (float& v : query) v = normal(rng) / 11.3f;
+  const QuerySimilarity similarity({query.data(), kQueryTokens, kDim});
+  std::vector<uint32_t> ids;
+  std::bernoulli_distribution used(used_percent / 100.0);
+  for (int64_t c = 0; c < kTableCentroids; ++c) {
+    if (used(rng)) ids.push_back(static_cast<uint32_t>(c));
+  }
+  std::vector<float> table(kTableCentroids * similarity.stride());
+  const double start = ThreadCpuSeconds();
+  for (auto _ : state) {
+    if (used_percent == 100) {
+      similarity.Compute(centroids.data(), kTableCentroids, table.data());
+    } else {
+      similarity.ComputeRows(centroids.data(), ids, table.data());
+    }
+    benchmark::DoNotOptimize(table.data());
+  }
+  const double rows = static_cast<double>(state.iterations()) *
+                      (used_percent == 100 ? kTableCentroids : static_cast<double>(ids.size()));
+  state.counters["centroids_per_s"] = rows / (ThreadCpuSeconds() - start);
+}
+
 const bool kRegistered = [] {
   for (const int nbits : {4, 2}) {
     benchmark::RegisterBenchmark(absl::StrCat("BM_DecodeThenMaxSim/nbits:", nbits).c_str(),
@@ -521,6 +557,11 @@ const bool kRegistered = [] {
     }
     benchmark::RegisterBenchmark(absl::StrCat("BM_Int8VnniPrototype/nbits:", nbits).c_str(),
                                  BM_Int8VnniPrototype, nbits)
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (const int used_percent : {100, 60, 30}) {
+    benchmark::RegisterBenchmark(absl::StrCat("BM_CentroidTable/used:", used_percent).c_str(),
+                                 BM_CentroidTable, used_percent)
         ->Unit(benchmark::kMillisecond);
   }
   for (const int64_t code_bytes : {32, 96}) {

@@ -357,7 +357,7 @@ void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, 
   };
   if (codebook_->has_groups()) {
     std::vector<std::pair<float, uint32_t>> near;
-    codebook_->ScoreNearCentroids(query, ProbedGroups(nprobe), centroid_scores, &near);
+    codebook_->ScoreNearCentroids(query, ProbedGroups(nprobe), &near);
     for (const auto& [score, c] : near) offer(score, c);
   } else {
     for (int64_t c = 0; c < C; ++c) offer(centroid_scores[c], static_cast<uint32_t>(c));
@@ -550,12 +550,13 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   const int64_t keep = std::max<int64_t>(options.num_documents, 0);
 
   // A codebook with groups (CentroidCodebook::has_groups) is scored per token in ScanToken, only
-  // the centroids of its ProbedGroups(nprobe) nearest groups, unless the caller wants the table.
-  // Otherwise: query × centroid scores, centroids split over the pool, stored token-major (row i:
-  // token i's score of every centroid) so that each token's selection reads one contiguous row
-  // instead of one cache line per centroid.
-  const bool keep_table = options.centroid_scores != nullptr && nq * C <= kMaxKeptCentroidScores;
-  const bool full_table = !codebook_->has_groups() || keep_table;
+  // the centroids of its ProbedGroups(nprobe) nearest groups. Otherwise: query × centroid scores,
+  // centroids split over the pool, stored token-major (row i: token i's score of every centroid)
+  // so that each token's selection reads one contiguous row instead of one cache line per
+  // centroid; that table is what the caller may keep.
+  const bool full_table = !codebook_->has_groups();
+  const bool keep_table =
+      full_table && options.centroid_scores != nullptr && nq * C <= kMaxKeptCentroidScores;
   std::unique_ptr<float[]> token_scores;
   if (full_table) token_scores = ScoreEveryCentroid(codebook_, queries, pool).scores;
 

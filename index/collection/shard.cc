@@ -469,46 +469,37 @@ namespace {
 // The query × centroid scores stage 2 from codes needs when stage 1 left none: centroid-major as
 // QuerySimilarity::Compute writes them (centroid c's scores of the query's rows at table[c ·
 // similarity.stride()], so that a token's scores lie in one or two cache lines for the kernel's
-// gathers), computed for the runs of kTableSpan consecutive centroids in which one of `documents`
-// has a token; nothing reads the others. Whole spans are scored in place rather than the
-// used centroids gathered: a stage-2 batch (400 documents of 64 vectors at the 100k and 1M
-// defaults) has ids in most spans of 16,384 or 32,768 centroids, and in a profile of the 100k
-// compact shard (AMD EPYC Zen 4) the gather's copy of the rows took about as long as the products,
-// with a transpose to token-major besides.
+// gathers), computed for the centroids in which one of `documents` has a token; nothing reads the
+// others. Those are scattered over the codebook (the 400 candidates of 64 vectors of the 100k
+// shard's default use ~60% of its 16,384 centroids, and some of every run of 8), so their rows are
+// gathered (QuerySimilarity::ComputeRows) rather than runs of the codebook scored in place.
 std::unique_ptr<float[]> ScoreUsedCentroids(const CentroidCodebook& codebook,
                                             const QuerySimilarity& similarity,
                                             absl::Span<const DocumentCodesView> documents,
                                             ThreadPool* pool) {
   const int64_t C = codebook.num_centroids();
-  const int64_t dim = codebook.dim();
-  constexpr int64_t kTableSpan = 64;
-  const int64_t spans = (C + kTableSpan - 1) / kTableSpan;
-  std::vector<uint8_t> used(spans, 0);
+  std::vector<uint8_t> used(C, 0);
   for (const DocumentCodesView& document : documents) {
-    for (int64_t t = 0; t < document.size; ++t) used[document.centroid(t) / kTableSpan] = 1;
+    for (int64_t t = 0; t < document.size; ++t) used[document.centroid(t)] = 1;
   }
-  // Runs of used spans, of at most kRunSpans spans each: the units of work over the pool.
-  constexpr int64_t kRunSpans = 16;
-  std::vector<std::pair<int64_t, int64_t>> runs;  // [first span, end span)
-  for (int64_t span = 0; span < spans; ++span) {
-    if (!used[span]) continue;
-    if (!runs.empty() && runs.back().second == span && span - runs.back().first < kRunSpans) {
-      ++runs.back().second;
-    } else {
-      runs.emplace_back(span, span + 1);
-    }
+  std::vector<uint32_t> ids;
+  for (int64_t c = 0; c < C; ++c) {
+    if (used[c]) ids.push_back(static_cast<uint32_t>(c));
   }
-  const int64_t stride = similarity.stride();
-  // Only the runs are written, and only they are read: no zero fill of the C × stride floats.
-  std::unique_ptr<float[]> table(new float[C * stride]);
-  pool->ParallelFor(static_cast<int64_t>(runs.size()), 1, [&](int64_t begin, int64_t end) {
-    for (int64_t r = begin; r < end; ++r) {
-      const int64_t first = runs[r].first * kTableSpan;
-      const int64_t n = std::min(runs[r].second * kTableSpan, C) - first;
-      similarity.Compute(codebook.centroids() + first * dim, n, &table[first * stride]);
+  // Only the used rows are written, and only they are read: no zero fill of the C × stride floats.
+  std::unique_ptr<float[]> table(new float[C * similarity.stride()]);
+  constexpr int64_t kIdsPerPart = 2048;
+  const int64_t parts = (static_cast<int64_t>(ids.size()) + kIdsPerPart - 1) / kIdsPerPart;
+  pool->ParallelFor(parts, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t part = begin; part < end; ++part) {
+      const int64_t first = part * kIdsPerPart;
+      const int64_t n = std::min<int64_t>(kIdsPerPart, static_cast<int64_t>(ids.size()) - first);
+      similarity.ComputeRows(
+          codebook.centroids(),
+          absl::MakeConstSpan(ids).subspan(static_cast<size_t>(first), static_cast<size_t>(n)),
+          table.get());
     }
   });
-
   return table;
 }
 

@@ -309,11 +309,11 @@ class Shard {
   // plus fp32 rounding of the fp32 MaxSim of the decoded vectors. One entry per requested iid,
   // std::nullopt for those not found. The query × centroid scores come from `stage1_scores` when
   // it is this query's table under the documents' codebook (stage 1 of the same search kept it:
-  // Stage1Query::centroid_scores), else are computed here, on the pool, for the 64-centroid spans
-  // the documents use (an exhaustive search runs no stage 1; a training may have swapped the
-  // codebook between the two stages). stage1_scores may be null. INVALID_ARGUMENT when the table it
-  // would compute has more than 2^31 entries (C × nq padded: a query of over 8,192 tokens at 2^18
-  // centroids), past the kernels' int32 offsets.
+  // Stage1Query::centroid_scores), else are computed here, on the pool, for the centroids the
+  // documents use (a codebook with groups keeps no table; an exhaustive search runs no stage 1; a
+  // training may have swapped the codebook between the two stages). stage1_scores may be null.
+  // INVALID_ARGUMENT when the table it would compute has more than 2^31 entries (C × nq padded: a
+  // query of over 8,192 tokens at 2^18 centroids), past the kernels' int32 offsets.
   absl::StatusOr<std::vector<std::optional<float>>> ScoreCodes(
       FloatMatrixView query, const CodedDocuments& documents,
       const CentroidScoreTable* stage1_scores) const;

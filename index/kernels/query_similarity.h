@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "absl/types/span.h"
 #include "index/kernels/cpu_kernels.h"
 #include "tessera/matrix.h"
 #include "tessera/maxsim.h"
@@ -28,6 +29,11 @@ class QuerySimilarity {
   // fused multiply-adds over k in order); lanes nq ≤ i < stride() hold 0. vectors: n × dim
   // values; out: n × stride() values.
   void Compute(const float* vectors, int64_t n, float* out) const;
+  // The same for the rows `ids` of `vectors` (row r at vectors[r * dim]), each stored at its own
+  // place: out[r * stride() + i] for r in ids, the values Compute gives row r; nothing else of out
+  // is written. The rows are copied a few dozen at a time into a contiguous block for the
+  // kernel, so that a scattered subset costs about as much a row as a contiguous one.
+  void ComputeRows(const float* vectors, absl::Span<const uint32_t> ids, float* out) const;
 
  private:
   int64_t dim_;

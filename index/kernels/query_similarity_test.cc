@@ -67,5 +67,49 @@ TEST(QuerySimilarity, MatchesDoublePrecisionReference) {
   EXPECT_GT(checked, 0);
 }
 
+// ComputeRows on scattered rows (fewer and more than one copied block, out of order) writes each
+// row exactly what Compute writes for it, at the row's own place, and nothing else.
+TEST(QuerySimilarity, ComputeRowsEqualsComputeAtEachRow) {
+  std::mt19937 rng(11);
+  int checked = 0;
+  for (int64_t dim : {1, 9, 128, 384}) {
+    for (int64_t nq : {1, 17, 32}) {
+      const std::vector<float> query = RandomValues(rng, nq * dim);
+      constexpr int64_t kRows = 300;
+      const std::vector<float> vectors = RandomValues(rng, kRows * dim);
+      for (int64_t count : {1, 47, 48, 49, 131}) {
+        std::vector<uint32_t> ids(kRows);
+        for (int64_t r = 0; r < kRows; ++r) ids[r] = static_cast<uint32_t>(r);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        ids.resize(count);
+        for (CpuIsa isa : kAllIsas) {
+          if (!CpuSupportsIsa(isa)) continue;
+          const QuerySimilarity similarity({query.data(), nq, dim}, isa);
+          const int64_t stride = similarity.stride();
+          std::vector<float> every(kRows * stride);
+          similarity.Compute(vectors.data(), kRows, every.data());
+          std::vector<float> out(kRows * stride, NAN);
+          similarity.ComputeRows(vectors.data(), ids, out.data());
+          std::vector<bool> chosen(kRows, false);
+          for (uint32_t id : ids) chosen[id] = true;
+          for (int64_t r = 0; r < kRows; ++r) {
+            for (int64_t i = 0; i < stride; ++i) {
+              const std::string what = absl::StrCat(CpuIsaName(isa), " dim=", dim, " nq=", nq,
+                                                    " count=", count, " row ", r, " lane ", i);
+              if (chosen[r]) {
+                ASSERT_EQ(out[r * stride + i], every[r * stride + i]) << what;
+              } else {
+                ASSERT_TRUE(std::isnan(out[r * stride + i])) << what << " written";
+              }
+            }
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
 }  // namespace
 }  // namespace tessera::internal
