@@ -18,8 +18,9 @@
 //                                       ScoreStoredCodes (layout + scoring, best ISA): stage 2's
 //                                       path
 //   BM_Int8VnniPrototype/nbits:{4,2}    the design the compact kernel was chosen over (below)
-//   BM_CentroidTable/used:{100,60,30}  stage 2's query × centroid table (32 × 32,768 centroids):
-//                                       all of it, or the used share of its rows; centroids_per_s
+//   BM_CentroidTable/centroids:{32768,2048}/dim:{128,384}/used:{100,70,60,30}
+//                                       stage 2's query × centroid table (32 query rows): all of
+//                                       it, or the used share of its rows; centroids_per_s
 //   BM_ScanBlocks/{avx512,avx2,portable}/code_bytes:{32,96}
 //                                       stage 1's scan of one inverted list (2,048 entries, ~the
 //                                       1M-document shard's lists) for one query row: 2-bit codes
@@ -493,37 +494,37 @@ void BM_ScanBlocks(benchmark::State& state, CpuIsa isa, int64_t code_bytes) {
   state.counters["code_bytes_per_s"] = entries * static_cast<double>(code_bytes) / seconds;
 }
 
-// Stage 2's query × centroid table when stage 1 kept none: every centroid of a 32,768-centroid
-// codebook (QuerySimilarity::Compute, the whole table) against the `used_percent` of them a batch
-// of candidates' codes name, scattered at random (ComputeRows). At the 1M-document shard's
-// defaults (553 documents of 64 vectors) about 60% of the centroids are used.
-void BM_CentroidTable(benchmark::State& state, int used_percent) {
-  constexpr int64_t kTableCentroids = 32768;
+// Stage 2's query × centroid table when stage 1 kept none: every centroid of a codebook
+// (QuerySimilarity::Compute, the whole table) against the `used_percent` of them a batch of
+// candidates' codes name, scattered at random (ComputeRows). 32,768 centroids at dim 128: the 1M
+// scale shard's codebook (its 553 default candidates of 64 vectors use ~60%); 2,048 at dim 384:
+// the real sets' (~70% used by the short set's 100 candidates of ~26 vectors).
+void BM_CentroidTable(benchmark::State& state, int64_t centroids, int64_t dim, int used_percent) {
   std::mt19937 rng(13);
   std::normal_distribution<float> normal;
-  std::vector<float> centroids(kTableCentroids * kDim);
-  for (float& v : centroids) v = normal(rng) / 11.3f;
-  std::vector<float> query(kQueryTokens * kDim);
+  std::vector<float> rows(centroids * dim);
+  for (float& v : rows) v = normal(rng) / 11.3f;
+  std::vector<float> query(kQueryTokens * dim);
   for (float& v : query) v = normal(rng) / 11.3f;
-  const QuerySimilarity similarity({query.data(), kQueryTokens, kDim});
+  const QuerySimilarity similarity({query.data(), kQueryTokens, dim});
   std::vector<uint32_t> ids;
   std::bernoulli_distribution used(used_percent / 100.0);
-  for (int64_t c = 0; c < kTableCentroids; ++c) {
+  for (int64_t c = 0; c < centroids; ++c) {
     if (used(rng)) ids.push_back(static_cast<uint32_t>(c));
   }
-  std::vector<float> table(kTableCentroids * similarity.stride());
+  std::vector<float> table(centroids * similarity.stride());
   const double start = ThreadCpuSeconds();
   for (auto _ : state) {
     if (used_percent == 100) {
-      similarity.Compute(centroids.data(), kTableCentroids, table.data());
+      similarity.Compute(rows.data(), centroids, table.data());
     } else {
-      similarity.ComputeRows(centroids.data(), ids, table.data());
+      similarity.ComputeRows(rows.data(), ids, table.data());
     }
     benchmark::DoNotOptimize(table.data());
   }
-  const double rows = static_cast<double>(state.iterations()) *
-                      (used_percent == 100 ? kTableCentroids : static_cast<double>(ids.size()));
-  state.counters["centroids_per_s"] = rows / (ThreadCpuSeconds() - start);
+  const double scored = static_cast<double>(state.iterations()) *
+                        (used_percent == 100 ? centroids : static_cast<double>(ids.size()));
+  state.counters["centroids_per_s"] = scored / (ThreadCpuSeconds() - start);
 }
 
 const bool kRegistered = [] {
@@ -559,10 +560,14 @@ const bool kRegistered = [] {
                                  BM_Int8VnniPrototype, nbits)
         ->Unit(benchmark::kMillisecond);
   }
-  for (const int used_percent : {100, 60, 30}) {
-    benchmark::RegisterBenchmark(absl::StrCat("BM_CentroidTable/used:", used_percent).c_str(),
-                                 BM_CentroidTable, used_percent)
-        ->Unit(benchmark::kMillisecond);
+  for (const auto& [centroids, dim] : {std::pair<int64_t, int64_t>{32768, 128}, {2048, 384}}) {
+    for (const int used_percent : {100, 70, 60, 30}) {
+      benchmark::RegisterBenchmark(absl::StrCat("BM_CentroidTable/centroids:", centroids,
+                                                "/dim:", dim, "/used:", used_percent)
+                                       .c_str(),
+                                   BM_CentroidTable, centroids, dim, used_percent)
+          ->Unit(benchmark::kMillisecond);
+    }
   }
   for (const int64_t code_bytes : {32, 96}) {
     for (const CpuIsa isa : {CpuIsa::kAvx512, CpuIsa::kAvx2, CpuIsa::kPortable}) {

@@ -254,7 +254,7 @@ void CentroidGroups::Assign(const float* rows, int64_t n, uint32_t* ids) const {
   }
 }
 
-void CentroidGroups::ScoreNearest(const float* row, int probes,
+void CentroidGroups::ScoreNearest(const float* row, int probes, const float* centroid_scores,
                                   std::vector<std::pair<float, uint32_t>>* out) const {
   probes = static_cast<int>(std::min<int64_t>(probes, num_groups_));
   std::vector<float> group_scores(means_->stride());
@@ -274,6 +274,13 @@ void CentroidGroups::ScoreNearest(const float* row, int probes,
     const uint32_t g = ranked[p].second;
     const int64_t size = offsets_[g + 1] - offsets_[g];
     if (size == 0) continue;
+    if (centroid_scores != nullptr) {
+      for (int64_t j = 0; j < size; ++j) {
+        const uint32_t c = members_[offsets_[g] + j];
+        out->emplace_back(centroid_scores[c], c);
+      }
+      continue;
+    }
     scores.resize(groups_[g].stride());
     groups_[g].Compute(row, 1, scores.data());
     for (int64_t j = 0; j < size; ++j) out->emplace_back(scores[j], members_[offsets_[g] + j]);
@@ -730,8 +737,9 @@ void CentroidCodebook::ScoreCentroids(const QuerySimilarity& similarity, float* 
 }
 
 void CentroidCodebook::ScoreNearCentroids(const float* row, int probes,
+                                          const float* centroid_scores,
                                           std::vector<std::pair<float, uint32_t>>* out) const {
-  groups_->ScoreNearest(row, probes, out);
+  groups_->ScoreNearest(row, probes, centroid_scores, out);
 }
 
 int64_t CentroidCodebook::MemoryBytes() const {

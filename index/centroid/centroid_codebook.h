@@ -51,8 +51,10 @@ class CentroidGroups {
   // lower id). Cheapest per row with a few thousand rows a call (every group then meets many).
   void Assign(const float* rows, int64_t n, uint32_t* ids) const;
   // Appends to *out (score, centroid id) for every centroid of the `probes` groups whose means
-  // score highest against `row` (dim values), unordered.
-  void ScoreNearest(const float* row, int probes,
+  // score highest against `row` (dim values), unordered. centroid_scores: null, or row's score of
+  // every centroid (C values, as QuerySimilarity computes them: the same values this would), read
+  // instead of scoring the groups' members.
+  void ScoreNearest(const float* row, int probes, const float* centroid_scores,
                     std::vector<std::pair<float, uint32_t>>* out) const;
   int64_t MemoryBytes() const;
 
@@ -168,8 +170,9 @@ class CentroidCodebook {
   // Whether ScoreNearCentroids scores a subset (the codebook has groups).
   bool has_groups() const { return groups_ != nullptr; }
   // (score, centroid id) for the centroids of the `probes` groups nearest `row` (dim values):
-  // CentroidGroups::ScoreNearest. Precondition: has_groups().
-  void ScoreNearCentroids(const float* row, int probes,
+  // CentroidGroups::ScoreNearest, which reads the members' scores from centroid_scores (row's
+  // score of every centroid) when not null. Precondition: has_groups().
+  void ScoreNearCentroids(const float* row, int probes, const float* centroid_scores,
                           std::vector<std::pair<float, uint32_t>>* out) const;
 
   // Resident bytes (centroids, codec tables, the groups).

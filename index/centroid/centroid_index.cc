@@ -357,7 +357,7 @@ void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, 
   };
   if (codebook_->has_groups()) {
     std::vector<std::pair<float, uint32_t>> near;
-    codebook_->ScoreNearCentroids(query, ProbedGroups(nprobe), &near);
+    codebook_->ScoreNearCentroids(query, ProbedGroups(nprobe), centroid_scores, &near);
     for (const auto& [score, c] : near) offer(score, c);
   } else {
     for (int64_t c = 0; c < C; ++c) offer(centroid_scores[c], static_cast<uint32_t>(c));
@@ -534,6 +534,45 @@ CentroidScoreTable ScoreEveryCentroid(std::shared_ptr<const CentroidCodebook> co
   return CentroidScoreTable{std::move(codebook), nq, std::move(scores)};
 }
 
+std::unique_ptr<float[]> ScoreUsedCentroids(const CentroidCodebook& codebook,
+                                            const QuerySimilarity& similarity,
+                                            absl::Span<const DocumentCodesView> documents,
+                                            ThreadPool* pool) {
+  const int64_t C = codebook.num_centroids();
+  std::vector<uint8_t> used(C, 0);
+  for (const DocumentCodesView& document : documents) {
+    for (int64_t t = 0; t < document.size; ++t) used[document.centroid(t)] = 1;
+  }
+  std::vector<uint32_t> ids;
+  for (int64_t c = 0; c < C; ++c) {
+    if (used[c]) ids.push_back(static_cast<uint32_t>(c));
+  }
+  const bool whole = static_cast<int64_t>(ids.size()) * 8 >= C * 7;
+  const int64_t count = whole ? C : static_cast<int64_t>(ids.size());
+  // Only the rows scored are read: no zero fill of the C × stride floats.
+  std::unique_ptr<float[]> table(new float[C * similarity.stride()]);
+  // Parts of at least kMinRowsPerPart rows, a few per thread so that uneven threads even out.
+  constexpr int64_t kMinRowsPerPart = 256;
+  const int64_t parts = std::max<int64_t>(
+      1, std::min<int64_t>(count / kMinRowsPerPart, int64_t{4} * pool->num_threads()));
+  pool->ParallelFor(parts, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t part = begin; part < end; ++part) {
+      const int64_t first = count * part / parts;
+      const int64_t n = count * (part + 1) / parts - first;
+      if (whole) {
+        similarity.Compute(codebook.centroids() + first * codebook.dim(), n,
+                           &table[first * similarity.stride()]);
+      } else {
+        similarity.ComputeRows(
+            codebook.centroids(),
+            absl::MakeConstSpan(ids).subspan(static_cast<size_t>(first), static_cast<size_t>(n)),
+            table.get());
+      }
+    }
+  });
+  return table;
+}
+
 absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
     FloatMatrixView queries, const CentroidSearchOptions& options,
     const std::function<bool(uint64_t)>* accept, ThreadPool* pool) const {
@@ -550,13 +589,14 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   const int64_t keep = std::max<int64_t>(options.num_documents, 0);
 
   // A codebook with groups (CentroidCodebook::has_groups) is scored per token in ScanToken, only
-  // the centroids of its ProbedGroups(nprobe) nearest groups. Otherwise: query × centroid scores,
+  // the centroids of its ProbedGroups(nprobe) nearest groups, unless the caller wants the table
+  // and the codebook is at most kMaxKeptTableCentroids. Otherwise: query × centroid scores,
   // centroids split over the pool, stored token-major (row i: token i's score of every centroid)
   // so that each token's selection reads one contiguous row instead of one cache line per
-  // centroid; that table is what the caller may keep.
-  const bool full_table = !codebook_->has_groups();
-  const bool keep_table =
-      full_table && options.centroid_scores != nullptr && nq * C <= kMaxKeptCentroidScores;
+  // centroid.
+  const bool keep_table = options.centroid_scores != nullptr && nq * C <= kMaxKeptCentroidScores &&
+                          (!codebook_->has_groups() || C <= kMaxKeptTableCentroids);
+  const bool full_table = !codebook_->has_groups() || keep_table;
   std::unique_ptr<float[]> token_scores;
   if (full_table) token_scores = ScoreEveryCentroid(codebook_, queries, pool).scores;
 

@@ -69,6 +69,7 @@
 namespace tessera::internal {
 
 class ThreadPool;
+class QuerySimilarity;
 
 // One document's encoded vectors: its centroid ids and residual codes, as stored.
 struct DocumentCodes {
@@ -153,15 +154,30 @@ struct CentroidScoreTable {
 CentroidScoreTable ScoreEveryCentroid(std::shared_ptr<const CentroidCodebook> codebook,
                                       FloatMatrixView queries, ThreadPool* pool);
 
+// The query × centroid scores a stage 2 from codes needs when stage 1 left none (`similarity`: the
+// query's), centroid-major as QuerySimilarity::Compute writes them: centroid c's scores of the
+// query's rows at table[c · similarity.stride()], so that a token's scores lie in one or two cache
+// lines for the compact kernel's gathers. The rows of the centroids in which one of `documents`
+// has a token hold the values Compute gives them; the others are unspecified (not read). Those
+// centroids are scattered over the codebook (the 400 candidates of 64 vectors of the 100k shard's
+// default use ~60% of its 16,384 centroids, and some of every run of 8), so their rows are gathered
+// (QuerySimilarity::ComputeRows); when nearly all are used (a small codebook: the real sets'
+// 2,048), the whole codebook is scored in place, which costs less than gathering it
+// (BM_CentroidTable: ~13% less a row). Split over `pool` (not null).
+std::unique_ptr<float[]> ScoreUsedCentroids(const CentroidCodebook& codebook,
+                                            const QuerySimilarity& similarity,
+                                            absl::Span<const DocumentCodesView> documents,
+                                            ThreadPool* pool);
+
 struct CentroidSearchOptions {
   int nprobe = 0;  // centroids probed per query token (clamped to the count); 0: DefaultNprobe
   int64_t num_documents = 100;  // documents returned
-  // Not null: the search's table of every centroid against every query row is left here, for a
-  // stage 2 that scores codes and so needs the candidates' centroid scores anyway. Only a codebook
-  // without groups has one (it scores every centroid to choose the probes), and only up to
-  // kMaxKeptCentroidScores values; otherwise it is left empty and stage 2 scores the centroids its
-  // documents use (~60% of them at 400 candidates of 100k documents, for ~70% of the whole
-  // table's cost), where a table computed here would cost the probes' search its full size.
+  // Not null: score every centroid against every query row and leave the table here, for a stage
+  // 2 that scores codes and so needs the candidates' centroid scores anyway, unless it would pass
+  // kMaxKeptCentroidScores values or the codebook has groups and more than
+  // kMaxKeptTableCentroids centroids (then it is left empty, and stage 2 scores the centroids its
+  // documents use: ScoreUsedCentroids). With groups the probed groups' members are read from the
+  // table instead of scored one group at a time, so the probes, and the hits, are the same.
   CentroidScoreTable* centroid_scores = nullptr;
 };
 
@@ -169,6 +185,14 @@ struct CentroidSearchOptions {
 // tokens × 2^19 centroids, 1,024 × 16,384), per shard, held until the search has ranked; a larger
 // one is not worth its memory, and stage 2 then scores the centroids its documents use itself.
 inline constexpr int64_t kMaxKeptCentroidScores = int64_t{1} << 24;
+// The largest grouped codebook whose table a search computes for its stage 2. Up to it (the real
+// sets' 2,048 and 4,096 centroids) the candidates use nearly every centroid, and one table in stage
+// 1 costs less than scoring the probed groups one token at a time and a table in stage 2 besides
+// (Xeon-2, the short set: compact QPS 0.64-0.83x the exact mode's with the table left to stage 2,
+// 0.81-0.95x with it kept). Beyond it the groups are far cheaper than the table, and the
+// candidates use a part of the codebook: at 16,384 centroids (100k documents) ~60%, and stage 1
+// without the table is ~1 ms faster.
+inline constexpr int64_t kMaxKeptTableCentroids = 4096;
 
 struct CentroidHit {
   uint64_t doc = 0;
@@ -246,8 +270,8 @@ class CentroidIndex {
 
   // One query token: selects its nprobe best centroids and scores their lists' codes. With groups
   // the candidates are the centroids of its ProbedGroups(nprobe) nearest groups, otherwise all.
-  // centroid_scores: without groups, its score of every centroid (C values); with groups, null:
-  // the candidates are scored here.
+  // centroid_scores: its score of every centroid (C values); null (only with groups): the
+  // candidates are scored here.
   void ScanToken(const float* query, const float* centroid_scores, int nprobe, TokenScan* out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Appends (ordinal, approximate MaxSim) for the live documents of the tile of ordinals

@@ -146,7 +146,7 @@ TEST(CentroidCodebook, NearCentroidsHoldTheBestAndScoreThemExactly) {
   int64_t found = 0;
   for (int64_t i = 0; i < n; ++i) {
     std::vector<std::pair<float, uint32_t>> near;
-    codebook->ScoreNearCentroids(&queries[i * dim], ProbedGroups(nprobe), &near);
+    codebook->ScoreNearCentroids(&queries[i * dim], ProbedGroups(nprobe), nullptr, &near);
     ASSERT_GE(near.size(), static_cast<size_t>(nprobe));
     ASSERT_LT(near.size(), static_cast<size_t>(centroids / 4));  // a subset, not all of them
     for (const auto& [score, c] : near) {
@@ -445,7 +445,7 @@ class CentroidIndexTest : public ::testing::Test {
       std::vector<std::pair<double, uint32_t>> ranked;
       if (codebook_->has_groups()) {  // the candidates are the nearest groups' centroids
         std::vector<std::pair<float, uint32_t>> near;
-        codebook_->ScoreNearCentroids(&query[i * kDim], ProbedGroups(nprobe), &near);
+        codebook_->ScoreNearCentroids(&query[i * kDim], ProbedGroups(nprobe), nullptr, &near);
         for (const auto& [score, c] : near) {
           ranked.push_back({Dot(&query[i * kDim], codebook_->centroids() + c * kDim, kDim), c});
         }
@@ -789,11 +789,11 @@ TEST_F(CentroidIndexTest, LargeCodebooksProbeTheirNearestGroups) {
   for (int nprobe : {8, 40}) ExpectMatchesReference(*index_, nprobe, nullptr, 91 + nprobe);
 }
 
-// Asked for the query × centroid table (for the stage 2 from codes), a search over a codebook
-// without groups keeps QuerySimilarity's score of every centroid, token-major; one with groups
-// scores only its probed groups and leaves the table empty. Either way it finds the same hits bit
-// for bit. 67 centroids: a count the table's 4 × 4 transposes do not divide (9 query rows
-// neither).
+// Asked for the query × centroid table (for the stage 2 from codes), a search keeps
+// QuerySimilarity's score of every centroid, token-major, and finds the same hits bit for bit: with
+// groups, reading the probed groups' members from the table gives the scores that scoring the
+// groups gave. 67 centroids: a count the table's 4 × 4 transposes do not divide (9 query rows
+// neither). A grouped codebook beyond kMaxKeptTableCentroids keeps no table, with the same hits.
 TEST_F(CentroidIndexTest, KeepsTheCentroidScoresWhenAskedWithTheSameHits) {
   const std::shared_ptr<const CentroidCodebook> grouped(
       TrainOrDie(Clustered(8192, kDim, 1000, 17), kDim,
@@ -803,7 +803,11 @@ TEST_F(CentroidIndexTest, KeepsTheCentroidScoresWhenAskedWithTheSameHits) {
   const std::shared_ptr<const CentroidCodebook> odd(
       TrainOrDie(Clustered(4096, kDim, 100, 23), kDim, 67, 2, &pool_));
   ASSERT_EQ(odd->num_centroids(), 67);
-  for (const std::shared_ptr<const CentroidCodebook>& codebook : {codebook_, grouped, odd}) {
+  const std::shared_ptr<const CentroidCodebook> large(
+      TrainOrDie(Clustered(4 * kMaxKeptTableCentroids, kDim, 1000, 29), kDim,
+                 2 * kMaxKeptTableCentroids, 2, &pool_, 2));
+  ASSERT_TRUE(large->has_groups());
+  for (const std::shared_ptr<const CentroidCodebook>& codebook : {codebook_, grouped, odd, large}) {
     CentroidIndex index(codebook);
     for (uint64_t doc = 1; doc <= 400; ++doc) AddDocument(index, doc, doc);
     const int64_t C = codebook->num_centroids();
@@ -827,7 +831,7 @@ TEST_F(CentroidIndexTest, KeepsTheCentroidScoresWhenAskedWithTheSameHits) {
         EXPECT_EQ((*plain)[r].doc, (*with_table)[r].doc) << where << ", rank " << r;
         EXPECT_EQ((*plain)[r].score, (*with_table)[r].score) << where << ", rank " << r;
       }
-      if (codebook->has_groups()) {
+      if (codebook == large) {
         EXPECT_EQ(table.codebook, nullptr) << where;
         EXPECT_EQ(table.scores, nullptr) << where;
         continue;
@@ -839,6 +843,45 @@ TEST_F(CentroidIndexTest, KeepsTheCentroidScoresWhenAskedWithTheSameHits) {
         for (int64_t c = 0; c < C; ++c) {
           ASSERT_EQ(table.scores[i * C + c], expected[c * similarity.stride() + i])
               << where << ", row " << i << ", centroid " << c;
+        }
+      }
+    }
+  }
+}
+
+// Stage 2's table from the centroids its documents use (ScoreUsedCentroids): the rows of every
+// used centroid equal QuerySimilarity::Compute's bit for bit, whether a few are used (their rows
+// gathered), half, or nearly all (the whole codebook scored in place), over one part or several
+// of the pool (64 and 2,048 centroids).
+TEST_F(CentroidIndexTest, ScoresTheCentroidsItsDocumentsUse) {
+  const std::shared_ptr<const CentroidCodebook> large(
+      TrainOrDie(Clustered(8192, kDim, 1000, 17), kDim,
+                 CentroidCodebook::kExactAssignmentCentroids * 2, 2, &pool_, 2));
+  const std::vector<float> query = Clustered(9, kDim, 50, 5);
+  const QuerySimilarity similarity({query.data(), 9, kDim});
+  const int64_t stride = similarity.stride();
+  std::mt19937 rng(3);
+  for (const std::shared_ptr<const CentroidCodebook>& codebook : {codebook_, large}) {
+    const int64_t C = codebook->num_centroids();
+    std::vector<float> expected(C * stride);
+    similarity.Compute(codebook->centroids(), C, expected.data());
+    for (const int64_t used_count : {int64_t{3}, C / 2, C - 1, C}) {
+      std::vector<uint32_t> ids(C);
+      for (int64_t c = 0; c < C; ++c) ids[c] = static_cast<uint32_t>(c);
+      std::shuffle(ids.begin(), ids.end(), rng);
+      ids.resize(used_count);
+      // Two documents, the second naming some of the first's centroids again.
+      const std::vector<uint8_t> codes(C * codebook->codec().code_bytes(), 0);
+      const int64_t half = (used_count + 1) / 2;
+      const DocumentCodesView documents[] = {
+          {half, reinterpret_cast<const char*>(ids.data()), codes.data()},
+          {used_count - half + 1, reinterpret_cast<const char*>(&ids[half - 1]), codes.data()}};
+      const std::unique_ptr<float[]> table =
+          ScoreUsedCentroids(*codebook, similarity, documents, &pool_);
+      for (const uint32_t c : ids) {
+        for (int64_t i = 0; i < stride; ++i) {
+          ASSERT_EQ(table[c * stride + i], expected[c * stride + i])
+              << C << " centroids, " << used_count << " used: centroid " << c << ", lane " << i;
         }
       }
     }

@@ -150,7 +150,8 @@ class CollectionImpl : public Collection {
   // where this collection does), in no particular order. nullopt when stage 1 found fewer than
   // k (a selective filter): then every matching document of the shard is to be scored. In a
   // rerank_from_codes collection, stage 1 leaves the query's centroid scores in *centroid_scores
-  // for the stage 2 from codes (Shard::ScoreCodes) to reuse, where it computed all of them.
+  // for the stage 2 from codes (Shard::ScoreCodes) to reuse, where it kept them
+  // (CentroidSearchOptions::centroid_scores).
   absl::StatusOr<std::optional<std::vector<uint64_t>>> NominateCandidates(
       FloatMatrixView query, size_t s, const SearchPlan& plan, const SearchOptions& options,
       CentroidScoreTable* centroid_scores) const;

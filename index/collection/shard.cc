@@ -464,47 +464,6 @@ absl::StatusOr<Shard::CodedDocuments> Shard::FetchCodes(absl::Span<const uint64_
   return documents;
 }
 
-namespace {
-
-// The query × centroid scores stage 2 from codes needs when stage 1 left none: centroid-major as
-// QuerySimilarity::Compute writes them (centroid c's scores of the query's rows at table[c ·
-// similarity.stride()], so that a token's scores lie in one or two cache lines for the kernel's
-// gathers), computed for the centroids in which one of `documents` has a token; nothing reads the
-// others. Those are scattered over the codebook (the 400 candidates of 64 vectors of the 100k
-// shard's default use ~60% of its 16,384 centroids, and some of every run of 8), so their rows are
-// gathered (QuerySimilarity::ComputeRows) rather than runs of the codebook scored in place.
-std::unique_ptr<float[]> ScoreUsedCentroids(const CentroidCodebook& codebook,
-                                            const QuerySimilarity& similarity,
-                                            absl::Span<const DocumentCodesView> documents,
-                                            ThreadPool* pool) {
-  const int64_t C = codebook.num_centroids();
-  std::vector<uint8_t> used(C, 0);
-  for (const DocumentCodesView& document : documents) {
-    for (int64_t t = 0; t < document.size; ++t) used[document.centroid(t)] = 1;
-  }
-  std::vector<uint32_t> ids;
-  for (int64_t c = 0; c < C; ++c) {
-    if (used[c]) ids.push_back(static_cast<uint32_t>(c));
-  }
-  // Only the used rows are written, and only they are read: no zero fill of the C × stride floats.
-  std::unique_ptr<float[]> table(new float[C * similarity.stride()]);
-  constexpr int64_t kIdsPerPart = 2048;
-  const int64_t parts = (static_cast<int64_t>(ids.size()) + kIdsPerPart - 1) / kIdsPerPart;
-  pool->ParallelFor(parts, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t part = begin; part < end; ++part) {
-      const int64_t first = part * kIdsPerPart;
-      const int64_t n = std::min<int64_t>(kIdsPerPart, static_cast<int64_t>(ids.size()) - first);
-      similarity.ComputeRows(
-          codebook.centroids(),
-          absl::MakeConstSpan(ids).subspan(static_cast<size_t>(first), static_cast<size_t>(n)),
-          table.get());
-    }
-  });
-  return table;
-}
-
-}  // namespace
-
 absl::StatusOr<std::vector<std::optional<float>>> Shard::ScoreCodes(
     FloatMatrixView query, const CodedDocuments& documents,
     const CentroidScoreTable* stage1_scores) const {

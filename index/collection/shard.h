@@ -310,10 +310,11 @@ class Shard {
   // std::nullopt for those not found. The query × centroid scores come from `stage1_scores` when
   // it is this query's table under the documents' codebook (stage 1 of the same search kept it:
   // Stage1Query::centroid_scores), else are computed here, on the pool, for the centroids the
-  // documents use (a codebook with groups keeps no table; an exhaustive search runs no stage 1; a
-  // training may have swapped the codebook between the two stages). stage1_scores may be null.
-  // INVALID_ARGUMENT when the table it would compute has more than 2^31 entries (C × nq padded: a
-  // query of over 8,192 tokens at 2^18 centroids), past the kernels' int32 offsets.
+  // documents use, ScoreUsedCentroids (a large grouped codebook keeps no table; an exhaustive
+  // search runs no stage 1; a training may have swapped the codebook between the two stages).
+  // stage1_scores may be null. INVALID_ARGUMENT when the table it would compute has more than 2^31
+  // entries (C × nq padded: a query of over 8,192 tokens at 2^18 centroids), past the kernels'
+  // int32 offsets.
   absl::StatusOr<std::vector<std::optional<float>>> ScoreCodes(
       FloatMatrixView query, const CodedDocuments& documents,
       const CentroidScoreTable* stage1_scores) const;

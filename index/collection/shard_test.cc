@@ -10,7 +10,6 @@
 #include <future>
 #include <limits>
 #include <memory>
-#include <set>
 #include <string>
 #include <thread>
 #include <utility>
@@ -393,6 +392,15 @@ TEST_F(ShardTest, CompactScoringReusesOnlyTheTableOfItsQueryAndCodebook) {
       shard_->ScoreCodes(view, *documents, nullptr);
   ASSERT_TRUE(own.ok()) << own.status();
   ASSERT_EQ(own->size(), iids.size());
+
+  // Stage 2 scores only the centroids its documents use: fewer for one document than for twelve,
+  // with the same score for that document.
+  absl::StatusOr<Shard::CodedDocuments> first = shard_->FetchCodes({iids[0]});
+  ASSERT_TRUE(first.ok()) << first.status();
+  absl::StatusOr<std::vector<std::optional<float>>> alone =
+      shard_->ScoreCodes(view, *first, nullptr);
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  EXPECT_EQ((*alone)[0], (*own)[0]);
 
   const CentroidScoreTable reused = table(documents->codebook, nq, 1.0f);
   absl::StatusOr<std::vector<std::optional<float>>> shifted =

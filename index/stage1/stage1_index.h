@@ -54,9 +54,9 @@ struct Stage1Query {
   int num_documents = 100;  // N: documents nominated
   int per_token = 100;      // k′: candidate vectors per query token (CandidateStage1)
   int nprobe = 0;           // centroids probed per query token; 0: DefaultNprobe (CentroidStage1)
-  // Not null: a CentroidStage1 whose codebook has no groups leaves here the query's score of every
-  // centroid (CentroidSearchOptions::centroid_scores), for a stage 2 that scores codes; otherwise,
-  // and by a CandidateStage1, it is left as it was.
+  // Not null: a CentroidStage1 leaves here the query's score of every centroid
+  // (CentroidSearchOptions::centroid_scores: not for a large grouped codebook), for a stage 2 that
+  // scores codes; a CandidateStage1 leaves it as it was.
   CentroidScoreTable* centroid_scores = nullptr;
 };
 

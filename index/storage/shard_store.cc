@@ -47,6 +47,9 @@
 namespace tessera::internal {
 namespace {
 
+// How many lookups ahead a batch of hash-table lookups asks for its entries (prefetch).
+constexpr size_t kLookupPrefetchDistance = 8;
+
 constexpr char kMetaCf[] = "meta";
 constexpr char kDocsCf[] = "docs";
 constexpr char kIdsCf[] = "ids";
@@ -1291,6 +1294,10 @@ absl::Status ShardStoreImpl::ReadInPlace(SegmentKind kind, absl::Span<const DocK
     ReaderMutexLock lock(&rerank_mu_);
     uint32_t last = 0;  // segment numbers start at 1
     for (size_t i = 0; i < n; ++i) {
+      // As LiveTable::Lookup: the locations of a large shard miss the caches, so each is asked for
+      // a few lookups before it is needed.
+      if (i + kLookupPrefetchDistance < n)
+        locations_[k].prefetch(keys[i + kLookupPrefetchDistance]);
       const auto it = locations_[k].find(keys[i]);
       if (it == locations_[k].end()) {
         missing.push_back(i);
