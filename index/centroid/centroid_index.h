@@ -188,10 +188,11 @@ inline constexpr int64_t kMaxKeptCentroidScores = int64_t{1} << 24;
 // The largest grouped codebook whose table a search computes for its stage 2. Up to it (the real
 // sets' 2,048 and 4,096 centroids) the candidates use nearly every centroid, and one table in stage
 // 1 costs less than scoring the probed groups one token at a time and a table in stage 2 besides
-// (Xeon-2, the short set: compact QPS 0.64-0.83x the exact mode's with the table left to stage 2,
-// 0.81-0.95x with it kept). Beyond it the groups are far cheaper than the table, and the
-// candidates use a part of the codebook: at 16,384 centroids (100k documents) ~60%, and stage 1
-// without the table is ~1 ms faster.
+// (Xeon-2, the short set beside a build: compact QPS 0.64-0.83x the exact mode's with the table
+// left to stage 2, 0.81-0.95x with it kept). Beyond it the groups are far cheaper than the table,
+// and the candidates use a part of the codebook: at 1M documents (32,768 centroids) stage 1 is
+// 2-3 ms faster without the table and stage 2's table of the ~60% used costs 1.1-1.5 ms
+// (docs/results.md, "Rerank from codes").
 inline constexpr int64_t kMaxKeptTableCentroids = 4096;
 
 struct CentroidHit {
