@@ -135,8 +135,9 @@ std::vector<std::optional<LiveEntry>> LiveTable::Lookup(absl::Span<const uint64_
     // A shard's table outgrows the caches (1M documents: ~200 MB), and a stage-2 batch's
     // documents lie anywhere in it: each find would wait on its own misses. Asking for the
     // entries a few lookups ahead lets those misses overlap.
-    if (i + kLookupPrefetchDistance < iids.size())
+    if (i + kLookupPrefetchDistance < iids.size()) {
       live_.prefetch(iids[i + kLookupPrefetchDistance]);
+    }
     const auto it = live_.find(iids[i]);
     if (it == live_.end()) continue;
     LiveEntry& entry = entries[i].emplace();

@@ -1296,8 +1296,9 @@ absl::Status ShardStoreImpl::ReadInPlace(SegmentKind kind, absl::Span<const DocK
     for (size_t i = 0; i < n; ++i) {
       // As LiveTable::Lookup: the locations of a large shard miss the caches, so each is asked for
       // a few lookups before it is needed.
-      if (i + kLookupPrefetchDistance < n)
+      if (i + kLookupPrefetchDistance < n) {
         locations_[k].prefetch(keys[i + kLookupPrefetchDistance]);
+      }
       const auto it = locations_[k].find(keys[i]);
       if (it == locations_[k].end()) {
         missing.push_back(i);
