@@ -20,6 +20,7 @@ constexpr std::array<char, 8> kTrailerMagic = {'T', 'S', 'R', 'S', 'E', 'G', 'N'
 constexpr uint32_t kSegmentFormat = 1;
 constexpr uint64_t kHeaderBytes = 64;
 constexpr uint64_t kRowAlignment = 64;
+constexpr uint64_t kCodesAlignment = 4;
 constexpr uint64_t kEntryBytes = 32;
 // u64 count, u64 table offset, u32 CRC, 8-byte magic.
 constexpr uint64_t kTrailerBytes = 28;
@@ -76,6 +77,8 @@ absl::StatusOr<int64_t> WriteRerankSegment(const std::string& path, SegmentKind 
   std::vector<absl::string_view> parts;
   parts.reserve(2 * entries.size() + 3);
   parts.push_back(header);
+  // Rerank rows start on a cache line; codes only on a 4-byte boundary (see the file comment).
+  const uint64_t alignment = kind == SegmentKind::kCodes ? kCodesAlignment : kRowAlignment;
   uint64_t offset = kHeaderBytes;
   for (size_t i = 0; i < entries.size(); ++i) {
     RerankSegmentEntry& entry = entries[i];
@@ -83,7 +86,7 @@ absl::StatusOr<int64_t> WriteRerankSegment(const std::string& path, SegmentKind 
     entry.crc = Crc32(rows[i]);
     parts.push_back(rows[i]);
     offset += rows[i].size();
-    const uint64_t pad = (kRowAlignment - offset % kRowAlignment) % kRowAlignment;
+    const uint64_t pad = (alignment - offset % alignment) % alignment;
     if (pad > 0) parts.emplace_back(kZeros.data(), pad);
     offset += pad;
   }
