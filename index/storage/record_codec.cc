@@ -39,6 +39,25 @@ void PutU64(std::string* out, uint64_t v) {
 
 void PutI64(std::string* out, int64_t v) { PutU64(out, static_cast<uint64_t>(v)); }
 
+void PutVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>((v & 0x7f) | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+
+// kPackedDocument's int32 arrays: a count, then each value's zigzag delta from the one before.
+void PutDeltaArray(std::string* out, const std::vector<int32_t>& values) {
+  PutVarint(out, values.size());
+  int64_t previous = 0;
+  for (const int32_t v : values) {
+    const int64_t delta = int64_t{v} - previous;
+    PutVarint(out, (static_cast<uint64_t>(delta) << 1) ^ static_cast<uint64_t>(delta >> 63));
+    previous = v;
+  }
+}
+
 void PutString(std::string* out, absl::string_view s) {
   PutU32(out, static_cast<uint32_t>(s.size()));
   out->append(s.data(), s.size());
@@ -102,6 +121,45 @@ class Reader {
     if (data_.size() - 4 < n) return false;
     data_.remove_prefix(4);
     return ReadBytes(n, v);
+  }
+  // A minimal LEB128 varint of at most 64 bits: false for a truncated one, one with a trailing
+  // zero byte (another encoding of a shorter one) and one past 64 bits.
+  bool ReadVarint(uint64_t* v) {
+    uint64_t value = 0;
+    for (size_t i = 0; i < data_.size() && i < 10; ++i) {
+      const auto byte = static_cast<uint8_t>(data_[i]);
+      if (i == 9 && byte > 1) return false;
+      value |= static_cast<uint64_t>(byte & 0x7f) << (7 * i);
+      if ((byte & 0x80) == 0) {
+        if (byte == 0 && i > 0) return false;
+        *v = value;
+        data_.remove_prefix(i + 1);
+        return true;
+      }
+    }
+    return false;
+  }
+  // PutDeltaArray's form: false when truncated, not minimal, or a value leaves int32. The count
+  // is checked against the bytes left (a value takes at least one) before anything is allocated.
+  bool ReadDeltaArray(std::vector<int32_t>* v) {
+    Reader in(data_);
+    uint64_t n = 0;
+    if (!in.ReadVarint(&n) || n > in.left()) return false;
+    v->resize(n);
+    int64_t previous = 0;
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t zigzag = 0;
+      if (!in.ReadVarint(&zigzag)) return false;
+      const auto delta = static_cast<int64_t>((zigzag >> 1) ^ (~(zigzag & 1) + 1));
+      if (delta > std::numeric_limits<int32_t>::max() - previous ||
+          delta < std::numeric_limits<int32_t>::min() - previous) {
+        return false;
+      }
+      previous += delta;
+      (*v)[i] = static_cast<int32_t>(previous);
+    }
+    data_ = in.data_;
+    return true;
   }
   // A u32 count followed by count int32 values; the count is checked against the bytes left
   // before anything is allocated.
@@ -210,7 +268,7 @@ absl::StatusOr<absl::string_view> OpenEnvelope(absl::string_view value, RecordKi
 }
 
 void EncodeDocumentRecord(const DocumentRecord& record, std::string* out) {
-  const size_t start = BeginEnvelope(RecordKind::kDocument, out);
+  const size_t start = BeginEnvelope(RecordKind::kPackedDocument, out);
   PutU64(out, record.iid);
   PutString(out, record.external_id);
   PutU64(out, record.version);
@@ -239,10 +297,8 @@ void EncodeDocumentRecord(const DocumentRecord& record, std::string* out) {
       PutString(out, std::get<std::string>(value));
     }
   }
-  PutU32(out, static_cast<uint32_t>(record.member_offsets.size()));
-  for (int32_t v : record.member_offsets) PutU32(out, static_cast<uint32_t>(v));
-  PutU32(out, static_cast<uint32_t>(record.members.size()));
-  for (int32_t v : record.members) PutU32(out, static_cast<uint32_t>(v));
+  PutDeltaArray(out, record.member_offsets);
+  PutDeltaArray(out, record.members);
   if (record.sparse.has_value()) {
     PutU8(out, 1);
     PutU32(out, static_cast<uint32_t>(record.sparse->indices.size()));
@@ -264,8 +320,12 @@ std::string EncodeDocumentRecord(const DocumentRecord& record) {
 
 absl::StatusOr<DocumentRecord> DecodeDocumentRecord(absl::string_view value, uint64_t iid) {
   const std::string what = IidWhat("docs", iid);
-  TESSERA_ASSIGN_OR_RETURN(absl::string_view payload,
-                           OpenEnvelope(value, RecordKind::kDocument, what));
+  // Written as kPackedDocument since its membership took varints; kDocument before.
+  const bool packed = value.size() >= 2 && static_cast<uint8_t>(value[1]) ==
+                                               static_cast<uint8_t>(RecordKind::kPackedDocument);
+  TESSERA_ASSIGN_OR_RETURN(
+      absl::string_view payload,
+      OpenEnvelope(value, packed ? RecordKind::kPackedDocument : RecordKind::kDocument, what));
   Reader in(payload);
   DocumentRecord record;
   absl::string_view external_id;
@@ -329,8 +389,17 @@ absl::StatusOr<DocumentRecord> DecodeDocumentRecord(absl::string_view value, uin
     record.attributes.emplace_hint(record.attributes.end(), std::string(name),
                                    std::move(attribute));
   }
-  if (!in.ReadI32Array(&record.member_offsets)) return Truncated(what, "member_offsets");
-  if (!in.ReadI32Array(&record.members)) return Truncated(what, "members");
+  if (packed) {
+    if (!in.ReadDeltaArray(&record.member_offsets)) {
+      return Corrupt(what, "field 'member_offsets' truncated, not minimal varints or not int32");
+    }
+    if (!in.ReadDeltaArray(&record.members)) {
+      return Corrupt(what, "field 'members' truncated, not minimal varints or not int32");
+    }
+  } else {
+    if (!in.ReadI32Array(&record.member_offsets)) return Truncated(what, "member_offsets");
+    if (!in.ReadI32Array(&record.members)) return Truncated(what, "members");
+  }
   if (in.left() != 0) {
     uint8_t has_sparse = 0;
     uint32_t count = 0;

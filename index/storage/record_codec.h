@@ -28,6 +28,13 @@
 //               then, only for a document with a sparse vector (records without one are
 //               byte-identical to those written before sparse vectors existed): u8 1, u32 count,
 //               count × u32 indices, count × f32 values
+//   kPackedDocument  what kDocument holds, in its order, but each of member_offsets and members
+//               as a varint count + count × varint zigzag(value − previous value, the first
+//               against 0): offsets ascend by cluster sizes and members within a cluster, so a
+//               128-token document pooled at p = 2 takes ~200 bytes where the u32 arrays took
+//               772 (the bulk of a docs record). Varints are LEB128 (7 bits a byte, low first)
+//               and must be minimal (no trailing zero byte): the encoding stays canonical. What
+//               Encode writes since 2026-12-07; kDocument values written before still read.
 //   kMatrix     u8 dtype (0 fp32, 1 fp16), i64 rows, i64 cols, then exactly rows·cols·itemsize
 //               bytes of little-endian values (the StoredMatrix's bytes as they are)
 //   kId         u64 iid
@@ -66,6 +73,7 @@ enum class RecordKind : uint8_t {
   kCodes = 6,
   kRerankPointer = 7,
   kCodesPointer = 8,
+  kPackedDocument = 9,
 };
 
 // Where a document's rerank rows live once moved out of RocksDB: rows·cols values of dtype at

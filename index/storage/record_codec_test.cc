@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/base/casts.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tessera/float16.h"
@@ -131,7 +132,7 @@ TEST(RecordCodec, DocumentRoundTripWithAndWithoutLayout) {
     const DocumentRecord record = SampleRecord(with_layout);
     const std::string value = EncodeDocumentRecord(record);
     EXPECT_EQ(static_cast<uint8_t>(value[0]), kRecordFormatVersion);
-    EXPECT_EQ(static_cast<uint8_t>(value[1]), static_cast<uint8_t>(RecordKind::kDocument));
+    EXPECT_EQ(static_cast<uint8_t>(value[1]), static_cast<uint8_t>(RecordKind::kPackedDocument));
     auto decoded = DecodeDocumentRecord(value, record.iid);
     ASSERT_TRUE(decoded.ok()) << decoded.status();
     ExpectSameRecord(record, *decoded);
@@ -157,6 +158,99 @@ TEST(RecordCodec, SparseVectorRoundTripsAndIsAnOptionalTrailingSection) {
   auto plain = DecodeDocumentRecord(without, record.iid);
   ASSERT_TRUE(plain.ok()) << plain.status();
   EXPECT_FALSE(plain->sparse.has_value());
+}
+
+// A docs value of `kind` for iid 7 (external id "x", version 1, 4 tokens, no layout, no
+// attributes) whose membership section is `membership`, sealed.
+std::string DocumentBytes(RecordKind kind, const std::string& membership) {
+  std::string value;
+  value.push_back(static_cast<char>(kRecordFormatVersion));
+  value.push_back(static_cast<char>(kind));
+  const auto put = [&value](uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) value.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  put(7, 8);  // iid
+  put(1, 4);  // external id length
+  value += "x";
+  put(1, 8);  // version
+  put(4, 8);  // num_tokens
+  put(0, 1);  // no layout
+  put(0, 4);  // no attributes
+  value += membership;
+  return Reseal(value + std::string(4, '\0'));
+}
+
+// Records written before the membership took varints (kDocument, u32 arrays) read as they were;
+// the same record encodes, canonically, to the varint form.
+TEST(RecordCodec, DocumentsWithFixedWidthMembershipStillRead) {
+  const std::string fixed(
+      "\x02\0\0\0"
+      "\0\0\0\0"
+      "\x02\0\0\0"  // offsets {0, 2}
+      "\x02\0\0\0"
+      "\x01\0\0\0"
+      "\0\0\0\0",  // members {1, 0}
+      24);
+  const absl::StatusOr<DocumentRecord> old =
+      DecodeDocumentRecord(DocumentBytes(RecordKind::kDocument, fixed), 7);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->member_offsets, (std::vector<int32_t>{0, 2}));
+  EXPECT_EQ(old->members, (std::vector<int32_t>{1, 0}));
+  // Counts 2 and deltas zigzagged: offsets 0 → 0, +2 → 4; members +1 → 2, −1 → 1.
+  const std::string packed =
+      DocumentBytes(RecordKind::kPackedDocument, std::string("\x02\x00\x04\x02\x02\x01", 6));
+  EXPECT_EQ(EncodeDocumentRecord(*old), packed);
+  const absl::StatusOr<DocumentRecord> again = DecodeDocumentRecord(packed, 7);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ExpectSameRecord(*old, *again);
+}
+
+// The varint membership: a 128-token document pooled in pairs takes a fraction of the u32
+// arrays' 772 bytes, any int32 values round-trip (deltas of up to 2^32 in 5-byte varints), and
+// a membership that is truncated, not minimal, or leaves int32 is DATA_LOSS naming its field.
+TEST(RecordCodec, PackedMembershipIsSmallExactAndChecked) {
+  DocumentRecord record = SampleRecord(false);
+  record.member_offsets.clear();
+  record.members.clear();
+  for (int32_t cluster = 0; cluster < 64; ++cluster) {
+    record.member_offsets.push_back(2 * cluster);
+    record.members.push_back((cluster * 37) % 128);
+    record.members.push_back((cluster * 37 + 64) % 128);
+  }
+  record.member_offsets.push_back(128);
+  DocumentRecord fixed_width = record;
+  fixed_width.member_offsets.clear();
+  fixed_width.members.clear();
+  const size_t packed_size = EncodeDocumentRecord(record).size();
+  const size_t empty_size = EncodeDocumentRecord(fixed_width).size();
+  EXPECT_LE(packed_size - empty_size, 2 + 65 + 128 * 2) << "u32 arrays: " << 8 + 193 * 4;
+  auto decoded = DecodeDocumentRecord(EncodeDocumentRecord(record), record.iid);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ExpectSameRecord(record, *decoded);
+
+  record.member_offsets = {std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min(),
+                           0, -1, std::numeric_limits<int32_t>::max()};
+  record.members = {};
+  decoded = DecodeDocumentRecord(EncodeDocumentRecord(record), record.iid);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ExpectSameRecord(record, *decoded);
+
+  const struct {
+    std::string membership;
+    const char* field;
+  } bad[] = {
+      {std::string("\x02\x80\x00\x04\x00", 5), "member_offsets"},   // 0 as two bytes
+      {std::string("\x03\x00\x04", 3), "member_offsets"},           // a value short
+      {std::string("\x00\x01\x80\x80\x80\x80\x10", 7), "members"},  // zigzag 2^32: +2^31
+      {std::string("\x00\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x02", 12),
+       "members"},  // past 64 bits
+  };
+  for (const auto& [membership, field] : bad) {
+    const auto status =
+        DecodeDocumentRecord(DocumentBytes(RecordKind::kPackedDocument, membership), 7).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << field;
+    EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("field '", field, "'"))) << status;
+  }
 }
 
 TEST(RecordCodec, MinimalDocumentRoundTrip) {
