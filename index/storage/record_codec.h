@@ -34,7 +34,9 @@
 //               128-token document pooled at p = 2 takes ~200 bytes where the u32 arrays took
 //               772 (the bulk of a docs record). Varints are LEB128 (7 bits a byte, low first)
 //               and must be minimal (no trailing zero byte): the encoding stays canonical. What
-//               Encode writes since 2026-12-07; kDocument values written before still read.
+//               Encode writes since 2026-12-07; kDocument values written before still read, but
+//               a binary from before reads kind 9 as DATA_LOSS: a shard written to since cannot
+//               be opened by an older binary (no downgrade).
 //   kMatrix     u8 dtype (0 fp32, 1 fp16), i64 rows, i64 cols, then exactly rows·cols·itemsize
 //               bytes of little-endian values (the StoredMatrix's bytes as they are)
 //   kId         u64 iid
