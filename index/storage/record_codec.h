@@ -13,7 +13,7 @@
 // Values: every value is an envelope
 //   [0]      uint8   format version (kRecordFormatVersion = 1)
 //   [1]      uint8   kind (RecordKind), so that a value of one kind is never read as another
-//   [2..n-4) payload, little-endian fixed-width fields
+//   [2..n-4) payload, little-endian fixed-width fields (kPackedDocument's membership: varints)
 //   [n-4..n) uint32  CRC-32 (zlib crc32, little-endian) of bytes [0, n-4)
 // A value that is too short, has an unknown version or kind, fails its checksum, or whose payload
 // does not parse exactly (every length bounded by the bytes left, no trailing bytes) decodes to
