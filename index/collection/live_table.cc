@@ -4,13 +4,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "index/common/prefetched_lookup.h"
 #include "tessera/status_macros.h"
 
 namespace tessera::internal {
 namespace {
-
-// How many lookups ahead a batch of hash-table lookups asks for its entries (prefetch).
-constexpr size_t kLookupPrefetchDistance = 8;
 
 std::optional<SparseIndex> MakeSparseIndex(const std::optional<SparseScoring>& scoring) {
   if (!scoring.has_value()) return std::nullopt;
@@ -132,12 +130,7 @@ std::vector<std::optional<LiveEntry>> LiveTable::Lookup(absl::Span<const uint64_
   std::vector<std::optional<LiveEntry>> entries(iids.size());
   ReaderMutexLock lock(&mu_);
   for (size_t i = 0; i < iids.size(); ++i) {
-    // A shard's table outgrows the caches (1M documents: ~200 MB), and a stage-2 batch's
-    // documents lie anywhere in it: each find would wait on its own misses. Asking for the
-    // entries a few lookups ahead lets those misses overlap.
-    if (i + kLookupPrefetchDistance < iids.size()) {
-      live_.prefetch(iids[i + kLookupPrefetchDistance]);
-    }
+    PrefetchAhead(live_, iids, i);
     const auto it = live_.find(iids[i]);
     if (it == live_.end()) continue;
     LiveEntry& entry = entries[i].emplace();

@@ -27,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "index/common/crc32.h"
 #include "index/common/file_io.h"
+#include "index/common/prefetched_lookup.h"
 #include "index/storage/record_codec.h"
 #include "index/storage/rerank_segment.h"
 #include "rocksdb/cache.h"
@@ -46,9 +47,6 @@
 
 namespace tessera::internal {
 namespace {
-
-// How many lookups ahead a batch of hash-table lookups asks for its entries (prefetch).
-constexpr size_t kLookupPrefetchDistance = 8;
 
 constexpr char kMetaCf[] = "meta";
 constexpr char kDocsCf[] = "docs";
@@ -1294,11 +1292,7 @@ absl::Status ShardStoreImpl::ReadInPlace(SegmentKind kind, absl::Span<const DocK
     ReaderMutexLock lock(&rerank_mu_);
     uint32_t last = 0;  // segment numbers start at 1
     for (size_t i = 0; i < n; ++i) {
-      // As LiveTable::Lookup: the locations of a large shard miss the caches, so each is asked for
-      // a few lookups before it is needed.
-      if (i + kLookupPrefetchDistance < n) {
-        locations_[k].prefetch(keys[i + kLookupPrefetchDistance]);
-      }
+      PrefetchAhead(locations_[k], keys, i);
       const auto it = locations_[k].find(keys[i]);
       if (it == locations_[k].end()) {
         missing.push_back(i);
