@@ -36,39 +36,40 @@ constexpr int64_t kMaxTileOrdinals = 524288;
 constexpr int64_t kMinTileOrdinals = 256;
 
 // Per-thread scratch for one tile, indexed by ordinal − the tile's first: per document, the
-// current token's best score so far (starting at the token's missing estimate) and the sum of
-// (best − missing) over the tokens before it. Dense arrays instead of slots touched on demand:
-// the per-entry update is then a branch-free max, and the per-token fold a vectorised pass over
-// the tile — a data-dependent branch per entry (first visit of a document by this token or not)
-// cost more than the fold. So did a branch-free form without the fold, a slot per ordinal of the
-// last token that found the document, that token's best so far and the sum before it (12 bytes,
-// the pending best added when another token finds the document): at 1M documents a token's 40
-// probed lists hold ~78,000 entries at the average length (~1,950) against 1M ordinals, yet stage 1
-// took 15.9–17.9 ms against the fold's 13.2–15.0 (Intel Xeon, AVX-512, alternated), and more with
-// tiles of 65,536 or 131,072 ordinals: the per-entry access to three times the bytes costs more
-// than a streamed pass. Reused across searches on the same thread.
+// current token's margin so far (its best vector's score less the token's missing estimate; 0 when
+// it found none above the estimate) and the sum of the margins of the tokens before it. Dense
+// arrays instead of slots touched on demand: the per-entry update is then a branch-free max, and
+// the per-token fold either a vectorised pass over the tile or a second pass over the token's
+// entries (below) — a data-dependent branch per entry (first visit of a document by this token or
+// not) cost more than the fold. So did a branch-free form without the fold, a slot per ordinal of
+// the last token that found the document, that token's best so far and the sum before it (12
+// bytes, the pending best added when another token finds the document): at 1M documents a token's
+// 40 probed lists hold ~78,000 entries at the average length (~1,950) against 1M ordinals, yet
+// stage 1 took 15.9–17.9 ms against the fold's 13.2–15.0 (Intel Xeon, AVX-512, alternated), and
+// more with tiles of 65,536 or 131,072 ordinals: the per-entry access to three times the bytes
+// costs more than a streamed pass. Reused across searches on the same thread.
 struct TileScratch {
-  std::vector<float> best;
+  std::vector<float> margin;
   std::vector<float> sum;
 
   void Begin(size_t ordinals) {
-    if (best.size() < ordinals) {
-      best.resize(ordinals);
+    if (margin.size() < ordinals) {
+      margin.resize(ordinals);
       sum.resize(ordinals);
     }
   }
 };
 
-// After a token of a tile: adds each document's (best − missing) to its sum and resets its best
-// to the next token's estimate. A document the token found nothing of (or nothing above its
+// After a token of a tile, over every ordinal: adds each document's margin to its sum and clears
+// the margin for the next token. A document the token found nothing of (or nothing above its
 // estimate) adds exactly 0, so the sums equal those of adding only the tokens that found it, in
-// the same order. Cloned for AVX2, where it runs 8 lanes at a time instead of SSE's 4.
-__attribute__((target_clones("avx2", "default"))) void FoldToken(float missing, float next,
-                                                                 size_t n, float* best,
+// the same order — which is what the sparse fold does. Cloned for AVX2, where it runs 8 lanes at
+// a time instead of SSE's 4.
+__attribute__((target_clones("avx2", "default"))) void FoldToken(size_t n, float* margin,
                                                                  float* sum) {
   for (size_t o = 0; o < n; ++o) {
-    sum[o] += best[o] - missing;
-    best[o] = next;
+    sum[o] += margin[o];
+    margin[o] = 0.0f;
   }
 }
 
@@ -409,19 +410,28 @@ void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, uint32_t first
   const size_t n = end_ordinal - first_ordinal;
   TileScratch& scratch = ThreadTileScratch();
   scratch.Begin(n);
-  float* best = scratch.best.data();
+  float* margin = scratch.margin.data();
   float* sum = scratch.sum.data();
   std::fill(sum, sum + n, 0.0f);
-  std::fill(best, best + n, tokens[0].missing);
+  std::fill(margin, margin + n, 0.0f);
+  // One probed list's entries in this tile: [begin, end) of its ordinals.
+  struct Run {
+    const uint32_t* ordinals;
+    const uint16_t* sums;
+    uint32_t begin;
+    uint32_t end;
+    float offset;  // the probe's offset less the token's estimate
+  };
+  std::vector<Run> runs;
   for (size_t i = 0; i < tokens.size(); ++i) {
     const TokenScan& token = tokens[i];
-    // Locals, not members: the stores to `best` could alias them and force a reload per entry.
+    // Locals, not members: the stores to `margin` could alias them and force a reload per entry.
     const float step = token.step;
-    for (size_t p = 0; p < token.probes.size(); ++p) {
-      const Probe& probe = token.probes[p];
-      const float offset = probe.offset;
+    runs.clear();
+    size_t entries = 0;
+    for (const Probe& probe : token.probes) {
       // A list's ordinals ascend, so the tile's entries are one run of it, found here (the lines
-      // the searches touch are the run's first and last, which this loop reads next; finding
+      // the searches touch are the run's first and last, which the loop below reads next; finding
       // every tile's bounds per token up front measured no faster on the 1M-document shard, nor
       // did a per-list index of where each 16,384-ordinal tile starts, which needs no search).
       const uint32_t* ordinals = probe.list->ordinals.data();
@@ -430,14 +440,30 @@ void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, uint32_t first
           InterpolatedLowerBound(ordinals, list_end, first_ordinal) - ordinals);
       const auto end = static_cast<uint32_t>(
           InterpolatedLowerBound(ordinals + begin, list_end, end_ordinal) - ordinals);
-      const uint16_t* sums = &token.sums[probe.sums];
-      for (uint32_t e = begin; e < end; ++e) {
-        const float score = offset + step * static_cast<float>(sums[e]);
-        float& slot = best[ordinals[e] - first_ordinal];
+      runs.push_back(
+          Run{ordinals, &token.sums[probe.sums], begin, end, probe.offset - token.missing});
+      entries += end - begin;
+    }
+    for (const Run& run : runs) {
+      const float offset = run.offset;
+      for (uint32_t e = run.begin; e < run.end; ++e) {
+        const float score = offset + step * static_cast<float>(run.sums[e]);
+        float& slot = margin[run.ordinals[e] - first_ordinal];
         slot = std::max(slot, score);
       }
     }
-    FoldToken(token.missing, i + 1 < tokens.size() ? tokens[i + 1].missing : 0.0f, n, best, sum);
+    if (entries * static_cast<size_t>(kSparseFoldRatio) < n) {
+      // A document's later entries of this token find its margin cleared and add 0.
+      for (const Run& run : runs) {
+        for (uint32_t e = run.begin; e < run.end; ++e) {
+          const uint32_t o = run.ordinals[e] - first_ordinal;
+          sum[o] += margin[o];
+          margin[o] = 0.0f;
+        }
+      }
+    } else {
+      FoldToken(n, margin, sum);
+    }
   }
   // The documents some token found above its estimate (a positive sum), live ones only (dead
   // ordinals were scored like live ones and are dropped here, once); with `keep` ≥ 0, only the

@@ -18,10 +18,10 @@
 // A search runs in two parallel passes: per query token, the selection and the code scan (16-bit
 // sums per list entry); then per tile of document ordinals (a list's ordinals ascend, so a tile is
 // one run of each list; a thread's share of the ordinals, up to 524,288), the per-document
-// accumulation in a dense scratch (a branch-free max per entry, a vectorised fold per token) and
-// a bounded heap of the tile's best. At 1M documents stage 1 then reads ~100 MB of codes, ordinals
-// and sums per query, and is bound by that memory traffic on the 2-core machine
-// (docs/notes/2026-12-04.md).
+// accumulation in a dense scratch (a branch-free max per entry; per token a fold over the tile,
+// or over the token's own entries when they are few: kSparseFoldRatio) and a bounded heap of the
+// tile's best. At 1M documents stage 1 then reads ~100 MB of codes, ordinals and sums per query,
+// and is bound by that memory traffic on the 2-core machine (docs/notes/2026-12-04.md).
 //
 // Documents are removed by tombstones; the lists are compacted (and ordinals renumbered) once the
 // dead vectors pass kCompactionFraction of all vectors.
@@ -115,6 +115,16 @@ inline constexpr int kMaxDefaultNprobe = 32;
 // 13.2–14.7 ms; on the four real sets the same nDCG@10 as 2 bits.
 inline constexpr int kScanNbits = 1;
 int DefaultNprobe(int64_t num_centroids);
+
+// Stage 1 folds a token's per-document margins into the documents' sums by a second pass over
+// the token's own entries when a tile of ordinals has more than kSparseFoldRatio of them per
+// entry, and by a vectorised pass over the whole tile otherwise. An entry of the second pass is a
+// scattered read-modify-write of two floats, an ordinal of the dense pass 16 streamed bytes: on
+// the 1M-document shard of the √ codebook rule (a token's entries ~4–8% of a tile's ordinals) the
+// scattered pass for every token measured slower than the dense one (stage 1 9.8–9.9 against
+// 8.9–9.2 ms; docs/notes/2026-12-04.md), while a codebook that grows with the shard (short
+// lists) leaves a token ~1% of them. Both give the same sums, bit for bit.
+inline constexpr int64_t kSparseFoldRatio = 32;
 
 // Documents a shard sends to the exact rerank for k hits when a search leaves N at 0, with a
 // centroid index of `vectors` vectors: max(c·k, 10·c) with c = 10·√(vectors / 2^18) clamped to

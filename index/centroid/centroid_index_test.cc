@@ -402,8 +402,8 @@ class CentroidIndexTest : public ::testing::Test {
     for (uint64_t doc = 1; doc <= 300; ++doc) AddDocument(*index_, doc, doc);
   }
 
-  void AddDocument(CentroidIndex& index, uint64_t doc, uint64_t seed) {
-    std::vector<float> vectors = Clustered(kTokens, kDim, 50, 1000 + seed);
+  void AddDocument(CentroidIndex& index, uint64_t doc, uint64_t seed, int topics = 50) {
+    std::vector<float> vectors = Clustered(kTokens, kDim, topics, 1000 + seed);
     DocumentCodes codes = index.Encode(FloatMatrixView{vectors.data(), kTokens, kDim});
     ASSERT_TRUE(index.Add(doc, codes).ok());
     docs_[doc] = codes;
@@ -428,19 +428,14 @@ class CentroidIndexTest : public ::testing::Test {
     return bound;
   }
 
-  // The documented score: Σ_i max(token i's last probed centroid score, the best over the
-  // document's vectors in token i's probed lists of ⟨q_i, centroid⟩ + the quantised table score
-  // of its code — or, when `quantised` is false, ⟨q_i, decoded vector⟩), for the documents with
-  // at least one vector above its token's estimate.
-  std::vector<CentroidHit> Reference(const std::vector<float>& query, int nprobe, size_t n,
-                                     const std::function<bool(uint64_t)>& accept,
-                                     bool quantised = true) const {
+  // Token i's nprobe best centroids (ties: lower id) in probed[i], its last one's score in
+  // missing[i]; with groups, among the centroids of its ProbedGroups(nprobe) nearest groups.
+  void Probes(const std::vector<float>& query, int nprobe, std::vector<std::set<uint32_t>>* probed,
+              std::vector<double>* missing) const {
     const int64_t nq = static_cast<int64_t>(query.size()) / kDim;
     const int64_t C = codebook_->num_centroids();
-    std::vector<ScanTables> tables;
-    for (int64_t i = 0; i < nq; ++i) tables.push_back(Tables(&query[i * kDim]));
-    std::vector<std::set<uint32_t>> probed(nq);
-    std::vector<double> missing(nq);
+    probed->assign(nq, {});
+    missing->assign(nq, 0.0);
     for (int64_t i = 0; i < nq; ++i) {
       std::vector<std::pair<double, uint32_t>> ranked;
       if (codebook_->has_groups()) {  // the candidates are the nearest groups' centroids
@@ -458,9 +453,24 @@ class CentroidIndexTest : public ::testing::Test {
       std::sort(ranked.begin(), ranked.end(), [](auto& a, auto& b) {
         return a.first != b.first ? a.first > b.first : a.second < b.second;
       });
-      for (int p = 0; p < nprobe; ++p) probed[i].insert(ranked[p].second);
-      missing[i] = ranked[nprobe - 1].first;
+      for (int p = 0; p < nprobe; ++p) (*probed)[i].insert(ranked[p].second);
+      (*missing)[i] = ranked[nprobe - 1].first;
     }
+  }
+
+  // The documented score: Σ_i max(token i's last probed centroid score, the best over the
+  // document's vectors in token i's probed lists of ⟨q_i, centroid⟩ + the quantised table score
+  // of its code — or, when `quantised` is false, ⟨q_i, decoded vector⟩), for the documents with
+  // at least one vector above its token's estimate.
+  std::vector<CentroidHit> Reference(const std::vector<float>& query, int nprobe, size_t n,
+                                     const std::function<bool(uint64_t)>& accept,
+                                     bool quantised = true) const {
+    const int64_t nq = static_cast<int64_t>(query.size()) / kDim;
+    std::vector<ScanTables> tables;
+    for (int64_t i = 0; i < nq; ++i) tables.push_back(Tables(&query[i * kDim]));
+    std::vector<std::set<uint32_t>> probed;
+    std::vector<double> missing;
+    Probes(query, nprobe, &probed, &missing);
     std::vector<CentroidHit> hits;
     std::vector<float> decoded(kDim);
     const int64_t code_bytes = codebook_->codec().code_bytes();
@@ -507,14 +517,17 @@ class CentroidIndexTest : public ::testing::Test {
     return hits;
   }
 
+  // A query of 8 tokens around `topics` directions (those of AddDocument's documents by default),
+  // searched on `pool` (null: inline, one accumulation tile up to kMaxTileOrdinals).
   void ExpectMatchesReference(const CentroidIndex& index, int nprobe,
-                              const std::function<bool(uint64_t)>* accept, uint64_t seed) {
-    const std::vector<float> query = Clustered(8, kDim, 50, seed);
+                              const std::function<bool(uint64_t)>* accept, uint64_t seed,
+                              ThreadPool* pool, int topics = 50) {
+    const std::vector<float> query = Clustered(8, kDim, topics, seed);
     CentroidSearchOptions options;
     options.nprobe = nprobe;
     options.num_documents = 40;
     absl::StatusOr<std::vector<CentroidHit>> hits =
-        index.Search(FloatMatrixView{query.data(), 8, kDim}, options, accept, &pool_);
+        index.Search(FloatMatrixView{query.data(), 8, kDim}, options, accept, pool);
     ASSERT_TRUE(hits.ok()) << hits.status();
     const std::vector<CentroidHit> expected = Reference(
         query, nprobe, 40, accept ? *accept : [](uint64_t) { return true; });
@@ -543,7 +556,7 @@ TEST_F(CentroidIndexTest, ProbingEveryCentroidGivesMaxSimOverDecodedVectors) {
   // With nprobe = C no token misses a document: the score is MaxSim over the decoded vectors, up
   // to the tables' quantisation (at most nibbles · step / 2 per token).
   const int all = static_cast<int>(codebook_->num_centroids());
-  ExpectMatchesReference(*index_, all, nullptr, 11);
+  ExpectMatchesReference(*index_, all, nullptr, 11, &pool_);
   const std::vector<float> query = Clustered(8, kDim, 50, 11);
   const auto any = [](uint64_t) { return true; };
   const std::vector<CentroidHit> quantised = Reference(query, all, 300, any);
@@ -560,7 +573,8 @@ TEST_F(CentroidIndexTest, ProbingEveryCentroidGivesMaxSimOverDecodedVectors) {
 }
 
 TEST_F(CentroidIndexTest, FewProbesMatchTheDocumentedApproximation) {
-  for (int nprobe : {1, 3, 8}) ExpectMatchesReference(*index_, nprobe, nullptr, 20 + nprobe);
+  for (int nprobe : {1, 3, 8})
+    ExpectMatchesReference(*index_, nprobe, nullptr, 20 + nprobe, &pool_);
 }
 
 TEST_F(CentroidIndexTest, CoarsenedScansListTheTopBitsOfEachCode) {
@@ -581,7 +595,7 @@ TEST_F(CentroidIndexTest, CoarsenedScansListTheTopBitsOfEachCode) {
       for (uint64_t doc = 1; doc <= 300; ++doc) AddDocument(*index_, doc, doc);
       ASSERT_EQ(index_->scan_codec().nbits(), scan_nbits);
       for (int nprobe : {1, 8, static_cast<int>(codebook_->num_centroids())}) {
-        ExpectMatchesReference(*index_, nprobe, nullptr, 40 + nprobe);
+        ExpectMatchesReference(*index_, nprobe, nullptr, 40 + nprobe, &pool_);
       }
       // Memory beyond the codebook: per vector its list entry (4 bytes of ordinal, the coarse
       // code) rounded up to whole scan blocks per list, per document its tables (ordinal → doc,
@@ -600,7 +614,7 @@ TEST_F(CentroidIndexTest, CoarsenedScansListTheTopBitsOfEachCode) {
         index_->Remove(doc);
         docs_.erase(doc);
       }
-      ExpectMatchesReference(*index_, 8, nullptr, 60);
+      ExpectMatchesReference(*index_, 8, nullptr, 60, &pool_);
     }
   }
   // A scan width of the codec's own (or more) lists the codebook's codes.
@@ -728,7 +742,7 @@ TEST_F(CentroidIndexTest, NprobeZeroIsTheDefault) {
 
 TEST_F(CentroidIndexTest, FiltersRunInsideTheSearch) {
   const std::function<bool(uint64_t)> odd = [](uint64_t doc) { return doc % 2 == 1; };
-  ExpectMatchesReference(*index_, 4, &odd, 31);
+  ExpectMatchesReference(*index_, 4, &odd, 31, &pool_);
 }
 
 TEST_F(CentroidIndexTest, RemovedAndReplacedDocumentsAreNeverReturned) {
@@ -743,7 +757,7 @@ TEST_F(CentroidIndexTest, RemovedAndReplacedDocumentsAreNeverReturned) {
   EXPECT_EQ(stats.vectors, static_cast<int64_t>(docs_.size()) * kTokens);
   EXPECT_LE(stats.dead_vectors,
             CentroidIndex::kCompactionFraction * (stats.vectors + stats.dead_vectors));
-  for (int nprobe : {2, 64}) ExpectMatchesReference(*index_, nprobe, nullptr, 40 + nprobe);
+  for (int nprobe : {2, 64}) ExpectMatchesReference(*index_, nprobe, nullptr, 40 + nprobe, &pool_);
   std::vector<uint64_t> expected;
   for (const auto& [doc, codes] : docs_) expected.push_back(doc);
   EXPECT_EQ(index_->Documents(), expected);
@@ -773,7 +787,7 @@ TEST_F(CentroidIndexTest, OrdinalTilesDoNotChangeResults) {
     EXPECT_EQ((*pooled)[r].doc, (*inline_search)[r].doc) << "rank " << r;
     EXPECT_EQ((*pooled)[r].score, (*inline_search)[r].score) << "rank " << r;
   }
-  ExpectMatchesReference(*index_, 4, nullptr, 77);
+  ExpectMatchesReference(*index_, 4, nullptr, 77, &pool_);
 }
 
 TEST_F(CentroidIndexTest, LargeCodebooksProbeTheirNearestGroups) {
@@ -786,7 +800,57 @@ TEST_F(CentroidIndexTest, LargeCodebooksProbeTheirNearestGroups) {
   index_ = std::make_unique<CentroidIndex>(codebook_);
   docs_.clear();
   for (uint64_t doc = 1; doc <= 400; ++doc) AddDocument(*index_, doc, doc);
-  for (int nprobe : {8, 40}) ExpectMatchesReference(*index_, nprobe, nullptr, 91 + nprobe);
+  for (int nprobe : {8, 40}) ExpectMatchesReference(*index_, nprobe, nullptr, 91 + nprobe, &pool_);
+}
+
+// A token whose probed lists hold few entries against a tile's ordinals (fewer than one in
+// kSparseFoldRatio) folds its margins into the sums entry by entry, not over the whole tile. 4,000
+// documents of 12 vectors around 1,000 directions over 2,048 centroids (lists of ~23): at nprobe 1
+// and 2 every token is below the ratio in the inline search's one tile of 4,000 ordinals, at 40
+// none is. Both folds give the documented scores, and the same hits bit for bit in tiles of 2,000
+// (the pool's) and of 4,000.
+TEST_F(CentroidIndexTest, SparseAndDenseFoldsGiveTheDocumentedScores) {
+  codebook_ = std::shared_ptr<const CentroidCodebook>(
+      TrainOrDie(Clustered(8192, kDim, 1000, 17), kDim,
+                 CentroidCodebook::kExactAssignmentCentroids * 2, 2, &pool_, 2));
+  index_ = std::make_unique<CentroidIndex>(codebook_);
+  docs_.clear();
+  constexpr int kTopics = 1000;
+  constexpr uint64_t kDocs = 4000;
+  for (uint64_t doc = 1; doc <= kDocs; ++doc) AddDocument(*index_, doc, doc, kTopics);
+  std::map<uint32_t, int64_t> list_size;
+  for (const auto& [doc, codes] : docs_) {
+    for (uint32_t c : codes.centroids) ++list_size[c];
+  }
+  for (int nprobe : {1, 2, 40}) {
+    const uint64_t seed = 300 + nprobe;
+    const std::vector<float> query = Clustered(8, kDim, kTopics, seed);
+    std::vector<std::set<uint32_t>> probed;
+    std::vector<double> missing;
+    Probes(query, nprobe, &probed, &missing);
+    for (size_t i = 0; i < probed.size(); ++i) {
+      int64_t entries = 0;
+      for (uint32_t c : probed[i]) entries += list_size[c];
+      const bool sparse = entries * kSparseFoldRatio < static_cast<int64_t>(kDocs);
+      EXPECT_EQ(sparse, nprobe < 40)
+          << "nprobe " << nprobe << ", token " << i << ": " << entries << " entries";
+    }
+    ExpectMatchesReference(*index_, nprobe, nullptr, seed, nullptr, kTopics);
+    ExpectMatchesReference(*index_, nprobe, nullptr, seed, &pool_, kTopics);
+    CentroidSearchOptions options;
+    options.nprobe = nprobe;
+    options.num_documents = 300;
+    const FloatMatrixView view{query.data(), 8, kDim};
+    const auto pooled = index_->Search(view, options, nullptr, &pool_);
+    const auto inline_search = index_->Search(view, options, nullptr, nullptr);
+    ASSERT_TRUE(pooled.ok() && inline_search.ok());
+    ASSERT_EQ(pooled->size(), inline_search->size());
+    for (size_t r = 0; r < pooled->size(); ++r) {
+      EXPECT_EQ((*pooled)[r].doc, (*inline_search)[r].doc) << "nprobe " << nprobe << ", rank " << r;
+      EXPECT_EQ((*pooled)[r].score, (*inline_search)[r].score)
+          << "nprobe " << nprobe << ", rank " << r;
+    }
+  }
 }
 
 // Asked for the query × centroid table (for the stage 2 from codes), a search keeps
