@@ -104,6 +104,10 @@ enum class CentroidSizing {
   // vectors, 32,768 centroids) recall@10 against exhaustive fell to 0.758 at nprobe 32 and 0.959
   // at 48, against 0.971 for the √ rule (16,384 centroids, nprobe 32); the probes it needs for
   // recall ≥ 0.95 grow with the shard on that corpus, which its lists' length does not make up.
+  // On real token embeddings (the resampled corpus) it did no better: at 1M documents (2^18
+  // centroids) recall@10 0.826 at nprobe 32 and 0.916 at 64 against the √ rule's 0.992 at 40, and
+  // stage 1 no faster, bound by scoring the 4,096 group means per token
+  // (docs/notes/2026-12-06-codebook-rules.md).
   kListLength,
 };
 
