@@ -241,6 +241,10 @@ bool DecodeIidKey(absl::string_view key, uint64_t* iid) {
   return true;
 }
 
+bool HasKind(absl::string_view value, RecordKind kind) {
+  return value.size() >= 2 && static_cast<uint8_t>(value[1]) == static_cast<uint8_t>(kind);
+}
+
 absl::StatusOr<absl::string_view> OpenEnvelope(absl::string_view value, RecordKind kind,
                                                absl::string_view what) {
   if (value.size() < kRecordOverheadBytes) {
@@ -321,8 +325,7 @@ std::string EncodeDocumentRecord(const DocumentRecord& record) {
 absl::StatusOr<DocumentRecord> DecodeDocumentRecord(absl::string_view value, uint64_t iid) {
   const std::string what = IidWhat("docs", iid);
   // Written as kPackedDocument since its membership took varints; kDocument before.
-  const bool packed = value.size() >= 2 && static_cast<uint8_t>(value[1]) ==
-                                               static_cast<uint8_t>(RecordKind::kPackedDocument);
+  const bool packed = HasKind(value, RecordKind::kPackedDocument);
   TESSERA_ASSIGN_OR_RETURN(
       absl::string_view payload,
       OpenEnvelope(value, packed ? RecordKind::kPackedDocument : RecordKind::kDocument, what));
@@ -491,10 +494,7 @@ std::string EncodeRerankPointer(const RerankPointer& pointer) {
   return out;
 }
 
-bool IsRerankPointer(absl::string_view value) {
-  return value.size() >= 2 &&
-         static_cast<uint8_t>(value[1]) == static_cast<uint8_t>(RecordKind::kRerankPointer);
-}
+bool IsRerankPointer(absl::string_view value) { return HasKind(value, RecordKind::kRerankPointer); }
 
 absl::StatusOr<RerankPointer> DecodeRerankPointer(absl::string_view value, uint64_t iid) {
   const std::string what = IidWhat("rerank", iid);
@@ -531,10 +531,7 @@ std::string EncodeCodesPointer(const CodesPointer& pointer) {
   return out;
 }
 
-bool IsCodesPointer(absl::string_view value) {
-  return value.size() >= 2 &&
-         static_cast<uint8_t>(value[1]) == static_cast<uint8_t>(RecordKind::kCodesPointer);
-}
+bool IsCodesPointer(absl::string_view value) { return HasKind(value, RecordKind::kCodesPointer); }
 
 absl::StatusOr<CodesPointer> DecodeCodesPointer(absl::string_view value, uint32_t generation,
                                                 uint64_t iid) {

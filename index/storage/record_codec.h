@@ -145,6 +145,10 @@ absl::StatusOr<uint64_t> DecodeIdValue(absl::string_view value, absl::string_vie
 absl::StatusOr<uint64_t> DecodeCounterValue(absl::string_view value, absl::string_view key);
 absl::StatusOr<std::string> DecodeMetaValue(absl::string_view value, absl::string_view key);
 
+// Whether a value's kind byte names `kind` (nothing else is checked: OpenEnvelope and the decoders
+// do). For a column family whose values come in more than one kind.
+bool HasKind(absl::string_view value, RecordKind kind);
+
 // Verifies only the envelope (length, version, kind, checksum) and returns the payload.
 absl::StatusOr<absl::string_view> OpenEnvelope(absl::string_view value, RecordKind kind,
                                                absl::string_view what);

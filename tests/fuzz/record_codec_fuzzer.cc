@@ -112,7 +112,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!Decoded(record)) break;
       FUZZ_CHECK(record->iid == iid, "document iid");
       const std::string encoded = EncodeDocumentRecord(*record);
-      if (static_cast<uint8_t>(value[1]) == static_cast<uint8_t>(RecordKind::kPackedDocument)) {
+      if (HasKind(value, RecordKind::kPackedDocument)) {
         CheckRoundTrip(encoded, value, "document");
       } else {  // a kDocument value (u32 membership) re-encodes packed, to the same record
         const absl::StatusOr<DocumentRecord> again = DecodeDocumentRecord(encoded, iid);
