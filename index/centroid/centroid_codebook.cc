@@ -8,6 +8,7 @@
 #include <random>
 #include <utility>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "index/common/crc32.h"
 #include "index/common/thread_pool.h"
@@ -254,37 +255,103 @@ void CentroidGroups::Assign(const float* rows, int64_t n, uint32_t* ids) const {
   }
 }
 
-void CentroidGroups::ScoreNearest(const float* row, int probes, const float* centroid_scores,
-                                  std::vector<std::pair<float, uint32_t>>* out) const {
+void CentroidGroups::ScoreNearest(FloatMatrixView rows, int probes, const float* centroid_scores,
+                                  ThreadPool* pool,
+                                  std::vector<std::vector<std::pair<float, uint32_t>>>* out) const {
+  const int64_t n = rows.rows;
+  const int64_t C = static_cast<int64_t>(members_.size());
   probes = static_cast<int>(std::min<int64_t>(probes, num_groups_));
-  std::vector<float> group_scores(means_->stride());
-  means_->Compute(row, 1, group_scores.data());
-  std::vector<std::pair<float, uint32_t>> ranked(num_groups_);
-  for (int64_t g = 0; g < num_groups_; ++g) {
-    const bool empty = offsets_[g + 1] == offsets_[g];
-    ranked[g] = {empty ? -std::numeric_limits<float>::infinity() : group_scores[g],
-                 static_cast<uint32_t>(g)};
-  }
-  std::nth_element(ranked.begin(), ranked.begin() + (probes - 1), ranked.end(),
-                   [](const auto& a, const auto& b) {
-                     return a.first != b.first ? a.first > b.first : a.second < b.second;
-                   });
-  std::vector<float> scores;
-  for (int p = 0; p < probes; ++p) {
-    const uint32_t g = ranked[p].second;
-    const int64_t size = offsets_[g + 1] - offsets_[g];
-    if (size == 0) continue;
-    if (centroid_scores != nullptr) {
-      for (int64_t j = 0; j < size; ++j) {
-        const uint32_t c = members_[offsets_[g] + j];
-        out->emplace_back(centroid_scores[c], c);
-      }
-      continue;
+  auto parallel = [pool](int64_t count, int64_t grain,
+                         absl::FunctionRef<void(int64_t, int64_t)> fn) {
+    if (pool != nullptr) {
+      pool->ParallelFor(count, grain, fn);
+    } else {
+      fn(0, count);
     }
-    scores.resize(groups_[g].stride());
-    groups_[g].Compute(row, 1, scores.data());
-    for (int64_t j = 0; j < size; ++j) out->emplace_back(scores[j], members_[offsets_[g] + j]);
+  };
+  // Row i's probed groups at probed[i · probes …], by their means' scores.
+  std::vector<uint32_t> probed(n * probes);
+  parallel(n, 4, [&](int64_t begin, int64_t end) {
+    const int64_t mean_stride = means_->stride();
+    std::vector<float> group_scores((end - begin) * mean_stride);
+    means_->Compute(rows.data + begin * dim_, end - begin, group_scores.data());
+    std::vector<std::pair<float, uint32_t>> ranked(num_groups_);
+    for (int64_t i = begin; i < end; ++i) {
+      const float* scores = &group_scores[(i - begin) * mean_stride];
+      for (int64_t g = 0; g < num_groups_; ++g) {
+        const bool empty = offsets_[g + 1] == offsets_[g];
+        ranked[g] = {empty ? -std::numeric_limits<float>::infinity() : scores[g],
+                     static_cast<uint32_t>(g)};
+      }
+      std::nth_element(ranked.begin(), ranked.begin() + (probes - 1), ranked.end(),
+                       [](const auto& a, const auto& b) {
+                         return a.first != b.first ? a.first > b.first : a.second < b.second;
+                       });
+      for (int p = 0; p < probes; ++p) probed[i * probes + p] = ranked[p].second;
+    }
+  });
+  // (group, row, where the group's members go in the row's output), grouped by group; each row's
+  // output sized for all its groups, so that the groups fill disjoint parts of it in parallel.
+  struct Request {
+    uint32_t group;
+    uint32_t row;
+    uint32_t at;
+    bool operator<(const Request& other) const {
+      return group != other.group ? group < other.group : row < other.row;
+    }
+  };
+  std::vector<Request> requests;
+  requests.reserve(n * probes);
+  out->assign(n, {});
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t at = 0;
+    for (int p = 0; p < probes; ++p) {
+      const uint32_t g = probed[i * probes + p];
+      const auto size = static_cast<uint32_t>(offsets_[g + 1] - offsets_[g]);
+      if (size == 0) continue;
+      requests.push_back(Request{g, static_cast<uint32_t>(i), at});
+      at += size;
+    }
+    (*out)[i].resize(at);
   }
+  std::sort(requests.begin(), requests.end());
+  std::vector<size_t> group_starts;
+  for (size_t r = 0; r < requests.size(); ++r) {
+    if (r == 0 || requests[r].group != requests[r - 1].group) group_starts.push_back(r);
+  }
+  group_starts.push_back(requests.size());
+  parallel(static_cast<int64_t>(group_starts.size()) - 1, 8, [&](int64_t begin, int64_t end) {
+    std::vector<float> gathered;
+    std::vector<float> scores;
+    for (int64_t k = begin; k < end; ++k) {
+      const auto first = requests.begin() + static_cast<ptrdiff_t>(group_starts[k]);
+      const auto last = requests.begin() + static_cast<ptrdiff_t>(group_starts[k + 1]);
+      const uint32_t g = first->group;
+      const int64_t size = offsets_[g + 1] - offsets_[g];
+      const uint32_t* members = &members_[offsets_[g]];
+      if (centroid_scores != nullptr) {
+        for (auto request = first; request != last; ++request) {
+          auto* slot = &(*out)[request->row][request->at];
+          const float* row_scores = centroid_scores + request->row * C;
+          for (int64_t j = 0; j < size; ++j) slot[j] = {row_scores[members[j]], members[j]};
+        }
+        continue;
+      }
+      gathered.clear();
+      for (auto request = first; request != last; ++request) {
+        const float* row = rows.data + request->row * dim_;
+        gathered.insert(gathered.end(), row, row + dim_);
+      }
+      const int64_t stride = groups_[g].stride();
+      scores.resize((last - first) * stride);
+      groups_[g].Compute(gathered.data(), last - first, scores.data());
+      for (auto request = first; request != last; ++request) {
+        auto* slot = &(*out)[request->row][request->at];
+        const float* row_scores = &scores[(request - first) * stride];
+        for (int64_t j = 0; j < size; ++j) slot[j] = {row_scores[j], members[j]};
+      }
+    }
+  });
 }
 
 int64_t CentroidGroups::MemoryBytes() const {
@@ -736,10 +803,10 @@ void CentroidCodebook::ScoreCentroids(const QuerySimilarity& similarity, float* 
   similarity.Compute(centroids_.data(), num_centroids_, out);
 }
 
-void CentroidCodebook::ScoreNearCentroids(const float* row, int probes,
-                                          const float* centroid_scores,
-                                          std::vector<std::pair<float, uint32_t>>* out) const {
-  groups_->ScoreNearest(row, probes, centroid_scores, out);
+void CentroidCodebook::ScoreNearCentroids(
+    FloatMatrixView rows, int probes, const float* centroid_scores, ThreadPool* pool,
+    std::vector<std::vector<std::pair<float, uint32_t>>>* out) const {
+  groups_->ScoreNearest(rows, probes, centroid_scores, pool, out);
 }
 
 int64_t CentroidCodebook::MemoryBytes() const {

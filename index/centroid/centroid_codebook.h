@@ -50,12 +50,18 @@ class CentroidGroups {
   // ids[i] for each of the n rows (n × dim): the best centroid of its probed groups (ties: the
   // lower id). Cheapest per row with a few thousand rows a call (every group then meets many).
   void Assign(const float* rows, int64_t n, uint32_t* ids) const;
-  // Appends to *out (score, centroid id) for every centroid of the `probes` groups whose means
-  // score highest against `row` (dim values), unordered. centroid_scores: null, or row's score of
-  // every centroid (C values, as QuerySimilarity computes them: the same values this would), read
-  // instead of scoring the groups' members.
-  void ScoreNearest(const float* row, int probes, const float* centroid_scores,
-                    std::vector<std::pair<float, uint32_t>>* out) const;
+  // (*out)[i] for each row i of `rows` (n × dim): (score, centroid id) for every centroid of the
+  // `probes` groups whose means score highest against the row (ties: the lower group), unordered.
+  // centroid_scores: null, or the rows' scores of every centroid (row i's C values at
+  // centroid_scores[i · C], as QuerySimilarity computes them: the same values this would), read
+  // instead of scoring the groups' members. The means are scored for all the rows in one pass, and
+  // a probed group's members once for all the rows that probe it: a row at a time, each token of
+  // a query read every mean and its groups' members itself (matrix–vector products bound by
+  // reading them). The scores are those of a row at a time: Compute's sums do not depend on the
+  // rows scored with it. Split over `pool` when not null.
+  void ScoreNearest(FloatMatrixView rows, int probes, const float* centroid_scores,
+                    ThreadPool* pool,
+                    std::vector<std::vector<std::pair<float, uint32_t>>>* out) const;
   int64_t MemoryBytes() const;
 
  private:
@@ -173,11 +179,12 @@ class CentroidCodebook {
   void ScoreCentroids(const QuerySimilarity& similarity, float* out) const;
   // Whether ScoreNearCentroids scores a subset (the codebook has groups).
   bool has_groups() const { return groups_ != nullptr; }
-  // (score, centroid id) for the centroids of the `probes` groups nearest `row` (dim values):
-  // CentroidGroups::ScoreNearest, which reads the members' scores from centroid_scores (row's
-  // score of every centroid) when not null. Precondition: has_groups().
-  void ScoreNearCentroids(const float* row, int probes, const float* centroid_scores,
-                          std::vector<std::pair<float, uint32_t>>* out) const;
+  // Per row of `rows`: (score, centroid id) for the centroids of the `probes` groups nearest it
+  // (CentroidGroups::ScoreNearest, which reads the members' scores from centroid_scores, the
+  // rows' scores of every centroid, when not null). Precondition: has_groups().
+  void ScoreNearCentroids(FloatMatrixView rows, int probes, const float* centroid_scores,
+                          ThreadPool* pool,
+                          std::vector<std::vector<std::pair<float, uint32_t>>>* out) const;
 
   // Resident bytes (centroids, codec tables, the groups).
   int64_t MemoryBytes() const;

@@ -344,7 +344,8 @@ bool CentroidIndex::Contains(uint64_t doc) const {
   return doc_ordinal_.contains(doc);
 }
 
-void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, int nprobe,
+void CentroidIndex::ScanToken(const float* query, const float* centroid_scores,
+                              const std::vector<std::pair<float, uint32_t>>* near, int nprobe,
                               TokenScan* out) const {
   const int64_t C = codebook_->num_centroids();
   // The nprobe best centroids of this token (ties: lower id), through a bounded heap whose front
@@ -364,10 +365,8 @@ void CentroidIndex::ScanToken(const float* query, const float* centroid_scores, 
       ranked.pop_back();
     }
   };
-  if (codebook_->has_groups()) {
-    std::vector<std::pair<float, uint32_t>> near;
-    codebook_->ScoreNearCentroids(query, ProbedGroups(nprobe), centroid_scores, &near);
-    for (const auto& [score, c] : near) offer(score, c);
+  if (near != nullptr) {
+    for (const auto& [score, c] : *near) offer(score, c);
   } else {
     for (int64_t c = 0; c < C; ++c) offer(centroid_scores[c], static_cast<uint32_t>(c));
   }
@@ -622,9 +621,9 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   const int64_t dim = queries.cols;
   const int64_t keep = std::max<int64_t>(options.num_documents, 0);
 
-  // A codebook with groups (CentroidCodebook::has_groups) is scored per token in ScanToken, only
-  // the centroids of its ProbedGroups(nprobe) nearest groups, unless the caller wants the table
-  // and the codebook is at most kMaxKeptTableCentroids. Otherwise: query × centroid scores,
+  // A codebook with groups (CentroidCodebook::has_groups) is scored only at the centroids of each
+  // token's ProbedGroups(nprobe) nearest groups, unless the caller wants the table and the
+  // codebook is at most kMaxKeptTableCentroids. Otherwise: query × centroid scores,
   // centroids split over the pool, stored token-major (row i: token i's score of every centroid)
   // so that each token's selection reads one contiguous row instead of one cache line per
   // centroid.
@@ -633,6 +632,11 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   const bool full_table = !codebook_->has_groups() || keep_table;
   std::unique_ptr<float[]> token_scores;
   if (full_table) token_scores = ScoreEveryCentroid(codebook_, queries, pool).scores;
+  // With groups, each token's candidates: the centroids of its nearest groups, all tokens at once.
+  std::vector<std::vector<std::pair<float, uint32_t>>> near;
+  if (codebook_->has_groups()) {
+    codebook_->ScoreNearCentroids(queries, ProbedGroups(nprobe), token_scores.get(), pool, &near);
+  }
 
   ReaderMutexLock lock(&mu_);
   // Ordinal tiles: the accumulation over documents runs one tile at a time, so that its scratch
@@ -650,8 +654,8 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   auto scan = [&](int64_t begin, int64_t end) {
     mu_.AssertReaderHeld();
     for (int64_t i = begin; i < end; ++i) {
-      ScanToken(queries.data + i * dim, full_table ? &token_scores[i * C] : nullptr, nprobe,
-                &tokens[i]);
+      ScanToken(queries.data + i * dim, full_table ? &token_scores[i * C] : nullptr,
+                near.empty() ? nullptr : &near[i], nprobe, &tokens[i]);
     }
   };
   if (pool != nullptr) {

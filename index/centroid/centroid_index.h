@@ -279,12 +279,13 @@ class CentroidIndex {
     float missing = 0.0f;
   };
 
-  // One query token: selects its nprobe best centroids and scores their lists' codes. With groups
-  // the candidates are the centroids of its ProbedGroups(nprobe) nearest groups, otherwise all.
-  // centroid_scores: its score of every centroid (C values); null (only with groups): the
-  // candidates are scored here.
-  void ScanToken(const float* query, const float* centroid_scores, int nprobe, TokenScan* out) const
-      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // One query token: selects its nprobe best centroids and scores their lists' codes. The
+  // candidates: with groups `near`, (score, id) of the centroids of its ProbedGroups(nprobe)
+  // nearest groups (CentroidCodebook::ScoreNearCentroids); otherwise every centroid, its scores
+  // in centroid_scores (C values).
+  void ScanToken(const float* query, const float* centroid_scores,
+                 const std::vector<std::pair<float, uint32_t>>* near, int nprobe,
+                 TokenScan* out) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Appends (ordinal, approximate MaxSim) for the live documents of the tile of ordinals
   // [first_ordinal, end_ordinal) that some token found above its estimate: the best `keep` of
   // them (BetterOrdinal), or all with keep < 0.

@@ -127,7 +127,9 @@ TEST(CentroidCodebook, GroupedAssignmentOfLargeCodebooksAgreesWithBruteForce) {
 TEST(CentroidCodebook, NearCentroidsHoldTheBestAndScoreThemExactly) {
   // A query token's ProbedGroups(nprobe) nearest groups (16 of 128) against every centroid
   // scored: the same scores bit for bit (the same micro-kernel products), and almost all of its
-  // nprobe best.
+  // nprobe best. All the tokens scored at once (over a pool, a group's members once for all the
+  // tokens that probe it) give each token what it gets alone, and reading the members' scores
+  // from a table gives the same.
   const int64_t dim = 32;
   const int64_t centroids = CentroidCodebook::kExactAssignmentCentroids * 8;
   const std::vector<float> sample = Clustered(centroids * 8, dim, 200, 3);
@@ -143,10 +145,31 @@ TEST(CentroidCodebook, NearCentroidsHoldTheBestAndScoreThemExactly) {
   auto better = [](const std::pair<float, uint32_t>& a, const std::pair<float, uint32_t>& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   };
+  std::vector<std::vector<std::pair<float, uint32_t>>> all_near;
+  codebook->ScoreNearCentroids(FloatMatrixView{queries.data(), n, dim}, ProbedGroups(nprobe),
+                               nullptr, &pool, &all_near);
+  ASSERT_EQ(all_near.size(), static_cast<size_t>(n));
+  std::vector<float> token_major(n * centroids);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t c = 0; c < centroids; ++c) {
+      token_major[i * centroids + c] = all[c * similarity.stride() + i];
+    }
+  }
+  std::vector<std::vector<std::pair<float, uint32_t>>> from_table;
+  codebook->ScoreNearCentroids(FloatMatrixView{queries.data(), n, dim}, ProbedGroups(nprobe),
+                               token_major.data(), &pool, &from_table);
+  ASSERT_EQ(from_table, all_near);
   int64_t found = 0;
   for (int64_t i = 0; i < n; ++i) {
-    std::vector<std::pair<float, uint32_t>> near;
-    codebook->ScoreNearCentroids(&queries[i * dim], ProbedGroups(nprobe), nullptr, &near);
+    std::vector<std::pair<float, uint32_t>> near = all_near[i];
+    std::vector<std::vector<std::pair<float, uint32_t>>> alone;
+    codebook->ScoreNearCentroids(FloatMatrixView{&queries[i * dim], 1, dim}, ProbedGroups(nprobe),
+                                 nullptr, nullptr, &alone);
+    ASSERT_EQ(alone.size(), 1u);
+    std::vector<std::pair<float, uint32_t>> alone_sorted = alone[0], near_sorted = near;
+    std::sort(alone_sorted.begin(), alone_sorted.end(), better);
+    std::sort(near_sorted.begin(), near_sorted.end(), better);
+    ASSERT_EQ(alone_sorted, near_sorted) << "token " << i;
     ASSERT_GE(near.size(), static_cast<size_t>(nprobe));
     ASSERT_LT(near.size(), static_cast<size_t>(centroids / 4));  // a subset, not all of them
     for (const auto& [score, c] : near) {
@@ -439,9 +462,11 @@ class CentroidIndexTest : public ::testing::Test {
     for (int64_t i = 0; i < nq; ++i) {
       std::vector<std::pair<double, uint32_t>> ranked;
       if (codebook_->has_groups()) {  // the candidates are the nearest groups' centroids
-        std::vector<std::pair<float, uint32_t>> near;
-        codebook_->ScoreNearCentroids(&query[i * kDim], ProbedGroups(nprobe), nullptr, &near);
-        for (const auto& [score, c] : near) {
+        // One row at a time, without a pool: the search scores all its tokens' groups at once.
+        std::vector<std::vector<std::pair<float, uint32_t>>> near;
+        codebook_->ScoreNearCentroids(FloatMatrixView{&query[i * kDim], 1, kDim},
+                                      ProbedGroups(nprobe), nullptr, nullptr, &near);
+        for (const auto& [score, c] : near[0]) {
           ranked.push_back({Dot(&query[i * kDim], codebook_->centroids() + c * kDim, kDim), c});
         }
       } else {
