@@ -111,9 +111,10 @@ enum class CentroidSizing {
   // at 48, against 0.971 for the √ rule (16,384 centroids, nprobe 32); the probes it needs for
   // recall ≥ 0.95 grow with the shard on that corpus, which its lists' length does not make up.
   // On real token embeddings (the resampled corpus) it did no better: at 1M documents (2^18
-  // centroids) recall@10 0.826 at nprobe 32 and 0.916 at 64 against the √ rule's 0.992 at 40, and
-  // stage 1 no faster, bound by scoring the 4,096 group means per token
-  // (docs/notes/2026-12-06-codebook-rules.md).
+  // centroids) recall@10 0.826 at nprobe 32 and 0.916 at 64 against the √ rule's 0.992 at 40.
+  // With the means scored once a query its stage 1 at 64 probes is ~8.6–9.0 ms against the √
+  // rule's ~7.4 at 40, and probing 2–4× the groups finds no more (recall is bound by the probed
+  // lists, not by the groups: docs/notes/2026-12-06-codebook-rules.md).
   kListLength,
 };
 
