@@ -391,10 +391,17 @@ void CentroidIndex::ScanToken(const float* query, const float* centroid_scores,
   }
   // Every entry is written by the scan: no zero fill.
   out->sums.reset(new uint16_t[sums_size]);
-  for (const Probe& probe : out->probes) {
+  for (size_t p = 0; p < out->probes.size(); ++p) {
+    const List& list = *out->probes[p].list;
+    if (p + 1 < out->probes.size()) {  // the next list's first bytes, while this one is scanned
+      const std::vector<uint8_t>& next = out->probes[p + 1].list->blocks;
+      PrefetchScan(next.data(),
+                   std::min<int64_t>(static_cast<int64_t>(next.size()), kScanPrefetchBytes / 2));
+    }
     const int64_t blocks =
-        static_cast<int64_t>(probe.list->blocks.size()) / ScanBlockBytes(scan_code_bytes_);
-    ScanBlocks(probe.list->blocks.data(), blocks, scan_code_bytes_, tables, &out->sums[probe.sums]);
+        static_cast<int64_t>(list.blocks.size()) / ScanBlockBytes(scan_code_bytes_);
+    ScanBlocks(list.blocks.data(), blocks, scan_code_bytes_, tables,
+               &out->sums[out->probes[p].sums]);
   }
 }
 

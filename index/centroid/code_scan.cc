@@ -114,14 +114,25 @@ void ScanBlocksPortable(const uint8_t* blocks, int64_t num_blocks, int64_t code_
   }
 }
 
+void PrefetchScan(const uint8_t* data, int64_t bytes) {
+  for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(data + at);
+}
+
 void ScanBlocks(const uint8_t* blocks, int64_t num_blocks, int64_t code_bytes,
                 const ScanTables& tables, uint16_t* sums) {
-  if (Cpu().Avx512()) {
-    ScanBlocksAvx512(blocks, num_blocks, code_bytes, tables.levels.data(), sums);
-  } else if (Cpu().avx2) {
-    ScanBlocksAvx2(blocks, num_blocks, code_bytes, tables.levels.data(), sums);
-  } else {
-    ScanBlocksPortable(blocks, num_blocks, code_bytes, tables.levels.data(), sums);
+  const auto kernel = Cpu().Avx512() ? ScanBlocksAvx512
+                      : Cpu().avx2   ? ScanBlocksAvx2
+                                     : ScanBlocksPortable;
+  const int64_t block_bytes = ScanBlockBytes(code_bytes);
+  // Blocks a step: an even count, so that the AVX-512 kernel's pairs never leave one over.
+  const int64_t step = std::max<int64_t>(2, kScanPrefetchBytes / block_bytes / 2 * 2);
+  for (int64_t b = 0; b < num_blocks; b += step) {
+    const int64_t next = b + step;
+    if (next < num_blocks) {
+      PrefetchScan(blocks + next * block_bytes, std::min(step, num_blocks - next) * block_bytes);
+    }
+    kernel(blocks + b * block_bytes, std::min(step, num_blocks - b), code_bytes,
+           tables.levels.data(), sums + b * kScanBlockEntries);
   }
 }
 

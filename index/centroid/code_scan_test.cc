@@ -92,6 +92,25 @@ TEST(CodeScan, KernelsSumTheTablesOverEveryNibble) {
   }
 }
 
+// ScanBlocks scans kScanPrefetchBytes of blocks at a time (prefetching the next): over counts of
+// blocks that end inside, at and past a step's bounds, its sums are the portable kernel's.
+TEST(CodeScan, ScanningInStepsGivesTheKernelsSums) {
+  for (const int64_t code_bytes : {16, 32, 48}) {
+    const int64_t step_blocks = kScanPrefetchBytes / ScanBlockBytes(code_bytes);
+    for (const int64_t num_blocks :
+         {int64_t{1}, step_blocks - 1, step_blocks, step_blocks + 1, 3 * step_blocks + 3}) {
+      const int64_t entries = num_blocks * kScanBlockEntries;
+      const std::vector<uint8_t> blocks = RandomBytes(entries * code_bytes, 7 + num_blocks);
+      ScanTables tables;
+      tables.levels = RandomBytes(2 * code_bytes * 16, 11);
+      std::vector<uint16_t> want(entries), got(entries);
+      ScanBlocksPortable(blocks.data(), num_blocks, code_bytes, tables.levels.data(), want.data());
+      ScanBlocks(blocks.data(), num_blocks, code_bytes, tables, got.data());
+      EXPECT_EQ(got, want) << "code_bytes " << code_bytes << ", " << num_blocks << " blocks";
+    }
+  }
+}
+
 TEST(CodeScan, QuantisedScoresStayWithinHalfAStepPerNibble) {
   for (int64_t nibbles : {4, 64, 128, 600}) {
     std::mt19937_64 rng(nibbles);
