@@ -190,6 +190,21 @@ void CentroidGroups::Build(const float* centroids, int64_t C, const float* means
 
 CentroidGroups::~CentroidGroups() = default;
 
+void CentroidGroups::BestGroups(const float* mean_scores, int probes,
+                                std::vector<std::pair<float, uint32_t>>* ranked,
+                                uint32_t* best) const {
+  for (int64_t g = 0; g < num_groups_; ++g) {
+    const bool empty = offsets_[g + 1] == offsets_[g];
+    (*ranked)[g] = {empty ? -std::numeric_limits<float>::infinity() : mean_scores[g],
+                    static_cast<uint32_t>(g)};
+  }
+  std::nth_element(ranked->begin(), ranked->begin() + (probes - 1), ranked->end(),
+                   [](const auto& a, const auto& b) {
+                     return a.first != b.first ? a.first > b.first : a.second < b.second;
+                   });
+  for (int p = 0; p < probes; ++p) best[p] = (*ranked)[p].second;
+}
+
 void CentroidGroups::Assign(const float* rows, int64_t n, uint32_t* ids) const {
   const int probes = static_cast<int>(std::min<int64_t>(kProbedGroups, num_groups_));
   // Rows are the streamed side of every product below (the means and each group's centroids were
@@ -202,18 +217,10 @@ void CentroidGroups::Assign(const float* rows, int64_t n, uint32_t* ids) const {
   std::vector<std::pair<uint32_t, uint32_t>> probed;
   probed.reserve(n * probes);
   std::vector<std::pair<float, uint32_t>> ranked(num_groups_);
+  std::vector<uint32_t> best_groups(probes);
   for (int64_t i = 0; i < n; ++i) {
-    for (int64_t g = 0; g < num_groups_; ++g) {
-      const bool empty = offsets_[g + 1] == offsets_[g];
-      ranked[g] = {
-          empty ? -std::numeric_limits<float>::infinity() : group_scores[i * mean_stride + g],
-          static_cast<uint32_t>(g)};
-    }
-    std::nth_element(ranked.begin(), ranked.begin() + (probes - 1), ranked.end(),
-                     [](const auto& a, const auto& b) {
-                       return a.first != b.first ? a.first > b.first : a.second < b.second;
-                     });
-    for (int p = 0; p < probes; ++p) probed.emplace_back(ranked[p].second, i);
+    BestGroups(&group_scores[i * mean_stride], probes, &ranked, best_groups.data());
+    for (int p = 0; p < probes; ++p) probed.emplace_back(best_groups[p], i);
   }
   std::sort(probed.begin(), probed.end());
   std::vector<float> best(n, -std::numeric_limits<float>::infinity());
@@ -277,17 +284,7 @@ void CentroidGroups::ScoreNearest(FloatMatrixView rows, int probes, const float*
     means_->Compute(rows.data + begin * dim_, end - begin, group_scores.data());
     std::vector<std::pair<float, uint32_t>> ranked(num_groups_);
     for (int64_t i = begin; i < end; ++i) {
-      const float* scores = &group_scores[(i - begin) * mean_stride];
-      for (int64_t g = 0; g < num_groups_; ++g) {
-        const bool empty = offsets_[g + 1] == offsets_[g];
-        ranked[g] = {empty ? -std::numeric_limits<float>::infinity() : scores[g],
-                     static_cast<uint32_t>(g)};
-      }
-      std::nth_element(ranked.begin(), ranked.begin() + (probes - 1), ranked.end(),
-                       [](const auto& a, const auto& b) {
-                         return a.first != b.first ? a.first > b.first : a.second < b.second;
-                       });
-      for (int p = 0; p < probes; ++p) probed[i * probes + p] = ranked[p].second;
+      BestGroups(&group_scores[(i - begin) * mean_stride], probes, &ranked, &probed[i * probes]);
     }
   });
   // (group, row, where the group's members go in the row's output), grouped by group; each row's
