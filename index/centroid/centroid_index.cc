@@ -661,7 +661,7 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   auto scan = [&](int64_t begin, int64_t end) {
     mu_.AssertReaderHeld();
     for (int64_t i = begin; i < end; ++i) {
-      ScanToken(queries.data + i * dim, full_table ? &token_scores[i * C] : nullptr,
+      ScanToken(queries.data + i * dim, near.empty() ? &token_scores[i * C] : nullptr,
                 near.empty() ? nullptr : &near[i], nprobe, &tokens[i]);
     }
   };

@@ -281,8 +281,8 @@ class CentroidIndex {
 
   // One query token: selects its nprobe best centroids and scores their lists' codes. The
   // candidates: with groups `near`, (score, id) of the centroids of its ProbedGroups(nprobe)
-  // nearest groups (CentroidCodebook::ScoreNearCentroids); otherwise every centroid, its scores
-  // in centroid_scores (C values).
+  // nearest groups (CentroidCodebook::ScoreNearCentroids), and centroid_scores null; otherwise
+  // every centroid, its scores in centroid_scores (C values).
   void ScanToken(const float* query, const float* centroid_scores,
                  const std::vector<std::pair<float, uint32_t>>* near, int nprobe,
                  TokenScan* out) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
