@@ -63,10 +63,13 @@ struct TileScratch {
 // After a token of a tile, over every ordinal: adds each document's margin to its sum and clears
 // the margin for the next token. A document the token found nothing of (or nothing above its
 // estimate) adds exactly 0, so the sums equal those of adding only the tokens that found it, in
-// the same order — which is what the sparse fold does. Cloned for AVX2, where it runs 8 lanes at
-// a time instead of SSE's 4.
-__attribute__((target_clones("avx2", "default"))) void FoldToken(size_t n, float* margin,
-                                                                 float* sum) {
+// the same order — which is what the sparse fold does. Cloned for AVX2 and AVX-512, where it runs
+// 8 or 16 lanes at a time instead of SSE's 4. The fold streams 16 bytes an ordinal through a
+// tile's scratch, which at 1M documents (500,000 ordinals a thread) lies in L3, not L2: on an Intel
+// Xeon (Ice Lake, 1.25 MiB of L2 a core) the 512-bit clone took stage 1 at 1M documents from 11.67
+// to 11.05 ms at P50 (medians of six alternated runs; pair by pair 0.92–1.00×, median 0.94).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void FoldToken(size_t n, float* margin,
+                                                                            float* sum) {
   for (size_t o = 0; o < n; ++o) {
     sum[o] += margin[o];
     margin[o] = 0.0f;
