@@ -45,12 +45,12 @@ void QuantizeScanTables(const float* lut, int64_t nibbles, ScanTables* out);
 void ScanBlocks(const uint8_t* blocks, int64_t num_blocks, int64_t code_bytes,
                 const ScanTables& tables, uint16_t* sums);
 
-// What ScanBlocks reads ahead of its scan, and a caller of the first bytes of the next list it will
-// scan (PrefetchScan): a list's codes come from memory, not cache (at 1M documents a query scans
-// ~27 MB of them, a token ~40 lists of ~31 KB), and the hardware prefetcher restarts at every
-// list. Measured on the 1M-document shard (AMD EPYC Zen 4, alternated with the binary without it):
-// stage 1 at P50 0.86–0.96×, 8% faster at the median (docs/results.md, "Stage 1 at 1M against the
-// machine"); at 100k documents the same as without.
+// How far ScanBlocks reads ahead of its scan (a search also prefetches half of it, the first bytes
+// of the next list a token will scan, with PrefetchScan): a list's codes come from memory, not
+// cache (at 1M documents a query scans ~27 MB of them, a token ~40 lists of ~31 KB), and the
+// hardware prefetcher restarts at every list. Measured on the 1M-document shard (AMD EPYC Zen 4,
+// alternated with the binary without it): stage 1 at P50 0.86–0.96×, 8% faster at the median
+// (docs/results.md, "Stage 1 at 1M against the machine"); at 100k documents the same as without.
 inline constexpr int64_t kScanPrefetchBytes = 4096;
 // Prefetches [data, data + bytes) into the cache, a line at a time.
 void PrefetchScan(const uint8_t* data, int64_t bytes);
