@@ -11,7 +11,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "index/centroid/code_scan.h"
 #include "index/common/thread_pool.h"
 #include "index/kernels/query_similarity.h"
 #include "tessera/status_macros.h"
@@ -36,8 +35,10 @@ constexpr int64_t kMaxTileOrdinals = 524288;
 constexpr int64_t kMinTileOrdinals = 256;
 
 // Per-thread scratch for one tile, indexed by ordinal − the tile's first: per document, the
-// current token's margin so far (its best vector's score less the token's missing estimate; 0 when
-// it found none above the estimate) and the sum of the margins of the tokens before it. Dense
+// current token's margin so far in margin units (its best vector's score less the token's missing
+// estimate; 0 when it found none above the estimate) and the sum of the margins of the tokens
+// before it (MarginLevelCap: a byte and 16 bits, where floats took 2 MiB of margins a thread at
+// 1M documents, past a core's L2, and 16 bytes a document streamed by each fold). Dense
 // arrays instead of slots touched on demand: the per-entry update is then a branch-free max, and
 // the per-token fold either a vectorised pass over the tile or a second pass over the token's
 // entries (below) — a data-dependent branch per entry (first visit of a document by this token or
@@ -49,8 +50,8 @@ constexpr int64_t kMinTileOrdinals = 256;
 // more with tiles of 65,536 or 131,072 ordinals: the per-entry access to three times the bytes
 // costs more than a streamed pass. Reused across searches on the same thread.
 struct TileScratch {
-  std::vector<float> margin;
-  std::vector<float> sum;
+  std::vector<uint8_t> margin;
+  std::vector<uint16_t> sum;
 
   void Begin(size_t ordinals) {
     if (margin.size() < ordinals) {
@@ -64,15 +65,15 @@ struct TileScratch {
 // the margin for the next token. A document the token found nothing of (or nothing above its
 // estimate) adds exactly 0, so the sums equal those of adding only the tokens that found it, in
 // the same order — which is what the sparse fold does. Cloned for AVX2 and AVX-512, where it runs
-// 8 or 16 lanes at a time instead of SSE's 4. The fold streams 16 bytes an ordinal through a
-// tile's scratch, which at 1M documents (500,000 ordinals a thread) lies in L3, not L2: on an Intel
-// Xeon (Ice Lake, 1.25 MiB of L2 a core) the 512-bit clone took stage 1 at 1M documents from 11.67
-// to 11.05 ms at P50 (medians of six alternated runs; pair by pair 0.92–1.00×, median 0.94).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void FoldToken(size_t n, float* margin,
-                                                                            float* sum) {
+// 32 or 64 bytes of margins at a time instead of SSE's 16. (With float margins and sums, 16 bytes
+// an ordinal, the 512-bit clone took stage 1 at 1M documents from 11.67 to 11.05 ms at P50 on an
+// Intel Xeon, Ice Lake; medians of six alternated runs.)
+__attribute__((target_clones("avx512f", "avx2", "default"))) void FoldToken(size_t n,
+                                                                            uint8_t* margin,
+                                                                            uint16_t* sum) {
   for (size_t o = 0; o < n; ++o) {
-    sum[o] += margin[o];
-    margin[o] = 0.0f;
+    sum[o] = static_cast<uint16_t>(sum[o] + margin[o]);
+    margin[o] = 0;
   }
 }
 
@@ -112,6 +113,28 @@ TileScratch& ThreadTileScratch() {
   return scratch;
 }
 
+// A list's 16-bit table sums as the scan gives them, before MarginLevels. Reused across lists.
+std::vector<uint16_t>& ThreadScanSums() {
+  thread_local std::vector<uint16_t> sums;
+  return sums;
+}
+
+// Each entry's margin in whole units from its tables' sum: `offset` + `ratio` · sum is the margin
+// in units plus ½ (the probe's offset less the estimate, and the table step, over the unit), so
+// truncation rounds to the nearest; a positive margin counts at least one, and none more than
+// `cap`. Cloned for AVX2 and AVX-512, which convert 8 or 16 entries at a time: converting once
+// here, where the sums are in L1, leaves the tiles' scatter (ScoreTile) a byte maximum an entry.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void MarginLevels(
+    const uint16_t* sums, int64_t n, float offset, float ratio, float cap, uint8_t* levels) {
+  for (int64_t e = 0; e < n; ++e) {
+    const float units = offset + ratio * static_cast<float>(sums[e]);
+    // Clamped in float first: a negative or NaN value becomes 0, and no conversion overflows.
+    const float clamped = std::min(units > 0.0f ? units : 0.0f, cap);
+    levels[e] =
+        static_cast<uint8_t>(std::max(static_cast<int>(clamped), static_cast<int>(units > 0.5f)));
+  }
+}
+
 // Appends with 1/16 headroom instead of std::vector's doubling: lists are most of a shard's
 // memory (on average 3% slack instead of 25–50%; 1/8 left a 1M-document shard at 40.03 bytes per
 // vector), and a list that grew by one entry should not double. Each entry is copied ~16 times
@@ -125,6 +148,10 @@ void AppendWithHeadroom(std::vector<T>& v, const T* data, size_t n) {
 }  // namespace
 
 int ProbedGroups(int nprobe) { return std::max(8, nprobe / 2); }
+
+int MarginLevelCap(int64_t query_tokens) {
+  return static_cast<int>(std::min<int64_t>(255, 65535 / std::max<int64_t>(query_tokens, 1)));
+}
 
 int DefaultNprobe(int64_t num_centroids) {
   const auto fifth_root =
@@ -347,9 +374,9 @@ bool CentroidIndex::Contains(uint64_t doc) const {
   return doc_ordinal_.contains(doc);
 }
 
-void CentroidIndex::ScanToken(const float* query, const float* centroid_scores,
-                              const std::vector<std::pair<float, uint32_t>>* near, int nprobe,
-                              TokenScan* out) const {
+void CentroidIndex::SelectProbes(const float* query, const float* centroid_scores,
+                                 const std::vector<std::pair<float, uint32_t>>* near, int nprobe,
+                                 TokenScan* out) const {
   const int64_t C = codebook_->num_centroids();
   // The nprobe best centroids of this token (ties: lower id), through a bounded heap whose front
   // is the worst kept: most centroids fail the one comparison with it. Centroids come in id
@@ -380,31 +407,49 @@ void CentroidIndex::ScanToken(const float* query, const float* centroid_scores,
 
   std::vector<float> lut(scan_codec_.nibbles() * 16);
   scan_codec_.BuildLookupTable(query, lut.data());
-  ScanTables tables;
+  ScanTables& tables = out->tables;
   QuantizeScanTables(lut.data(), scan_codec_.nibbles(), &tables);
-  out->step = tables.step;
+  // The largest sum the tables give: each nibble's highest level.
+  int64_t top_levels = 0;
+  for (int64_t n = 0; n < scan_codec_.nibbles(); ++n) {
+    top_levels += *std::max_element(&tables.levels[n * 16], &tables.levels[n * 16] + 16);
+  }
+  out->reach =
+      ranked[0].first + tables.bias + tables.step * static_cast<float>(top_levels) - out->missing;
   out->probes.clear();
-  int64_t sums_size = 0;
+  int64_t levels = 0;
   for (int p = 0; p < nprobe; ++p) {
     const List& list = lists_[ranked[p].second];
     if (list.ordinals.empty()) continue;
-    out->probes.push_back(Probe{&list, ranked[p].first + tables.bias, sums_size});
-    sums_size += static_cast<int64_t>(list.blocks.size()) / ScanBlockBytes(scan_code_bytes_) *
-                 kScanBlockEntries;
+    out->probes.push_back(Probe{&list, ranked[p].first + tables.bias, levels});
+    levels += static_cast<int64_t>(list.blocks.size()) / ScanBlockBytes(scan_code_bytes_) *
+              kScanBlockEntries;
   }
   // Every entry is written by the scan: no zero fill.
-  out->sums.reset(new uint16_t[sums_size]);
-  for (size_t p = 0; p < out->probes.size(); ++p) {
-    const List& list = *out->probes[p].list;
-    if (p + 1 < out->probes.size()) {  // the next list's first bytes, while this one is scanned
-      const std::vector<uint8_t>& next = out->probes[p + 1].list->blocks;
+  out->levels.reset(new uint8_t[levels]);
+}
+
+void CentroidIndex::ScanProbes(const MarginScale& scale, TokenScan* token) const {
+  const float inverse_unit = 1.0f / scale.unit;
+  const float ratio = token->tables.step * inverse_unit;
+  const std::vector<Probe>& probes = token->probes;
+  std::vector<uint16_t>& sums = ThreadScanSums();
+  for (size_t p = 0; p < probes.size(); ++p) {
+    const List& list = *probes[p].list;
+    if (p + 1 < probes.size()) {  // the next list's first bytes, while this one is scanned
+      const std::vector<uint8_t>& next = probes[p + 1].list->blocks;
       PrefetchScan(next.data(),
                    std::min<int64_t>(static_cast<int64_t>(next.size()), kScanPrefetchBytes / 2));
     }
     const int64_t blocks =
         static_cast<int64_t>(list.blocks.size()) / ScanBlockBytes(scan_code_bytes_);
-    ScanBlocks(list.blocks.data(), blocks, scan_code_bytes_, tables,
-               &out->sums[out->probes[p].sums]);
+    if (static_cast<int64_t>(sums.size()) < blocks * kScanBlockEntries) {
+      sums.resize(blocks * kScanBlockEntries);
+    }
+    ScanBlocks(list.blocks.data(), blocks, scan_code_bytes_, token->tables, sums.data());
+    MarginLevels(sums.data(), blocks * kScanBlockEntries,
+                 (probes[p].offset - token->missing) * inverse_unit + 0.5f, ratio,
+                 static_cast<float>(scale.cap), &token->levels[probes[p].levels]);
   }
 }
 
@@ -413,29 +458,38 @@ bool CentroidIndex::BetterOrdinal(const std::pair<uint32_t, float>& a,
   return a.second != b.second ? a.second > b.second : ordinal_doc_[a.first] < ordinal_doc_[b.first];
 }
 
-void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, uint32_t first_ordinal,
-                              uint32_t end_ordinal, float missing_sum, int64_t keep,
-                              std::vector<std::pair<uint32_t, float>>* out) const {
+CentroidIndex::MarginScale CentroidIndex::QueryMarginScale(absl::Span<const TokenScan> tokens) {
+  float reach = 0.0f;
+  for (const TokenScan& token : tokens) reach = std::max(reach, token.reach);
+  MarginScale scale;
+  scale.cap = MarginLevelCap(static_cast<int64_t>(tokens.size()));
+  // No token can score above its estimate (reach ≤ 0) or the tables overflowed: any unit gives
+  // the same (empty or unranked) result.
+  const float unit = reach / static_cast<float>(scale.cap);
+  scale.unit = unit > 0.0f && std::isfinite(unit) ? unit : 1.0f;
+  return scale;
+}
+
+void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, const MarginScale& scale,
+                              uint32_t first_ordinal, uint32_t end_ordinal, float missing_sum,
+                              int64_t keep, std::vector<std::pair<uint32_t, float>>* out) const {
   const size_t n = end_ordinal - first_ordinal;
   TileScratch& scratch = ThreadTileScratch();
   scratch.Begin(n);
-  float* margin = scratch.margin.data();
-  float* sum = scratch.sum.data();
-  std::fill(sum, sum + n, 0.0f);
-  std::fill(margin, margin + n, 0.0f);
+  uint8_t* margin = scratch.margin.data();
+  uint16_t* sum = scratch.sum.data();
+  std::fill(sum, sum + n, 0);
+  std::fill(margin, margin + n, 0);
   // One probed list's entries in this tile: [begin, end) of its ordinals.
   struct Run {
     const uint32_t* ordinals;
-    const uint16_t* sums;
+    const uint8_t* levels;
     uint32_t begin;
     uint32_t end;
-    float offset;  // the probe's offset less the token's estimate
   };
   std::vector<Run> runs;
   for (size_t i = 0; i < tokens.size(); ++i) {
     const TokenScan& token = tokens[i];
-    // Locals, not members: the stores to `margin` could alias them and force a reload per entry.
-    const float step = token.step;
     runs.clear();
     size_t entries = 0;
     for (const Probe& probe : token.probes) {
@@ -449,16 +503,19 @@ void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, uint32_t first
           InterpolatedLowerBound(ordinals, list_end, first_ordinal) - ordinals);
       const auto end = static_cast<uint32_t>(
           InterpolatedLowerBound(ordinals + begin, list_end, end_ordinal) - ordinals);
-      runs.push_back(
-          Run{ordinals, &token.sums[probe.sums], begin, end, probe.offset - token.missing});
+      runs.push_back(Run{ordinals, &token.levels[probe.levels], begin, end});
       entries += end - begin;
     }
+    uint8_t* tile_margin = margin - first_ordinal;
     for (const Run& run : runs) {
-      const float offset = run.offset;
-      for (uint32_t e = run.begin; e < run.end; ++e) {
-        const float score = offset + step * static_cast<float>(run.sums[e]);
-        float& slot = margin[run.ordinals[e] - first_ordinal];
-        slot = std::max(slot, score);
+      // Locals, not members: the stores to `margin` (bytes) alias everything else in memory and
+      // would force a reload per entry.
+      const uint32_t* run_ordinals = run.ordinals;
+      const uint8_t* run_levels = run.levels;
+      const uint32_t run_end = run.end;
+      for (uint32_t e = run.begin; e < run_end; ++e) {
+        uint8_t* slot = tile_margin + run_ordinals[e];
+        *slot = std::max(*slot, run_levels[e]);
       }
     }
     if (entries * static_cast<size_t>(kSparseFoldRatio) < n) {
@@ -466,31 +523,31 @@ void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, uint32_t first
       for (const Run& run : runs) {
         for (uint32_t e = run.begin; e < run.end; ++e) {
           const uint32_t o = run.ordinals[e] - first_ordinal;
-          sum[o] += margin[o];
-          margin[o] = 0.0f;
+          sum[o] = static_cast<uint16_t>(sum[o] + margin[o]);
+          margin[o] = 0;
         }
       }
     } else {
       FoldToken(n, margin, sum);
     }
   }
-  // The documents some token found above its estimate (a positive sum), live ones only (dead
-  // ordinals were scored like live ones and are dropped here, once); with `keep` ≥ 0, only the
-  // best `keep` of them, through a bounded heap whose front is the worst kept.
+  // The documents some token found above its estimate (a positive sum), live ones
+  // only (dead ordinals were scored like live ones and are dropped here, once); with `keep` ≥ 0,
+  // only the best `keep` of them, through a bounded heap whose front is the worst kept.
   auto better = [this](const std::pair<uint32_t, float>& a, const std::pair<uint32_t, float>& b) {
     mu_.AssertReaderHeld();
     return BetterOrdinal(a, b);
   };
   if (keep == 0) return;
   const size_t first_out = out->size();
-  // Once `keep` are held, a document must beat the worst of them: sum_cut is a bound on its sum
-  // taken a little low (so that float rounding never drops one the exact test would keep), which
-  // rejects most documents with one predictable comparison.
-  float sum_cut = 0.0f;
+  // Once `keep` are held, a document must beat the worst of them: a sum below the worst's cannot
+  // (a document of the same sum still can, by its id), which rejects most documents with one
+  // predictable comparison.
+  uint16_t sum_cut = 1;
   for (size_t o = 0; o < n; ++o) {
-    if (!(sum[o] > sum_cut) || ordinal_dead_[first_ordinal + o]) continue;
+    if (sum[o] < sum_cut || ordinal_dead_[first_ordinal + o]) continue;
     const std::pair<uint32_t, float> hit(static_cast<uint32_t>(first_ordinal + o),
-                                         missing_sum + sum[o]);
+                                         missing_sum + scale.unit * static_cast<float>(sum[o]));
     if (keep < 0) {
       out->push_back(hit);
       continue;
@@ -505,9 +562,7 @@ void CentroidIndex::ScoreTile(absl::Span<const TokenScan> tokens, uint32_t first
     }
     std::push_heap(out->begin() + static_cast<ptrdiff_t>(first_out), out->end(), better);
     if (static_cast<int64_t>(out->size() - first_out) == keep) {
-      const float worst = (*out)[first_out].second;
-      const float margin = 1e-5f * (std::abs(worst) + std::abs(missing_sum) + 1.0f);
-      sum_cut = std::max(0.0f, worst - missing_sum - margin);
+      sum_cut = std::max<uint16_t>(1, sum[(*out)[first_out].first - first_ordinal]);
     }
   }
 }
@@ -619,10 +674,11 @@ std::unique_ptr<float[]> ScoreUsedCentroids(const CentroidCodebook& codebook,
 absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
     FloatMatrixView queries, const CentroidSearchOptions& options,
     const std::function<bool(uint64_t)>* accept, ThreadPool* pool) const {
-  if (queries.rows < 1 || queries.cols != codebook_->dim()) {
-    return absl::InvalidArgumentError(absl::StrCat("centroid search: query of ", queries.rows,
-                                                   " × ", queries.cols, ", expected ≥ 1 × ",
-                                                   codebook_->dim()));
+  if (queries.rows < 1 || queries.rows > kMaxCentroidQueryTokens ||
+      queries.cols != codebook_->dim()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("centroid search: query of ", queries.rows, " tokens × ", queries.cols,
+                     ", expected 1 to ", kMaxCentroidQueryTokens, " tokens × ", codebook_->dim()));
   }
   const int64_t C = codebook_->num_centroids();
   const int nprobe = static_cast<int>(
@@ -660,19 +716,28 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   tile_starts.push_back(ordinals);
   const size_t tiles = tile_starts.size() - 1;
 
+  // Per token, its probes and tables; then, in the unit those give the query, its lists' margins.
   std::vector<TokenScan> tokens(nq);
-  auto scan = [&](int64_t begin, int64_t end) {
-    mu_.AssertReaderHeld();
-    for (int64_t i = begin; i < end; ++i) {
-      ScanToken(queries.data + i * dim, near.empty() ? &token_scores[i * C] : nullptr,
-                near.empty() ? nullptr : &near[i], nprobe, &tokens[i]);
+  auto for_each_token = [&](const std::function<void(int64_t)>& work) {
+    auto range = [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) work(i);
+    };
+    if (pool != nullptr) {
+      pool->ParallelFor(nq, 1, range);
+    } else {
+      range(0, nq);
     }
   };
-  if (pool != nullptr) {
-    pool->ParallelFor(nq, 1, scan);
-  } else {
-    scan(0, nq);
-  }
+  for_each_token([&](int64_t i) {
+    mu_.AssertReaderHeld();
+    SelectProbes(queries.data + i * dim, near.empty() ? &token_scores[i * C] : nullptr,
+                 near.empty() ? nullptr : &near[i], nprobe, &tokens[i]);
+  });
+  const MarginScale scale = QueryMarginScale(tokens);
+  for_each_token([&](int64_t i) {
+    mu_.AssertReaderHeld();
+    ScanProbes(scale, &tokens[i]);
+  });
 
   // Per tile: (ordinal, approximate MaxSim) of its live documents found above an estimate, cut to
   // the best `keep` when no filter has to see them first.
@@ -682,7 +747,7 @@ absl::StatusOr<std::vector<CentroidHit>> CentroidIndex::Search(
   auto score_tiles = [&](int64_t begin, int64_t end) {
     mu_.AssertReaderHeld();
     for (int64_t t = begin; t < end; ++t) {
-      ScoreTile(tokens, tile_starts[t], tile_starts[t + 1], missing_sum,
+      ScoreTile(tokens, scale, tile_starts[t], tile_starts[t + 1], missing_sum,
                 accept == nullptr ? keep : -1, &tile_hits[t]);
     }
   };

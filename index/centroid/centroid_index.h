@@ -10,18 +10,21 @@
 // per nibble). Each token has a *missing estimate*: the score of its last (nprobe-th) probed
 // centroid — the most a vector of an unprobed list could score, give or take its residual and, with
 // groups, a centroid of an unscored group that outscores it (WARP's imputation). Per (token,
-// document) the token contributes the larger of its best vector's score and the missing estimate
-// (the estimate alone when it found no vector of the document); a document's approximate MaxSim
-// sums the contributions over the tokens. The top documents by that sum — among those with at least
-// one vector above its token's estimate — go to the exact rerank.
+// document) the token contributes the missing estimate plus its *margin*: how far its best vector
+// of the document scores above the estimate (0 when none does), rounded to the nearest multiple of
+// the query's margin unit, and one unit when it is positive but less (MarginLevelCap); a
+// document's approximate MaxSim sums the contributions over the tokens. The top documents by that
+// sum — among those with at least one vector above its token's estimate — go to the exact rerank.
 //
-// A search runs in two parallel passes: per query token, the selection and the code scan (16-bit
-// sums per list entry); then per tile of document ordinals (a list's ordinals ascend, so a tile is
-// one run of each list; a thread's share of the ordinals, up to 524,288), the per-document
-// accumulation in a dense scratch (a branch-free max per entry; per token a fold over the tile,
-// or over the token's own entries when they are few: kSparseFoldRatio) and a bounded heap of the
-// tile's best. At 1M documents stage 1 then reads ~100 MB of codes, ordinals and sums per query,
-// and is bound by that memory traffic on the 2-core machine (docs/notes/2026-12-04.md).
+// A search runs in three parallel passes: per query token, the selection of its probes and its
+// tables (which together set the query's margin unit); per query token, the code scan, which
+// gives each entry of its probed lists its margin in units (a byte); then per tile of document
+// ordinals (a list's ordinals ascend, so a tile is one run of each list; a thread's share of the
+// ordinals, up to 524,288), the per-document accumulation in a dense scratch (a byte of margin and
+// 16 bits of sum per document; a branch-free byte maximum per entry; per token a fold over the
+// tile, or over the token's own entries when they are few: kSparseFoldRatio) and a bounded heap of
+// the tile's best. At 1M documents stage 1 then reads ~70 MB of codes, ordinals and margins per
+// query, and is bound by that memory traffic on the 2-core machine (docs/notes/2026-12-04.md).
 //
 // Documents are removed by tombstones; the lists are compacted (and ordinals renumbered) once the
 // dead vectors pass kCompactionFraction of all vectors.
@@ -62,6 +65,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "index/centroid/centroid_codebook.h"
+#include "index/centroid/code_scan.h"
 #include "index/centroid/document_codes.h"
 #include "tessera/base/mutex.h"
 #include "tessera/matrix.h"
@@ -119,12 +123,31 @@ int DefaultNprobe(int64_t num_centroids);
 // Stage 1 folds a token's per-document margins into the documents' sums by a second pass over
 // the token's own entries when a tile of ordinals has more than kSparseFoldRatio of them per
 // entry, and by a vectorised pass over the whole tile otherwise. An entry of the second pass is a
-// scattered read-modify-write of two floats, an ordinal of the dense pass 16 streamed bytes: on
-// the 1M-document shard of the √ codebook rule (a token's entries ~4–8% of a tile's ordinals) the
+// scattered read-modify-write, an ordinal of the dense pass a few streamed bytes: on the
+// 1M-document shard of the √ codebook rule (a token's entries ~4–8% of a tile's ordinals) the
 // scattered pass for every token measured slower than the dense one (stage 1 9.8–9.9 against
-// 8.9–9.2 ms; docs/notes/2026-12-04.md), while a codebook that grows with the shard (short
-// lists) leaves a token ~1% of them. Both give the same sums, bit for bit.
+// 8.9–9.2 ms with float margins and sums; docs/notes/2026-12-04.md), while a codebook that grows
+// with the shard (short lists) leaves a token ~1% of them. Both give the same sums, bit for bit.
 inline constexpr int64_t kSparseFoldRatio = 32;
+
+// Stage 1 keeps a document's margin for the current token in a byte and its sum over the tokens in
+// 16 bits, counted in the query's *margin unit*: the highest margin any of its tokens could reach
+// (the token's best probed centroid's score plus the most its residual tables add, less its
+// estimate) over MarginLevelCap(query tokens). No margin exceeds the cap, and each is rounded to
+// the nearest unit, a positive one to at least one (a document some token found above its
+// estimate stays a candidate): a sum is off by at most a unit per token, half a unit from the
+// first on (a unit is ~1/255 of a token's score range, ~17 of the largest table step at dim 128).
+// The scan writes each entry's margin as a byte, and the tiles' scatter is a byte maximum into a
+// scratch of 3 bytes a document instead of float margins and sums (8 bytes, 2 MiB of margins a
+// thread at 1M documents, past a core's L2) and a fold of 16 bytes a document per token. Measured
+// (docs/results.md, "Stage 1 in bytes"; Intel Xeon, Ice Lake, alternated with the float binary):
+// at 1M documents stage 1 at P50 0.62–0.85×, the query 0.66–0.89×; at 100k the same time
+// (0.94–1.03×); recall@10 0.972 and 0.991 against 0.972 and 0.992. The cap: 255 (a byte), or
+// 65,535 / tokens when that is less, so that the 16-bit sums never overflow (queries of more than
+// 257 tokens, whose unit is then coarser). A search takes at most kMaxCentroidQueryTokens tokens,
+// a unit each.
+int MarginLevelCap(int64_t query_tokens);
+inline constexpr int64_t kMaxCentroidQueryTokens = 65535;
 
 // Documents a shard sends to the exact rerank for k hits when a search leaves N at 0, with a
 // centroid index of `vectors` vectors: max(c·k, 10·c) with c = 10·√(vectors / 2^18) clamped to
@@ -265,32 +288,43 @@ class CentroidIndex {
     // block's unused entries are zero.
     std::vector<uint8_t> blocks;
   };
-  // One probed list of a query token: score = offset + step · sums[entry].
+  // One probed list of a query token: an entry scores offset + step · (its tables' sum).
   struct Probe {
     const List* list = nullptr;
     float offset = 0.0f;  // the centroid's score + the tables' bias
-    int64_t sums = 0;     // where the list's sums start in TokenScan::sums
+    int64_t levels = 0;   // where the list's margins start in TokenScan::levels
   };
-  // One query token's scan: the 16-bit sums of its probed lists' codes.
+  // One query token's probes, its tables and, once scanned, each probed entry's margin in units.
   struct TokenScan {
     std::vector<Probe> probes;
-    std::unique_ptr<uint16_t[]> sums;
-    float step = 0.0f;
+    ScanTables tables;
     float missing = 0.0f;
+    // The highest margin a vector of its probed lists could reach: the best probe's offset plus
+    // step · the largest sum the tables can give, less the estimate.
+    float reach = 0.0f;
+    std::unique_ptr<uint8_t[]> levels;
   };
+  // The query's margin unit and cap (MarginLevelCap).
+  struct MarginScale {
+    float unit = 1.0f;
+    int cap = 255;
+  };
+  static MarginScale QueryMarginScale(absl::Span<const TokenScan> tokens);
 
-  // One query token: selects its nprobe best centroids and scores their lists' codes. The
-  // candidates: with groups `near`, (score, id) of the centroids of its ProbedGroups(nprobe)
-  // nearest groups (CentroidCodebook::ScoreNearCentroids), and centroid_scores null; otherwise
-  // every centroid, its scores in centroid_scores (C values).
-  void ScanToken(const float* query, const float* centroid_scores,
-                 const std::vector<std::pair<float, uint32_t>>* near, int nprobe,
-                 TokenScan* out) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // One query token: selects its nprobe best centroids and builds its tables. The candidates:
+  // with groups `near`, (score, id) of the centroids of its ProbedGroups(nprobe) nearest groups
+  // (CentroidCodebook::ScoreNearCentroids), and centroid_scores null; otherwise every centroid,
+  // its scores in centroid_scores (C values).
+  void SelectProbes(const float* query, const float* centroid_scores,
+                    const std::vector<std::pair<float, uint32_t>>* near, int nprobe,
+                    TokenScan* out) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Scores the codes of a token's probed lists, each entry's margin in the query's units.
+  void ScanProbes(const MarginScale& scale, TokenScan* token) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Appends (ordinal, approximate MaxSim) for the live documents of the tile of ordinals
   // [first_ordinal, end_ordinal) that some token found above its estimate: the best `keep` of
   // them (BetterOrdinal), or all with keep < 0.
-  void ScoreTile(absl::Span<const TokenScan> tokens, uint32_t first_ordinal, uint32_t end_ordinal,
-                 float missing_sum, int64_t keep,
+  void ScoreTile(absl::Span<const TokenScan> tokens, const MarginScale& scale,
+                 uint32_t first_ordinal, uint32_t end_ordinal, float missing_sum, int64_t keep,
                  std::vector<std::pair<uint32_t, float>>* out) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // (ordinal, score) a ranks before b: the higher score, then the lower document id.

@@ -60,6 +60,21 @@ double Dot(const float* a, const float* b, int64_t dim) {
   return s;
 }
 
+// A token's margin in whole units (centroid_index.h, MarginLevelCap) from `units`, the margin in
+// units plus ½: rounded to the nearest, at least one when positive, at most `cap`.
+int64_t MarginLevel(double units, int cap) {
+  const int64_t nearest = std::clamp<int64_t>(static_cast<int64_t>(std::floor(units)), 0, cap);
+  return units > 0.5 ? std::max<int64_t>(nearest, 1) : nearest;
+}
+
+// Whether `units` lies within 1/1000 of a unit of a boundary between two levels (½: none or one;
+// 2, 3, … cap: one more), where the index's float arithmetic may round it either way.
+bool AmbiguousLevel(double units, int cap) {
+  constexpr double kSlack = 1e-3;
+  if (std::abs(units - 0.5) < kSlack) return true;
+  return units > 1.5 && units < cap + kSlack && std::abs(units - std::round(units)) < kSlack;
+}
+
 uint32_t BruteNearest(const CentroidCodebook& codebook, const float* v) {
   uint32_t best = 0;
   double best_score = -1e30;
@@ -452,9 +467,10 @@ class CentroidIndexTest : public ::testing::Test {
   }
 
   // Token i's nprobe best centroids (ties: lower id) in probed[i], its last one's score in
-  // missing[i]; with groups, among the centroids of its ProbedGroups(nprobe) nearest groups.
+  // missing[i] and its first one's in top[i] (when asked); with groups, among the centroids of its
+  // ProbedGroups(nprobe) nearest groups.
   void Probes(const std::vector<float>& query, int nprobe, std::vector<std::set<uint32_t>>* probed,
-              std::vector<double>* missing) const {
+              std::vector<double>* missing, std::vector<double>* top = nullptr) const {
     const int64_t nq = static_cast<int64_t>(query.size()) / kDim;
     const int64_t C = codebook_->num_centroids();
     probed->assign(nq, {});
@@ -480,29 +496,64 @@ class CentroidIndexTest : public ::testing::Test {
       });
       for (int p = 0; p < nprobe; ++p) (*probed)[i].insert(ranked[p].second);
       (*missing)[i] = ranked[nprobe - 1].first;
+      if (top != nullptr) top->push_back(ranked[0].first);
     }
   }
 
-  // The documented score: Σ_i max(token i's last probed centroid score, the best over the
+  // The query's margin unit (centroid_index.h, MarginLevelCap): the highest margin a token could
+  // reach — its best probed centroid's score + the tables' bias + step · the sum of each nibble's
+  // highest level, less its estimate — over the cap.
+  double MarginUnit(const std::vector<ScanTables>& tables, const std::vector<double>& top,
+                    const std::vector<double>& missing) const {
+    double reach = 0.0;
+    for (size_t i = 0; i < tables.size(); ++i) {
+      int64_t levels = 0;
+      for (int64_t n = 0; n < ScanCodec().nibbles(); ++n) {
+        levels += *std::max_element(&tables[i].levels[n * 16], &tables[i].levels[n * 16] + 16);
+      }
+      reach =
+          std::max(reach, top[i] + tables[i].bias + double{tables[i].step} * levels - missing[i]);
+    }
+    const double unit = reach / MarginLevelCap(static_cast<int64_t>(tables.size()));
+    return unit > 0.0 ? unit : 1.0;
+  }
+
+  // A document's documented score, and its tokens whose margin lies on a rounding boundary
+  // (AmbiguousLevel): float arithmetic may round those either way, a unit up or down each.
+  struct ReferenceHit {
+    uint64_t doc = 0;
+    double score = 0.0;
+    int ambiguous = 0;
+  };
+
+  // The documented score, best first (ties: lower id), of every accepted document with a vector
+  // above its token's estimate for some token (or that may have one: an ambiguous margin): Σ_i
+  // token i's estimate (its last probed centroid's score) + its margin — the best over the
   // document's vectors in token i's probed lists of ⟨q_i, centroid⟩ + the quantised table score
-  // of its code — or, when `quantised` is false, ⟨q_i, decoded vector⟩), for the documents with
-  // at least one vector above its token's estimate.
-  std::vector<CentroidHit> Reference(const std::vector<float>& query, int nprobe, size_t n,
-                                     const std::function<bool(uint64_t)>& accept,
-                                     bool quantised = true) const {
+  // of its code, less the estimate, in whole margin units (MarginLevel). With `quantised` false:
+  // Σ_i max(estimate, the best ⟨q_i, decoded vector⟩), without tables or units. `unit`: the
+  // margin unit.
+  std::vector<ReferenceHit> Reference(const std::vector<float>& query, int nprobe,
+                                      const std::function<bool(uint64_t)>& accept,
+                                      bool quantised = true, double* unit = nullptr) const {
     const int64_t nq = static_cast<int64_t>(query.size()) / kDim;
     std::vector<ScanTables> tables;
     for (int64_t i = 0; i < nq; ++i) tables.push_back(Tables(&query[i * kDim]));
     std::vector<std::set<uint32_t>> probed;
     std::vector<double> missing;
-    Probes(query, nprobe, &probed, &missing);
-    std::vector<CentroidHit> hits;
+    std::vector<double> top;
+    Probes(query, nprobe, &probed, &missing, &top);
+    const double margin_unit = MarginUnit(tables, top, missing);
+    if (unit != nullptr) *unit = margin_unit;
+    const int cap = MarginLevelCap(nq);
+    std::vector<ReferenceHit> hits;
     std::vector<float> decoded(kDim);
     const int64_t code_bytes = codebook_->codec().code_bytes();
     std::vector<uint8_t> coarse(ScanCodec().code_bytes());
     for (const auto& [doc, codes] : docs_) {
       if (!accept(doc)) continue;
-      double total = 0.0;
+      ReferenceHit hit{doc, 0.0, 0};
+      int64_t levels = 0;
       bool found_any = false;
       for (int64_t i = 0; i < nq; ++i) {
         double best = -1e30;
@@ -516,54 +567,92 @@ class CentroidIndexTest : public ::testing::Test {
               codebook_->codec().CoarsenCode(code, ScanCodec().nbits(), coarse.data());
               scanned = coarse.data();
             }
-            int64_t levels = 0;
+            int64_t table_levels = 0;
             for (int64_t j = 0; j < ScanCodec().code_bytes(); ++j) {
-              levels += tables[i].levels[2 * j * 16 + (scanned[j] & 15)] +
-                        tables[i].levels[(2 * j + 1) * 16 + (scanned[j] >> 4)];
+              table_levels += tables[i].levels[2 * j * 16 + (scanned[j] & 15)] +
+                              tables[i].levels[(2 * j + 1) * 16 + (scanned[j] >> 4)];
             }
             score =
                 Dot(&query[i * kDim], codebook_->centroids() + codes.centroids[v] * kDim, kDim) +
-                tables[i].bias + double{tables[i].step} * levels;
+                tables[i].bias + double{tables[i].step} * table_levels;
           } else {
             codebook_->Decode(codes.centroids[v], code, decoded.data());
             score = Dot(&query[i * kDim], decoded.data(), kDim);
           }
           best = std::max(best, score);
         }
-        found_any |= best > missing[i];
-        total += std::max(best, missing[i]);
+        hit.score += missing[i];
+        if (!quantised) {
+          found_any |= best > missing[i];
+          hit.score += std::max(best, missing[i]) - missing[i];
+          continue;
+        }
+        const double units = (best - missing[i]) / margin_unit + 0.5;
+        levels += MarginLevel(units, cap);
+        if (AmbiguousLevel(units, cap)) {
+          ++hit.ambiguous;
+        }
       }
-      if (found_any) hits.push_back(CentroidHit{doc, static_cast<float>(total)});
+      if (quantised) {
+        hit.score += margin_unit * static_cast<double>(levels);
+        found_any = levels > 0 || hit.ambiguous > 0;
+      }
+      if (found_any) hits.push_back(hit);
     }
-    std::sort(hits.begin(), hits.end(), [](const CentroidHit& a, const CentroidHit& b) {
+    std::sort(hits.begin(), hits.end(), [](const ReferenceHit& a, const ReferenceHit& b) {
       return a.score != b.score ? a.score > b.score : a.doc < b.doc;
     });
-    if (hits.size() > n) hits.resize(n);
     return hits;
   }
 
-  // A query of 8 tokens around `topics` directions (those of AddDocument's documents by default),
-  // searched on `pool` (null: inline, one accumulation tile up to kMaxTileOrdinals).
+  // A query of `tokens` tokens around `topics` directions (those of AddDocument's documents by
+  // default), searched on `pool` (null: inline, one accumulation tile up to kMaxTileOrdinals) for
+  // 40 documents: each hit is a document the reference keeps, at its score (to fp32 rounding, and a
+  // unit per ambiguous token), in order; every document sure to score above the last hit is a hit;
+  // and when no document is ambiguous, the hits are the reference's first 40, rank by rank.
   void ExpectMatchesReference(const CentroidIndex& index, int nprobe,
                               const std::function<bool(uint64_t)>* accept, uint64_t seed,
-                              ThreadPool* pool, int topics = 50) {
-    const std::vector<float> query = Clustered(8, kDim, topics, seed);
+                              ThreadPool* pool, int topics = 50, int64_t tokens = 8) {
+    const std::vector<float> query = Clustered(tokens, kDim, topics, seed);
+    constexpr size_t kHits = 40;
     CentroidSearchOptions options;
     options.nprobe = nprobe;
-    options.num_documents = 40;
+    options.num_documents = kHits;
     absl::StatusOr<std::vector<CentroidHit>> hits =
-        index.Search(FloatMatrixView{query.data(), 8, kDim}, options, accept, pool);
+        index.Search(FloatMatrixView{query.data(), tokens, kDim}, options, accept, pool);
     ASSERT_TRUE(hits.ok()) << hits.status();
-    const std::vector<CentroidHit> expected = Reference(
-        query, nprobe, 40, accept ? *accept : [](uint64_t) { return true; });
-    ASSERT_EQ(hits->size(), expected.size());
-    for (size_t r = 0; r < expected.size(); ++r) {
-      // Scores agree to fp32 rounding; near-ties may swap places.
-      EXPECT_NEAR((*hits)[r].score, expected[r].score, 2e-4) << "rank " << r;
-      if (std::abs(expected[r].score - (r + 1 < expected.size() ? expected[r + 1].score : -1e9)) >
-              1e-3 &&
-          (r == 0 || std::abs(expected[r].score - expected[r - 1].score) > 1e-3)) {
-        EXPECT_EQ((*hits)[r].doc, expected[r].doc) << "rank " << r;
+    double unit = 0.0;
+    const std::vector<ReferenceHit> expected = Reference(
+        query, nprobe, accept ? *accept : [](uint64_t) { return true; }, true, &unit);
+    std::map<uint64_t, ReferenceHit> by_doc;
+    int ambiguous = 0;
+    for (const ReferenceHit& hit : expected) {
+      by_doc[hit.doc] = hit;
+      ambiguous += hit.ambiguous;
+    }
+    constexpr double kRounding = 2e-4;  // fp32 sums of fp32 scores against doubles
+    ASSERT_EQ(hits->size(), std::min(kHits, expected.size()));
+    for (size_t r = 0; r < hits->size(); ++r) {
+      const CentroidHit& hit = (*hits)[r];
+      const auto it = by_doc.find(hit.doc);
+      ASSERT_NE(it, by_doc.end()) << "rank " << r << ": document " << hit.doc;
+      EXPECT_NEAR(hit.score, it->second.score, kRounding + unit * it->second.ambiguous)
+          << "rank " << r;
+      if (r > 0) {
+        const CentroidHit& before = (*hits)[r - 1];
+        EXPECT_TRUE(before.score > hit.score || (before.score == hit.score && before.doc < hit.doc))
+            << "rank " << r;
+      }
+      if (ambiguous == 0) {
+        EXPECT_EQ(hit.doc, expected[r].doc) << "rank " << r;
+      }
+    }
+    if (hits->empty()) return;
+    std::set<uint64_t> found;
+    for (const CentroidHit& hit : *hits) found.insert(hit.doc);
+    for (const ReferenceHit& hit : expected) {
+      if (hit.score - unit * hit.ambiguous - kRounding > hits->back().score) {
+        EXPECT_TRUE(found.count(hit.doc)) << "document " << hit.doc << " at " << hit.score;
       }
     }
   }
@@ -579,22 +668,43 @@ class CentroidIndexTest : public ::testing::Test {
 
 TEST_F(CentroidIndexTest, ProbingEveryCentroidGivesMaxSimOverDecodedVectors) {
   // With nprobe = C no token misses a document: the score is MaxSim over the decoded vectors, up
-  // to the tables' quantisation (at most nibbles · step / 2 per token).
+  // to the tables' quantisation (at most nibbles · step / 2 per token) and the margins' rounding
+  // (half a unit per token).
   const int all = static_cast<int>(codebook_->num_centroids());
   ExpectMatchesReference(*index_, all, nullptr, 11, &pool_);
   const std::vector<float> query = Clustered(8, kDim, 50, 11);
   const auto any = [](uint64_t) { return true; };
-  const std::vector<CentroidHit> quantised = Reference(query, all, 300, any);
-  const std::vector<CentroidHit> decoded = Reference(query, all, 300, any, false);
-  std::map<uint64_t, float> exact;
-  for (const CentroidHit& hit : decoded) exact[hit.doc] = hit.score;
-  const double bound = QuantisationBound(query);
+  double unit = 0.0;
+  const std::vector<ReferenceHit> quantised = Reference(query, all, any, true, &unit);
+  const std::vector<ReferenceHit> decoded = Reference(query, all, any, false);
+  std::map<uint64_t, double> exact;
+  for (const ReferenceHit& hit : decoded) exact[hit.doc] = hit.score;
+  const double bound = QuantisationBound(query) + 8 * unit / 2;
   EXPECT_GT(bound, 0.0);
-  EXPECT_LT(bound, 0.05);  // small against scores of ~8 · 0.6
+  EXPECT_LT(bound, 0.1);  // small against scores of ~8 · 0.6
   ASSERT_EQ(quantised.size(), decoded.size());
-  for (const CentroidHit& hit : quantised) {
+  for (const ReferenceHit& hit : quantised) {
     ASSERT_NEAR(hit.score, exact.at(hit.doc), bound + 1e-4) << hit.doc;
   }
+}
+
+// A token adds at most MarginLevelCap units: 255, a byte, up to 257 tokens, and fewer beyond, so
+// that the 16-bit sums of 1,024 tokens (the server's default limit) hold the documented scores.
+TEST_F(CentroidIndexTest, LongQueriesKeepTheirSumsInSixteenBits) {
+  EXPECT_EQ(MarginLevelCap(1), 255);
+  EXPECT_EQ(MarginLevelCap(257), 255);
+  EXPECT_EQ(MarginLevelCap(258), 254);
+  EXPECT_EQ(MarginLevelCap(1024), 63);
+  EXPECT_EQ(MarginLevelCap(kMaxCentroidQueryTokens), 1);
+  ExpectMatchesReference(*index_, 8, nullptr, 61, &pool_, 50, 1024);
+  ExpectMatchesReference(*index_, 8, nullptr, 62, &pool_, 50, 300);
+  // Beyond kMaxCentroidQueryTokens a token could not add even one unit.
+  const std::vector<float> huge((kMaxCentroidQueryTokens + 1) * kDim, 0.5f);
+  const absl::StatusOr<std::vector<CentroidHit>> refused = index_->Search(
+      FloatMatrixView{huge.data(), kMaxCentroidQueryTokens + 1, kDim}, {}, nullptr, &pool_);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), ::testing::HasSubstr("query of 65536 tokens"));
 }
 
 TEST_F(CentroidIndexTest, FewProbesMatchTheDocumentedApproximation) {
@@ -650,8 +760,9 @@ TEST_F(CentroidIndexTest, CoarsenedScansListTheTopBitsOfEachCode) {
 TEST(CentroidIndexCoarsening, NarrowDimensionsListTheCoarsenedCodesToo) {
   // At dim 1 and 2 a 4-bit code and its 2-bit coarsening are both one byte (at dim ≤ 8 its 1-bit
   // one too): the lists must still hold the coarsened code the scan reads. Every centroid probed, a
-  // one-token query: each document's score is the best over its vectors of ⟨q, centroid⟩ + the scan
-  // tables' score of the coarsened code (the documented approximation).
+  // one-token query: each document's score is the estimate (the last centroid's score) plus the
+  // margin over it of the best over its vectors of ⟨q, centroid⟩ + the scan tables' score of the
+  // coarsened code, in whole margin units (the documented approximation).
   ThreadPool pool(2);
   for (const auto& [dim, scan_nbits] : std::vector<std::pair<int64_t, int>>{
            {1, 2}, {2, 2}, {3, 2}, {1, 1}, {2, 1}, {3, 1}, {9, 1}}) {
@@ -675,10 +786,24 @@ TEST(CentroidIndexCoarsening, NarrowDimensionsListTheCoarsenedCodesToo) {
     ScanTables tables;
     QuantizeScanTables(lut.data(), coarse.nibbles(), &tables);
     double missing = 1e30;
+    double top = -1e30;
     for (int c = 0; c < C; ++c) {
-      missing = std::min(missing, Dot(query.data(), codebook->centroids() + c * dim, dim));
+      const double score = Dot(query.data(), codebook->centroids() + c * dim, dim);
+      missing = std::min(missing, score);
+      top = std::max(top, score);
     }
-    std::map<uint64_t, double> expected;
+    // The margin unit: the highest margin the tables allow, over MarginLevelCap(1).
+    int64_t top_levels = 0;
+    for (int64_t n = 0; n < coarse.nibbles(); ++n) {
+      top_levels += *std::max_element(&tables.levels[n * 16], &tables.levels[n * 16] + 16);
+    }
+    const double unit =
+        (top + tables.bias + double{tables.step} * top_levels - missing) / MarginLevelCap(1);
+    // Per document with a positive margin: its score and whether its margin lies on a rounding
+    // boundary (AmbiguousLevel).
+    std::map<uint64_t, std::pair<double, bool>> expected;
+    size_t maybe = 0;  // documents whose margin may or may not be positive
+
     std::vector<uint8_t> coarsened(coarse.code_bytes());
     const int64_t code_bytes = codebook->codec().code_bytes();
     for (const auto& [doc, codes] : docs) {
@@ -696,7 +821,11 @@ TEST(CentroidIndexCoarsening, NarrowDimensionsListTheCoarsenedCodesToo) {
                         Dot(query.data(), codebook->centroids() + codes.centroids[v] * dim, dim) +
                             tables.bias + double{tables.step} * levels);
       }
-      if (best > missing) expected[doc] = best;
+      const double units = (best - missing) / unit + 0.5;
+      const int64_t level = MarginLevel(units, MarginLevelCap(1));
+      const bool ambiguous = AmbiguousLevel(units, MarginLevelCap(1));
+      if (level > 0) expected[doc] = {missing + unit * static_cast<double>(level), ambiguous};
+      if (units < 1.0 && ambiguous) ++maybe;
     }
     CentroidSearchOptions options;
     options.nprobe = C;
@@ -704,11 +833,15 @@ TEST(CentroidIndexCoarsening, NarrowDimensionsListTheCoarsenedCodesToo) {
     absl::StatusOr<std::vector<CentroidHit>> hits =
         index.Search(FloatMatrixView{query.data(), 1, dim}, options, nullptr, &pool);
     ASSERT_TRUE(hits.ok()) << hits.status();
-    ASSERT_EQ(hits->size(), expected.size()) << "dim " << dim << " at " << scan_nbits << " bits";
+    ASSERT_GE(hits->size() + maybe, expected.size())
+        << "dim " << dim << " at " << scan_nbits << " bits";
+    ASSERT_LE(hits->size(), expected.size() + maybe);
     for (const CentroidHit& hit : *hits) {
+      if (maybe > 0 && !expected.count(hit.doc)) continue;  // an ambiguous first unit
       ASSERT_TRUE(expected.count(hit.doc)) << "dim " << dim << " at " << scan_nbits << " bits"
                                            << ", document " << hit.doc;
-      EXPECT_NEAR(hit.score, expected.at(hit.doc), 2e-4)
+      const auto& [score, ambiguous] = expected.at(hit.doc);
+      EXPECT_NEAR(hit.score, score, 2e-4 + (ambiguous ? unit : 0.0))
           << "dim " << dim << " at " << scan_nbits << " bits"
           << ", document " << hit.doc;
     }
