@@ -808,7 +808,7 @@ int main(int argc, char** argv) {
     std::cerr << "usage: tessera-bench-index [--docs N] [--tokens T] [--dim D] [--queries Q] "
                  "[--pool_factor P] [--max_merge_height H] [--candidates pooled|global] "
                  "[--candidate_pool_factor C] [--factory F] [--resample_from DIR] [--threads N] "
-                 "[--resident_rerank_bytes B] "
+                 "[--rerank exact|codes] [--residual_bits 2|4] [--resident_rerank_bytes B] "
                  "[--nprobe P1,P2,...] [--num_candidates N1,N2,...] [--exhaustive_queries R] "
                  "[--exhaustive_timed T] "
                  "[--data_dir DIR] [--reuse 0|1] [--export_dir DIR] [--reference FILE] "
