@@ -134,9 +134,10 @@ inline constexpr int64_t kSparseFoldRatio = 32;
 // 16 bits, counted in the query's *margin unit*: the highest margin any of its tokens could reach
 // (the token's best probed centroid's score plus the most its residual tables add, less its
 // estimate) over MarginLevelCap(query tokens). No margin exceeds the cap, and each is rounded to
-// the nearest unit, a positive one to at least one (a document some token found above its
-// estimate stays a candidate): a sum is off by at most a unit per token, half a unit from the
-// first on (a unit is ~1/255 of a token's score range, ~17 of the largest table step at dim 128).
+// the nearest unit, a positive one under half a unit to one (a document some token found above
+// its estimate stays a candidate): a margin is off by at most half a unit, or less than one when it
+// counts one unit for less than half (a unit is ~1/255 of a token's score range, ~17 of the
+// largest table step at dim 128).
 // The scan writes each entry's margin as a byte, and the tiles' scatter is a byte maximum into a
 // scratch of 3 bytes a document instead of float margins and sums (8 bytes, 2 MiB of margins a
 // thread at 1M documents, past a core's L2) and a fold of 16 bytes a document per token. Measured

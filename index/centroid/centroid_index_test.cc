@@ -75,6 +75,17 @@ bool AmbiguousLevel(double units, int cap) {
   return units > 1.5 && units < cap + kSlack && std::abs(units - std::round(units)) < kSlack;
 }
 
+// The highest margin a token could reach (centroid_index.h, MarginLevelCap): its best probed
+// centroid's score `top` + the tables' bias + step · the sum of each nibble's highest level, less
+// its estimate `missing`.
+double TokenReach(const ScanTables& tables, int64_t nibbles, double top, double missing) {
+  int64_t levels = 0;
+  for (int64_t n = 0; n < nibbles; ++n) {
+    levels += *std::max_element(&tables.levels[n * 16], &tables.levels[n * 16] + 16);
+  }
+  return top + tables.bias + double{tables.step} * static_cast<double>(levels) - missing;
+}
+
 uint32_t BruteNearest(const CentroidCodebook& codebook, const float* v) {
   uint32_t best = 0;
   double best_score = -1e30;
@@ -500,19 +511,13 @@ class CentroidIndexTest : public ::testing::Test {
     }
   }
 
-  // The query's margin unit (centroid_index.h, MarginLevelCap): the highest margin a token could
-  // reach — its best probed centroid's score + the tables' bias + step · the sum of each nibble's
-  // highest level, less its estimate — over the cap.
+  // The query's margin unit (centroid_index.h, MarginLevelCap): the highest TokenReach of its
+  // tokens over the cap.
   double MarginUnit(const std::vector<ScanTables>& tables, const std::vector<double>& top,
                     const std::vector<double>& missing) const {
     double reach = 0.0;
     for (size_t i = 0; i < tables.size(); ++i) {
-      int64_t levels = 0;
-      for (int64_t n = 0; n < ScanCodec().nibbles(); ++n) {
-        levels += *std::max_element(&tables[i].levels[n * 16], &tables[i].levels[n * 16] + 16);
-      }
-      reach =
-          std::max(reach, top[i] + tables[i].bias + double{tables[i].step} * levels - missing[i]);
+      reach = std::max(reach, TokenReach(tables[i], ScanCodec().nibbles(), top[i], missing[i]));
     }
     const double unit = reach / MarginLevelCap(static_cast<int64_t>(tables.size()));
     return unit > 0.0 ? unit : 1.0;
@@ -792,13 +797,8 @@ TEST(CentroidIndexCoarsening, NarrowDimensionsListTheCoarsenedCodesToo) {
       missing = std::min(missing, score);
       top = std::max(top, score);
     }
-    // The margin unit: the highest margin the tables allow, over MarginLevelCap(1).
-    int64_t top_levels = 0;
-    for (int64_t n = 0; n < coarse.nibbles(); ++n) {
-      top_levels += *std::max_element(&tables.levels[n * 16], &tables.levels[n * 16] + 16);
-    }
-    const double unit =
-        (top + tables.bias + double{tables.step} * top_levels - missing) / MarginLevelCap(1);
+    // The margin unit: the token's reach over MarginLevelCap(1).
+    const double unit = TokenReach(tables, coarse.nibbles(), top, missing) / MarginLevelCap(1);
     // Per document with a positive margin: its score and whether its margin lies on a rounding
     // boundary (AmbiguousLevel).
     std::map<uint64_t, std::pair<double, bool>> expected;
