@@ -69,10 +69,9 @@ class CentroidGroups {
   void Build(const float* centroids, int64_t C, const float* means,
              const std::vector<uint32_t>& group);
   // best[0 .. probes): the groups of the `probes` highest mean_scores (one row's score of each
-  // group mean), non-empty ones first (ties: the lower group), in no order. ranked: scratch of
-  // num_groups_ entries.
+  // group mean), non-empty ones first (ties: the lower group), best first. heap: scratch.
   void BestGroups(const float* mean_scores, int probes,
-                  std::vector<std::pair<float, uint32_t>>* ranked, uint32_t* best) const;
+                  std::vector<std::pair<float, uint32_t>>* heap, uint32_t* best) const;
 
   int64_t dim_;
   int64_t num_groups_;

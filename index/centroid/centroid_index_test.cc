@@ -150,6 +150,35 @@ TEST(CentroidCodebook, GroupedAssignmentOfLargeCodebooksAgreesWithBruteForce) {
   EXPECT_GE(agree, 0.95 * 2000);
 }
 
+TEST(CentroidCodebook, GroupedAssignmentIsTheBestCentroidOfTheEightNearestGroups) {
+  // CentroidGroups' contract, exactly: a vector's centroid is the best-scoring member (ties: the
+  // lower id) of its 8 best groups, which ScoreNearCentroids lists with the same products.
+  constexpr int kAssignedGroups = 8;
+  const int64_t dim = 40;  // not a multiple of the kernels' widths
+  const int64_t centroids = CentroidCodebook::kExactAssignmentCentroids * 4;
+  const std::vector<float> sample = Clustered(centroids * 4, dim, 300, 5);
+  ThreadPool pool(2);
+  auto codebook = TrainOrDie(sample, dim, centroids, 4, &pool, 2);
+  ASSERT_TRUE(codebook->has_groups());
+  const int64_t n = 3000;  // more than one assignment block
+  const std::vector<float> x = Clustered(n, dim, 300, 6);
+  std::vector<uint32_t> ids(n);
+  std::vector<uint8_t> codes(n * codebook->codec().code_bytes());
+  codebook->Encode(FloatMatrixView{x.data(), n, dim}, ids.data(), codes.data());
+  std::vector<std::vector<std::pair<float, uint32_t>>> near;
+  codebook->ScoreNearCentroids(FloatMatrixView{x.data(), n, dim}, kAssignedGroups, nullptr, nullptr,
+                               &near);
+  ASSERT_EQ(near.size(), static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_FALSE(near[i].empty());
+    const auto best =
+        std::min_element(near[i].begin(), near[i].end(), [](const auto& a, const auto& b) {
+          return a.first != b.first ? a.first > b.first : a.second < b.second;
+        });
+    ASSERT_EQ(ids[i], best->second) << "row " << i;
+  }
+}
+
 TEST(CentroidCodebook, NearCentroidsHoldTheBestAndScoreThemExactly) {
   // A query token's ProbedGroups(nprobe) nearest groups (16 of 128) against every centroid
   // scored: the same scores bit for bit (the same micro-kernel products), and almost all of its

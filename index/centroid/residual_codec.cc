@@ -72,7 +72,13 @@ ResidualCodec::ResidualCodec(int64_t dim, int nbits, std::vector<float> cutoffs,
       nbits_(nbits),
       code_bytes_((dim * nbits + 7) / 8),
       cutoffs_(std::move(cutoffs)),
-      weights_(std::move(weights)) {}
+      weights_(std::move(weights)) {
+  const int cuts = buckets() - 1;
+  cutoffs_by_bucket_.resize(cutoffs_.size());
+  for (int64_t d = 0; d < dim_; ++d) {
+    for (int b = 0; b < cuts; ++b) cutoffs_by_bucket_[b * dim_ + d] = cutoffs_[d * cuts + b];
+  }
+}
 
 absl::StatusOr<ResidualCodec> ResidualCodec::Train(const float* residuals, int64_t n, int64_t dim,
                                                    int nbits) {
@@ -161,14 +167,23 @@ absl::StatusOr<ResidualCodec> ResidualCodec::Parse(absl::string_view bytes, size
 void ResidualCodec::Encode(const float* residual, uint8_t* code) const {
   std::memset(code, 0, code_bytes_);
   const int cuts = buckets() - 1;
-  for (int64_t d = 0; d < dim_; ++d) {
-    const float* cut = cutoffs(d);
-    const float value = residual[d];
-    // The number of cutoffs at or below the value (ascending cutoffs), without branches.
-    int bucket = 0;
-    for (int b = 0; b < cuts; ++b) bucket += value >= cut[b];
-    const int64_t bit = d * nbits_;
-    code[bit >> 3] |= static_cast<uint8_t>(bucket << (bit & 7));
+  // Each dimension's bucket is the number of its cutoffs at or below the value (ascending
+  // cutoffs), counted a cutoff at a time over a block of dimensions: compares the compiler runs
+  // across the block in vector registers (a dimension at a time, over its cutoffs, was 6% of a
+  // compact build's CPU).
+  constexpr int64_t kBlock = 64;
+  int32_t bucket[kBlock];
+  for (int64_t d0 = 0; d0 < dim_; d0 += kBlock) {
+    const int64_t width = std::min(kBlock, dim_ - d0);
+    std::fill(bucket, bucket + width, 0);
+    for (int b = 0; b < cuts; ++b) {
+      const float* cut = &cutoffs_by_bucket_[b * dim_ + d0];
+      for (int64_t k = 0; k < width; ++k) bucket[k] += residual[d0 + k] >= cut[k] ? 1 : 0;
+    }
+    for (int64_t k = 0; k < width; ++k) {
+      const int64_t bit = (d0 + k) * nbits_;
+      code[bit >> 3] |= static_cast<uint8_t>(bucket[k] << (bit & 7));
+    }
   }
 }
 

@@ -73,6 +73,9 @@ class ResidualCodec {
   int nbits_ = 0;
   int64_t code_bytes_ = 0;
   std::vector<float> cutoffs_;  // dim × (2^nbits − 1)
+  // (2^nbits − 1) × dim: cutoffs_ transposed, so that Encode compares a cutoff across dimensions
+  // in vector registers.
+  std::vector<float> cutoffs_by_bucket_;
   std::vector<float> weights_;  // dim × 2^nbits
 };
 

@@ -33,34 +33,38 @@ class ResidualCodecTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(ResidualCodecTest, BucketsAreQuantilesAndWeightsAreBucketMeans) {
   const int nbits = GetParam();
-  const int64_t n = 4000, dim = 10;  // dim 10: the last byte is partly used
-  const std::vector<float> x = Gaussian(n, dim, 1);
-  absl::StatusOr<ResidualCodec> codec = ResidualCodec::Train(x.data(), n, dim, nbits);
-  ASSERT_TRUE(codec.ok()) << codec.status();
-  EXPECT_EQ(codec->code_bytes(), (dim * nbits + 7) / 8);
-  const int buckets = 1 << nbits;
-  std::vector<uint8_t> code(codec->code_bytes());
-  std::vector<double> sum(dim * buckets, 0.0);
-  std::vector<int64_t> count(dim * buckets, 0);
-  for (int64_t i = 0; i < n; ++i) {
-    codec->Encode(&x[i * dim], code.data());
-    for (int64_t d = 0; d < dim; ++d) {
-      const int bucket = (code[d * nbits / 8] >> (d * nbits % 8)) & (buckets - 1);
-      // The bucket is the number of cutoffs at or below the value.
-      int expected = 0;
-      for (int b = 0; b + 1 < buckets; ++b) expected += x[i * dim + d] >= codec->cutoffs(d)[b];
-      ASSERT_EQ(bucket, expected);
-      sum[d * buckets + bucket] += x[i * dim + d];
-      ++count[d * buckets + bucket];
+  // dim 10: the last byte is partly used; 133: Encode's blocks of 64 dimensions, the last partial.
+  for (const int64_t dim : {10, 133}) {
+    SCOPED_TRACE(dim);
+    const int64_t n = 4000;
+    const std::vector<float> x = Gaussian(n, dim, 1);
+    absl::StatusOr<ResidualCodec> codec = ResidualCodec::Train(x.data(), n, dim, nbits);
+    ASSERT_TRUE(codec.ok()) << codec.status();
+    EXPECT_EQ(codec->code_bytes(), (dim * nbits + 7) / 8);
+    const int buckets = 1 << nbits;
+    std::vector<uint8_t> code(codec->code_bytes());
+    std::vector<double> sum(dim * buckets, 0.0);
+    std::vector<int64_t> count(dim * buckets, 0);
+    for (int64_t i = 0; i < n; ++i) {
+      codec->Encode(&x[i * dim], code.data());
+      for (int64_t d = 0; d < dim; ++d) {
+        const int bucket = (code[d * nbits / 8] >> (d * nbits % 8)) & (buckets - 1);
+        // The bucket is the number of cutoffs at or below the value.
+        int expected = 0;
+        for (int b = 0; b + 1 < buckets; ++b) expected += x[i * dim + d] >= codec->cutoffs(d)[b];
+        ASSERT_EQ(bucket, expected);
+        sum[d * buckets + bucket] += x[i * dim + d];
+        ++count[d * buckets + bucket];
+      }
     }
-  }
-  for (int64_t d = 0; d < dim; ++d) {
-    for (int b = 0; b < buckets; ++b) {
-      // Quantile cutoffs: every bucket holds about n / buckets training values.
-      EXPECT_NEAR(count[d * buckets + b], static_cast<double>(n) / buckets,
-                  static_cast<double>(n) / buckets * 0.05 + 2)
-          << d << " " << b;
-      EXPECT_NEAR(codec->weights(d)[b], sum[d * buckets + b] / count[d * buckets + b], 1e-6);
+    for (int64_t d = 0; d < dim; ++d) {
+      for (int b = 0; b < buckets; ++b) {
+        // Quantile cutoffs: every bucket holds about n / buckets training values.
+        EXPECT_NEAR(count[d * buckets + b], static_cast<double>(n) / buckets,
+                    static_cast<double>(n) / buckets * 0.05 + 2)
+            << d << " " << b;
+        EXPECT_NEAR(codec->weights(d)[b], sum[d * buckets + b] / count[d * buckets + b], 1e-6);
+      }
     }
   }
 }
